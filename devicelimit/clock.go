@@ -1,0 +1,135 @@
+package devicelimit
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Tick is an instant on the logical clock, in nanoseconds since the Unix
+// epoch. It follows the wall clock at start-up and is monotonic after.
+type Tick int64
+
+// TickOf returns the tick of a wall-clock time.
+func TickOf(t time.Time) Tick { return Tick(t.UnixNano()) }
+
+// Time returns the wall-clock time of the tick.
+func (t Tick) Time() time.Time { return time.Unix(0, int64(t)) }
+
+// Add returns t+d.
+func (t Tick) Add(d time.Duration) Tick { return t + Tick(d) }
+
+// Sub returns t-u.
+func (t Tick) Sub(u Tick) time.Duration { return time.Duration(t - u) }
+
+// String formats the tick as RFC 3339 with nanoseconds, in UTC.
+func (t Tick) String() string { return t.Time().UTC().Format(time.RFC3339Nano) }
+
+// Clock is the source of logical time. Implementations must be safe for
+// concurrent use and must never go backwards.
+type Clock interface {
+	Now() Tick
+}
+
+// DefaultResolution is how often a SystemClock advances.
+const DefaultResolution = time.Millisecond
+
+// SystemClock is the gateway's logical clock. It starts at
+// max(wall clock, high-water) and then advances with the monotonic clock,
+// so a wall-clock step while the process runs changes nothing, and a wall
+// clock set back while the gateway was down cannot empty a window.
+//
+// Now is a single atomic load: a background goroutine advances the clock
+// every resolution. Decisions are therefore up to one resolution behind
+// real time, which only makes them later, never earlier. Use
+// NewSystemClock; Close stops the goroutine. Safe for concurrent use.
+type SystemClock struct {
+	now   atomic.Int64
+	base  Tick
+	mono  time.Time
+	stop  chan struct{}
+	done  chan struct{}
+	close sync.Once
+	// RolledBack is true when the wall clock was behind the high-water at
+	// start-up, so the clock started at the high-water.
+	RolledBack bool
+	// Wall is the wall-clock time read at start-up.
+	Wall Tick
+}
+
+// NewSystemClock starts a clock at max(wall clock, highWater) that
+// advances every resolution (DefaultResolution when <= 0).
+func NewSystemClock(highWater Tick, resolution time.Duration) *SystemClock {
+	if resolution <= 0 {
+		resolution = DefaultResolution
+	}
+	mono := time.Now()
+	wall := TickOf(mono)
+	c := &SystemClock{base: max(wall, highWater), mono: mono, stop: make(chan struct{}), done: make(chan struct{}),
+		RolledBack: wall < highWater, Wall: wall}
+	c.now.Store(int64(c.base))
+	go c.run(resolution)
+	return c
+}
+
+func (c *SystemClock) run(resolution time.Duration) {
+	defer close(c.done)
+	t := time.NewTicker(resolution)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			c.tick()
+		}
+	}
+}
+
+// tick advances the clock to the monotonic reading; it never moves back.
+func (c *SystemClock) tick() Tick {
+	next := int64(c.base.Add(time.Since(c.mono)))
+	for {
+		cur := c.now.Load()
+		if next <= cur {
+			return Tick(cur)
+		}
+		if c.now.CompareAndSwap(cur, next) {
+			return Tick(next)
+		}
+	}
+}
+
+// Now returns the current logical time.
+func (c *SystemClock) Now() Tick { return Tick(c.now.Load()) }
+
+// Precise advances the clock to this instant and returns it. It costs a
+// monotonic clock read; use it where one resolution of lag matters.
+func (c *SystemClock) Precise() Tick { return c.tick() }
+
+// Close stops the clock's goroutine. Now keeps returning the last tick.
+func (c *SystemClock) Close() {
+	c.close.Do(func() { close(c.stop) })
+	<-c.done
+}
+
+// ManualClock is a Clock moved only by its owner, for tests and
+// simulations. The zero value reads 0. Safe for concurrent use.
+type ManualClock struct{ now atomic.Int64 }
+
+// NewManualClock returns a clock reading start.
+func NewManualClock(start Tick) *ManualClock {
+	c := new(ManualClock)
+	c.now.Store(int64(start))
+	return c
+}
+
+// Now returns the clock's reading.
+func (c *ManualClock) Now() Tick { return Tick(c.now.Load()) }
+
+// Advance moves the clock forward by d and returns the new reading.
+func (c *ManualClock) Advance(d time.Duration) Tick { return Tick(c.now.Add(int64(d))) }
+
+// Set moves the clock to t, backwards too: the table treats a tick older
+// than a window's newest bucket as that bucket.
+func (c *ManualClock) Set(t Tick) { c.now.Store(int64(t)) }

@@ -1,0 +1,20 @@
+package devicelimit
+
+import "time"
+
+// Decision is the outcome of one AllowAt call. It is a value: returning it
+// allocates nothing.
+type Decision struct {
+	// Allowed reports whether the message was admitted and counted.
+	Allowed bool
+	// Count is the number of admitted messages in the window, including
+	// this one when allowed.
+	Count int
+	// Limit is the quota's limit.
+	Limit int
+	// Remaining is how many more messages the window admits now.
+	Remaining int
+	// RetryAfter is, when refused, how long until the window admits the
+	// next message; 0 when allowed.
+	RetryAfter time.Duration
+}

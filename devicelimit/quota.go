@@ -1,0 +1,133 @@
+package devicelimit
+
+import (
+	"fmt"
+	"time"
+)
+
+// Bounds on quotas and tables.
+const (
+	// DefaultBuckets is the number of buckets a window is divided into
+	// when the configuration does not say. A device sending evenly at
+	// exactly its limit may see about 1/DefaultBuckets of its messages
+	// refused; see Window.
+	DefaultBuckets = 20
+	// MaxBuckets bounds the bucket count: memory per device grows with it.
+	MaxBuckets = 1000
+	// MinBucketWidth is the smallest width of one bucket, Window/buckets.
+	MinBucketWidth = time.Millisecond
+	// MaxWindow is the longest quota window.
+	MaxWindow = 30 * 24 * time.Hour
+	// MaxLimit is the largest message count a quota may allow per window.
+	MaxLimit = 1_000_000_000
+	// MaxDeviceID is the longest device ID in bytes (an MQTT string).
+	MaxDeviceID = 65535
+)
+
+// Policy says what happens to a message over its device's quota.
+type Policy uint8
+
+// The policies. The zero value is PolicyDrop.
+const (
+	// PolicyDrop drops the message and tells MQTT 5 publishers 0x97.
+	PolicyDrop Policy = iota
+	// PolicyDefer holds the message durably and releases it later.
+	PolicyDefer
+	// PolicyDisconnect disconnects the device (MQTT 5: DISCONNECT 0x96).
+	PolicyDisconnect
+)
+
+var policyNames = [...]string{PolicyDrop: "drop", PolicyDefer: "defer", PolicyDisconnect: "disconnect"}
+
+// String returns the policy's configuration name.
+func (p Policy) String() string {
+	if int(p) < len(policyNames) {
+		return policyNames[p]
+	}
+	return fmt.Sprintf("policy(%d)", uint8(p))
+}
+
+// ParsePolicy returns the policy named s: drop, defer or disconnect.
+func ParsePolicy(s string) (Policy, error) {
+	for i, name := range policyNames {
+		if s == name {
+			return Policy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: must be drop, defer or disconnect (got %q)", ErrInvalidPolicy, s)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (p Policy) MarshalText() ([]byte, error) {
+	if int(p) >= len(policyNames) {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidPolicy, uint8(p))
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (p *Policy) UnmarshalText(b []byte) error {
+	v, err := ParsePolicy(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// Quota is "Limit messages per Window", and what to do above it.
+// The zero value is not a valid quota.
+type Quota struct {
+	Limit  int
+	Window time.Duration
+	Policy Policy
+}
+
+// String formats the quota as "10/1s drop".
+func (q Quota) String() string {
+	return fmt.Sprintf("%d/%s %s", q.Limit, q.Window, q.Policy)
+}
+
+// Validate reports whether q can be enforced by a table with the given
+// bucket count: 1 <= Limit <= MaxLimit, MinBucketWidth*buckets <= Window
+// <= MaxWindow, and a known policy. The error names the bad field and
+// value.
+func (q Quota) Validate(buckets int) error {
+	if err := validBuckets(buckets); err != nil {
+		return err
+	}
+	switch {
+	case q.Limit < 1 || q.Limit > MaxLimit:
+		return fmt.Errorf("%w: limit must be between 1 and %d (got %d)", ErrInvalidQuota, MaxLimit, q.Limit)
+	case q.Window <= 0:
+		return fmt.Errorf("%w: window must be > 0 (got %q)", ErrInvalidQuota, q.Window.String())
+	case q.Window < MinBucketWidth:
+		return fmt.Errorf("%w: window must be at least %s (got %q)", ErrInvalidQuota, MinBucketWidth, q.Window.String())
+	case q.Window > MaxWindow:
+		return fmt.Errorf("%w: window must be at most %s (got %q)", ErrInvalidQuota, MaxWindow, q.Window.String())
+	case q.Window/time.Duration(buckets) < MinBucketWidth:
+		return fmt.Errorf("%w: window %s divided into %d buckets gives buckets shorter than %s; use a longer window or fewer buckets",
+			ErrInvalidQuota, q.Window, buckets, MinBucketWidth)
+	case int(q.Policy) >= len(policyNames):
+		return fmt.Errorf("%w: %d", ErrInvalidPolicy, uint8(q.Policy))
+	}
+	return nil
+}
+
+func validBuckets(buckets int) error {
+	if buckets < 1 || buckets > MaxBuckets {
+		return fmt.Errorf("%w: must be between 1 and %d (got %d)", ErrInvalidBuckets, MaxBuckets, buckets)
+	}
+	return nil
+}
+
+// ValidDeviceID reports whether id can name a device: 1..MaxDeviceID bytes.
+func ValidDeviceID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidDevice)
+	}
+	if len(id) > MaxDeviceID {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidDevice, len(id), MaxDeviceID)
+	}
+	return nil
+}

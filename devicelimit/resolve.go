@@ -1,0 +1,252 @@
+package devicelimit
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// Rule gives a quota to the devices whose client ID and username match
+// its globs. A rule with both globs needs both to match; one without any
+// is an error.
+type Rule struct {
+	Name     string
+	ClientID string // glob over the MQTT client ID, "" for any
+	Username string // glob over the MQTT username, "" for any
+	Quota    Quota
+}
+
+type compiledRule struct {
+	Rule
+	clientID, username Glob
+	hasClientID        bool
+	hasUsername        bool
+}
+
+func (r *compiledRule) match(clientID, username string) bool {
+	return (!r.hasClientID || r.clientID.Match(clientID)) && (!r.hasUsername || r.username.Match(username))
+}
+
+// SourceKind says where a device's quota came from.
+type SourceKind uint8
+
+// The quota sources, in order of precedence.
+const (
+	SourceDefault SourceKind = iota
+	SourceRule
+	SourceOverride
+)
+
+// Source names where a quota came from: the default, a rule (by name), or
+// a runtime override.
+type Source struct {
+	Kind SourceKind
+	Rule string // the rule's name, for SourceRule
+}
+
+// String formats the source as "default", "override" or "rule:NAME".
+func (s Source) String() string {
+	switch s.Kind {
+	case SourceOverride:
+		return "override"
+	case SourceRule:
+		return "rule:" + s.Rule
+	default:
+		return "default"
+	}
+}
+
+// Override is a runtime quota for one device, in force until ExpiresAt
+// (never when zero).
+type Override struct {
+	Quota     Quota
+	ExpiresAt Tick
+}
+
+// Expired reports whether the override has lapsed at now.
+func (o Override) Expired(now Tick) bool { return o.ExpiresAt != 0 && now >= o.ExpiresAt }
+
+const overrideShards = 64
+
+// Resolver decides which quota applies to a device: a runtime override
+// for its ID, else the first config rule matching its client ID and
+// username, else the default. Rules are fixed at construction; overrides
+// change at runtime and apply from the device's next message. Safe for
+// concurrent use.
+type Resolver struct {
+	def     Quota
+	rules   []compiledRule
+	buckets int
+
+	count  atomic.Int64 // number of overrides, so the common no-override case takes no lock
+	shards [overrideShards]overrideShard
+}
+
+type overrideShard struct {
+	mu sync.RWMutex
+	m  map[string]Override
+	_  [40]byte // keep shards on separate cache lines
+}
+
+// NewResolver validates the default quota and rules against the bucket
+// count and compiles the rules' globs. Errors name the rule.
+func NewResolver(def Quota, rules []Rule, buckets int) (*Resolver, error) {
+	if err := def.Validate(buckets); err != nil {
+		return nil, fmt.Errorf("default quota: %w", err)
+	}
+	r := &Resolver{def: def, buckets: buckets}
+	for i, rule := range rules {
+		name := rule.Name
+		if name == "" {
+			name = fmt.Sprintf("#%d", i+1)
+		}
+		cr := compiledRule{Rule: rule}
+		cr.Name = name
+		if err := rule.Quota.Validate(buckets); err != nil {
+			return nil, fmt.Errorf("rule %s: %w", name, err)
+		}
+		if rule.ClientID == "" && rule.Username == "" {
+			return nil, fmt.Errorf("rule %s: %w: needs a client_id or username pattern", name, ErrInvalidPattern)
+		}
+		var err error
+		if rule.ClientID != "" {
+			if cr.clientID, err = CompileGlob(rule.ClientID); err != nil {
+				return nil, fmt.Errorf("rule %s: client_id: %w", name, err)
+			}
+			cr.hasClientID = true
+		}
+		if rule.Username != "" {
+			if cr.username, err = CompileGlob(rule.Username); err != nil {
+				return nil, fmt.Errorf("rule %s: username: %w", name, err)
+			}
+			cr.hasUsername = true
+		}
+		r.rules = append(r.rules, cr)
+	}
+	for i := range r.shards {
+		r.shards[i].m = make(map[string]Override)
+	}
+	return r, nil
+}
+
+// Buckets returns the bucket count quotas are validated against.
+func (r *Resolver) Buckets() int { return r.buckets }
+
+// Default returns the default quota.
+func (r *Resolver) Default() Quota { return r.def }
+
+// Rule returns the quota of the first rule matching the client ID and
+// username, or the default. It does not consult overrides: callers cache
+// it per connection, since neither input changes while connected.
+func (r *Resolver) Rule(clientID, username string) (Quota, Source) {
+	for i := range r.rules {
+		if r.rules[i].match(clientID, username) {
+			return r.rules[i].Quota, Source{Kind: SourceRule, Rule: r.rules[i].Name}
+		}
+	}
+	return r.def, Source{Kind: SourceDefault}
+}
+
+// Resolve returns the quota in force for device at now and its source.
+func (r *Resolver) Resolve(device, clientID, username string, now Tick) (Quota, Source) {
+	if o, ok := r.Override(device, now); ok {
+		return o.Quota, Source{Kind: SourceOverride}
+	}
+	return r.Rule(clientID, username)
+}
+
+func (r *Resolver) shard(device string) *overrideShard {
+	return &r.shards[hashString(device)%overrideShards]
+}
+
+// Override returns the device's override in force at now. An expired
+// override is reported absent (and removed by Prune).
+func (r *Resolver) Override(device string, now Tick) (Override, bool) {
+	if r.count.Load() == 0 {
+		return Override{}, false
+	}
+	s := r.shard(device)
+	s.mu.RLock()
+	o, ok := s.m[device]
+	s.mu.RUnlock()
+	if !ok || o.Expired(now) {
+		return Override{}, false
+	}
+	return o, true
+}
+
+// SetOverride sets the device's override after validating it; an invalid
+// one changes nothing.
+func (r *Resolver) SetOverride(device string, o Override) error {
+	if err := ValidDeviceID(device); err != nil {
+		return err
+	}
+	if err := o.Quota.Validate(r.buckets); err != nil {
+		return err
+	}
+	s := r.shard(device)
+	s.mu.Lock()
+	if _, ok := s.m[device]; !ok {
+		r.count.Add(1)
+	}
+	s.m[device] = o
+	s.mu.Unlock()
+	return nil
+}
+
+// DeleteOverride removes the device's override and reports whether it
+// had one.
+func (r *Resolver) DeleteOverride(device string) bool {
+	s := r.shard(device)
+	s.mu.Lock()
+	_, ok := s.m[device]
+	if ok {
+		delete(s.m, device)
+		r.count.Add(-1)
+	}
+	s.mu.Unlock()
+	return ok
+}
+
+// DeviceOverride is one entry of Overrides.
+type DeviceOverride struct {
+	Device string
+	Override
+}
+
+// Overrides returns the overrides in force at now, sorted by device.
+func (r *Resolver) Overrides(now Tick) []DeviceOverride {
+	var out []DeviceOverride
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.mu.RLock()
+		for d, o := range s.m {
+			if !o.Expired(now) {
+				out = append(out, DeviceOverride{Device: d, Override: o})
+			}
+		}
+		s.mu.RUnlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
+	return out
+}
+
+// Prune removes the overrides expired at now and returns their devices.
+func (r *Resolver) Prune(now Tick) []string {
+	var gone []string
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.mu.Lock()
+		for d, o := range s.m {
+			if o.Expired(now) {
+				delete(s.m, d)
+				r.count.Add(-1)
+				gone = append(gone, d)
+			}
+		}
+		s.mu.Unlock()
+	}
+	sort.Strings(gone)
+	return gone
+}

@@ -1,0 +1,211 @@
+package devicelimit
+
+import (
+	"sync"
+	"time"
+)
+
+const numShards = 256
+
+// Table holds the sliding windows of every active device. Windows are
+// created on a device's first message and evicted by Sweep once all their
+// buckets have expired, so memory follows the active devices. A window
+// uses buckets+1 counters of 1, 2 or 4 bytes (by the largest limit it has
+// seen) and 16 bytes of header, packed in per-shard slabs.
+//
+// Devices are spread over 256 shards, each with its own lock, so
+// decisions on different devices rarely contend. Use NewTable; a Table is
+// safe for concurrent use.
+type Table struct {
+	buckets int
+	shards  [numShards]shard
+}
+
+type shard struct {
+	mu    sync.Mutex
+	index map[string]uint32 // class<<30 | record index
+	slabs [numClasses]slab
+	peak  int // most windows held since the last compaction
+	_     [64]byte
+}
+
+const (
+	refClassShift = 30
+	refIndexMask  = 1<<refClassShift - 1
+)
+
+// NewTable returns an empty table whose windows have the given number of
+// buckets (DefaultBuckets when 0).
+func NewTable(buckets int) (*Table, error) {
+	if buckets == 0 {
+		buckets = DefaultBuckets
+	}
+	if err := validBuckets(buckets); err != nil {
+		return nil, err
+	}
+	t := &Table{buckets: buckets}
+	for i := range t.shards {
+		t.shards[i].init(buckets + 1)
+	}
+	return t, nil
+}
+
+func (s *shard) init(slots int) {
+	s.index = make(map[string]uint32)
+	for c := range s.slabs {
+		s.slabs[c] = newSlab(c, slots)
+	}
+	s.peak = 0
+}
+
+// Buckets returns the number of buckets per window.
+func (t *Table) Buckets() int { return t.buckets }
+
+func (t *Table) shard(device string) *shard {
+	return &t.shards[hashString(device)%numShards]
+}
+
+func (s *shard) rec(ref uint32) rec {
+	return s.slabs[ref>>refClassShift].rec(ref & refIndexMask)
+}
+
+// lookup returns the device's record, creating it (when create is set) or
+// widening it so its counters can hold limit. Called with s.mu held.
+func (s *shard) lookup(device string, limit int, create bool) (rec, bool) {
+	class := classFor(limit)
+	ref, ok := s.index[device]
+	switch {
+	case !ok && !create:
+		return rec{}, false
+	case !ok:
+		ref = uint32(class)<<refClassShift | s.slabs[class].alloc()
+		s.index[device] = ref
+		s.peak = max(s.peak, len(s.index))
+	case int(ref>>refClassShift) < class:
+		old := s.rec(ref)
+		s.free(ref)
+		ref = uint32(class)<<refClassShift | s.slabs[class].alloc()
+		s.index[device] = ref
+		r := s.rec(ref)
+		copyRec(r, old)
+		return r, true
+	}
+	return s.rec(ref), true
+}
+
+func (s *shard) free(ref uint32) { s.slabs[ref>>refClassShift].release(ref & refIndexMask) }
+
+// copyRec copies src into the wider (or equal) record dst.
+func copyRec(dst, src rec) {
+	dst.setHead(src.head())
+	dst.setLength(src.length())
+	dst.setTotal(src.total())
+	for i := 0; recHeader+src.w*(i+2) <= len(src.b); i++ {
+		if recHeader+dst.w*(i+2) > len(dst.b) {
+			break
+		}
+		dst.setCount(i, src.count(i))
+	}
+}
+
+// AllowAt decides whether device may publish one message at now under
+// quota q, and counts it when allowed. q must be valid for the table's
+// bucket count (Quota.Validate); an invalid quota is refused, never
+// admitted. AllowAt allocates nothing once the device has a window.
+func (t *Table) AllowAt(device string, q Quota, now Tick) Decision {
+	return t.decide(device, q, now, true)
+}
+
+// PeekAt returns the decision AllowAt would make, without counting and
+// without creating a window.
+func (t *Table) PeekAt(device string, q Quota, now Tick) Decision {
+	return t.decide(device, q, now, false)
+}
+
+func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
+	if q.Limit < 1 || q.Limit > MaxLimit || q.Window/time.Duration(t.buckets) < MinBucketWidth || q.Window > MaxWindow {
+		return Decision{Limit: q.Limit}
+	}
+	s := t.shard(device)
+	s.mu.Lock()
+	r, ok := s.lookup(device, q.Limit, count)
+	if !ok {
+		s.mu.Unlock()
+		return Decision{Limit: q.Limit, Remaining: q.Limit}
+	}
+	d := r.decide(q, now, t.buckets, count)
+	s.mu.Unlock()
+	return d
+}
+
+// Reset empties the device's window and reports whether it had one.
+func (t *Table) Reset(device string) bool {
+	s := t.shard(device)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ref, ok := s.index[device]
+	if ok {
+		delete(s.index, device)
+		s.free(ref)
+	}
+	return ok
+}
+
+// Len returns the number of windows held.
+func (t *Table) Len() int {
+	n := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		n += len(s.index)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// compactBelow is the shard size under which a shard is never rebuilt.
+const compactBelow = 256
+
+// Sweep evicts the windows that hold no count at now and returns how many
+// it evicted. A shard that has shrunk to a quarter of its peak is rebuilt,
+// so the memory of a past flood of devices is returned. Sweep locks one
+// shard at a time.
+func (t *Table) Sweep(now Tick) int {
+	evicted := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for device, ref := range s.index {
+			r := s.rec(ref)
+			if nb := bucketOf(now, t.buckets, r.length()); nb > r.head() {
+				r.advance(nb, t.buckets+1)
+			}
+			if r.total() == 0 {
+				delete(s.index, device)
+				s.free(ref)
+				evicted++
+			}
+		}
+		if s.peak >= compactBelow && len(s.index)*4 <= s.peak {
+			s.compact(t.buckets + 1)
+		}
+		s.mu.Unlock()
+	}
+	return evicted
+}
+
+// compact rebuilds the shard's map and slabs at their live size.
+func (s *shard) compact(slots int) {
+	oldIndex, oldSlabs := s.index, s.slabs
+	s.index = make(map[string]uint32, len(oldIndex))
+	for c := range s.slabs {
+		s.slabs[c] = newSlab(c, slots)
+	}
+	for device, ref := range oldIndex {
+		class := ref >> refClassShift
+		nref := class<<refClassShift | s.slabs[class].alloc()
+		copy(s.rec(nref).b, oldSlabs[class].rec(ref&refIndexMask).b)
+		s.index[device] = nref
+	}
+	s.peak = len(s.index)
+}

@@ -1,0 +1,91 @@
+package devicelimit
+
+import "time"
+
+// The sliding window. A window of length T is a ring of S = B+1 slots,
+// one per bucket of width T/B. A decision at tick now, in bucket nb,
+// counts every slot: the buckets nb-B..nb. They cover (now-T, now] and
+// more: the oldest bucket is partly expired, and counting it whole is
+// what makes the invariant hold. Proof: an admission at t sees every
+// earlier admission in (t-T, t], because floor((t-T)*B/T) = nb-B; it is
+// admitted only if fewer than N were counted, so no interval of length T
+// ever holds more than N admissions. A ring of only B slots would forget
+// the partly expired bucket and admit up to 2N in less than T.
+//
+// The price: the counted span is up to T*(1+1/B) long, so a device that
+// sends evenly faster than N per T*(1+1/B) is refused about 1/B of its
+// messages. One sending at that rate or slower is never refused.
+
+// advance moves the window's newest bucket to nb, expiring the slots it
+// passes. nb must not be older than the head.
+func (r rec) advance(nb int64, slots int) {
+	head := r.head()
+	gap := nb - head
+	if gap <= 0 {
+		return
+	}
+	if gap >= int64(slots) {
+		clear(r.b[recHeader:])
+	} else {
+		total := r.total()
+		for k := head + 1; k <= nb; k++ {
+			slot := int(k % int64(slots))
+			total -= r.count(slot)
+			r.setCount(slot, 0)
+		}
+		r.setTotal(total)
+	}
+	r.setHead(nb)
+}
+
+// recut re-cuts a window for a new length: the counts stay, all moved to
+// the newest bucket, so they expire no earlier than they would have.
+func (r rec) recut(window time.Duration, now Tick, buckets int) {
+	total := r.total()
+	clear(r.b[recHeader:])
+	nb := max(bucketOf(now, buckets, window), bucketOf(bucketStart(r.head()+1, buckets, r.length())-1, buckets, window))
+	r.setHead(nb)
+	r.setLength(window)
+	r.setTotal(total)
+	r.setCount(int(nb%int64(buckets+1)), total)
+}
+
+// decide advances the window to now and, when count is set and the window
+// has room, counts one message.
+func (r rec) decide(q Quota, now Tick, buckets int, count bool) Decision {
+	slots := buckets + 1
+	if r.length() != q.Window {
+		r.recut(q.Window, now, buckets)
+	}
+	nb := bucketOf(now, buckets, q.Window)
+	if head := r.head(); nb < head {
+		// The caller's tick is older than the newest bucket (a clock
+		// read just before another goroutine's): decide as of the head.
+		nb = head
+		now = max(now, bucketStart(head, buckets, q.Window))
+	} else {
+		r.advance(nb, slots)
+	}
+	total := r.total()
+	if total < q.Limit {
+		if count {
+			slot := int(nb % int64(slots))
+			r.setCount(slot, r.count(slot)+1)
+			total++
+			r.setTotal(total)
+		}
+		return Decision{Allowed: count, Count: total, Limit: q.Limit, Remaining: q.Limit - total}
+	}
+	// Over the limit: find the oldest bucket whose expiry brings the
+	// total below the limit; the window admits again when it leaves.
+	expired := 0
+	k := nb - int64(buckets)
+	for ; k < nb; k++ {
+		expired += r.count(int(k % int64(slots)))
+		if total-expired < q.Limit {
+			break
+		}
+	}
+	at := bucketStart(k+int64(slots), buckets, q.Window)
+	return Decision{Count: total, Limit: q.Limit, RetryAfter: at.Sub(now)}
+}

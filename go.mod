@@ -1,0 +1,3 @@
+module devicegate
+
+go 1.26.0
