@@ -1,0 +1,209 @@
+package devicelimit
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"time"
+)
+
+// Window is a copy of one device's window, for persistence and
+// inspection. Counts[i] is the count of bucket Head-len(Counts)+1+i, oldest
+// first; a table's windows have buckets+1 counts. The zero value is an
+// empty window.
+type Window struct {
+	// Length is the window length T the buckets were cut for.
+	Length time.Duration
+	// Head is the bucket number, floor(tick*buckets/Length), of the newest
+	// bucket.
+	Head int64
+	// Counts holds the count of each bucket, oldest first.
+	Counts []uint32
+}
+
+// Total returns the sum of the counts.
+func (w Window) Total() int {
+	n := 0
+	for _, c := range w.Counts {
+		n += int(c)
+	}
+	return n
+}
+
+// windowVersion is the first byte of an encoded Window.
+const windowVersion = 1
+
+// MarshalBinary encodes the window: version 1, then as uvarints the
+// length in nanoseconds, the head, the number of counts and each count.
+func (w Window) MarshalBinary() ([]byte, error) {
+	return w.AppendBinary(nil)
+}
+
+// AppendBinary appends the encoding of MarshalBinary to b.
+func (w Window) AppendBinary(b []byte) ([]byte, error) {
+	if err := w.validate(); err != nil {
+		return nil, err
+	}
+	b = append(b, windowVersion)
+	b = binary.AppendUvarint(b, uint64(w.Length))
+	b = binary.AppendUvarint(b, uint64(w.Head))
+	b = binary.AppendUvarint(b, uint64(len(w.Counts)))
+	for _, c := range w.Counts {
+		b = binary.AppendUvarint(b, uint64(c))
+	}
+	return b, nil
+}
+
+// maxTick is the latest tick; heads beyond its bucket would overflow the
+// bucket arithmetic.
+const maxTick = Tick(1<<63 - 1)
+
+func (w Window) validate() error {
+	switch {
+	case w.Length < MinBucketWidth || w.Length > MaxWindow:
+		return fmt.Errorf("%w: length %s out of range", ErrBadSnapshot, w.Length)
+	case len(w.Counts) < 2 || len(w.Counts) > MaxBuckets+1:
+		return fmt.Errorf("%w: %d counts, want 2..%d", ErrBadSnapshot, len(w.Counts), MaxBuckets+1)
+	case w.Length/time.Duration(len(w.Counts)-1) < MinBucketWidth:
+		return fmt.Errorf("%w: %d buckets of %s are shorter than %s", ErrBadSnapshot, len(w.Counts)-1, w.Length, MinBucketWidth)
+	}
+	if w.Head < 0 || w.Head >= bucketOf(maxTick, len(w.Counts)-1, w.Length) {
+		return fmt.Errorf("%w: head %d out of range", ErrBadSnapshot, w.Head)
+	}
+	total := 0
+	for _, c := range w.Counts {
+		total += int(c)
+	}
+	if total > MaxLimit {
+		return fmt.Errorf("%w: total %d above %d", ErrBadSnapshot, total, MaxLimit)
+	}
+	return nil
+}
+
+// UnmarshalBinary decodes a window encoded by MarshalBinary. Unknown
+// versions, truncated or trailing bytes and out-of-range values are
+// errors wrapping ErrBadSnapshot; w is unchanged on error.
+func (w *Window) UnmarshalBinary(b []byte) error {
+	if len(b) == 0 {
+		return fmt.Errorf("%w: empty", ErrBadSnapshot)
+	}
+	if b[0] != windowVersion {
+		return fmt.Errorf("%w: unknown version %d", ErrBadSnapshot, b[0])
+	}
+	b = b[1:]
+	next := func(what string) (uint64, error) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(v) {
+			return 0, fmt.Errorf("%w: truncated or malformed %s", ErrBadSnapshot, what)
+		}
+		b = b[n:]
+		return v, nil
+	}
+	length, err := next("length")
+	if err != nil {
+		return err
+	}
+	head, err := next("head")
+	if err != nil {
+		return err
+	}
+	n, err := next("count")
+	if err != nil {
+		return err
+	}
+	if n < 2 || n > MaxBuckets+1 {
+		return fmt.Errorf("%w: %d counts, want 2..%d", ErrBadSnapshot, n, MaxBuckets+1)
+	}
+	if length > uint64(MaxWindow) || head > 1<<62 {
+		return fmt.Errorf("%w: length or head out of range", ErrBadSnapshot)
+	}
+	out := Window{Length: time.Duration(length), Head: int64(head), Counts: make([]uint32, n)}
+	for i := range out.Counts {
+		c, err := next("bucket count")
+		if err != nil {
+			return err
+		}
+		if c > MaxLimit {
+			return fmt.Errorf("%w: bucket count %d above %d", ErrBadSnapshot, c, MaxLimit)
+		}
+		out.Counts[i] = uint32(c)
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrBadSnapshot, len(b))
+	}
+	if err := out.validate(); err != nil {
+		return err
+	}
+	*w = out
+	return nil
+}
+
+// Snapshot returns a copy of the device's window, if it has one.
+func (t *Table) Snapshot(device string) (Window, bool) {
+	s := t.shard(device)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ref, ok := s.index[device]
+	if !ok {
+		return Window{}, false
+	}
+	return snapshotRec(s.rec(ref), t.buckets), true
+}
+
+func snapshotRec(r rec, buckets int) Window {
+	slots := buckets + 1
+	w := Window{Length: r.length(), Head: r.head(), Counts: make([]uint32, slots)}
+	for i := range w.Counts {
+		k := w.Head - int64(slots-1) + int64(i)
+		if k >= 0 {
+			w.Counts[i] = uint32(r.count(int(k % int64(slots))))
+		}
+	}
+	return w
+}
+
+// Restore replaces the device's window with w. A window cut into another
+// number of buckets than the table's is converted conservatively: all its
+// counts move to the table's bucket holding the end of w's newest bucket,
+// so they expire no earlier than they would have.
+func (t *Table) Restore(device string, w Window) error {
+	if err := ValidDeviceID(device); err != nil {
+		return err
+	}
+	if err := w.validate(); err != nil {
+		return err
+	}
+	total := w.Total()
+	s := t.shard(device)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ref, ok := s.index[device]; ok {
+		delete(s.index, device)
+		s.free(ref)
+	}
+	if total == 0 {
+		return nil
+	}
+	r, _ := s.lookup(device, total, true)
+	slots := t.buckets + 1
+	r.setLength(w.Length)
+	r.setTotal(total)
+	if len(w.Counts) == slots {
+		r.setHead(w.Head)
+		for i, c := range w.Counts {
+			if k := w.Head - int64(slots-1) + int64(i); k >= 0 {
+				r.setCount(int(k%int64(slots)), int(c))
+			}
+		}
+		return nil
+	}
+	end := bucketStart(w.Head+1, len(w.Counts)-1, w.Length) - 1
+	head := bucketOf(end, t.buckets, w.Length)
+	r.setHead(head)
+	r.setCount(int(head%int64(slots)), total)
+	return nil
+}
+
+// uvarintLen is the length of v's minimal uvarint encoding; longer
+// encodings of the same value are rejected so every window has one form.
+func uvarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }
