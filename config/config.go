@@ -1,0 +1,208 @@
+// Package config reads the gateway's YAML configuration.
+//
+// A configuration is built in three steps: Default, then Parse of a file
+// (which starts from Default and changes only the keys the file sets),
+// then Validate. Every key is optional and the defaults run out of the
+// box. Keys this version does not implement are rejected as unknown
+// rather than ignored, and every error names the full key and the bad
+// value, for example:
+//
+//	limits.default.window: must be > 0 (got "0s")
+//
+// The schema:
+//
+//	mqtt:
+//	  tcp: ":1883"                 # host:port of the MQTT TCP listener
+//	limits:
+//	  default: {limit: 100, window: 10s, policy: drop}
+//	  buckets: 20                  # buckets per window, 1..1000
+//	  identity: client_id          # or username: which MQTT field names a device
+//	  rules:                       # first match wins, after runtime overrides
+//	    - name: sensors            # optional, "#1", "#2"... by position
+//	      match: {client_id: "sensor-*", username: "..."}  # globs, at least one
+//	      quota: {limit: 10, window: 1s, policy: drop}
+//	log:
+//	  level: info                  # debug, info, warn or error
+//
+// A rule's quota keys that are left out take their value from
+// limits.default in the same file. Policies are drop and disconnect;
+// defer is not available in this version.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// Config is the whole gateway configuration. The zero value is not
+// valid; start from Default or Parse.
+type Config struct {
+	MQTT   MQTT   `yaml:"mqtt"`
+	Limits Limits `yaml:"limits"`
+	Log    Log    `yaml:"log"`
+}
+
+// MQTT configures the MQTT listeners.
+type MQTT struct {
+	// TCP is the host:port of the plain TCP listener; port 0 picks a
+	// free port.
+	TCP string `yaml:"tcp"`
+}
+
+// Limits configures the per-device quotas.
+type Limits struct {
+	// Default is the quota of devices that no rule or override matches.
+	Default Quota `yaml:"default"`
+	// Buckets is the number of buckets each window is divided into.
+	Buckets int `yaml:"buckets"`
+	// Identity names the MQTT field that identifies a device:
+	// "client_id" or "username".
+	Identity string `yaml:"identity"`
+	// Rules give quotas to devices by client ID or username pattern;
+	// the first match wins.
+	Rules []Rule `yaml:"rules,omitempty"`
+}
+
+// Quota is "Limit messages per Window", and the policy above it.
+type Quota struct {
+	Limit  int      `yaml:"limit"`
+	Window Duration `yaml:"window"`
+	// Policy is "drop" or "disconnect".
+	Policy string `yaml:"policy"`
+}
+
+// Rule gives Quota to the devices that Match selects.
+type Rule struct {
+	// Name identifies the rule in logs and the admin API; "#N" (the
+	// rule's 1-based position) when empty.
+	Name  string `yaml:"name,omitempty"`
+	Match Match  `yaml:"match"`
+	Quota Quota  `yaml:"quota"`
+}
+
+// Match selects devices by globs over the MQTT client ID and username
+// ('*' any run, '?' one byte, '\' escapes). An empty pattern matches
+// anything; a rule needs at least one pattern, and with two both must
+// match.
+type Match struct {
+	ClientID string `yaml:"client_id,omitempty"`
+	Username string `yaml:"username,omitempty"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is the lowest level logged: debug, info, warn or error.
+	Level string `yaml:"level"`
+}
+
+// Default returns the configuration used when no file or flag says
+// otherwise: MQTT on :1883, 100 messages per 10 s per device (dropped
+// above), 20 buckets, devices named by client ID, info logging.
+func Default() Config {
+	return Config{
+		MQTT: MQTT{TCP: ":1883"},
+		Limits: Limits{
+			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
+			Buckets:  devicelimit.DefaultBuckets,
+			Identity: "client_id",
+		},
+		Log: Log{Level: "info"},
+	}
+}
+
+// Duration is a time.Duration written in YAML as a string that
+// time.ParseDuration accepts, such as "10s" or "500ms". A bare number is
+// an error: its unit would be a guess.
+type Duration time.Duration
+
+// String formats the duration like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalYAML writes the duration as a string such as "10s".
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// Quota returns the quota in devicelimit's terms. The policy must be
+// valid (see Validate).
+func (q Quota) Quota() (devicelimit.Quota, error) {
+	p, err := parsePolicy(q.Policy)
+	if err != nil {
+		return devicelimit.Quota{}, err
+	}
+	return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: p}, nil
+}
+
+// RuleName returns the name of the i'th rule (0-based): its Name, or
+// "#i+1" when it has none. The resolver and Validate use the same names.
+func (l Limits) RuleName(i int) string {
+	if l.Rules[i].Name != "" {
+		return l.Rules[i].Name
+	}
+	return fmt.Sprintf("#%d", i+1)
+}
+
+// Resolver builds the quota resolver of the default quota and rules.
+func (c Config) Resolver() (*devicelimit.Resolver, error) {
+	def, err := c.Limits.Default.Quota()
+	if err != nil {
+		return nil, fmt.Errorf("limits.default.policy: %w", err)
+	}
+	rules := make([]devicelimit.Rule, len(c.Limits.Rules))
+	for i, r := range c.Limits.Rules {
+		q, err := r.Quota.Quota()
+		if err != nil {
+			return nil, fmt.Errorf("limits.rules[%d].quota.policy: %w", i, err)
+		}
+		rules[i] = devicelimit.Rule{Name: c.Limits.RuleName(i), ClientID: r.Match.ClientID, Username: r.Match.Username, Quota: q}
+	}
+	return devicelimit.NewResolver(def, rules, c.Limits.Buckets)
+}
+
+// Table returns an empty window table with the configured bucket count.
+func (c Config) Table() (*devicelimit.Table, error) {
+	if err := validBuckets(c.Limits.Buckets); err != nil {
+		return nil, err
+	}
+	return devicelimit.NewTable(c.Limits.Buckets)
+}
+
+// Identity returns which MQTT field names a device.
+func (c Config) Identity() (devicelimit.Identity, error) {
+	return devicelimit.ParseIdentity(c.Limits.Identity)
+}
+
+// LogLevel returns the configured slog level.
+func (c Config) LogLevel() (slog.Level, error) {
+	return parseLevel(c.Log.Level)
+}
+
+var levels = map[string]slog.Level{
+	"debug": slog.LevelDebug,
+	"info":  slog.LevelInfo,
+	"warn":  slog.LevelWarn,
+	"error": slog.LevelError,
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	if l, ok := levels[strings.ToLower(s)]; ok {
+		return l, nil
+	}
+	return 0, fmt.Errorf("must be debug, info, warn or error (got %q)", s)
+}
+
+// parsePolicy accepts the policies this version implements.
+func parsePolicy(s string) (devicelimit.Policy, error) {
+	p, err := devicelimit.ParsePolicy(s)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("must be drop or disconnect (got %q)", s)
+	case p == devicelimit.PolicyDefer:
+		// Deferral needs the durable queue of a later version; accepting
+		// the name now would drop messages the operator meant to keep.
+		return 0, fmt.Errorf("defer is not available in this version (got %q); use drop or disconnect", s)
+	}
+	return p, nil
+}

@@ -1,0 +1,48 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// FuzzParse checks that Parse never panics, and that whatever Parse and
+// Validate accept validates again, builds a resolver, and survives a
+// round trip through YAML.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"",
+		"mqtt: {tcp: \":1883\"}\n",
+		"limits:\n  default: {limit: 100, window: 10s, policy: drop}\n  buckets: 20\n  identity: client_id\n",
+		"limits:\n  rules:\n    - name: s\n      match: {client_id: \"sensor-*\", username: \"u?\"}\n      quota: {limit: 10, window: 1s, policy: disconnect}\nlog: {level: debug}\n",
+		"limits: {default: {window: 10}}\n",
+		"limits: &a {rules: [*a]}\n",
+		"a: &x [*x]\n",
+		"limits:\n  <<: {buckets: 3}\n",
+		"mqtt: {}\n---\nlog: {}\n",
+		"limits: {default: &q {limit: 3}, rules: [{match: {username: u}, quota: *q}]}\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		c, err := Parse(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		if c.Validate() != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("second Validate = %v", err)
+		}
+		if _, err := c.Resolver(); err != nil {
+			t.Fatalf("valid config, Resolver() = %v", err)
+		}
+		if _, err := c.Identity(); err != nil {
+			t.Fatalf("valid config, Identity() = %v", err)
+		}
+		if _, err := c.LogLevel(); err != nil {
+			t.Fatalf("valid config, LogLevel() = %v", err)
+		}
+		roundTrip(t, c)
+	})
+}

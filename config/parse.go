@@ -1,0 +1,253 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// MaxSize is the largest configuration Parse reads.
+const MaxSize = 1 << 20
+
+// maxErrors bounds how many problems one Parse or Validate reports.
+const maxErrors = 20
+
+// Parse reads a YAML configuration over Default: keys the input sets
+// replace the defaults, the others keep them, and an empty input gives
+// Default. Unknown keys, values of the wrong type and durations that are
+// not strings like "10s" are errors naming the key and line (joined, at
+// most 20). Parse does not Validate.
+func Parse(r io.Reader) (Config, error) {
+	cfg := Default()
+	data, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	if len(data) > MaxSize {
+		return Config{}, fmt.Errorf("config is larger than %d bytes", MaxSize)
+	}
+
+	// First pass: the node tree, checked against the schema so that
+	// every error names the full key. yaml.v3's own messages name only a
+	// line and a Go type.
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return cfg, nil // empty, or only comments
+	}
+	root := doc.Content[0]
+	if isNull(root) {
+		return cfg, nil
+	}
+	w := walker{present: make(map[string]bool)}
+	w.walk(root, reflect.TypeFor[Config](), "")
+	if len(w.errs) > 0 {
+		return Config{}, joinErrors(w.errs, w.dropped)
+	}
+
+	// Second pass: the decode proper, with yaml.v3 rejecting unknown
+	// fields too, in case the walk and the decoder ever disagree.
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		return Config{}, fmt.Errorf("config: line %d: a second YAML document starts here; put all keys in one document", extra.Line)
+	}
+
+	// A rule's quota keys that are absent come from limits.default.
+	for i := range cfg.Limits.Rules {
+		q := &cfg.Limits.Rules[i].Quota
+		p := fmt.Sprintf("limits.rules[%d].quota.", i)
+		if !w.present[p+"limit"] {
+			q.Limit = cfg.Limits.Default.Limit
+		}
+		if !w.present[p+"window"] {
+			q.Window = cfg.Limits.Default.Window
+		}
+		if !w.present[p+"policy"] {
+			q.Policy = cfg.Limits.Default.Policy
+		}
+	}
+	if len(cfg.Limits.Rules) == 0 {
+		cfg.Limits.Rules = nil
+	}
+	return cfg, nil
+}
+
+// UnmarshalYAML reads a duration string such as "10s".
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, msg := parseDuration(n)
+	if msg != "" {
+		return fmt.Errorf("line %d: %s", n.Line, msg)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func parseDuration(n *yaml.Node) (time.Duration, string) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+		if v, err := time.ParseDuration(n.Value); err == nil {
+			return v, ""
+		}
+	}
+	return 0, fmt.Sprintf("must be a duration like \"10s\" (got %s)", describe(n))
+}
+
+// walker checks a node tree against the Config schema: the yaml tags
+// of its struct types. It follows the types, not the nodes, so its work
+// is bounded by the size of the input even with aliases.
+type walker struct {
+	errs    []error
+	dropped int
+	present map[string]bool // keys set to a non-null value
+}
+
+var durationType = reflect.TypeFor[Duration]()
+
+func (w *walker) fail(n *yaml.Node, key, format string, args ...any) {
+	if len(w.errs) == maxErrors {
+		w.dropped++
+		return
+	}
+	w.errs = append(w.errs, &FieldError{Key: key, Line: n.Line, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if isNull(n) {
+		return // an empty key keeps its default
+	}
+	w.present[path] = true
+	if t == durationType {
+		if _, msg := parseDuration(n); msg != "" {
+			w.fail(n, path, "%s", msg)
+		}
+		return
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			w.fail(n, path, "must be a mapping of keys (got %s)", describe(n))
+			return
+		}
+		fields := yamlFields(t)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			name := k.Value
+			if k.Kind != yaml.ScalarNode {
+				name = "?"
+			}
+			f, ok := fields[name]
+			if !ok {
+				msg := "unknown key; expected one of " + strings.Join(fieldNames(t), ", ")
+				if name == "<<" {
+					msg = "merge keys (<<) are not supported; use an alias (*name) for a whole value"
+				}
+				w.fail(k, join(path, quoteKey(name)), "%s", msg)
+				continue
+			}
+			w.walk(v, f.Type, join(path, name))
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			w.fail(n, path, "must be a list (got %s)", describe(n))
+			return
+		}
+		for i, e := range n.Content {
+			w.walk(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+		}
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			w.fail(n, path, "must be a string (got %s)", describe(n))
+		}
+	case reflect.Int:
+		var v int
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
+			w.fail(n, path, "must be an integer (got %s)", describe(n))
+		}
+	default:
+		panic("config: no schema check for " + t.String())
+	}
+}
+
+func yamlFields(t reflect.Type) map[string]reflect.StructField {
+	m := make(map[string]reflect.StructField, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		m[name] = f
+	}
+	return m
+}
+
+func fieldNames(t reflect.Type) []string {
+	names := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		names = append(names, name)
+	}
+	return names
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// quoteKey quotes a key that is not a plain word, so that a stray
+// newline or dot in an unknown key cannot disguise the path.
+func quoteKey(k string) string {
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return strconv.Quote(k)
+		}
+	}
+	if k == "" {
+		return `""`
+	}
+	return k
+}
+
+// describe shows a node the way a person wrote it: strings quoted,
+// numbers and booleans bare, collections by kind.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		v := n.Value
+		if len(v) > 64 {
+			v = v[:64] + "..."
+		}
+		if n.ShortTag() == "!!str" {
+			return strconv.Quote(v)
+		}
+		return v
+	}
+	return "an alias"
+}

@@ -1,0 +1,126 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// Validate reports every key whose value the gateway cannot run with,
+// as FieldErrors naming the key and the value (joined, at most 20). The
+// quota ranges are devicelimit's (Quota.Validate).
+func (c Config) Validate() error {
+	var v validator
+	v.tcp("mqtt.tcp", c.MQTT.TCP)
+
+	// With a bad bucket count, check the quotas against one bucket so
+	// their own mistakes still show; the bucket width then adds nothing.
+	buckets := c.Limits.Buckets
+	if err := validBuckets(buckets); err != nil {
+		v.add("limits.buckets", trimSentinel(err, devicelimit.ErrInvalidBuckets))
+		buckets = 1
+	}
+	v.quota("limits.default", c.Limits.Default, buckets)
+	if _, err := devicelimit.ParseIdentity(c.Limits.Identity); err != nil {
+		v.add("limits.identity", err.Error())
+	}
+	names := make(map[string]int, len(c.Limits.Rules))
+	for i, r := range c.Limits.Rules {
+		key := fmt.Sprintf("limits.rules[%d]", i)
+		name := c.Limits.RuleName(i)
+		if j, dup := names[name]; dup {
+			v.add(key+".name", fmt.Sprintf("%q is also the name of limits.rules[%d]; rule names must be unique", name, j))
+		} else {
+			names[name] = i
+		}
+		if r.Match.ClientID == "" && r.Match.Username == "" {
+			v.add(key+".match", "needs a client_id or username pattern (or both)")
+		}
+		v.glob(key+".match.client_id", r.Match.ClientID)
+		v.glob(key+".match.username", r.Match.Username)
+		v.quota(key+".quota", r.Quota, buckets)
+	}
+	if _, err := parseLevel(c.Log.Level); err != nil {
+		v.add("log.level", err.Error())
+	}
+	if len(v.errs) == 0 {
+		return nil
+	}
+	return joinErrors(v.errs, v.dropped)
+}
+
+type validator struct {
+	errs    []error
+	dropped int
+}
+
+func (v *validator) add(key, msg string) {
+	if len(v.errs) == maxErrors {
+		v.dropped++
+		return
+	}
+	v.errs = append(v.errs, &FieldError{Key: key, Msg: msg})
+}
+
+func (v *validator) tcp(key, addr string) {
+	const want = `must be host:port such as ":1883" or "127.0.0.1:1883"`
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.add(key, fmt.Sprintf("%s (got %q)", want, addr))
+		return
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		v.add(key, fmt.Sprintf("%s; the port must be a number from 0 to 65535 (got %q)", want, addr))
+	}
+}
+
+func (v *validator) glob(key, pattern string) {
+	if pattern == "" {
+		return
+	}
+	if _, err := devicelimit.CompileGlob(pattern); err != nil {
+		v.add(key, trimSentinel(err, devicelimit.ErrInvalidPattern))
+	}
+}
+
+// quota checks q under key with devicelimit's ranges and moves the field
+// name devicelimit puts in its message ("limit must be ...") into the
+// key ("limits.default.limit: must be ...").
+func (v *validator) quota(key string, q Quota, buckets int) {
+	p, err := parsePolicy(q.Policy)
+	if err != nil {
+		v.add(key+".policy", err.Error())
+	}
+	dq := devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: p}
+	if err := dq.Validate(buckets); err != nil {
+		msg := trimSentinel(err, devicelimit.ErrInvalidQuota)
+		for _, field := range []string{"limit", "window"} {
+			if rest, ok := strings.CutPrefix(msg, field+" "); ok {
+				v.add(key+"."+field, rest)
+				return
+			}
+		}
+		v.add(key, msg)
+	}
+}
+
+// validBuckets checks a bucket count with devicelimit's own range,
+// which Quota.Validate checks before anything else.
+func validBuckets(buckets int) error {
+	err := devicelimit.Quota{Limit: 1, Window: devicelimit.MaxWindow}.Validate(buckets)
+	if errors.Is(err, devicelimit.ErrInvalidBuckets) {
+		return err
+	}
+	return nil
+}
+
+// trimSentinel drops devicelimit's "invalid quota: " style prefix, which
+// the key in front of the message already says.
+func trimSentinel(err, sentinel error) string {
+	return strings.TrimPrefix(err.Error(), sentinel.Error()+": ")
+}
