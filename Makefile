@@ -1,0 +1,39 @@
+# Targets: test (default), build, bench, fuzz, tools.
+GO          ?= go
+BENCH_COUNT ?= 6
+BENCH_FLAGS ?=
+FUZZTIME    ?= 60s
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+# bash with pipefail, so that `go test | tee` fails when the tests do.
+SHELL       := bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+.PHONY: test build bench fuzz tools vet
+
+test: tools vet
+	$(GO) test -race -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+# tools installs the programs the tests run (mosquitto...), or fails.
+tools:
+	./scripts/ensure-tools.sh
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o gateway ./cmd/gateway
+
+# bench writes bench.out (gitignored) for benchstat.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) $(BENCH_FLAGS) ./... | tee bench.out
+
+# fuzz runs every Fuzz target of every package for FUZZTIME each.
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+		list=$$($(GO) test -list '^Fuzz' $$pkg); \
+		for target in $$(grep '^Fuzz' <<<"$$list" || true); do \
+			echo "fuzz $$pkg $$target for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# ensure-tools.sh makes sure the external programs the tests run are
+# installed, installing the missing ones from Debian packages. It fails
+# loudly when it cannot: a test that needs a tool must never be skipped
+# because the tool is absent.
+#
+# Add a tool by adding a "program package" line to TOOLS.
+set -euo pipefail
+
+TOOLS=(
+	"mosquitto_pub mosquitto-clients"
+	"mosquitto_sub mosquitto-clients"
+	"mosquitto mosquitto"
+)
+
+# have reports whether a program is on PATH or in an sbin directory,
+# which non-root PATHs often leave out (mosquitto lives in /usr/sbin).
+have() {
+	command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]
+}
+
+missing=()
+for entry in "${TOOLS[@]}"; do
+	read -r tool pkg <<<"$entry"
+	if ! have "$tool"; then
+		echo "ensure-tools: $tool is missing (package $pkg)" >&2
+		case " ${missing[*]-} " in
+		*" $pkg "*) ;;
+		*) missing+=("$pkg") ;;
+		esac
+	fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+	echo "ensure-tools: FAILED: apt-get not found; install ${missing[*]} by hand" >&2
+	exit 1
+fi
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+	if ! command -v sudo >/dev/null 2>&1; then
+		echo "ensure-tools: FAILED: not root and no sudo; install ${missing[*]} by hand" >&2
+		exit 1
+	fi
+	sudo=(sudo -n) # never wait for a password in CI
+fi
+
+echo "ensure-tools: installing ${missing[*]}" >&2
+if ! "${sudo[@]}" apt-get update ||
+	! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"; then
+	echo "ensure-tools: FAILED to install ${missing[*]}" >&2
+	exit 1
+fi
+
+for entry in "${TOOLS[@]}"; do
+	read -r tool pkg <<<"$entry"
+	if ! have "$tool"; then
+		echo "ensure-tools: FAILED: $tool still missing after installing $pkg" >&2
+		exit 1
+	fi
+done
