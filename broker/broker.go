@@ -1,0 +1,234 @@
+// Package broker is the gateway's MQTT side: an embedded mochi-mqtt
+// server with a TCP listener, device authentication (allow-all for now)
+// and the throttle hook that checks every device publish against its
+// quota in a devicelimit.Table.
+//
+// Decisions, per DESIGN.md "Data flow of one publish":
+//
+//	allowed            forwarded, acked normally
+//	over, drop, QoS 0  dropped
+//	over, drop, 3.1.1  PUBACK/PUBREC 0x00, not forwarded (3.1.1 cannot say no)
+//	over, drop, v5     PUBACK 0x97 (QoS 1) or PUBREC 0x97 (QoS 2) with a
+//	                   reason string "quota exceeded: N messages per T, retry after D"
+//	over, disconnect   v5: DISCONNECT 0x96; 3.1.1: connection closed
+//
+// Messages the server injects itself (cl.Net.Inline) are never counted.
+// It is the only package that imports mochi.
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
+
+	"devicegate/devicelimit"
+)
+
+// DefaultSweepInterval is how often idle windows are evicted when
+// Options.SweepInterval is 0.
+const DefaultSweepInterval = 10 * time.Second
+
+// Options configure a Server. Table, Resolver and Clock are required.
+type Options struct {
+	// TCPAddr is the MQTT listen address, e.g. ":1883"; "127.0.0.1:0"
+	// picks a free port (see Server.Addr).
+	TCPAddr string
+	// Table holds the device windows.
+	Table *devicelimit.Table
+	// Resolver gives each device its quota. It must validate quotas for
+	// Table's bucket count.
+	Resolver *devicelimit.Resolver
+	// Clock is the logical clock every decision is taken at.
+	Clock devicelimit.Clock
+	// Identity says which MQTT field names a device: the client ID (the
+	// zero value) or the username.
+	Identity devicelimit.Identity
+	// Logger receives the gateway's and mochi's logs; nil discards them.
+	Logger *slog.Logger
+	// SweepInterval is how often idle windows are evicted (Table.Sweep)
+	// and expired overrides pruned; 0 means DefaultSweepInterval.
+	SweepInterval time.Duration
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.TCPAddr == "":
+		return fmt.Errorf("%w: TCPAddr is empty", ErrInvalidOptions)
+	case o.Table == nil:
+		return fmt.Errorf("%w: Table is nil", ErrInvalidOptions)
+	case o.Resolver == nil:
+		return fmt.Errorf("%w: Resolver is nil", ErrInvalidOptions)
+	case o.Clock == nil:
+		return fmt.Errorf("%w: Clock is nil", ErrInvalidOptions)
+	case o.Identity != devicelimit.IdentityClientID && o.Identity != devicelimit.IdentityUsername:
+		return fmt.Errorf("%w: Identity: unknown identity %d", ErrInvalidOptions, o.Identity)
+	case o.SweepInterval < 0:
+		return fmt.Errorf("%w: SweepInterval must be >= 0 (got %q)", ErrInvalidOptions, o.SweepInterval.String())
+	case o.Table.Buckets() != o.Resolver.Buckets():
+		// A quota valid for fewer buckets may give buckets shorter than
+		// the table accepts, and the table refuses every message.
+		return fmt.Errorf("%w: Table has %d buckets but Resolver validates quotas for %d",
+			ErrInvalidOptions, o.Table.Buckets(), o.Resolver.Buckets())
+	}
+	return nil
+}
+
+// Server is the gateway's MQTT broker. Build it with New, then Start it;
+// Close stops it. Its methods are safe for concurrent use.
+type Server struct {
+	opts Options
+	mqtt *mqtt.Server
+	hook *throttle
+
+	mu       sync.Mutex
+	tcp      *tcpListener // set once the listener is bound
+	started  bool
+	closing  bool
+	stop     chan struct{} // closed to end the sweep loop
+	loopDone chan struct{} // closed when the sweep loop has ended
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed when Close has finished
+}
+
+// New validates opts and builds a server; nothing listens until Start.
+// Errors wrap ErrInvalidOptions and name the field.
+func New(opts Options) (*Server, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
+	log := opts.Logger
+	if log == nil {
+		log = discardLogger
+	}
+	// One bucket: "at most one line per window" needs no precision.
+	logs, err := devicelimit.NewTable(1)
+	if err != nil {
+		return nil, fmt.Errorf("log limiter: %w", err)
+	}
+	srv := mqtt.New(&mqtt.Options{
+		// The inline client lets the gateway publish (deferred releases);
+		// the throttle hook never counts its messages.
+		InlineClient: true,
+		Logger:       slog.New(mochiHandler{log.Handler()}).With("component", "mochi"),
+	})
+	h := &throttle{
+		srv:      srv,
+		table:    opts.Table,
+		resolver: opts.Resolver,
+		clock:    opts.Clock,
+		identity: opts.Identity,
+		log:      log,
+		logs:     logs,
+	}
+	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
+		return nil, fmt.Errorf("add auth hook: %w", err)
+	}
+	if err := srv.AddHook(h, nil); err != nil {
+		return nil, fmt.Errorf("add throttle hook: %w", err)
+	}
+	return &Server{opts: opts, mqtt: srv, hook: h, closed: make(chan struct{})}, nil
+}
+
+// Start binds TCPAddr and serves MQTT on it; it returns once the listener
+// is bound. After a failed Start nothing is left running; Close is still
+// safe.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closing:
+		return ErrClosed
+	case s.started:
+		return ErrStarted
+	}
+	l := newTCPListener("tcp", s.opts.TCPAddr)
+	if err := s.mqtt.AddListener(l); err != nil { // binds (Init)
+		return fmt.Errorf("start mqtt: %w", err)
+	}
+	if err := s.mqtt.Serve(); err != nil {
+		// Serve fails only on configured stores, hooks or listeners,
+		// which this server has none of; undo the bind all the same.
+		l.Close(func(string) {})
+		s.mqtt.Listeners.Delete(l.ID())
+		return fmt.Errorf("start mqtt: %w", err)
+	}
+	s.tcp = l
+	s.startSweep()
+	s.started = true
+	return nil
+}
+
+// startSweep starts the loop that calls tick every SweepInterval.
+func (s *Server) startSweep() {
+	s.stop = make(chan struct{})
+	s.loopDone = make(chan struct{})
+	go func() {
+		defer close(s.loopDone)
+		t := time.NewTicker(s.opts.SweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+				s.tick(s.opts.Clock.Now())
+			}
+		}
+	}()
+}
+
+// tick does the periodic housekeeping at now.
+func (s *Server) tick(now devicelimit.Tick) { s.hook.sweep(now) }
+
+// Addr returns the bound TCP address, or nil before a successful Start.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tcp == nil {
+		return nil
+	}
+	return s.tcp.Addr()
+}
+
+// Stats returns the throttle's decision counters.
+func (s *Server) Stats() Stats { return s.hook.stats() }
+
+// Close stops accepting connections, disconnects every client (MQTT 5
+// clients get DISCONNECT 0x8B server shutting down) and stops the
+// server's goroutines. It returns when all of that is done, or with ctx's
+// error when ctx ends first (shutdown then continues in the background).
+// Close is safe after a failed Start and more than once; a second call
+// waits for the first.
+func (s *Server) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		started := s.started
+		s.mu.Unlock()
+		go func() {
+			defer close(s.closed)
+			if !started {
+				return
+			}
+			_ = s.mqtt.Close() // always nil in mochi v2.7.9
+			close(s.stop)
+			<-s.loopDone
+		}()
+	})
+	select {
+	case <-s.closed:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close broker: %w", ctx.Err())
+	}
+}

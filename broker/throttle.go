@@ -1,0 +1,252 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"devicegate/devicelimit"
+)
+
+// Stats counts the throttle hook's decisions since New. Every publish
+// that reaches the hook is counted exactly once.
+type Stats struct {
+	Allowed      uint64 // device publishes admitted
+	Dropped      uint64 // publishes over quota and dropped (policy drop; defer until it exists)
+	Disconnected uint64 // publishes over quota whose connection was closed (policy disconnect)
+	Inline       uint64 // server-injected publishes, passed through uncounted
+}
+
+// errUsernameRequired refuses an MQTT 5 CONNECT without a username when
+// devices are identified by username. MQTT 3.1.1 clients get mochi's
+// ErrBadUsernameOrPassword instead, which it maps to return code 0x05.
+var errUsernameRequired = packets.Code{
+	Code:   packets.ErrBadUsernameOrPassword.Code,
+	Reason: "username required: devices are identified by username",
+}
+
+// refusalLogWindow bounds how often a refused client ID is logged.
+const refusalLogWindow = time.Minute
+
+// throttle is the mochi hook that enforces device quotas on publishes;
+// see DESIGN.md, "Data flow of one publish". mochi calls OnPublish
+// concurrently across clients and in order per client.
+type throttle struct {
+	mqtt.HookBase
+
+	srv      *mqtt.Server // to send CONNACK and DISCONNECT
+	table    *devicelimit.Table
+	resolver *devicelimit.Resolver
+	clock    devicelimit.Clock
+	identity devicelimit.Identity
+	log      *slog.Logger
+	// logs limits logging: one line per device (or refused client) per
+	// window, whatever the device's message rate.
+	logs *devicelimit.Table
+
+	// conns maps *mqtt.Client to *connInfo. Entries are written once per
+	// connection and read on every publish: sync.Map's best case.
+	conns sync.Map
+
+	allowed, dropped, disconnected, inline atomic.Uint64
+}
+
+// connInfo is what a connection's publishes need and what cannot change
+// while it is connected: client ID and username are fixed by CONNECT.
+type connInfo struct {
+	device string
+	rule   devicelimit.Quota // the config rule (or default) quota
+}
+
+// ID returns the hook's ID.
+func (h *throttle) ID() string { return "devicegate-throttle" }
+
+// Provides reports the hook methods the throttle implements.
+func (h *throttle) Provides(b byte) bool {
+	switch b {
+	case mqtt.OnConnect, mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnPublish:
+		return true
+	}
+	return false
+}
+
+// Init checks the hook was built by New.
+func (h *throttle) Init(any) error {
+	if h.srv == nil || h.table == nil || h.resolver == nil || h.clock == nil || h.logs == nil || h.log == nil {
+		return fmt.Errorf("%w: throttle hook not built by broker.New", ErrInvalidOptions)
+	}
+	return nil
+}
+
+// OnConnect refuses a connection that names no device: with identity
+// username, a CONNECT without a username. mochi closes the connection
+// without any CONNACK when OnConnect fails, so the hook sends it.
+func (h *throttle) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
+	if h.identity != devicelimit.IdentityUsername || len(cl.Properties.Username) > 0 {
+		return nil
+	}
+	code := packets.ErrBadUsernameOrPassword
+	if cl.Properties.ProtocolVersion == 5 {
+		code = errUsernameRequired
+	}
+	if h.logs.AllowAt("\x00refused\x00"+cl.ID, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
+		h.log.Warn("connection refused", "client", cl.ID, "remote", cl.Net.Remote, "reason", errUsernameRequired.Reason)
+	}
+	if err := h.srv.SendConnack(cl, code, false, nil); err != nil {
+		return fmt.Errorf("refuse connection without username: %w", err)
+	}
+	return code
+}
+
+// OnSessionEstablish caches the connection's device and rule quota. It
+// runs after authentication, so refused connections leave nothing behind.
+func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	h.conns.Store(cl, h.connInfo(cl))
+}
+
+func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {
+	username := string(cl.Properties.Username)
+	q, _ := h.resolver.Rule(cl.ID, username)
+	return &connInfo{device: h.identity.Of(cl.ID, username), rule: q}
+}
+
+// OnDisconnect forgets the connection. (mochi skips OnDisconnect when a
+// CONNACK write fails; sweep removes those entries.)
+func (h *throttle) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	h.conns.Delete(cl)
+}
+
+// OnPublish counts the publish against its device's window and applies
+// the quota's policy when the window is full. The only errors it returns
+// are packets.CodeSuccessIgnore (ack normally, forward nothing) and
+// packets.ErrRejectPacket (no ack, forward nothing; used only after the
+// hook has written the ack or closed the connection itself). Any other
+// packets.Code would be published anyway for MQTT 3.1.1 and QoS 0, and
+// acked as a PUBACK even for QoS 2.
+func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline {
+		// Server-injected (deferred releases, $SYS): counted when they
+		// first arrived, or never subject to a quota.
+		h.inline.Add(1)
+		return pk, nil
+	}
+	var c *connInfo
+	if v, ok := h.conns.Load(cl); ok {
+		c = v.(*connInfo)
+	} else {
+		// Not cached: the session was swept as closed while this last
+		// packet was in flight. Compute it; don't cache a dead client.
+		c = h.connInfo(cl)
+	}
+	now := h.clock.Now()
+	q := c.rule
+	if o, ok := h.resolver.Override(c.device, now); ok {
+		q = o.Quota
+	}
+	d := h.table.AllowAt(c.device, q, now)
+	if d.Allowed {
+		h.allowed.Add(1)
+		return pk, nil
+	}
+	return pk, h.refuse(cl, pk, c.device, q, d, now)
+}
+
+// refuse applies q's policy to a publish over quota and returns the error
+// for mochi.
+func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, device string, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
+	retry := ceilMillisecond(d.RetryAfter)
+	if h.logs.AllowAt(device, devicelimit.Quota{Limit: 1, Window: q.Window}, now).Allowed {
+		level := slog.LevelInfo
+		if q.Policy == devicelimit.PolicyDisconnect {
+			level = slog.LevelWarn
+		}
+		h.log.Log(context.Background(), level, "device throttled",
+			"device", device, "client", cl.ID, "limit", q.Limit, "window", q.Window.String(),
+			"policy", q.Policy.String(), "retry_after", retry.String())
+	}
+	v5 := cl.Properties.ProtocolVersion == 5
+
+	if q.Policy == devicelimit.PolicyDisconnect {
+		h.disconnected.Add(1)
+		if v5 {
+			// Writes DISCONNECT 0x96 with the reason string and stops the
+			// client; its error only echoes the code.
+			_ = h.srv.DisconnectClient(cl, packets.Code{
+				Code:   packets.ErrMessageRateTooHigh.Code,
+				Reason: fmt.Sprintf("message rate too high: %d messages per %s, retry after %s", q.Limit, q.Window, retry),
+			})
+		} else {
+			// MQTT 3.1.1 has no server DISCONNECT: close the connection.
+			cl.Stop(packets.ErrMessageRateTooHigh)
+		}
+		// The client is closed: mochi's read loop ends on its next turn.
+		return packets.ErrRejectPacket
+	}
+
+	// PolicyDrop, and PolicyDefer until the deferral queue exists (config
+	// rejects defer for now, so this only matters for an override).
+	h.dropped.Add(1)
+	if !v5 || pk.FixedHeader.Qos == 0 {
+		// QoS 0: nothing to ack. MQTT 3.1.1 QoS 1/2: mochi acks 0x00 and
+		// forwards nothing; 3.1.1 has no way to say no.
+		return packets.CodeSuccessIgnore
+	}
+	ack := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Puback},
+		PacketID:    pk.PacketID,
+		ReasonCode:  packets.ErrQuotaExceeded.Code,
+		Properties: packets.Properties{
+			ReasonString: fmt.Sprintf("quota exceeded: %d messages per %s, retry after %s", q.Limit, q.Window, retry),
+		},
+	}
+	if pk.FixedHeader.Qos == 2 {
+		ack.FixedHeader.Type = packets.Pubrec // a QoS 2 flow ends with PUBREC >= 0x80, never PUBACK
+	}
+	// A write error means the connection is gone; mochi's read loop
+	// notices. Either way nothing is forwarded, and ErrRejectPacket makes
+	// processPublish return before it takes receive quota or stores the
+	// packet in flight, so the client can go on publishing.
+	_ = cl.WritePacket(ack)
+	return packets.ErrRejectPacket
+}
+
+// sweep evicts expired windows, log-limiter entries and overrides, and
+// forgets connections closed without an OnDisconnect.
+func (h *throttle) sweep(now devicelimit.Tick) {
+	h.table.Sweep(now)
+	h.logs.Sweep(now)
+	for _, device := range h.resolver.Prune(now) {
+		h.log.Info("quota override expired", "device", device)
+	}
+	h.conns.Range(func(k, _ any) bool {
+		if k.(*mqtt.Client).Closed() {
+			h.conns.Delete(k)
+		}
+		return true
+	})
+}
+
+// stats returns the counters.
+func (h *throttle) stats() Stats {
+	return Stats{
+		Allowed:      h.allowed.Load(),
+		Dropped:      h.dropped.Load(),
+		Disconnected: h.disconnected.Load(),
+		Inline:       h.inline.Load(),
+	}
+}
+
+// ceilMillisecond rounds d up to a whole millisecond, so a retry-after is
+// never shorter than the real wait and never prints as 0s.
+func ceilMillisecond(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r != 0 {
+		d += time.Millisecond - r
+	}
+	return d
+}
