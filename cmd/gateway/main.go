@@ -1,0 +1,135 @@
+// Command gateway runs devicegate, an MQTT gateway that holds every
+// device to its message quota.
+//
+// Usage:
+//
+//	gateway [serve] [flags]   run the gateway (the default command)
+//	gateway version           print the version
+//	gateway help [command]    show help
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+)
+
+// version is the release name, set at build time with
+// -ldflags "-X main.version=v1.2.3"; when empty, the module version from
+// the build info, or "dev".
+var version = ""
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal, restore the default handling so that a
+	// second one ends a shutdown that hangs.
+	context.AfterFunc(ctx, stop)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode reports err on stderr and returns the process exit code: 0
+// for success and for a help request, 2 for a command-line mistake, 1
+// for anything else.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	// Several problems come one per line; indent all but the first.
+	msg := strings.ReplaceAll(strings.TrimRight(err.Error(), "\n"), "\n", "\n  ")
+	fmt.Fprintf(stderr, "gateway: %s\n", msg)
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+// usageError is a mistake in the command line rather than in what the
+// command did.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+const commands = "serve, version, help"
+
+// run runs the command named by args (without the program name) until it
+// finishes or ctx is cancelled; serve treats cancellation as the signal
+// to shut down.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd, rest := "serve", args
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, rest = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, rest, stdout, stderr)
+	case "version":
+		if len(rest) > 0 {
+			return usagef("version takes no arguments (got %q)", rest)
+		}
+		fmt.Fprintln(stdout, versionString())
+		return nil
+	case "help":
+		return help(rest, stdout)
+	}
+	return usagef("unknown command %q; commands are %s (run \"gateway help\")", cmd, commands)
+}
+
+func help(args []string, stdout io.Writer) error {
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(stdout, `gateway runs devicegate, an MQTT gateway that holds every device to its
+message quota.
+
+Usage:
+  gateway [serve] [flags]   run the gateway (the default command)
+  gateway version           print the version
+  gateway help [command]    show this help, or a command's flags
+
+Run "gateway help serve" for the flags of serve.
+`)
+		return nil
+	case len(args) == 1 && args[0] == "serve":
+		printServeUsage(stdout, newServeFlags(new(serveFlags)))
+		return nil
+	case len(args) == 1 && args[0] == "version":
+		fmt.Fprintln(stdout, "Usage: gateway version\n\nPrints the version of devicegate and of the Go toolchain that built it.")
+		return nil
+	case len(args) == 1 && args[0] == "help":
+		fmt.Fprintln(stdout, "Usage: gateway help [command]")
+		return nil
+	}
+	return usagef("help: unknown command %q; commands are %s", strings.Join(args, " "), commands)
+}
+
+// versionString is what `gateway version` prints:
+// "devicegate v1.2.3 (go1.26.0)".
+func versionString() string {
+	return fmt.Sprintf("devicegate %s (%s)", releaseName(), runtime.Version())
+}
+
+// releaseName is the version: the -ldflags one, the module's, or "dev".
+func releaseName() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

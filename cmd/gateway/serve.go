@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"devicegate/broker"
+	"devicegate/config"
+	"devicegate/devicelimit"
+)
+
+// shutdownTimeout bounds a graceful shutdown, from the signal to exit.
+const shutdownTimeout = 5 * time.Second
+
+// serveFlags are the serve command's flags. Each setting flag overrides
+// one config key, and only when given on the command line.
+type serveFlags struct {
+	config   string
+	mqttAddr string
+	limit    intValue
+	window   durationValue
+	policy   string
+	buckets  intValue
+	logLevel string
+}
+
+// flagKeys maps each setting flag to the config key it overrides, so
+// that a bad value is reported under the flag the operator typed.
+var flagKeys = map[string]string{
+	"mqtt-addr": "mqtt.tcp",
+	"limit":     "limits.default.limit",
+	"window":    "limits.default.window",
+	"policy":    "limits.default.policy",
+	"buckets":   "limits.buckets",
+	"log-level": "log.level",
+}
+
+func newServeFlags(f *serveFlags) *flag.FlagSet {
+	d := config.Default()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned; help goes to stdout
+	fs.StringVar(&f.config, "config", "", "read settings from the YAML `file` (default: none, built-in defaults)")
+	fs.StringVar(&f.mqttAddr, "mqtt-addr", d.MQTT.TCP, fmt.Sprintf("MQTT TCP listen `address`; port 0 picks a free port (mqtt.tcp, default %q)", d.MQTT.TCP))
+	fs.Var(&f.limit, "limit", fmt.Sprintf("default quota: `N` messages per window (limits.default.limit, default %d)", d.Limits.Default.Limit))
+	fs.Var(&f.window, "window", fmt.Sprintf("default quota `duration` such as 10s (limits.default.window, default %s)", d.Limits.Default.Window))
+	fs.StringVar(&f.policy, "policy", d.Limits.Default.Policy, fmt.Sprintf("default quota `policy` over the limit: drop or disconnect (limits.default.policy, default %s)", d.Limits.Default.Policy))
+	fs.Var(&f.buckets, "buckets", fmt.Sprintf("`N` buckets per window, 1..%d (limits.buckets, default %d)", devicelimit.MaxBuckets, d.Limits.Buckets))
+	fs.StringVar(&f.logLevel, "log-level", d.Log.Level, fmt.Sprintf("lowest log `level`: debug, info, warn or error (log.level, default %s)", d.Log.Level))
+	return fs
+}
+
+func printServeUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `Usage: gateway serve [flags]
+
+Runs the gateway until SIGINT or SIGTERM. Settings come from the built-in
+defaults, then the --config file, then the flags given. --limit, --window
+and --policy set the default quota; rules in the file keep their own.
+
+Flags:
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s %s\n    \t%s\n", f.Name, name, usage)
+	})
+}
+
+// serveConfig builds the configuration: Default, then the file named by
+// --config, then the flags that were given, then Validate.
+func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
+	var f serveFlags
+	fs := newServeFlags(&f)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printServeUsage(stdout, fs)
+			return config.Config{}, err
+		}
+		return config.Config{}, usagef("serve: %v (run \"gateway help serve\")", err)
+	}
+	if fs.NArg() > 0 {
+		return config.Config{}, usagef("serve: unexpected argument %q (run \"gateway help serve\")", fs.Arg(0))
+	}
+
+	cfg := config.Default()
+	if f.config != "" {
+		file, err := os.Open(f.config)
+		if err != nil {
+			return config.Config{}, fmt.Errorf("config: %w", err)
+		}
+		cfg, err = config.Parse(file)
+		file.Close()
+		if err != nil {
+			return config.Config{}, withContext("config "+f.config, err)
+		}
+	}
+
+	set := make(map[string]bool)
+	fs.Visit(func(fl *flag.Flag) {
+		set[fl.Name] = true
+		switch fl.Name {
+		case "mqtt-addr":
+			cfg.MQTT.TCP = f.mqttAddr
+		case "limit":
+			cfg.Limits.Default.Limit = f.limit.v
+		case "window":
+			cfg.Limits.Default.Window = config.Duration(f.window.v)
+		case "policy":
+			cfg.Limits.Default.Policy = f.policy
+		case "buckets":
+			cfg.Limits.Buckets = f.buckets.v
+		case "log-level":
+			cfg.Log.Level = f.logLevel
+		}
+	})
+
+	if err := cfg.Validate(); err != nil {
+		source := "invalid settings"
+		if f.config != "" {
+			source += " (config " + f.config + ")"
+		}
+		return config.Config{}, withContext(source, blameFlags(err, set))
+	}
+	return cfg, nil
+}
+
+// blameFlags rewrites the problems with keys that a flag set so they
+// name the flag: "--limit: must be between 1 and 1000000000 (got 0)".
+func blameFlags(err error, set map[string]bool) error {
+	byKey := make(map[string]string)
+	for name, key := range flagKeys {
+		if set[name] {
+			byKey[key] = name
+		}
+	}
+	var out []error
+	var list []error
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		list = u.Unwrap()
+	} else {
+		list = []error{err}
+	}
+	for _, e := range list {
+		var fe *config.FieldError
+		if errors.As(e, &fe) {
+			if name, ok := byKey[fe.Key]; ok {
+				e = fmt.Errorf("--%s: %s", name, fe.Msg)
+			}
+		}
+		out = append(out, e)
+	}
+	return errors.Join(out...)
+}
+
+// withContext prefixes err, putting several problems on lines of their
+// own.
+func withContext(prefix string, err error) error {
+	if strings.Contains(err.Error(), "\n") {
+		return fmt.Errorf("%s:\n%w", prefix, err)
+	}
+	return fmt.Errorf("%s: %w", prefix, err)
+}
+
+// serve runs the gateway until ctx is cancelled, then shuts it down
+// within shutdownTimeout.
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := serveConfig(args, stdout)
+	if err != nil {
+		return err
+	}
+	// Validate has checked every value the builders below read.
+	level, err := cfg.LogLevel()
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	table, err := cfg.Table()
+	if err != nil {
+		return err
+	}
+	resolver, err := cfg.Resolver()
+	if err != nil {
+		return err
+	}
+	identity, err := cfg.Identity()
+	if err != nil {
+		return err
+	}
+
+	// No persistence yet, so no high-water to start from.
+	clock := devicelimit.NewSystemClock(0, 0)
+	defer clock.Close()
+	srv, err := broker.New(broker.Options{
+		TCPAddr:  cfg.MQTT.TCP,
+		Table:    table,
+		Resolver: resolver,
+		Clock:    clock,
+		Identity: identity,
+		Logger:   log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		return errors.Join(err, srv.Close(cctx))
+	}
+	def := cfg.Limits.Default
+	log.Info("gateway started", "version", releaseName(), "go", runtime.Version())
+	log.Info("mqtt listening", "addr", srv.Addr().String())
+	log.Info("default quota", "limit", def.Limit, "window", def.Window.String(), "policy", def.Policy,
+		"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
+
+	<-ctx.Done()
+	log.Info("shutting down", "timeout", shutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := closeWithin(sctx, srv); err != nil {
+		return fmt.Errorf("stop mqtt: %w", err)
+	}
+	clock.Close()
+	log.Info("stopped")
+	return nil
+}
+
+// closeWithin closes srv, giving up at ctx's deadline even if Close
+// does not: the process must exit on time.
+func closeWithin(ctx context.Context, srv *broker.Server) error {
+	done := make(chan error, 1)
+	go func() { done <- srv.Close(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("not stopped within %s: %w", shutdownTimeout, ctx.Err())
+	}
+}
+
+// intValue is an int flag whose parse errors read like the config's.
+type intValue struct{ v int }
+
+func (i *intValue) String() string { return strconv.Itoa(i.v) }
+func (i *intValue) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("must be an integer")
+	}
+	i.v = v
+	return nil
+}
+
+// durationValue is a duration flag that asks for a unit.
+type durationValue struct{ v time.Duration }
+
+func (d *durationValue) String() string { return d.v.String() }
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New(`must be a duration like "10s"`)
+	}
+	d.v = v
+	return nil
+}
