@@ -17,8 +17,9 @@ const numShards = 256
 // decisions on different devices rarely contend. Use NewTable; a Table is
 // safe for concurrent use.
 type Table struct {
-	buckets int
-	shards  [numShards]shard
+	buckets   int
+	minWindow time.Duration // buckets * MinBucketWidth
+	shards    [numShards]shard
 }
 
 type shard struct {
@@ -26,7 +27,22 @@ type shard struct {
 	index map[string]uint32 // class<<30 | record index
 	slabs [numClasses]slab
 	peak  int // most windows held since the last compaction
-	_     [64]byte
+	// The bucket of the last decision's tick and window. The clock moves
+	// in steps and most devices share a window length, so consecutive
+	// decisions on a shard usually need the same 128-bit division.
+	lastNow    Tick
+	lastWindow time.Duration
+	lastBucket int64
+	_          [64]byte
+}
+
+// bucketOf returns bucketOf(now, buckets, window), cached. Called with
+// s.mu held.
+func (s *shard) bucketOf(now Tick, buckets int, window time.Duration) int64 {
+	if now != s.lastNow || window != s.lastWindow {
+		s.lastNow, s.lastWindow, s.lastBucket = now, window, bucketOf(now, buckets, window)
+	}
+	return s.lastBucket
 }
 
 const (
@@ -43,7 +59,7 @@ func NewTable(buckets int) (*Table, error) {
 	if err := validBuckets(buckets); err != nil {
 		return nil, err
 	}
-	t := &Table{buckets: buckets}
+	t := &Table{buckets: buckets, minWindow: time.Duration(buckets) * MinBucketWidth}
 	for i := range t.shards {
 		t.shards[i].init(buckets + 1)
 	}
@@ -123,7 +139,7 @@ func (t *Table) PeekAt(device string, q Quota, now Tick) Decision {
 }
 
 func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
-	if q.Limit < 1 || q.Limit > MaxLimit || q.Window/time.Duration(t.buckets) < MinBucketWidth || q.Window > MaxWindow {
+	if q.Limit < 1 || q.Limit > MaxLimit || q.Window < t.minWindow || q.Window > MaxWindow {
 		return Decision{Limit: q.Limit}
 	}
 	s := t.shard(device)
@@ -133,7 +149,7 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 		s.mu.Unlock()
 		return Decision{Limit: q.Limit, Remaining: q.Limit}
 	}
-	d := r.decide(q, now, t.buckets, count)
+	d := r.decide(q, now, s.bucketOf(now, t.buckets, q.Window), t.buckets, count)
 	s.mu.Unlock()
 	return d
 }

@@ -28,8 +28,11 @@ func (r rec) advance(nb int64, slots int) {
 		clear(r.b[recHeader:])
 	} else {
 		total := r.total()
-		for k := head + 1; k <= nb; k++ {
-			slot := int(k % int64(slots))
+		slot := int(head % int64(slots))
+		for ; gap > 0; gap-- {
+			if slot++; slot == slots {
+				slot = 0
+			}
 			total -= r.count(slot)
 			r.setCount(slot, 0)
 		}
@@ -50,14 +53,13 @@ func (r rec) recut(window time.Duration, now Tick, buckets int) {
 	r.setCount(int(nb%int64(buckets+1)), total)
 }
 
-// decide advances the window to now and, when count is set and the window
-// has room, counts one message.
-func (r rec) decide(q Quota, now Tick, buckets int, count bool) Decision {
+// decide advances the window to now, in bucket nb, and, when count is set
+// and the window has room, counts one message.
+func (r rec) decide(q Quota, now Tick, nb int64, buckets int, count bool) Decision {
 	slots := buckets + 1
 	if r.length() != q.Window {
 		r.recut(q.Window, now, buckets)
 	}
-	nb := bucketOf(now, buckets, q.Window)
 	if head := r.head(); nb < head {
 		// The caller's tick is older than the newest bucket (a clock
 		// read just before another goroutine's): decide as of the head.
@@ -67,9 +69,9 @@ func (r rec) decide(q Quota, now Tick, buckets int, count bool) Decision {
 		r.advance(nb, slots)
 	}
 	total := r.total()
+	slot := int(nb % int64(slots))
 	if total < q.Limit {
 		if count {
-			slot := int(nb % int64(slots))
 			r.setCount(slot, r.count(slot)+1)
 			total++
 			r.setTotal(total)
@@ -77,15 +79,40 @@ func (r rec) decide(q Quota, now Tick, buckets int, count bool) Decision {
 		return Decision{Allowed: count, Count: total, Limit: q.Limit, Remaining: q.Limit - total}
 	}
 	// Over the limit: find the oldest bucket whose expiry brings the
-	// total below the limit; the window admits again when it leaves.
-	expired := 0
-	k := nb - int64(buckets)
-	for ; k < nb; k++ {
-		expired += r.count(int(k % int64(slots)))
-		if total-expired < q.Limit {
-			break
-		}
-	}
+	// total below the limit; the window admits again when it leaves. The
+	// oldest bucket, nb-buckets, sits in the slot after nb's.
+	k := nb - int64(buckets) + int64(r.slotsToAdmit(slot, slots, total-q.Limit))
 	at := bucketStart(k+int64(slots), buckets, q.Window)
 	return Decision{Count: total, Limit: q.Limit, RetryAfter: at.Sub(now)}
+}
+
+// slotsToAdmit returns how many of the oldest slots, starting after slot
+// (the newest), must expire before the total drops by more than excess:
+// the index from the oldest of the bucket whose expiry admits again.
+func (r rec) slotsToAdmit(slot, slots, excess int) int {
+	// The width switch sits outside the loops: this is the refusal path
+	// of a flooding device, taken far more often than any other.
+	expired := 0
+	switch r.w {
+	case 1:
+		c := r.b[recHeader+1 : recHeader+1+slots]
+		for i := 0; i < slots-1; i++ {
+			if slot++; slot == slots {
+				slot = 0
+			}
+			if expired += int(c[slot]); expired > excess {
+				return i
+			}
+		}
+	default:
+		for i := 0; i < slots-1; i++ {
+			if slot++; slot == slots {
+				slot = 0
+			}
+			if expired += r.count(slot); expired > excess {
+				return i
+			}
+		}
+	}
+	return slots - 1
 }

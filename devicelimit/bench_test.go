@@ -1,0 +1,164 @@
+package devicelimit_test
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"devicegate/devicelimit"
+)
+
+// The benchmarks put the Table beside a baseline that many gateways use:
+// a map of golang.org/x/time/rate limiters behind one mutex. Both read the
+// time from the same SystemClock (one atomic load) and convert it to
+// their own type, both get the same devices in the same order, and both
+// enforce 100 messages per 10 s.
+//
+//	go test -run '^$' -bench AllowAt -benchmem ./devicelimit/
+
+var benchQuota = devicelimit.Quota{Limit: 100, Window: 10 * time.Second}
+
+type limiter interface {
+	allow(device string, now devicelimit.Tick) bool
+}
+
+type tableImpl struct{ t *devicelimit.Table }
+
+func (l tableImpl) allow(device string, now devicelimit.Tick) bool {
+	return l.t.AllowAt(device, benchQuota, now).Allowed
+}
+
+// xrateImpl is the baseline.
+type xrateImpl struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+func (l *xrateImpl) allow(device string, now devicelimit.Tick) bool {
+	l.mu.Lock()
+	lim, ok := l.m[device]
+	if !ok {
+		lim = rate.NewLimiter(rate.Limit(float64(benchQuota.Limit)/benchQuota.Window.Seconds()), benchQuota.Limit)
+		l.m[device] = lim
+	}
+	l.mu.Unlock()
+	return lim.AllowN(time.Unix(0, int64(now)), 1)
+}
+
+var benchImpls = []struct {
+	name string
+	make func() limiter
+}{
+	{"table", func() limiter {
+		t, _ := devicelimit.NewTable(devicelimit.DefaultBuckets)
+		return tableImpl{t}
+	}},
+	{"xrate", func() limiter { return &xrateImpl{m: make(map[string]*rate.Limiter)} }},
+}
+
+var benchSizes = []struct {
+	name string
+	n    int
+}{{"10k", 10_000}, {"1M", 1_000_000}}
+
+// benchIDs holds the device IDs per size, shared by both implementations.
+var benchIDs = map[int][]string{}
+
+func deviceIDs(n int) []string {
+	if ids, ok := benchIDs[n]; ok {
+		return ids
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("device-%08d", i)
+	}
+	benchIDs[n] = ids
+	return ids
+}
+
+type populated struct {
+	l        limiter
+	perDev   float64
+	clk      *devicelimit.SystemClock
+	devCount int
+}
+
+// benchState keeps populated limiters across the calls the testing
+// package makes to one benchmark while it sizes b.N.
+var benchState = map[string]*populated{}
+
+func heapInUse() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func populate(key string, mk func() limiter, ids []string) *populated {
+	if p, ok := benchState[key]; ok {
+		return p
+	}
+	for k := range benchState { // one population alive at a time
+		benchState[k].clk.Close()
+		delete(benchState, k)
+	}
+	clk := devicelimit.NewSystemClock(0, 0)
+	before := heapInUse()
+	l := mk()
+	now := clk.Now()
+	for _, id := range ids {
+		l.allow(id, now)
+	}
+	after := heapInUse()
+	p := &populated{l: l, perDev: float64(after-before) / float64(len(ids)), clk: clk, devCount: len(ids)}
+	benchState[key] = p
+	return p
+}
+
+// stride walks the devices in an order the hardware cannot predict.
+const stride = 7919
+
+func BenchmarkAllowAt(b *testing.B) {
+	for _, impl := range benchImpls {
+		for _, size := range benchSizes {
+			ids := deviceIDs(size.n)
+			for _, mode := range []string{"serial", "parallel"} {
+				name := fmt.Sprintf("impl=%s/devices=%s/mode=%s", impl.name, size.name, mode)
+				b.Run(name, func(b *testing.B) {
+					p := populate(impl.name+size.name, impl.make, ids)
+					b.ReportAllocs()
+					defer b.ReportMetric(p.perDev, "B/device")
+					n := len(ids)
+					if mode == "serial" {
+						i := 0
+						for b.Loop() {
+							p.l.allow(ids[i], p.clk.Now())
+							i += stride
+							if i >= n {
+								i -= n
+							}
+						}
+						return
+					}
+					var seed atomic.Int64
+					b.RunParallel(func(pb *testing.PB) {
+						i := int(seed.Add(1)*104729) % n
+						for pb.Next() {
+							p.l.allow(ids[i], p.clk.Now())
+							i += stride
+							if i >= n {
+								i -= n
+							}
+						}
+					})
+				})
+			}
+		}
+	}
+}
