@@ -95,6 +95,8 @@ type Server struct {
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when Close has finished
+
+	connectTimeout time.Duration // for tests; 0 means defaultConnectTimeout
 }
 
 // New validates opts and builds a server; nothing listens until Start.
@@ -152,6 +154,9 @@ func (s *Server) Start() error {
 		return ErrStarted
 	}
 	l := newTCPListener("tcp", s.opts.TCPAddr)
+	if s.connectTimeout > 0 {
+		l.connectTimeout = s.connectTimeout
+	}
 	if err := s.mqtt.AddListener(l); err != nil { // binds (Init)
 		return fmt.Errorf("start mqtt: %w", err)
 	}

@@ -24,6 +24,11 @@ type tcpListener struct {
 	id      string
 	address string
 	log     *slog.Logger
+	// connectTimeout bounds the wait for a new connection's CONNECT.
+	// mochi reads CONNECT without any deadline, so a socket that never
+	// sends one would hold a goroutine forever; once CONNECT is read,
+	// mochi replaces the deadline with the keepalive's.
+	connectTimeout time.Duration
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -35,8 +40,13 @@ type tcpListener struct {
 
 var _ listeners.Listener = (*tcpListener)(nil)
 
+// defaultConnectTimeout is how long a new connection may take to send
+// CONNECT.
+const defaultConnectTimeout = 10 * time.Second
+
 func newTCPListener(id, address string) *tcpListener {
-	return &tcpListener{id: id, address: address, conns: make(map[net.Conn]struct{}), done: make(chan struct{}), log: discardLogger}
+	return &tcpListener{id: id, address: address, connectTimeout: defaultConnectTimeout,
+		conns: make(map[net.Conn]struct{}), done: make(chan struct{}), log: discardLogger}
 }
 
 // ID returns the listener's ID.
@@ -116,6 +126,7 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 			_ = conn.Close()
 			return
 		}
+		_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
 		go func() {
 			defer l.untrack(conn)
 			if err := establish(l.id, conn); err != nil {

@@ -31,6 +31,13 @@ var errUsernameRequired = packets.Code{
 	Reason: "username required: devices are identified by username",
 }
 
+// mochi's two publish outcomes, boxed once: a packets.Code converted to
+// error allocates, and mochi compares them by value (errors.Is).
+var (
+	errIgnore error = packets.CodeSuccessIgnore // ack normally, forward nothing
+	errReject error = packets.ErrRejectPacket   // no ack, forward nothing
+)
+
 // refusalLogWindow bounds how often a refused client ID is logged.
 const refusalLogWindow = time.Minute
 
@@ -186,7 +193,7 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, device string, q d
 			cl.Stop(packets.ErrMessageRateTooHigh)
 		}
 		// The client is closed: mochi's read loop ends on its next turn.
-		return packets.ErrRejectPacket
+		return errReject
 	}
 
 	// PolicyDrop, and PolicyDefer until the deferral queue exists (config
@@ -195,7 +202,7 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, device string, q d
 	if !v5 || pk.FixedHeader.Qos == 0 {
 		// QoS 0: nothing to ack. MQTT 3.1.1 QoS 1/2: mochi acks 0x00 and
 		// forwards nothing; 3.1.1 has no way to say no.
-		return packets.CodeSuccessIgnore
+		return errIgnore
 	}
 	ack := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Puback},
@@ -213,7 +220,7 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, device string, q d
 	// processPublish return before it takes receive quota or stores the
 	// packet in flight, so the client can go on publishing.
 	_ = cl.WritePacket(ack)
-	return packets.ErrRejectPacket
+	return errReject
 }
 
 // sweep evicts expired windows, log-limiter entries and overrides, and

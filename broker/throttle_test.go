@@ -167,15 +167,20 @@ func TestClientIDSharesWindowAcrossTakeover(t *testing.T) {
 		t.Fatalf("4th publish: 0x%02x, want 0x97", r.code)
 	}
 	b.close()
-	c := f.connect(t, 3, "dev-1", "") // reconnect, other protocol
-	c5 := f.connect(t, 5, "dev-2", "")
-	_ = c
-	if r, _ := c5.publish(t, "t/a", "other device", 1); r.code != 0 {
+	other := f.connect(t, 5, "dev-2", "")
+	if r, _ := other.publish(t, "t/a", "other device", 1); r.code != 0 {
 		t.Fatalf("other device: 0x%02x, want 0x00", r.code)
 	}
-	d := f.connect(t, 5, "dev-1", "")
-	if r, _ := d.publish(t, "t/a", "after reconnect", 1); r.code != 0x97 {
+	c := f.connect(t, 3, "dev-1", "") // reconnect, other protocol
+	if _, err := c.publish(t, "t/a", "after reconnect", 1); err != nil {
+		t.Fatalf("after reconnect (3.1.1): %v", err)
+	}
+	d := f.connect(t, 5, "dev-1", "") // takes over c
+	if r, _ := d.publish(t, "t/a", "after takeover", 1); r.code != 0x97 {
 		t.Fatalf("after reconnect: 0x%02x, want 0x97", r.code)
+	}
+	if st := f.srv.Stats(); st.Allowed != 4 || st.Dropped != 3 {
+		t.Fatalf("stats %+v, want 4 allowed (3 dev-1, 1 dev-2), 3 dropped", st)
 	}
 	if got := f.table.PeekAt("dev-1", devicelimit.Quota{Limit: 3, Window: time.Second}, f.clock.Now()); got.Count != 3 {
 		t.Fatalf("window count %d, want 3", got.Count)
