@@ -1,0 +1,386 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testVersion is stamped into the binary the tests run, as a release
+// build would be.
+const testVersion = "v9.9.9-test"
+
+// binary is the gateway built once for the process tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "gateway-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "gateway")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", binary, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build gateway: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// process is a gateway child process whose stderr is read line by line.
+type process struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	lines chan string // stderr, closed at EOF
+
+	mu  sync.Mutex
+	log []string // every stderr line so far, for failure messages
+}
+
+// start runs the binary with args.
+func start(t *testing.T, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{t: t, cmd: cmd, lines: make(chan string, 1024)}
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log = append(p.log, sc.Text())
+			p.mu.Unlock()
+			p.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil { // still running: the test failed
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return p
+}
+
+func (p *process) stderr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.log, "\n")
+}
+
+// waitLine returns the submatches of the first stderr line matching re,
+// failing the test if none comes within timeout.
+func (p *process) waitLine(re *regexp.Regexp, timeout time.Duration) []string {
+	p.t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				p.t.Fatalf("stderr ended before a line matching %s; stderr:\n%s", re, p.stderr())
+			}
+			if m := re.FindStringSubmatch(line); m != nil {
+				return m
+			}
+		case <-deadline.C:
+			p.t.Fatalf("no stderr line matching %s within %s; stderr:\n%s", re, timeout, p.stderr())
+		}
+	}
+}
+
+// wait waits for the process to exit, at most timeout, and returns its
+// exit code and how long it took.
+func (p *process) wait(timeout time.Duration) (int, time.Duration) {
+	p.t.Helper()
+	begin := time.Now()
+	// Drain stderr so the child never blocks on a full pipe.
+	go func() {
+		for range p.lines {
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			p.t.Fatalf("wait: %v", err)
+		}
+		return p.cmd.ProcessState.ExitCode(), time.Since(begin)
+	case <-time.After(timeout):
+		p.cmd.Process.Kill()
+		<-done
+		p.t.Fatalf("still running %s after it was asked to stop; stderr:\n%s", timeout, p.stderr())
+		return 0, 0
+	}
+}
+
+// runBinary runs the binary to completion (at most 10 s) and returns
+// its exit code, stdout and stderr.
+func runBinary(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("gateway %v still running after 10s; stderr:\n%s", args, stderr.String())
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// mqttConnect opens an MQTT 3.1.1 session with a raw CONNECT (with a
+// username when not empty), checks the CONNACK accepts it and a PINGREQ
+// is answered.
+func mqttConnect(t *testing.T, addr, clientID, username string) net.Conn {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+
+	// Variable header: protocol "MQTT", level 4, flags (clean session,
+	// username), keep alive 60 s; payload: the client ID, the username.
+	flags := byte(0x02)
+	if username != "" {
+		flags |= 0x80
+	}
+	body := []byte{0, 4, 'M', 'Q', 'T', 'T', 4, flags, 0, 60}
+	for _, s := range []string{clientID, username} {
+		if s != "" {
+			body = append(body, byte(len(s)>>8), byte(len(s)))
+			body = append(body, s...)
+		}
+	}
+	if _, err := conn.Write(append([]byte{0x10, byte(len(body))}, body...)); err != nil {
+		t.Fatalf("write CONNECT: %v", err)
+	}
+	connack := make([]byte, 4)
+	if _, err := io.ReadFull(conn, connack); err != nil {
+		t.Fatalf("read CONNACK: %v", err)
+	}
+	if want := []byte{0x20, 2, 0, 0}; !bytes.Equal(connack, want) {
+		t.Fatalf("CONNACK = % x, want % x (accepted)", connack, want)
+	}
+	if _, err := conn.Write([]byte{0xc0, 0}); err != nil {
+		t.Fatalf("write PINGREQ: %v", err)
+	}
+	pingresp := make([]byte, 2)
+	if _, err := io.ReadFull(conn, pingresp); err != nil {
+		t.Fatalf("read PINGRESP: %v", err)
+	}
+	if want := []byte{0xd0, 0}; !bytes.Equal(pingresp, want) {
+		t.Fatalf("PINGRESP = % x, want % x", pingresp, want)
+	}
+	conn.SetDeadline(time.Time{})
+	return conn
+}
+
+var (
+	listeningRE = regexp.MustCompile(`level=INFO msg="mqtt listening" addr=(\S+)`)
+	quotaRE     = regexp.MustCompile(`level=INFO msg="default quota" (.*)`)
+)
+
+func TestServeProcess(t *testing.T) {
+	p := start(t, "serve", "--mqtt-addr", "127.0.0.1:0")
+	addr := p.waitLine(listeningRE, 10*time.Second)[1]
+	if strings.HasSuffix(addr, ":0") {
+		t.Fatalf("logged addr %q, want the bound port", addr)
+	}
+	quota := p.waitLine(quotaRE, 5*time.Second)[1]
+	if want := "limit=100 window=10s policy=drop buckets=20 identity=client_id rules=0"; quota != want {
+		t.Errorf("default quota line %q, want %q", quota, want)
+	}
+
+	conn := mqttConnect(t, addr, "sensor-1", "")
+
+	// Stop it with a client still connected.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, took := p.wait(shutdownTimeout + 2*time.Second)
+	if code != 0 || took > shutdownTimeout {
+		t.Fatalf("after SIGTERM: exit %d in %s, want 0 within %s; stderr:\n%s", code, took, shutdownTimeout, p.stderr())
+	}
+	for _, want := range []string{`msg="shutting down"`, `msg=stopped`} {
+		if !strings.Contains(p.stderr(), want) {
+			t.Errorf("stderr lacks %s:\n%s", want, p.stderr())
+		}
+	}
+	// The client's connection was closed, not left hanging.
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rest, err := io.ReadAll(conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection still open after shutdown (read % x)", rest)
+	}
+}
+
+func TestServeProcessInterrupt(t *testing.T) {
+	path := writeConfig(t, `
+mqtt: {tcp: "127.0.0.1:0"}
+limits:
+  default: {limit: 5, window: 2s, policy: disconnect}
+  identity: username
+  rules: [{match: {client_id: "s-*"}, quota: {limit: 1}}]
+log: {level: debug}
+`)
+	p := start(t, "--config", path, "--limit", "7")
+	addr := p.waitLine(listeningRE, 10*time.Second)[1]
+	quota := p.waitLine(quotaRE, 5*time.Second)[1]
+	if want := "limit=7 window=2s policy=disconnect buckets=20 identity=username rules=1"; quota != want {
+		t.Errorf("default quota line %q, want %q", quota, want)
+	}
+	mqttConnect(t, addr, "s-1", "device-1")
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code, took := p.wait(shutdownTimeout + 2*time.Second); code != 0 || took > shutdownTimeout {
+		t.Fatalf("after SIGINT: exit %d in %s, want 0 within %s; stderr:\n%s", code, took, shutdownTimeout, p.stderr())
+	}
+	if !strings.Contains(p.stderr(), "level=DEBUG") {
+		t.Errorf("log.level debug from the file logged no debug lines:\n%s", p.stderr())
+	}
+}
+
+func TestServeProcessPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	code, _, stderr := runBinary(t, "serve", "--mqtt-addr", l.Addr().String())
+	if code != 1 || !strings.Contains(stderr, l.Addr().String()) || !strings.Contains(stderr, "address already in use") {
+		t.Fatalf("exit %d, stderr %q; want 1 and a bind error naming %s", code, stderr, l.Addr())
+	}
+}
+
+// TestBadSettingsProcess checks that a bad file or flag stops the
+// gateway before it listens, with a message naming the key (or flag)
+// and the value.
+func TestBadSettingsProcess(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string // written to a file passed with --config, if set
+		args []string
+		code int
+		want []string
+	}{
+		{name: "unknown key", yaml: "limits:\n  burst: 5\n", code: 1,
+			want: []string{"line 2: limits.burst: unknown key"}},
+		{name: "zero window", yaml: "limits: {default: {window: 0s}}\n", code: 1,
+			want: []string{`limits.default.window: must be > 0 (got "0s")`}},
+		{name: "limit 0", yaml: "limits: {default: {limit: 0}}\n", code: 1,
+			want: []string{`limits.default.limit: must be between 1 and 1000000000 (got 0)`}},
+		{name: "unparsable duration", yaml: "limits: {default: {window: soon}}\n", code: 1,
+			want: []string{`limits.default.window: must be a duration like "10s" (got "soon")`}},
+		{name: "bare number duration", yaml: "limits:\n  rules:\n    - match: {client_id: a}\n      quota: {window: 10}\n", code: 1,
+			want: []string{`line 4: limits.rules[0].quota.window: must be a duration like "10s" (got 10)`}},
+		{name: "defer policy", yaml: "limits: {default: {policy: defer}}\n", code: 1,
+			want: []string{`limits.default.policy: defer is not available in this version (got "defer")`}},
+		{name: "several problems", yaml: "limits: {buckets: 0, identity: ip}\nlog: {level: loud}\n", code: 1,
+			want: []string{"invalid settings (config ", "\n  limits.buckets: must be between 1 and 1000 (got 0)",
+				"\n  limits.identity: must be client_id or username (got \"ip\")", "\n  log.level: must be debug, info, warn or error (got \"loud\")"}},
+
+		{name: "missing file", args: []string{"--config", "/nonexistent/gateway.yaml"}, code: 1,
+			want: []string{"/nonexistent/gateway.yaml", "no such file"}},
+		{name: "flag limit 0", args: []string{"--limit", "0"}, code: 1,
+			want: []string{`--limit: must be between 1 and 1000000000 (got 0)`}},
+		{name: "flag limit text", args: []string{"--limit", "ten"}, code: 2,
+			want: []string{`invalid value "ten" for flag -limit: must be an integer`}},
+		{name: "flag window zero", args: []string{"--window", "0s"}, code: 1,
+			want: []string{`--window: must be > 0 (got "0s")`}},
+		{name: "flag window bare", args: []string{"--window", "10"}, code: 2,
+			want: []string{`invalid value "10" for flag -window: must be a duration like "10s"`}},
+		{name: "flag policy", args: []string{"--policy", "defer"}, code: 1,
+			want: []string{`--policy: defer is not available in this version (got "defer")`}},
+		{name: "flag buckets", args: []string{"--buckets", "5000"}, code: 1,
+			want: []string{`--buckets: must be between 1 and 1000 (got 5000)`}},
+		{name: "flag log level", args: []string{"--log-level", "trace"}, code: 1,
+			want: []string{`--log-level: must be debug, info, warn or error (got "trace")`}},
+		{name: "flag mqtt addr", args: []string{"--mqtt-addr", "1883"}, code: 1,
+			want: []string{`--mqtt-addr: must be host:port`, `(got "1883")`}},
+		{name: "unknown flag", args: []string{"--admin-addr", ":8080"}, code: 2,
+			want: []string{"flag provided but not defined: -admin-addr"}},
+		{name: "flag beats file", yaml: "limits: {default: {limit: 5}, buckets: 10}\n", args: []string{"--buckets", "0"}, code: 1,
+			want: []string{"--buckets: must be between 1 and 1000 (got 0)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// Should a case ever start the gateway, keep it off :1883.
+			args := []string{"serve", "--mqtt-addr", "127.0.0.1:0"}
+			if tt.yaml != "" {
+				args = append(args, "--config", writeConfig(t, tt.yaml))
+			}
+			args = append(args, tt.args...)
+			code, stdout, stderr := runBinary(t, args...)
+			if code != tt.code {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tt.code, stderr)
+			}
+			if !strings.HasPrefix(stderr, "gateway: ") {
+				t.Errorf("stderr %q does not start with \"gateway: \"", stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			if stdout != "" || strings.Contains(stderr, "mqtt listening") {
+				t.Errorf("gateway started or printed to stdout: %q / %q", stdout, stderr)
+			}
+		})
+	}
+}
+
+func TestVersionProcess(t *testing.T) {
+	code, stdout, stderr := runBinary(t, "version")
+	want := fmt.Sprintf("devicegate %s (%s)\n", testVersion, runtime.Version())
+	if code != 0 || stdout != want || stderr != "" {
+		t.Fatalf("version: exit %d, stdout %q, stderr %q; want 0, %q, nothing", code, stdout, stderr, want)
+	}
+}
