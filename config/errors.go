@@ -19,6 +19,8 @@ type FieldError struct {
 	Msg string
 }
 
+// Error formats the problem as "line 3: limits.buckets: must be ...",
+// without the line when it is unknown.
 func (e *FieldError) Error() string {
 	key := e.Key
 	if key == "" {

@@ -182,8 +182,15 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
 			w.fail(n, path, "must be an integer (got %s)", describe(n))
 		}
+	case reflect.Bool:
+		var v bool
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&v) != nil {
+			w.fail(n, path, "must be true or false (got %s)", describe(n))
+		}
 	default:
-		panic("config: no schema check for " + t.String())
+		// A field type this walk does not know: a mistake in this
+		// package, reported rather than panicking on outside input.
+		w.fail(n, path, "cannot be checked: config has no schema check for %s", t)
 	}
 }
 
