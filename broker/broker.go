@@ -10,9 +10,17 @@
 //	over, drop, 3.1.1  PUBACK/PUBREC 0x00, not forwarded (3.1.1 cannot say no)
 //	over, drop, v5     PUBACK 0x97 (QoS 1) or PUBREC 0x97 (QoS 2) with a
 //	                   reason string "quota exceeded: N messages per T, retry after D"
-//	over, disconnect   v5: DISCONNECT 0x96; 3.1.1: connection closed
+//	over, disconnect   v5: DISCONNECT 0x96 with the same kind of reason
+//	                   string; 3.1.1: connection closed. Either way the
+//	                   device's will is published, as for any connection
+//	                   the server drops.
 //
-// Messages the server injects itself (cl.Net.Inline) are never counted.
+// A device is named by its client ID or its username (Options.Identity);
+// all its connections share one window, and a reconnect keeps it. Messages
+// the server injects itself (cl.Net.Inline) are never counted. A
+// throttled device is logged at most once per window; per-message counts
+// are in Stats.
+//
 // It is the only package that imports mochi.
 package broker
 
@@ -26,6 +34,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"devicegate/devicelimit"
 )
@@ -157,6 +166,7 @@ func (s *Server) Start() error {
 	if s.connectTimeout > 0 {
 		l.connectTimeout = s.connectTimeout
 	}
+	l.disconnect = s.disconnectClients
 	if err := s.mqtt.AddListener(l); err != nil { // binds (Init)
 		return fmt.Errorf("start mqtt: %w", err)
 	}
@@ -194,6 +204,22 @@ func (s *Server) startSweep() {
 
 // tick does the periodic housekeeping at now.
 func (s *Server) tick(now devicelimit.Tick) { s.hook.sweep(now) }
+
+// disconnectClients ends every client of the listener on shutdown. MQTT 5
+// clients get DISCONNECT 0x8B first; 3.1.1 has no server DISCONNECT
+// (mochi's DisconnectClient sends one anyway).
+func (s *Server) disconnectClients(listener string) {
+	for _, cl := range s.mqtt.Clients.GetAll() {
+		if cl.Net.Listener != listener || cl.Closed() {
+			continue
+		}
+		if cl.Properties.ProtocolVersion == 5 {
+			_ = s.mqtt.DisconnectClient(cl, packets.ErrServerShuttingDown) // writes DISCONNECT, stops the client
+		} else {
+			cl.Stop(packets.ErrServerShuttingDown)
+		}
+	}
+}
 
 // Addr returns the bound TCP address, or nil before a successful Start.
 func (s *Server) Addr() net.Addr {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -78,7 +79,9 @@ func start(t *testing.T, fo fixtureOpts) *fixture {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
 		if err := srv.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
+			var b strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+			t.Errorf("close: %v\n%s", err, b.String())
 		}
 	})
 	return &fixture{srv: srv, clock: clock, table: table, resolver: resolver, addr: srv.Addr().String()}
@@ -207,11 +210,29 @@ func (f *fixture) connect(t *testing.T, version int, id, username string) publis
 	return p
 }
 
+// connectWithWill connects a publisher that leaves a will (QoS 1) on
+// topic.
+func (f *fixture) connectWithWill(t *testing.T, version int, id, topic, payload string) publisher {
+	t.Helper()
+	p, err := f.dial(t, version, id, "", &will{topic, payload})
+	if err != nil {
+		t.Fatalf("connect %s (MQTT %d): %v", id, version, err)
+	}
+	return p
+}
+
+type will struct{ topic, payload string }
+
 func (f *fixture) tryConnect(t *testing.T, version int, id, username string) (publisher, error) {
+	t.Helper()
+	return f.dial(t, version, id, username, nil)
+}
+
+func (f *fixture) dial(t *testing.T, version int, id, username string, w *will) (publisher, error) {
 	t.Helper()
 	if version == 5 {
 		p := &pub5{lostCh: make(chan struct{})}
-		c, connack, err := f.tryDial5(t, id, username, nil, p.onDisconnect, p.onError)
+		c, connack, err := f.tryDial5(t, id, username, w, nil, p.onDisconnect, p.onError)
 		if err != nil {
 			if connack != nil {
 				return nil, fmt.Errorf("%w: connack 0x%02x %q", err, connack.ReasonCode, connackReason(connack))
@@ -233,6 +254,9 @@ func (f *fixture) tryConnect(t *testing.T, version int, id, username string) (pu
 		SetOrderMatters(true).
 		SetConnectTimeout(waitTimeout).
 		SetConnectionLostHandler(func(mqtt3.Client, error) { p.once.Do(func() { close(p.lostCh) }) })
+	if w != nil {
+		opts.SetWill(w.topic, w.payload, 1, false)
+	}
 	p.c = mqtt3.NewClient(opts)
 	tok := p.c.Connect()
 	if !tok.WaitTimeout(waitTimeout) {
@@ -326,14 +350,14 @@ func (p *pub5) close() { _ = p.c.Disconnect(&paho.Disconnect{ReasonCode: 0}) }
 // dial5 connects an MQTT 5 client that hands received messages to onMsg.
 func (f *fixture) dial5(t *testing.T, id, username string, onMsg func(*paho.Publish)) *paho.Client {
 	t.Helper()
-	c, connack, err := f.tryDial5(t, id, username, onMsg, nil, nil)
+	c, connack, err := f.tryDial5(t, id, username, nil, onMsg, nil, nil)
 	if err != nil {
 		t.Fatalf("connect %s (MQTT 5): %v (connack %+v)", id, err, connack)
 	}
 	return c
 }
 
-func (f *fixture) tryDial5(t *testing.T, id, username string, onMsg func(*paho.Publish),
+func (f *fixture) tryDial5(t *testing.T, id, username string, w *will, onMsg func(*paho.Publish),
 	onDisconnect func(*paho.Disconnect), onError func(error)) (*paho.Client, *paho.Connack, error) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", f.addr, waitTimeout)
@@ -357,6 +381,9 @@ func (f *fixture) tryDial5(t *testing.T, id, username string, onMsg func(*paho.P
 	cp := &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}
 	if username != "" {
 		cp.Username, cp.UsernameFlag = username, true
+	}
+	if w != nil {
+		cp.WillMessage = &paho.WillMessage{Topic: w.topic, Payload: []byte(w.payload), QoS: 1}
 	}
 	connack, err := c.Connect(ctx, cp)
 	if err != nil {

@@ -29,6 +29,8 @@ type tcpListener struct {
 	// sends one would hold a goroutine forever; once CONNECT is read,
 	// mochi replaces the deadline with the keepalive's.
 	connectTimeout time.Duration
+	// disconnect ends the established clients of this listener on Close.
+	disconnect func(listenerID string)
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -164,11 +166,11 @@ func (l *tcpListener) isClosed() bool {
 	return l.closed
 }
 
-// Close stops accepting, asks mochi to disconnect this listener's clients
-// (MQTT 5 clients get DISCONNECT 0x8B), closes whatever is still open
+// Close stops accepting, disconnects this listener's clients (MQTT 5
+// clients get DISCONNECT 0x8B), closes whatever is still open
 // (connections still in CONNECT) and waits for all their goroutines.
 // Calls after the first only wait.
-func (l *tcpListener) Close(closeClients listeners.CloseFn) {
+func (l *tcpListener) Close(listeners.CloseFn) {
 	l.mu.Lock()
 	first := !l.closed
 	l.closed = true
@@ -179,7 +181,12 @@ func (l *tcpListener) Close(closeClients listeners.CloseFn) {
 		if ln != nil {
 			_ = ln.Close()
 		}
-		closeClients(l.id)
+		// Not mochi's closeClients: in v2.7.9 it read-locks the client
+		// map twice (Clients.GetByListener calls Len), which deadlocks
+		// Close when a client disconnects at the same moment.
+		if l.disconnect != nil {
+			l.disconnect(l.id)
+		}
 		l.mu.Lock()
 		for c := range l.conns {
 			_ = c.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,8 +19,8 @@ import (
 // that reaches the hook is counted exactly once.
 type Stats struct {
 	Allowed      uint64 // device publishes admitted
-	Dropped      uint64 // publishes over quota and dropped (policy drop; defer until it exists)
-	Disconnected uint64 // publishes over quota whose connection was closed (policy disconnect)
+	Dropped      uint64 // publishes over quota and dropped (policy drop; defer until it exists), and those a disconnected device sent before its connection ended
+	Disconnected uint64 // connections closed for a publish over quota (policy disconnect)
 	Inline       uint64 // server-injected publishes, passed through uncounted
 }
 
@@ -47,7 +48,7 @@ const refusalLogWindow = time.Minute
 type throttle struct {
 	mqtt.HookBase
 
-	srv      *mqtt.Server // to send CONNACK and DISCONNECT
+	srv      *mqtt.Server // to refuse a CONNECT
 	table    *devicelimit.Table
 	resolver *devicelimit.Resolver
 	clock    devicelimit.Clock
@@ -67,8 +68,9 @@ type throttle struct {
 // connInfo is what a connection's publishes need and what cannot change
 // while it is connected: client ID and username are fixed by CONNECT.
 type connInfo struct {
-	device string
-	rule   devicelimit.Quota // the config rule (or default) quota
+	device  string
+	rule    devicelimit.Quota // the config rule (or default) quota
+	closing atomic.Bool       // set when policy disconnect hung up
 }
 
 // ID returns the hook's ID.
@@ -151,6 +153,12 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		// packet was in flight. Compute it; don't cache a dead client.
 		c = h.connInfo(cl)
 	}
+	if c.closing.Load() {
+		// Read after policy disconnect hung up, before the connection
+		// ended: refused uncounted, whatever the window says now.
+		h.dropped.Add(1)
+		return pk, errReject
+	}
 	now := h.clock.Now()
 	q := c.rule
 	if o, ok := h.resolver.Override(c.device, now); ok {
@@ -161,12 +169,13 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		h.allowed.Add(1)
 		return pk, nil
 	}
-	return pk, h.refuse(cl, pk, c.device, q, d, now)
+	return pk, h.refuse(cl, pk, c, q, d, now)
 }
 
 // refuse applies q's policy to a publish over quota and returns the error
 // for mochi.
-func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, device string, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
+func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
+	device := c.device
 	retry := ceilMillisecond(d.RetryAfter)
 	if h.logs.AllowAt(device, devicelimit.Quota{Limit: 1, Window: q.Window}, now).Allowed {
 		level := slog.LevelInfo
@@ -180,19 +189,24 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, device string, q d
 	v5 := cl.Properties.ProtocolVersion == 5
 
 	if q.Policy == devicelimit.PolicyDisconnect {
+		c.closing.Store(true)
 		h.disconnected.Add(1)
 		if v5 {
-			// Writes DISCONNECT 0x96 with the reason string and stops the
-			// client; its error only echoes the code.
-			_ = h.srv.DisconnectClient(cl, packets.Code{
-				Code:   packets.ErrMessageRateTooHigh.Code,
-				Reason: fmt.Sprintf("message rate too high: %d messages per %s, retry after %s", q.Limit, q.Window, retry),
+			_ = cl.WritePacket(packets.Packet{
+				FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
+				ReasonCode:  packets.ErrMessageRateTooHigh.Code,
+				Properties: packets.Properties{
+					ReasonString: fmt.Sprintf("message rate too high: %d messages per %s, retry after %s", q.Limit, q.Window, retry),
+				},
 			})
-		} else {
-			// MQTT 3.1.1 has no server DISCONNECT: close the connection.
-			cl.Stop(packets.ErrMessageRateTooHigh)
 		}
-		// The client is closed: mochi's read loop ends on its next turn.
+		// MQTT 3.1.1 has no server DISCONNECT: the connection just ends.
+		hangUp(cl.Net.Conn)
+		// The connection is closed (or closing), not the client: mochi's
+		// read loop then fails like for any connection the server drops
+		// and publishes the device's will (MQTT-3.1.2-8), so presence
+		// tracking sees the device go offline. cl.Stop, as mochi's
+		// DisconnectClient does, ends the loop quietly and drops the will.
 		return errReject
 	}
 
@@ -221,6 +235,25 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, device string, q d
 	// packet in flight, so the client can go on publishing.
 	_ = cl.WritePacket(ack)
 	return errReject
+}
+
+// disconnectGrace is how long a device disconnected by policy has to
+// read its DISCONNECT and close the connection itself.
+const disconnectGrace = time.Second
+
+// hangUp ends a connection after a DISCONNECT without losing it. A plain
+// Close with the abusive device's next publishes still unread makes the
+// kernel answer with a reset, and the client may then never see the
+// DISCONNECT (seen with paho.golang in tests). So: half-close (FIN after
+// the DISCONNECT), let the client close, and close for good after
+// disconnectGrace if it does not. Until then its publishes are refused.
+func hangUp(conn net.Conn) {
+	hc, ok := conn.(interface{ CloseWrite() error })
+	if !ok || hc.CloseWrite() != nil {
+		_ = conn.Close()
+		return
+	}
+	time.AfterFunc(disconnectGrace, func() { _ = conn.Close() })
 }
 
 // sweep evicts expired windows, log-limiter entries and overrides, and
