@@ -291,7 +291,11 @@ func (p *pub3) publish(t *testing.T, topic, payload string, qos byte) (ack, erro
 	return ack{}, tok.Error()
 }
 
-func (p *pub3) send(topic, payload string, qos byte) { p.c.Publish(topic, qos, false, payload) }
+func (p *pub3) send(topic, payload string, qos byte) {
+	// paho.mqtt.golang's Publish blocks up to 30s once the connection is
+	// gone (it waits for the dead writer); nothing waits for this one.
+	go p.c.Publish(topic, qos, false, payload)
+}
 
 func (p *pub3) lost() <-chan struct{}        { return p.lostCh }
 func (p *pub3) disconnect() *paho.Disconnect { return nil }

@@ -92,8 +92,9 @@ func (l *tcpListener) Init(log *slog.Logger) error {
 }
 
 // Serve accepts connections until Close and hands each to establish on
-// its own goroutine. Accept errors other than a closed socket are retried
-// with a growing delay (5ms to 1s), as net/http does.
+// its own goroutine. Accept errors other than a closed listener (EMFILE
+// in a reconnect storm) are logged and retried with a growing delay, 5ms
+// to 1s, like net/http's.
 func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 	l.mu.Lock()
 	ln := l.ln
