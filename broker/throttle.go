@@ -18,10 +18,17 @@ import (
 // Stats counts the throttle hook's decisions since New. Every publish
 // that reaches the hook is counted exactly once.
 type Stats struct {
-	Allowed      uint64 // device publishes admitted
-	Dropped      uint64 // publishes over quota and dropped (policy drop; defer until it exists), and those a disconnected device sent before its connection ended
-	Disconnected uint64 // connections closed for a publish over quota (policy disconnect)
-	Inline       uint64 // server-injected publishes, passed through uncounted
+	// Allowed counts device publishes admitted.
+	Allowed uint64
+	// Dropped counts publishes over quota that were dropped (policy drop,
+	// and defer until it exists), and those a device disconnected by
+	// policy had sent before its connection ended.
+	Dropped uint64
+	// Disconnected counts connections closed for a publish over quota
+	// (policy disconnect).
+	Disconnected uint64
+	// Inline counts server-injected publishes, passed through uncounted.
+	Inline uint64
 }
 
 // errUsernameRequired refuses an MQTT 5 CONNECT without a username when
