@@ -27,22 +27,41 @@ type shard struct {
 	index map[string]uint32 // class<<30 | record index
 	slabs [numClasses]slab
 	peak  int // most windows held since the last compaction
-	// The bucket of the last decision's tick and window. The clock moves
-	// in steps and most devices share a window length, so consecutive
-	// decisions on a shard usually need the same 128-bit division.
-	lastNow    Tick
-	lastWindow time.Duration
-	lastBucket int64
-	_          [64]byte
+	cut   cut
+	_     [64]byte
 }
 
-// bucketOf returns bucketOf(now, buckets, window), cached. Called with
-// s.mu held.
-func (s *shard) bucketOf(now Tick, buckets int, window time.Duration) int64 {
-	if now != s.lastNow || window != s.lastWindow {
-		s.lastNow, s.lastWindow, s.lastBucket = now, window, bucketOf(now, buckets, window)
+// cut does a shard's bucket arithmetic for one bucket count and caches
+// the last result of each division. The clock moves in steps and most
+// devices share a window length, so consecutive decisions on a shard
+// (and refusals of a flood that filled the same bucket) usually need
+// the same 128-bit division. Guarded by the shard's lock.
+type cut struct {
+	buckets int
+
+	ofTick   Tick
+	ofWindow time.Duration
+	of       int64
+
+	startK      int64
+	startWindow time.Duration
+	start       Tick
+}
+
+// bucketOf returns bucketOf(t, c.buckets, window).
+func (c *cut) bucketOf(t Tick, window time.Duration) int64 {
+	if t != c.ofTick || window != c.ofWindow {
+		c.ofTick, c.ofWindow, c.of = t, window, bucketOf(t, c.buckets, window)
 	}
-	return s.lastBucket
+	return c.of
+}
+
+// bucketStart returns bucketStart(k, c.buckets, window).
+func (c *cut) bucketStart(k int64, window time.Duration) Tick {
+	if k != c.startK || window != c.startWindow {
+		c.startK, c.startWindow, c.start = k, window, bucketStart(k, c.buckets, window)
+	}
+	return c.start
 }
 
 const (
@@ -67,6 +86,7 @@ func NewTable(buckets int) (*Table, error) {
 }
 
 func (s *shard) init(slots int) {
+	s.cut = cut{buckets: slots - 1, ofTick: -1, startK: -1}
 	s.index = make(map[string]uint32)
 	for c := range s.slabs {
 		s.slabs[c] = newSlab(c, slots)
@@ -149,7 +169,7 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 		s.mu.Unlock()
 		return Decision{Limit: q.Limit, Remaining: q.Limit}
 	}
-	d := r.decide(q, now, s.bucketOf(now, t.buckets, q.Window), t.buckets, count)
+	d := r.decide(q, now, &s.cut, count)
 	s.mu.Unlock()
 	return d
 }

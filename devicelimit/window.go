@@ -53,13 +53,15 @@ func (r rec) recut(window time.Duration, now Tick, buckets int) {
 	r.setCount(int(nb%int64(buckets+1)), total)
 }
 
-// decide advances the window to now, in bucket nb, and, when count is set
-// and the window has room, counts one message.
-func (r rec) decide(q Quota, now Tick, nb int64, buckets int, count bool) Decision {
+// decide advances the window to now and, when count is set and the window
+// has room, counts one message.
+func (r rec) decide(q Quota, now Tick, c *cut, count bool) Decision {
+	buckets := c.buckets
 	slots := buckets + 1
 	if r.length() != q.Window {
 		r.recut(q.Window, now, buckets)
 	}
+	nb := c.bucketOf(now, q.Window)
 	if head := r.head(); nb < head {
 		// The caller's tick is older than the newest bucket (a clock
 		// read just before another goroutine's): decide as of the head.
@@ -81,38 +83,39 @@ func (r rec) decide(q Quota, now Tick, nb int64, buckets int, count bool) Decisi
 	// Over the limit: find the oldest bucket whose expiry brings the
 	// total below the limit; the window admits again when it leaves. The
 	// oldest bucket, nb-buckets, sits in the slot after nb's.
-	k := nb - int64(buckets) + int64(r.slotsToAdmit(slot, slots, total-q.Limit))
-	at := bucketStart(k+int64(slots), buckets, q.Window)
+	k := nb - int64(buckets) + int64(r.slotsToAdmit(slot, slots, total-q.Limit, q.Limit))
+	at := c.bucketStart(k+int64(slots), q.Window)
 	return Decision{Count: total, Limit: q.Limit, RetryAfter: at.Sub(now)}
 }
 
-// slotsToAdmit returns how many of the oldest slots, starting after slot
-// (the newest), must expire before the total drops by more than excess:
-// the index from the oldest of the bucket whose expiry admits again.
-func (r rec) slotsToAdmit(slot, slots, excess int) int {
-	// The width switch sits outside the loops: this is the refusal path
-	// of a flooding device, taken far more often than any other.
-	expired := 0
-	switch r.w {
-	case 1:
-		c := r.b[recHeader+1 : recHeader+1+slots]
-		for i := 0; i < slots-1; i++ {
-			if slot++; slot == slots {
-				slot = 0
-			}
-			if expired += int(c[slot]); expired > excess {
-				return i
-			}
-		}
-	default:
-		for i := 0; i < slots-1; i++ {
-			if slot++; slot == slots {
-				slot = 0
-			}
-			if expired += r.count(slot); expired > excess {
-				return i
-			}
+// slotsToAdmit returns the position, counted from the oldest bucket, of
+// the bucket whose expiry brings the total within the limit: the oldest
+// bucket k with (counts newer than k) < limit, equivalently (counts up
+// to k) > excess = total - limit. slot is the newest bucket's slot.
+//
+// Walking from the oldest end is quick when the counts are spread out
+// (a steady flood); from the newest end when they sit in the newest
+// buckets (a burst). The walk goes both ways at once and stops at the
+// first answer: at most about half the slots, whatever the shape.
+func (r rec) slotsToAdmit(slot, slots, excess, limit int) int {
+	oldest := slot + 1 // slot of position 0
+	if oldest == slots {
+		oldest = 0
+	}
+	at := func(pos int) int { // slot of the position pos from the oldest
+		if s := oldest + pos; s < slots {
+			return s
+		} else {
+			return s - slots
 		}
 	}
-	return slots - 1
+	prefix, suffix := 0, 0
+	for lo, hi := 0, slots-1; ; lo, hi = lo+1, hi-1 {
+		if prefix += r.count(at(lo)); prefix > excess {
+			return lo
+		}
+		if suffix += r.count(at(hi)); suffix >= limit {
+			return hi
+		}
+	}
 }
