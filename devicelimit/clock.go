@@ -46,7 +46,8 @@ const DefaultResolution = time.Millisecond
 type SystemClock struct {
 	now   atomic.Int64
 	base  Tick
-	mono  time.Time
+	src   TimeSource
+	mono  time.Duration // src.Mono() at start
 	stop  chan struct{}
 	done  chan struct{}
 	close sync.Once
@@ -57,15 +58,38 @@ type SystemClock struct {
 	Wall Tick
 }
 
-// NewSystemClock starts a clock at max(wall clock, highWater) that
-// advances every resolution (DefaultResolution when <= 0).
+// TimeSource is where a SystemClock reads time: the wall clock once, at
+// start-up, and the monotonic clock after. RealTime is the system's.
+type TimeSource interface {
+	Wall() time.Time
+	// Mono returns monotonic time since an arbitrary fixed origin.
+	Mono() time.Duration
+}
+
+// RealTime reads the system's wall and monotonic clocks.
+var RealTime TimeSource = realTime{}
+
+var processStart = time.Now()
+
+type realTime struct{}
+
+func (realTime) Wall() time.Time     { return time.Now() }
+func (realTime) Mono() time.Duration { return time.Since(processStart) }
+
+// NewSystemClock starts a clock on RealTime at max(wall clock, highWater)
+// that advances every resolution (DefaultResolution when <= 0).
 func NewSystemClock(highWater Tick, resolution time.Duration) *SystemClock {
+	return NewSystemClockOn(RealTime, highWater, resolution)
+}
+
+// NewSystemClockOn is NewSystemClock reading time from src.
+func NewSystemClockOn(src TimeSource, highWater Tick, resolution time.Duration) *SystemClock {
 	if resolution <= 0 {
 		resolution = DefaultResolution
 	}
-	mono := time.Now()
-	wall := TickOf(mono)
-	c := &SystemClock{base: max(wall, highWater), mono: mono, stop: make(chan struct{}), done: make(chan struct{}),
+	mono := src.Mono()
+	wall := TickOf(src.Wall())
+	c := &SystemClock{base: max(wall, highWater), src: src, mono: mono, stop: make(chan struct{}), done: make(chan struct{}),
 		RolledBack: wall < highWater, Wall: wall}
 	c.now.Store(int64(c.base))
 	go c.run(resolution)
@@ -88,7 +112,7 @@ func (c *SystemClock) run(resolution time.Duration) {
 
 // tick advances the clock to the monotonic reading; it never moves back.
 func (c *SystemClock) tick() Tick {
-	next := int64(c.base.Add(time.Since(c.mono)))
+	next := int64(c.base.Add(c.src.Mono() - c.mono))
 	for {
 		cur := c.now.Load()
 		if next <= cur {
@@ -133,3 +157,30 @@ func (c *ManualClock) Advance(d time.Duration) Tick { return Tick(c.now.Add(int6
 // Set moves the clock to t, backwards too: the table treats a tick older
 // than a window's newest bucket as that bucket.
 func (c *ManualClock) Set(t Tick) { c.now.Store(int64(t)) }
+
+// ManualTime is a TimeSource moved only by its owner, for tests and
+// simulations of clock steps. Safe for concurrent use.
+type ManualTime struct{ wall, mono atomic.Int64 }
+
+// NewManualTime returns a source whose wall clock reads wall.
+func NewManualTime(wall time.Time) *ManualTime {
+	m := new(ManualTime)
+	m.wall.Store(wall.UnixNano())
+	return m
+}
+
+// Wall returns the wall-clock reading.
+func (m *ManualTime) Wall() time.Time { return time.Unix(0, m.wall.Load()) }
+
+// Mono returns the monotonic reading.
+func (m *ManualTime) Mono() time.Duration { return time.Duration(m.mono.Load()) }
+
+// Advance lets d pass: both clocks move forward.
+func (m *ManualTime) Advance(d time.Duration) {
+	m.mono.Add(int64(d))
+	m.wall.Add(int64(d))
+}
+
+// StepWall moves only the wall clock, by d (negative to set it back), as
+// NTP or an operator's `date` would.
+func (m *ManualTime) StepWall(d time.Duration) { m.wall.Add(int64(d)) }

@@ -10,7 +10,9 @@ import (
 // garbage collector nothing to scan. A window record is
 //
 //	[0:8)   head: bucket number of the newest bucket (int64)
-//	[8:16)  length T the buckets are cut for (int64 ns)
+//	[8:16)  length T the buckets are cut for (ns), with two flags in its
+//	        top bits: dirty (changed since the last Collect) and stored
+//	        (a Collect has handed it out, so a store may hold it)
 //	[16:16+w)         total of the counts
 //	[16+w:16+w+S*w)   S = buckets+1 counters, bucket k in slot k mod S
 //
@@ -80,14 +82,27 @@ type rec struct {
 	w int
 }
 
-func (r rec) head() int64               { return int64(binary.LittleEndian.Uint64(r.b[0:8])) }
-func (r rec) setHead(h int64)           { binary.LittleEndian.PutUint64(r.b[0:8], uint64(h)) }
-func (r rec) length() time.Duration     { return time.Duration(binary.LittleEndian.Uint64(r.b[8:16])) }
-func (r rec) setLength(d time.Duration) { binary.LittleEndian.PutUint64(r.b[8:16], uint64(d)) }
-func (r rec) total() int                { return r.word(recHeader) }
-func (r rec) setTotal(v int)            { r.setWord(recHeader, v) }
-func (r rec) count(slot int) int        { return r.word(recHeader + r.w*(slot+1)) }
-func (r rec) setCount(slot, v int)      { r.setWord(recHeader+r.w*(slot+1), v) }
+func (r rec) head() int64     { return int64(binary.LittleEndian.Uint64(r.b[0:8])) }
+func (r rec) setHead(h int64) { binary.LittleEndian.PutUint64(r.b[0:8], uint64(h)) }
+
+// Flags kept in the top bits of the length word; MaxWindow needs 52.
+const (
+	flagDirty  = 1 << 63
+	flagStored = 1 << 62
+	flagMask   = flagDirty | flagStored
+)
+
+func (r rec) lengthWord() uint64    { return binary.LittleEndian.Uint64(r.b[8:16]) }
+func (r rec) length() time.Duration { return time.Duration(r.lengthWord() &^ flagMask) }
+func (r rec) flags() uint64         { return r.lengthWord() & flagMask }
+func (r rec) setFlags(f uint64)     { binary.LittleEndian.PutUint64(r.b[8:16], r.lengthWord()&^flagMask|f) }
+func (r rec) setLength(d time.Duration) {
+	binary.LittleEndian.PutUint64(r.b[8:16], r.flags()|uint64(d))
+}
+func (r rec) total() int           { return r.word(recHeader) }
+func (r rec) setTotal(v int)       { r.setWord(recHeader, v) }
+func (r rec) count(slot int) int   { return r.word(recHeader + r.w*(slot+1)) }
+func (r rec) setCount(slot, v int) { r.setWord(recHeader+r.w*(slot+1), v) }
 
 func (r rec) word(off int) int {
 	switch r.w {

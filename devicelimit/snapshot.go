@@ -84,58 +84,59 @@ func (w Window) validate() error {
 // versions, truncated or trailing bytes and out-of-range values are
 // errors wrapping ErrBadSnapshot; w is unchanged on error.
 func (w *Window) UnmarshalBinary(b []byte) error {
-	if len(b) == 0 {
-		return fmt.Errorf("%w: empty", ErrBadSnapshot)
-	}
-	if b[0] != windowVersion {
-		return fmt.Errorf("%w: unknown version %d", ErrBadSnapshot, b[0])
-	}
-	b = b[1:]
-	next := func(what string) (uint64, error) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 || n != uvarintLen(v) {
-			return 0, fmt.Errorf("%w: truncated or malformed %s", ErrBadSnapshot, what)
-		}
-		b = b[n:]
-		return v, nil
-	}
-	length, err := next("length")
+	var buf [MaxBuckets + 1]uint32
+	out, err := decodeWindow(b, buf[:])
 	if err != nil {
 		return err
 	}
-	head, err := next("head")
-	if err != nil {
-		return err
-	}
-	n, err := next("count")
-	if err != nil {
-		return err
-	}
-	if n < 2 || n > MaxBuckets+1 {
-		return fmt.Errorf("%w: %d counts, want 2..%d", ErrBadSnapshot, n, MaxBuckets+1)
-	}
-	if length > uint64(MaxWindow) || head > 1<<62 {
-		return fmt.Errorf("%w: length or head out of range", ErrBadSnapshot)
-	}
-	out := Window{Length: time.Duration(length), Head: int64(head), Counts: make([]uint32, n)}
-	for i := range out.Counts {
-		c, err := next("bucket count")
-		if err != nil {
-			return err
-		}
-		if c > MaxLimit {
-			return fmt.Errorf("%w: bucket count %d above %d", ErrBadSnapshot, c, MaxLimit)
-		}
-		out.Counts[i] = uint32(c)
-	}
-	if len(b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrBadSnapshot, len(b))
-	}
-	if err := out.validate(); err != nil {
-		return err
-	}
+	out.Counts = append([]uint32(nil), out.Counts...)
 	*w = out
 	return nil
+}
+
+// decodeWindow decodes b with its counts in buf, which must hold
+// MaxBuckets+1 counts; the result's Counts aliases buf.
+func decodeWindow(b []byte, buf []uint32) (Window, error) {
+	if len(b) == 0 {
+		return Window{}, fmt.Errorf("%w: empty", ErrBadSnapshot)
+	}
+	if b[0] != windowVersion {
+		return Window{}, fmt.Errorf("%w: unknown version %d", ErrBadSnapshot, b[0])
+	}
+	b = b[1:]
+	var fields [3]uint64 // length, head, number of counts
+	for i, what := range [...]string{"length", "head", "count"} {
+		v, n := binary.Uvarint(b)
+		if n <= 0 || n != uvarintLen(v) {
+			return Window{}, fmt.Errorf("%w: truncated or malformed %s", ErrBadSnapshot, what)
+		}
+		fields[i], b = v, b[n:]
+	}
+	length, head, n := fields[0], fields[1], fields[2]
+	if n < 2 || n > MaxBuckets+1 {
+		return Window{}, fmt.Errorf("%w: %d counts, want 2..%d", ErrBadSnapshot, n, MaxBuckets+1)
+	}
+	if length > uint64(MaxWindow) || head > 1<<62 {
+		return Window{}, fmt.Errorf("%w: length or head out of range", ErrBadSnapshot)
+	}
+	w := Window{Length: time.Duration(length), Head: int64(head), Counts: buf[:n]}
+	for i := range w.Counts {
+		c, k := binary.Uvarint(b)
+		if k <= 0 || k != uvarintLen(c) {
+			return Window{}, fmt.Errorf("%w: truncated or malformed bucket count", ErrBadSnapshot)
+		}
+		if c > MaxLimit {
+			return Window{}, fmt.Errorf("%w: bucket count %d above %d", ErrBadSnapshot, c, MaxLimit)
+		}
+		w.Counts[i], b = uint32(c), b[k:]
+	}
+	if len(b) != 0 {
+		return Window{}, fmt.Errorf("%w: %d trailing bytes", ErrBadSnapshot, len(b))
+	}
+	if err := w.validate(); err != nil {
+		return Window{}, err
+	}
+	return w, nil
 }
 
 // Snapshot returns a copy of the device's window, if it has one.
@@ -153,11 +154,8 @@ func (t *Table) Snapshot(device string) (Window, bool) {
 func snapshotRec(r rec, buckets int) Window {
 	slots := buckets + 1
 	w := Window{Length: r.length(), Head: r.head(), Counts: make([]uint32, slots)}
-	for i := range w.Counts {
-		k := w.Head - int64(slots-1) + int64(i)
-		if k >= 0 {
-			w.Counts[i] = uint32(r.count(int(k % int64(slots))))
-		}
+	for pos := range w.Counts {
+		w.Counts[pos] = uint32(r.countAt(pos, slots))
 	}
 	return w
 }
@@ -165,7 +163,8 @@ func snapshotRec(r rec, buckets int) Window {
 // Restore replaces the device's window with w. A window cut into another
 // number of buckets than the table's is converted conservatively: all its
 // counts move to the table's bucket holding the end of w's newest bucket,
-// so they expire no earlier than they would have.
+// so they expire no earlier than they would have. The restored window
+// counts as stored and not dirty (see Collect).
 func (t *Table) Restore(device string, w Window) error {
 	if err := ValidDeviceID(device); err != nil {
 		return err
@@ -173,18 +172,39 @@ func (t *Table) Restore(device string, w Window) error {
 	if err := w.validate(); err != nil {
 		return err
 	}
+	t.restore(device, w)
+	return nil
+}
+
+// RestoreBinary is Restore of a window encoded by MarshalBinary (or
+// handed out by Collect), without allocating for the counts.
+func (t *Table) RestoreBinary(device string, enc []byte) error {
+	if err := ValidDeviceID(device); err != nil {
+		return err
+	}
+	var buf [MaxBuckets + 1]uint32
+	w, err := decodeWindow(enc, buf[:])
+	if err != nil {
+		return err
+	}
+	t.restore(device, w)
+	return nil
+}
+
+// restore installs the valid window w.
+func (t *Table) restore(device string, w Window) {
 	total := w.Total()
 	s := t.shard(device)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ref, ok := s.index[device]; ok {
-		delete(s.index, device)
-		s.free(ref)
+		s.evict(device, ref)
 	}
 	if total == 0 {
-		return nil
+		return
 	}
 	r, _ := s.lookup(device, total, true)
+	r.setFlags(flagStored)
 	slots := t.buckets + 1
 	r.setLength(w.Length)
 	r.setTotal(total)
@@ -195,13 +215,12 @@ func (t *Table) Restore(device string, w Window) error {
 				r.setCount(int(k%int64(slots)), int(c))
 			}
 		}
-		return nil
+		return
 	}
 	end := bucketStart(w.Head+1, len(w.Counts)-1, w.Length) - 1
 	head := bucketOf(end, t.buckets, w.Length)
 	r.setHead(head)
 	r.setCount(int(head%int64(slots)), total)
-	return nil
 }
 
 // uvarintLen is the length of v's minimal uvarint encoding; longer

@@ -28,6 +28,10 @@ type shard struct {
 	slabs [numClasses]slab
 	peak  int // most windows held since the last compaction
 	cut   cut
+	// dirty lists the devices whose windows gained a count since the
+	// last Collect, gone those evicted or reset after a Collect handed
+	// them out. See Collect.
+	dirty, gone []string
 	_     [64]byte
 }
 
@@ -135,6 +139,7 @@ func (s *shard) free(ref uint32) { s.slabs[ref>>refClassShift].release(ref & ref
 func copyRec(dst, src rec) {
 	dst.setHead(src.head())
 	dst.setLength(src.length())
+	dst.setFlags(src.flags())
 	dst.setTotal(src.total())
 	for i := 0; recHeader+src.w*(i+2) <= len(src.b); i++ {
 		if recHeader+dst.w*(i+2) > len(dst.b) {
@@ -170,6 +175,10 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 		return Decision{Limit: q.Limit, Remaining: q.Limit}
 	}
 	d := r.decide(q, now, &s.cut, count)
+	if d.Allowed && r.flags()&flagDirty == 0 {
+		r.setFlags(r.flags() | flagDirty)
+		s.dirty = append(s.dirty, device)
+	}
 	s.mu.Unlock()
 	return d
 }
@@ -181,10 +190,19 @@ func (t *Table) Reset(device string) bool {
 	defer s.mu.Unlock()
 	ref, ok := s.index[device]
 	if ok {
-		delete(s.index, device)
-		s.free(ref)
+		s.evict(device, ref)
 	}
 	return ok
+}
+
+// evict removes the device's window, remembering it for Collect if a
+// store may hold it. Called with s.mu held.
+func (s *shard) evict(device string, ref uint32) {
+	if s.rec(ref).flags()&flagStored != 0 {
+		s.gone = append(s.gone, device)
+	}
+	delete(s.index, device)
+	s.free(ref)
 }
 
 // Len returns the number of windows held.
@@ -217,8 +235,7 @@ func (t *Table) Sweep(now Tick) int {
 				r.advance(nb, t.buckets+1)
 			}
 			if r.total() == 0 {
-				delete(s.index, device)
-				s.free(ref)
+				s.evict(device, ref)
 				evicted++
 			}
 		}

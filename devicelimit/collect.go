@@ -1,0 +1,87 @@
+package devicelimit
+
+import "encoding/binary"
+
+// Collect hands out what changed since the last Collect, for a store to
+// write: fn(device, enc) for every window that gained a count, with enc
+// its encoding as by Window.MarshalBinary, and fn(device, nil) for every
+// window evicted or reset after an earlier Collect handed it out (a store
+// may hold it and should delete it). A device may come twice, a deletion
+// first; apply the calls in order.
+//
+// fn runs with one shard locked at a time: it must be quick (copy the
+// bytes, which are valid only during the call) and must not call the
+// Table. Decisions on other shards go on meanwhile, and a shard is locked
+// only for the time its own changes take to encode. Collect returns the
+// number of windows and deletions handed out. Concurrent Collects are
+// serialized by the shard locks but interleave: use one collector.
+func (t *Table) Collect(fn func(device string, enc []byte)) int {
+	n := 0
+	var buf []byte
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for _, device := range s.gone {
+			fn(device, nil)
+			n++
+		}
+		clear(s.gone)
+		s.gone = s.gone[:0]
+		for _, device := range s.dirty {
+			ref, ok := s.index[device]
+			if !ok {
+				continue // evicted since: it is in gone, or never stored
+			}
+			r := s.rec(ref)
+			f := r.flags()
+			if f&flagDirty == 0 {
+				continue // listed twice: evicted, then back and dirty again
+			}
+			r.setFlags(f&^flagDirty | flagStored)
+			buf = appendRec(buf[:0], r, t.buckets)
+			fn(device, buf)
+			n++
+		}
+		clear(s.dirty) // drop the strings, keep the capacity
+		s.dirty = s.dirty[:0]
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Dirty returns the number of windows changed since the last Collect and
+// the deletions waiting for it (an upper bound: a device may be listed
+// twice).
+func (t *Table) Dirty() int {
+	n := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		n += len(s.dirty) + len(s.gone)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// appendRec appends the encoding of Window.MarshalBinary of r to b.
+func appendRec(b []byte, r rec, buckets int) []byte {
+	slots := buckets + 1
+	b = append(b, windowVersion)
+	b = binary.AppendUvarint(b, uint64(r.length()))
+	b = binary.AppendUvarint(b, uint64(r.head()))
+	b = binary.AppendUvarint(b, uint64(slots))
+	for pos := 0; pos < slots; pos++ {
+		b = binary.AppendUvarint(b, uint64(r.countAt(pos, slots)))
+	}
+	return b
+}
+
+// countAt returns the count of the bucket at position pos from the
+// oldest of the window's slots.
+func (r rec) countAt(pos, slots int) int {
+	k := r.head() - int64(slots-1) + int64(pos)
+	if k < 0 {
+		return 0
+	}
+	return r.count(int(k % int64(slots)))
+}
