@@ -32,7 +32,7 @@ type shard struct {
 	// last Collect, gone those evicted or reset after a Collect handed
 	// them out. See Collect.
 	dirty, gone []string
-	_     [64]byte
+	_           [64]byte
 }
 
 // cut does a shard's bucket arithmetic for one bucket count and caches
