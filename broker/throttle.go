@@ -31,6 +31,14 @@ type Stats struct {
 	Inline uint64
 }
 
+// errClientIDRequired refuses an MQTT 5 CONNECT with an empty client ID
+// when devices are identified by client ID. MQTT 3.1.1 clients get
+// return code 0x02, identifier rejected.
+var errClientIDRequired = packets.Code{
+	Code:   packets.ErrClientIdentifierNotValid.Code,
+	Reason: "client identifier required: devices are identified by client ID",
+}
+
 // errUsernameRequired refuses an MQTT 5 CONNECT without a username when
 // devices are identified by username. MQTT 3.1.1 clients get mochi's
 // ErrBadUsernameOrPassword instead, which it maps to return code 0x05.
@@ -101,21 +109,29 @@ func (h *throttle) Init(any) error {
 }
 
 // OnConnect refuses a connection that names no device: with identity
-// username, a CONNECT without a username. mochi closes the connection
-// without any CONNACK when OnConnect fails, so the hook sends it.
-func (h *throttle) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
-	if h.identity != devicelimit.IdentityUsername || len(cl.Properties.Username) > 0 {
+// username, a CONNECT without a username; with identity client_id, a
+// CONNECT with an empty client ID, for which mochi would assign a fresh
+// random ID, and so a fresh window, on every connect. mochi closes the
+// connection without any CONNACK when OnConnect fails, so the hook sends
+// it.
+func (h *throttle) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	var code, v5 packets.Code
+	switch {
+	case h.identity == devicelimit.IdentityUsername && len(cl.Properties.Username) == 0:
+		code, v5 = packets.ErrBadUsernameOrPassword, errUsernameRequired
+	case h.identity == devicelimit.IdentityClientID && pk.Connect.ClientIdentifier == "":
+		code, v5 = packets.ErrClientIdentifierNotValid, errClientIDRequired
+	default:
 		return nil
 	}
-	code := packets.ErrBadUsernameOrPassword
 	if cl.Properties.ProtocolVersion == 5 {
-		code = errUsernameRequired
+		code = v5 // MQTT 3.1.1 gets the standard code, mapped to its return code
 	}
 	if h.logs.AllowAt("\x00refused\x00"+cl.ID, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
-		h.log.Warn("connection refused", "client", cl.ID, "remote", cl.Net.Remote, "reason", errUsernameRequired.Reason)
+		h.log.Warn("connection refused", "client", cl.ID, "remote", cl.Net.Remote, "reason", v5.Reason)
 	}
 	if err := h.srv.SendConnack(cl, code, false, nil); err != nil {
-		return fmt.Errorf("refuse connection without username: %w", err)
+		return fmt.Errorf("refuse connection: %w", err)
 	}
 	return code
 }

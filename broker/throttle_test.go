@@ -269,6 +269,28 @@ func TestUsernameRequired(t *testing.T) {
 	f.connect(t, 5, "named", "u1") // the server still serves
 }
 
+// With identity client_id, an empty client ID would get a fresh random ID
+// from mochi, and a fresh window, on every connect: refused.
+func TestEmptyClientIDRefused(t *testing.T) {
+	f := start(t, fixtureOpts{def: devicelimit.Quota{Limit: 1, Window: time.Second}})
+	_, err := f.tryConnect(t, 5, "", "")
+	if err == nil || !strings.Contains(err.Error(), "connack 0x85") || !strings.Contains(err.Error(), "client identifier required") {
+		t.Fatalf("MQTT 5 connect with empty client ID: %v, want connack 0x85 client identifier required", err)
+	}
+	_, err = f.tryConnect(t, 3, "", "")
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "identifier rejected") {
+		t.Fatalf("MQTT 3.1.1 connect with empty client ID: %v, want identifier rejected", err)
+	}
+	if n := f.table.Len(); n != 0 {
+		t.Fatalf("refused connections left %d windows", n)
+	}
+	f.connect(t, 5, "named", "") // the server still serves
+	// With identity username an empty client ID is fine: the username
+	// names the device.
+	g := start(t, fixtureOpts{identity: devicelimit.IdentityUsername})
+	g.connect(t, 5, "", "u1")
+}
+
 // Messages the server publishes itself never count against any quota,
 // even under a default quota of one message.
 func TestInlineNotCounted(t *testing.T) {
