@@ -13,6 +13,9 @@
 //
 //	mqtt:
 //	  tcp: ":1883"                 # host:port of the MQTT TCP listener
+//	data_dir: "./data"             # where the state file lives (created if missing)
+//	persist:
+//	  snapshot_interval: 1s        # how often changed windows are written, > 0 and <= 1h
 //	limits:
 //	  default: {limit: 100, window: 10s, policy: drop}
 //	  buckets: 20                  # buckets per window, 1..1000
@@ -27,6 +30,11 @@
 // A rule's quota keys that are left out take their value from
 // limits.default in the same file. Policies are drop and disconnect;
 // defer is not available in this version.
+//
+// data_dir holds the gateway's state file (windows, quota overrides, the
+// clock's high-water). A graceful shutdown writes everything; a crash
+// loses at most persist.snapshot_interval of admissions, so a shorter
+// interval bounds the loss more tightly at the cost of more writes.
 package config
 
 import (
@@ -41,9 +49,14 @@ import (
 // Config is the whole gateway configuration. The zero value is not
 // valid; start from Default or Parse.
 type Config struct {
-	MQTT   MQTT   `yaml:"mqtt"`
-	Limits Limits `yaml:"limits"`
-	Log    Log    `yaml:"log"`
+	MQTT MQTT `yaml:"mqtt"`
+	// DataDir is the directory of the state file; it is created (mode
+	// 0700) if missing. Relative paths are relative to the working
+	// directory.
+	DataDir string  `yaml:"data_dir"`
+	Persist Persist `yaml:"persist"`
+	Limits  Limits  `yaml:"limits"`
+	Log     Log     `yaml:"log"`
 }
 
 // MQTT configures the MQTT listeners.
@@ -52,6 +65,18 @@ type MQTT struct {
 	// free port.
 	TCP string `yaml:"tcp"`
 }
+
+// Persist configures how state reaches the data directory.
+type Persist struct {
+	// SnapshotInterval is how often the windows changed since the last
+	// snapshot are written. It bounds what a crash can lose: at most one
+	// interval of admissions.
+	SnapshotInterval Duration `yaml:"snapshot_interval"`
+}
+
+// MaxSnapshotInterval is the longest persist.snapshot_interval: beyond
+// it a crash could hand devices most of an hour of extra quota.
+const MaxSnapshotInterval = time.Hour
 
 // Limits configures the per-device quotas.
 type Limits struct {
@@ -100,11 +125,14 @@ type Log struct {
 }
 
 // Default returns the configuration used when no file or flag says
-// otherwise: MQTT on :1883, 100 messages per 10 s per device (dropped
-// above), 20 buckets, devices named by client ID, info logging.
+// otherwise: MQTT on :1883, state in ./data with a snapshot every
+// second, 100 messages per 10 s per device (dropped above), 20 buckets,
+// devices named by client ID, info logging.
 func Default() Config {
 	return Config{
-		MQTT: MQTT{TCP: ":1883"},
+		MQTT:    MQTT{TCP: ":1883"},
+		DataDir: "./data",
+		Persist: Persist{SnapshotInterval: Duration(time.Second)},
 		Limits: Limits{
 			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
 			Buckets:  devicelimit.DefaultBuckets,

@@ -33,10 +33,13 @@ func TestDefaultValidates(t *testing.T) {
 	if d.MQTT.TCP != ":1883" {
 		t.Fatalf("default mqtt.tcp = %q, want %q", d.MQTT.TCP, ":1883")
 	}
+	if d.DataDir != "./data" || d.Persist.SnapshotInterval != Duration(time.Second) {
+		t.Fatalf("default data_dir, persist = %q, %+v; want \"./data\", 1s", d.DataDir, d.Persist)
+	}
 }
 
 func TestParseEmptyGivesDefault(t *testing.T) {
-	for _, in := range []string{"", "\n\n  \n", "# only a comment\n", "---\n", "~\n", "mqtt:\nlimits:\nlog:\n", "limits: {default: ~, rules: ~}\n"} {
+	for _, in := range []string{"", "\n\n  \n", "# only a comment\n", "---\n", "~\n", "mqtt:\nlimits:\nlog:\n", "data_dir:\npersist:\n", "persist: {snapshot_interval: ~}\n", "limits: {default: ~, rules: ~}\n"} {
 		c, err := Parse(strings.NewReader(in))
 		if err != nil {
 			t.Fatalf("Parse(%q) error: %v", in, err)
@@ -67,6 +70,32 @@ func TestKeys(t *testing.T) {
 		{name: "tcp empty", yaml: `mqtt: {tcp: ""}`, err: []string{`mqtt.tcp: must be host:port`, `(got "")`}},
 		{name: "tcp mapping", yaml: "mqtt:\n  tcp: {port: 1}\n", err: []string{`line 2: mqtt.tcp: must be a string (got a mapping)`}},
 		{name: "mqtt scalar", yaml: "mqtt: 1883\n", err: []string{`line 1: mqtt: must be a mapping of keys (got 1883)`}},
+
+		// data_dir
+		{name: "data dir relative", yaml: `data_dir: state`, want: func(c Config) bool { return c.DataDir == "state" }},
+		{name: "data dir absolute", yaml: `data_dir: "/var/lib/devicegate"`, want: func(c Config) bool { return c.DataDir == "/var/lib/devicegate" }},
+		{name: "data dir null keeps default", yaml: `data_dir: ~`, want: func(c Config) bool { return c.DataDir == "./data" }},
+		{name: "data dir empty", yaml: `data_dir: ""`, err: []string{`data_dir: must name a directory (got "")`}},
+		{name: "data dir NUL", yaml: `data_dir: "a\0b"`, err: []string{`data_dir: must not contain a NUL byte (got "a\x00b")`}},
+		{name: "data dir number", yaml: "data_dir: 5\n", want: func(c Config) bool { return c.DataDir == "5" }},
+		{name: "data dir list", yaml: "data_dir: [a]\n", err: []string{`line 1: data_dir: must be a string (got a list)`}},
+
+		// persist.snapshot_interval
+		{name: "snapshot interval ms", yaml: `persist: {snapshot_interval: 100ms}`, want: func(c Config) bool {
+			return c.Persist.SnapshotInterval == Duration(100*time.Millisecond)
+		}},
+		{name: "snapshot interval max", yaml: `persist: {snapshot_interval: 1h}`, want: func(c Config) bool {
+			return c.Persist.SnapshotInterval == Duration(time.Hour)
+		}},
+		{name: "snapshot interval 1ns", yaml: `persist: {snapshot_interval: 1ns}`, want: func(c Config) bool {
+			return c.Persist.SnapshotInterval == 1
+		}},
+		{name: "snapshot interval zero", yaml: `persist: {snapshot_interval: 0s}`, err: []string{`persist.snapshot_interval: must be > 0 (got "0s")`}},
+		{name: "snapshot interval negative", yaml: `persist: {snapshot_interval: -1s}`, err: []string{`persist.snapshot_interval: must be > 0 (got "-1s")`}},
+		{name: "snapshot interval too long", yaml: `persist: {snapshot_interval: 61m}`, err: []string{`persist.snapshot_interval: must be at most 1h0m0s (got "1h1m0s")`}},
+		{name: "snapshot interval bare number", yaml: "persist:\n  snapshot_interval: 1\n", err: []string{`line 2: persist.snapshot_interval: must be a duration like "10s" (got 1)`}},
+		{name: "persist unknown key", yaml: "persist:\n  fsync: false\n", err: []string{`line 2: persist.fsync: unknown key; expected one of snapshot_interval`}},
+		{name: "persist scalar", yaml: "persist: 1s\n", err: []string{`line 1: persist: must be a mapping of keys (got "1s")`}},
 
 		// limits.default.limit
 		{name: "limit min", yaml: `limits: {default: {limit: 1}}`, want: func(c Config) bool { return c.Limits.Default.Limit == 1 }},
@@ -162,7 +191,7 @@ limits:
 		{name: "level empty", yaml: `log: {level: ""}`, err: []string{`log.level: must be debug, info, warn or error (got "")`}},
 
 		// unknown keys, at every depth
-		{name: "unknown top", yaml: "mqtt: {}\nadmin: {addr: x}\n", err: []string{`line 2: admin: unknown key; expected one of mqtt, limits, log`}},
+		{name: "unknown top", yaml: "mqtt: {}\nadmin: {addr: x}\n", err: []string{`line 2: admin: unknown key; expected one of mqtt, data_dir, persist, limits, log`}},
 		{name: "unknown nested", yaml: "limits:\n  default:\n    burst: 5\n", err: []string{`line 3: limits.default.burst: unknown key; expected one of limit, window, policy`}},
 		{name: "unknown in rule", yaml: `limits: {rules: [{match: {ip: "10.*"}}]}`, err: []string{`limits.rules[0].match.ip: unknown key; expected one of client_id, username`}},
 		{name: "unknown odd key", yaml: "\"a.b\": 1\n", err: []string{`line 1: "a.b": unknown key`}},
@@ -200,6 +229,8 @@ limits:
 func TestValidateReportsEveryKey(t *testing.T) {
 	c := Default()
 	c.MQTT.TCP = "nope"
+	c.DataDir = ""
+	c.Persist.SnapshotInterval = 0
 	c.Limits.Buckets = 0
 	c.Limits.Default.Limit = 0
 	c.Limits.Default.Window = 0
@@ -212,7 +243,7 @@ func TestValidateReportsEveryKey(t *testing.T) {
 	}
 	// The limit and window share one check in devicelimit, which reports
 	// the first bad field.
-	want := []string{"mqtt.tcp", "limits.buckets", "limits.default.limit", "limits.identity", "log.level"}
+	want := []string{"mqtt.tcp", "data_dir", "persist.snapshot_interval", "limits.buckets", "limits.default.limit", "limits.identity", "log.level"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Fatalf("keys = %q, want %q (error: %v)", keys, want, err)
 	}
@@ -318,6 +349,8 @@ log: {level: warn}
 func TestMarshalRoundTrip(t *testing.T) {
 	c, err := load(`
 mqtt: {tcp: "127.0.0.1:1999"}
+data_dir: "/var/lib/device gate: \"x\""
+persist: {snapshot_interval: 250ms}
 limits:
   default: {limit: 5, window: 1m30s, policy: disconnect}
   buckets: 30

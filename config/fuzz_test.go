@@ -12,6 +12,9 @@ func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"",
 		"mqtt: {tcp: \":1883\"}\n",
+		"data_dir: ./data\npersist: {snapshot_interval: 1s}\n",
+		"data_dir: \"\"\npersist: {snapshot_interval: 2h}\n",
+		"data_dir: &d \"/var/lib/x\"\npersist:\n  snapshot_interval: 100ms\nmqtt: {tcp: *d}\n",
 		"limits:\n  default: {limit: 100, window: 10s, policy: drop}\n  buckets: 20\n  identity: client_id\n",
 		"limits:\n  rules:\n    - name: s\n      match: {client_id: \"sensor-*\", username: \"u?\"}\n      quota: {limit: 10, window: 1s, policy: disconnect}\nlog: {level: debug}\n",
 		"limits: {default: {window: 10}}\n",

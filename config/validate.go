@@ -17,6 +17,18 @@ import (
 func (c Config) Validate() error {
 	var v validator
 	v.tcp("mqtt.tcp", c.MQTT.TCP)
+	switch {
+	case c.DataDir == "":
+		v.add("data_dir", `must name a directory (got "")`)
+	case strings.ContainsRune(c.DataDir, 0):
+		v.add("data_dir", fmt.Sprintf("must not contain a NUL byte (got %q)", c.DataDir))
+	}
+	switch si := time.Duration(c.Persist.SnapshotInterval); {
+	case si <= 0:
+		v.add("persist.snapshot_interval", fmt.Sprintf("must be > 0 (got %q)", si.String()))
+	case si > MaxSnapshotInterval:
+		v.add("persist.snapshot_interval", fmt.Sprintf("must be at most %s (got %q)", MaxSnapshotInterval, si.String()))
+	}
 
 	// With a bad bucket count, check the quotas against one bucket so
 	// their own mistakes still show; the bucket width then adds nothing.
