@@ -1,0 +1,110 @@
+package persist
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// The decoders read bytes from the data file, which may be damaged or
+// written by another version: they never panic, reject anything but the
+// one canonical encoding, and wrap ErrCorrupt (or ErrNewerSchema).
+
+// decodeMeta decodes the meta bucket's values (nil when a key is absent)
+// of a store that is not new. The schema version must be present; an
+// absent clock reads 0 and an absent clean flag false.
+func decodeMeta(schema, clock, clean []byte) (Meta, error) {
+	var m Meta
+	if len(schema) == 0 {
+		return Meta{}, fmt.Errorf("%w: no schema version in meta", ErrCorrupt)
+	}
+	v, n := binary.Uvarint(schema)
+	switch {
+	case n <= 0 || n != uvarintLen(v) || n != len(schema):
+		return Meta{}, fmt.Errorf("%w: malformed schema version % x", ErrCorrupt, schema)
+	case v == 0:
+		return Meta{}, fmt.Errorf("%w: schema version 0", ErrCorrupt)
+	case v > SchemaVersion:
+		return Meta{}, fmt.Errorf("%w: schema version %d, this gateway reads up to %d", ErrNewerSchema, v, SchemaVersion)
+	}
+	m.Schema = int(v)
+	if clock != nil {
+		if len(clock) != 8 {
+			return Meta{}, fmt.Errorf("%w: meta clock is %d bytes, want 8", ErrCorrupt, len(clock))
+		}
+		hw := int64(binary.BigEndian.Uint64(clock))
+		if hw < 0 {
+			return Meta{}, fmt.Errorf("%w: negative clock high-water %d", ErrCorrupt, hw)
+		}
+		m.HighWater = devicelimit.Tick(hw)
+	}
+	if clean != nil {
+		if len(clean) != 1 || clean[0] > 1 {
+			return Meta{}, fmt.Errorf("%w: meta clean flag is % x, want 00 or 01", ErrCorrupt, clean)
+		}
+		m.CleanShutdown = clean[0] == 1
+	}
+	return m, nil
+}
+
+// decodeOverride decodes an override encoded by appendOverride. It checks
+// the ranges any quota must meet; whether the quota suits the resolver's
+// bucket count is the caller's check (Quota.Validate).
+func decodeOverride(b []byte) (devicelimit.Override, error) {
+	if len(b) == 0 {
+		return devicelimit.Override{}, fmt.Errorf("%w: empty override", ErrCorrupt)
+	}
+	if b[0] != overrideVersion {
+		return devicelimit.Override{}, fmt.Errorf("%w: override version %d, want %d", ErrCorrupt, b[0], overrideVersion)
+	}
+	b = b[1:]
+	limit, n := binary.Uvarint(b)
+	if n <= 0 || n != uvarintLen(limit) {
+		return devicelimit.Override{}, fmt.Errorf("%w: truncated or malformed override limit", ErrCorrupt)
+	}
+	b = b[n:]
+	if limit < 1 || limit > devicelimit.MaxLimit {
+		return devicelimit.Override{}, fmt.Errorf("%w: override limit %d out of range", ErrCorrupt, limit)
+	}
+	window, n := binary.Uvarint(b)
+	if n <= 0 || n != uvarintLen(window) {
+		return devicelimit.Override{}, fmt.Errorf("%w: truncated or malformed override window", ErrCorrupt)
+	}
+	b = b[n:]
+	if window < 1 || window > uint64(devicelimit.MaxWindow) {
+		return devicelimit.Override{}, fmt.Errorf("%w: override window %d ns out of range", ErrCorrupt, window)
+	}
+	if len(b) == 0 {
+		return devicelimit.Override{}, fmt.Errorf("%w: truncated override policy", ErrCorrupt)
+	}
+	policy := devicelimit.Policy(b[0])
+	if _, err := policy.MarshalText(); err != nil {
+		return devicelimit.Override{}, fmt.Errorf("%w: override %w", ErrCorrupt, err)
+	}
+	b = b[1:]
+	expires, n := binary.Varint(b)
+	if n <= 0 || n != uvarintLen(zigzag(expires)) {
+		return devicelimit.Override{}, fmt.Errorf("%w: truncated or malformed override expiry", ErrCorrupt)
+	}
+	b = b[n:]
+	if expires < 0 {
+		return devicelimit.Override{}, fmt.Errorf("%w: negative override expiry %d", ErrCorrupt, expires)
+	}
+	if len(b) != 0 {
+		return devicelimit.Override{}, fmt.Errorf("%w: %d trailing bytes after override", ErrCorrupt, len(b))
+	}
+	return devicelimit.Override{
+		Quota:     devicelimit.Quota{Limit: int(limit), Window: time.Duration(window), Policy: policy},
+		ExpiresAt: devicelimit.Tick(expires),
+	}, nil
+}
+
+// uvarintLen is the length of v's minimal uvarint encoding; longer
+// encodings of the same value are rejected so every record has one form.
+func uvarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }
+
+// zigzag maps a varint's value to the uvarint that encodes it.
+func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }

@@ -1,0 +1,20 @@
+package persist
+
+import "errors"
+
+// Sentinel errors. Open and the other operations wrap them with the data
+// file's path and the cause, so callers test with errors.Is and show
+// err.Error() to people.
+var (
+	// ErrInUse reports that another process holds the data file's lock.
+	ErrInUse = errors.New("in use by another gateway")
+	// ErrCorrupt reports a data file that cannot be read as a store: not a
+	// bbolt file, truncated, checksum failures, missing buckets or meta
+	// data, or a record that does not decode.
+	ErrCorrupt = errors.New("corrupt data file")
+	// ErrNewerSchema reports a data file written with a schema version
+	// above SchemaVersion, by a newer gateway.
+	ErrNewerSchema = errors.New("data file has a newer schema")
+	// ErrClosed reports an operation on a closed Store or Snapshotter.
+	ErrClosed = errors.New("store closed")
+)

@@ -1,0 +1,286 @@
+package persist
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+	"unsafe"
+
+	bolt "go.etcd.io/bbolt"
+
+	"devicegate/devicelimit"
+)
+
+// DefaultInterval is the time between snapshots when NewSnapshotter is
+// given none.
+const DefaultInterval = time.Second
+
+// defaultChunk is the most windows one snapshot transaction writes. A
+// bigger snapshot is split over several transactions, so bbolt's dirty
+// pages for one transaction stay bounded and override writes, which
+// wait for the snapshot's transaction, wait less.
+const defaultChunk = 200_000
+
+// windowFill is the fill percent of split pages in the windows bucket.
+// Snapshots put keys in sorted order, so a page that overflows is split
+// near full; the remainder leaves room for new devices between keys.
+const windowFill = 0.9
+
+// SnapshotStats describes one snapshot.
+type SnapshotStats struct {
+	// Windows is the number of windows written.
+	Windows int
+	// Deleted is the number of windows deleted (evicted or reset).
+	Deleted int
+	// Bytes is the number of key and value bytes written.
+	Bytes int
+	// Skipped is the number of windows not written because their device
+	// ID is longer than a bbolt key may be (bbolt.MaxKeySize).
+	Skipped int
+	// Took is the time from the start of the collection to the last
+	// commit.
+	Took time.Duration
+}
+
+// Snapshotter writes a Table's changed windows to a Store: every
+// interval once started, when Snapshot is called, and a last time on
+// Close. Create it with NewSnapshotter after restoring the table. Safe
+// for concurrent use; snapshots are serialized.
+type Snapshotter struct {
+	store    *Store
+	table    *devicelimit.Table
+	clock    devicelimit.Clock
+	interval time.Duration
+	log      *slog.Logger
+	// chunk is the most windows written per transaction.
+	chunk int
+
+	mu       sync.Mutex // held for a whole snapshot
+	pend     batch      // collected and not yet written
+	hw       devicelimit.Tick
+	skipped  int
+	warned   bool // about a device ID too long to store
+	failures int  // consecutive failed snapshots of the loop
+	closed   bool
+
+	life      sync.Mutex // guards started and stopped
+	started   bool
+	stopped   bool
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewSnapshotter returns a Snapshotter of t to s that reads the high-water
+// from c. interval is DefaultInterval when <= 0; log nil discards.
+func NewSnapshotter(s *Store, t *devicelimit.Table, c devicelimit.Clock, interval time.Duration, log *slog.Logger) *Snapshotter {
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Snapshotter{
+		store: s, table: t, clock: c, interval: interval, log: log,
+		chunk: defaultChunk,
+		hw:    s.meta.HighWater,
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+}
+
+// Start starts the loop that takes a snapshot every interval. Calls after
+// the first, or after Close, do nothing.
+func (sn *Snapshotter) Start() {
+	sn.life.Lock()
+	defer sn.life.Unlock()
+	if sn.started || sn.stopped {
+		return
+	}
+	sn.started = true
+	go sn.run()
+}
+
+func (sn *Snapshotter) run() {
+	defer close(sn.done)
+	t := time.NewTicker(sn.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-sn.stop:
+			return
+		case <-t.C:
+			sn.tick()
+		}
+	}
+}
+
+// tick takes one snapshot and logs its failure: at Error on the first
+// failure of a streak, at Info when it ends. The failed batch is kept and
+// written first by the next snapshot.
+func (sn *Snapshotter) tick() {
+	_, err := sn.Snapshot()
+	switch {
+	case err != nil:
+		sn.failures++
+		if sn.failures == 1 {
+			sn.log.Error("snapshot failed; retrying every interval", "path", sn.store.path, "err", err, "pending", sn.pending())
+		}
+	case sn.failures > 0:
+		sn.log.Info("snapshot written after failures", "path", sn.store.path, "failures", sn.failures)
+		sn.failures = 0
+	}
+}
+
+func (sn *Snapshotter) pending() int {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	return len(sn.pend.entries)
+}
+
+// Snapshot writes the windows changed since the last successful snapshot,
+// and the clock high-water, now. It writes nothing when nothing changed.
+// On error, the windows not yet committed are kept and written by the
+// next snapshot, before any newer change of the same windows; the stats
+// count what was committed.
+func (sn *Snapshotter) Snapshot() (SnapshotStats, error) {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	if sn.closed {
+		return SnapshotStats{}, ErrClosed
+	}
+	return sn.snapshot(false)
+}
+
+// Close stops the loop, waiting for a snapshot in progress (or for ctx),
+// then writes a final snapshot that also sets the clean-shutdown flag.
+// The final snapshot is not interrupted by ctx: abandoning it would lose
+// admissions. Close does not close the Store. It is safe to call without
+// Start, and calls after the first return its result.
+func (sn *Snapshotter) Close(ctx context.Context) error {
+	sn.closeOnce.Do(func() { sn.closeErr = sn.close(ctx) })
+	return sn.closeErr
+}
+
+func (sn *Snapshotter) close(ctx context.Context) error {
+	sn.life.Lock()
+	started := sn.started
+	sn.stopped = true
+	sn.life.Unlock()
+	if started {
+		close(sn.stop)
+		select {
+		case <-sn.done:
+		case <-ctx.Done():
+			return fmt.Errorf("close snapshotter: %w", ctx.Err())
+		}
+	}
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	sn.closed = true
+	if _, err := sn.snapshot(true); err != nil {
+		return fmt.Errorf("final snapshot: %w", err)
+	}
+	return nil
+}
+
+// snapshot collects the table's changes behind those kept from a failed
+// snapshot, and writes them; final writes the meta data even when
+// nothing changed, with the clean-shutdown flag. Called with sn.mu held.
+func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
+	start := time.Now()
+	sn.table.Collect(sn.add)
+	// Read after Collect: every collected admission happened at or
+	// before this tick.
+	sn.hw = max(sn.hw, sn.clock.Now())
+	skipped := sn.skipped
+	sn.skipped = 0
+	if len(sn.pend.entries) == 0 && !final {
+		return SnapshotStats{Skipped: skipped}, nil
+	}
+	sn.pend.sort()
+	st, err := sn.write(final)
+	st.Skipped = skipped
+	st.Took = time.Since(start)
+	if err != nil {
+		return st, err
+	}
+	sn.pend.reset()
+	if st.Windows+st.Deleted > 0 {
+		sn.log.Debug("snapshot written", "windows", st.Windows, "deleted", st.Deleted, "bytes", st.Bytes, "took", st.Took)
+	}
+	return st, nil
+}
+
+// add is Table.Collect's callback.
+func (sn *Snapshotter) add(device string, enc []byte) {
+	if len(device) > bolt.MaxKeySize {
+		sn.skipped++
+		if !sn.warned {
+			sn.warned = true
+			sn.log.Warn("windows of devices with IDs longer than the store's key limit are not persisted",
+				"id_bytes", len(device), "limit", bolt.MaxKeySize)
+		}
+		return
+	}
+	sn.pend.add(device, enc)
+}
+
+// write writes the sorted pending entries in transactions of at most
+// sn.chunk windows; the last one also writes the high-water (and, when
+// final, the clean flag). On error, the entries of the failed
+// transaction and after it stay pending.
+func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
+	var st SnapshotStats
+	entries := sn.pend.entries
+	for i := 0; ; {
+		j := min(i+sn.chunk, len(entries))
+		last := j == len(entries)
+		var cs SnapshotStats
+		err := sn.store.update(func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucketWindows)
+			b.FillPercent = windowFill
+			for _, e := range entries[i:j] {
+				key := unsafe.Slice(unsafe.StringData(e.key), len(e.key))
+				if e.n < 0 {
+					if err := b.Delete(key); err != nil {
+						return err
+					}
+					cs.Deleted++
+					continue
+				}
+				if err := b.Put(key, sn.pend.value(e)); err != nil {
+					return err
+				}
+				cs.Windows++
+				cs.Bytes += len(e.key) + int(e.n)
+			}
+			if !last {
+				return nil
+			}
+			meta := tx.Bucket(bucketMeta)
+			if err := meta.Put(keyClock, binary.BigEndian.AppendUint64(nil, uint64(sn.hw))); err != nil {
+				return err
+			}
+			if final {
+				return meta.Put(keyClean, encodeClean(true))
+			}
+			return nil
+		})
+		if err != nil {
+			sn.pend.entries = append(entries[:0], entries[i:]...)
+			return st, fmt.Errorf("write snapshot to %q: %w", sn.store.path, err)
+		}
+		st.Windows += cs.Windows
+		st.Deleted += cs.Deleted
+		st.Bytes += cs.Bytes
+		if last {
+			return st, nil
+		}
+		i = j
+	}
+}

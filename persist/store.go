@@ -1,0 +1,307 @@
+package persist
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"devicegate/devicelimit"
+)
+
+// FileName is the name of the data file in the data directory.
+const FileName = "devicegate.db"
+
+// SchemaVersion is the layout version this package writes. Open refuses
+// files with a higher version (ErrNewerSchema).
+const SchemaVersion = 1
+
+// DefaultLockTimeout is how long Open waits for the data file's lock.
+const DefaultLockTimeout = time.Second
+
+// Bucket names. "deferred" is reserved for deferred messages.
+var (
+	bucketWindows   = []byte("windows")
+	bucketOverrides = []byte("overrides")
+	bucketMeta      = []byte("meta")
+	bucketDeferred  = []byte("deferred")
+)
+
+// Options configures Open. The zero value is ready to use.
+type Options struct {
+	// LockTimeout is how long Open waits for another process to release
+	// the data file's lock before failing with ErrInUse;
+	// DefaultLockTimeout when <= 0.
+	LockTimeout time.Duration
+	// Logger receives the store's and its Snapshotters' events; nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// Meta is the store's meta data as read by Open.
+type Meta struct {
+	// Schema is the file's layout version.
+	Schema int
+	// HighWater is the logical clock's high-water written with the last
+	// snapshot, 0 when the file is new. Start the clock at
+	// max(wall clock, HighWater).
+	HighWater devicelimit.Tick
+	// CleanShutdown reports that the previous run ended with a final
+	// snapshot (Snapshotter.Close), so no admission was lost.
+	CleanShutdown bool
+	// New reports that this Open created the store.
+	New bool
+}
+
+// Store is the gateway's bbolt data file, opened by Open. One process at
+// a time holds it (a file lock). Safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	dir  string
+	path string
+	log  *slog.Logger
+	meta Meta
+
+	overrideMu sync.Mutex // orders override writes with their Resolver updates
+	closed     atomic.Bool
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+// Open opens the store in dir, creating the directory (mode 0700) and
+// the data file (mode 0600) when missing, checks its schema and reads
+// its meta data. A file that is corrupt, truncated or not a store fails
+// with ErrCorrupt, one of a newer schema with ErrNewerSchema; such a file
+// is left exactly as it was. When another process holds the file, Open
+// fails with ErrInUse after opts.LockTimeout.
+func Open(dir string, opts Options) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("open store: empty data directory path")
+	}
+	timeout := opts.LockTimeout
+	if timeout <= 0 {
+		timeout = DefaultLockTimeout
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("open store: data directory %q is not a directory", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open store: create data directory: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("open store %q: not a regular file", path)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+
+	db, err := openBolt(path, timeout)
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("data directory %q is %w (lock on %q held)", dir, ErrInUse, path)
+	case err != nil:
+		return nil, fmt.Errorf("open store %q: %w", path, err)
+	}
+	s := &Store{db: db, dir: dir, path: path, log: log}
+	if err := guard(s.init); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %q: %w", path, err)
+	}
+	return s, nil
+}
+
+// openBolt opens the bbolt file at path. Errors about the file's content
+// wrap ErrCorrupt. A damaged file can make bbolt panic or fault on its
+// memory map while opening: that becomes ErrCorrupt too, and the file is
+// closed, which releases its lock.
+func openBolt(path string, timeout time.Duration) (*bolt.DB, error) {
+	var file *os.File
+	opts := &bolt.Options{
+		Timeout: timeout,
+		// The hashmap freelist allocates in constant time; the default
+		// array scans every free page for each allocation, which a
+		// snapshot of a million windows (thousands of pages) notices.
+		FreelistType: bolt.FreelistMapType,
+		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, perm)
+			file = f
+			return f, err
+		},
+	}
+	var db *bolt.DB
+	err := guard(func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, opts)
+		return err
+	})
+	if err != nil && db == nil && file != nil && errors.Is(err, ErrCorrupt) {
+		file.Close() // a panic left bbolt's file open and locked
+	}
+	var pathErr *fs.PathError
+	switch {
+	case err == nil, errors.Is(err, berrors.ErrTimeout), errors.Is(err, ErrCorrupt):
+		return db, err
+	case errors.As(err, &pathErr):
+		return nil, err // cannot open the file: permissions, I/O
+	default:
+		// bbolt's content errors (ErrInvalid, ErrChecksum,
+		// ErrVersionMismatch, "file size too small"...).
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+}
+
+// guard runs fn, turning a panic in bbolt over damaged pages, or a fault
+// reading the memory map past the end of a truncated file, into an error
+// wrapping ErrCorrupt.
+func guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", ErrCorrupt, r)
+		}
+	}()
+	return fn()
+}
+
+// init checks a freshly opened file and reads its meta data, or lays out
+// an empty one. Nothing is written to a file that holds any bucket.
+func (s *Store) init() error {
+	var empty bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		// A truncated file maps past its end: reading those pages would
+		// fault. bbolt grows the file before it commits pages beyond it.
+		st, err := os.Stat(s.path)
+		if err != nil {
+			return err
+		}
+		if need := tx.Size(); st.Size() < need {
+			return fmt.Errorf("%w: truncated: %d bytes, the database needs %d", ErrCorrupt, st.Size(), need)
+		}
+		if k, _ := tx.Cursor().First(); k == nil {
+			empty = true
+			return nil
+		}
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			return fmt.Errorf("%w: no %q bucket", ErrCorrupt, bucketMeta)
+		}
+		m, err := decodeMeta(meta.Get(keySchema), meta.Get(keyClock), meta.Get(keyClean))
+		if err != nil {
+			return err
+		}
+		for _, name := range [][]byte{bucketWindows, bucketOverrides} {
+			if tx.Bucket(name) == nil {
+				return fmt.Errorf("%w: no %q bucket", ErrCorrupt, name)
+			}
+		}
+		s.meta = m
+		return nil
+	})
+	if err != nil || !empty {
+		return err
+	}
+	// A new file, or one whose creation was interrupted before its
+	// buckets were committed: there is nothing in it to lose.
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketWindows, bucketOverrides, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		for _, kv := range [][2][]byte{
+			{keySchema, encodeSchema(SchemaVersion)},
+			{keyClock, encodeClock(0)},
+			{keyClean, encodeClean(false)},
+		} {
+			if err := meta.Put(kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	s.meta = Meta{Schema: SchemaVersion, New: true}
+	return nil
+}
+
+// Path returns the data file's path.
+func (s *Store) Path() string { return s.path }
+
+// Meta returns the meta data as read by Open.
+func (s *Store) Meta() Meta { return s.meta }
+
+// MarkRunning durably clears the clean-shutdown flag, so that a crash
+// from now on is seen at the next Open. Call it after restoring state and
+// before serving; Snapshotter.Close sets the flag again.
+func (s *Store) MarkRunning() error {
+	err := s.update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyClean, encodeClean(false))
+	})
+	if err != nil {
+		return fmt.Errorf("mark store %q running: %w", s.path, err)
+	}
+	return nil
+}
+
+// Close closes the data file, waiting for transactions in progress.
+// Closing a closed store does nothing. Close does not write a snapshot:
+// close the Snapshotter first.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("close store %q: %w", s.path, err)
+		}
+	})
+	return s.closeErr
+}
+
+// update runs fn in a read-write transaction, committed and fsynced when
+// update returns nil.
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return guard(func() error { return closedErr(s.db.Update(fn)) })
+}
+
+// view runs fn in a read-only transaction.
+func (s *Store) view(fn func(*bolt.Tx) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return guard(func() error { return closedErr(s.db.View(fn)) })
+}
+
+func closedErr(err error) error {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
+
+// keyName formats a device key for an error message, shortened when
+// long.
+func keyName(k []byte) string {
+	const max = 80
+	if len(k) > max {
+		return fmt.Sprintf("%q... (%d bytes)", k[:max], len(k))
+	}
+	return fmt.Sprintf("%q", k)
+}
