@@ -16,6 +16,8 @@ import (
 	"devicegate/devicelimit"
 )
 
+type boltTx = bolt.Tx
+
 const ms = time.Millisecond
 
 // t0 is the tests' first instant.

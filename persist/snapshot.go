@@ -128,7 +128,7 @@ func (sn *Snapshotter) tick() {
 	case err != nil:
 		sn.failures++
 		if sn.failures == 1 {
-			sn.log.Error("snapshot failed; retrying every interval", "path", sn.store.path, "err", err, "pending", sn.pending())
+			sn.log.Error("snapshot failed; retrying every interval", "err", err, "pending", sn.pending())
 		}
 	case sn.failures > 0:
 		sn.log.Info("snapshot written after failures", "path", sn.store.path, "failures", sn.failures)

@@ -169,9 +169,15 @@ func openBolt(path string, timeout time.Duration) (*bolt.DB, error) {
 func guard(fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %v", ErrCorrupt, r)
+		r := recover()
+		if r == nil {
+			return
 		}
+		if f, ok := r.(interface{ Addr() uintptr }); ok {
+			err = fmt.Errorf("%w: memory fault reading the mapped file at %#x (truncated or damaged)", ErrCorrupt, f.Addr())
+			return
+		}
+		err = fmt.Errorf("%w: %v", ErrCorrupt, r)
 	}()
 	return fn()
 }

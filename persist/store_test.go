@@ -3,6 +3,7 @@ package persist
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,5 +205,26 @@ func TestSnapshotterClose(t *testing.T) {
 	}
 	if err := s.MarkRunning(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("mark running on a closed store: %v, want ErrClosed", err)
+	}
+}
+
+func TestSnapshotSkipsDevicesBeyondKeyLimit(t *testing.T) {
+	var logs logBuffer
+	s := open(t, t.TempDir())
+	tab := newTable(t, 10)
+	sn := NewSnapshotter(s, tab, devicelimit.NewManualClock(t0), 0, newLogger(&logs))
+	long := strings.Repeat("x", 40000)
+	tab.AllowAt(long, q, t0)
+	tab.AllowAt("a", q, t0)
+	st, err := sn.Snapshot()
+	if err != nil || st.Windows != 1 || st.Skipped != 1 {
+		t.Fatalf("snapshot %+v, %v; want 1 window, 1 skipped", st, err)
+	}
+	tab.AllowAt(long, q, t0)
+	if st, err := sn.Snapshot(); err != nil || st.Windows != 0 || st.Skipped != 1 {
+		t.Fatalf("snapshot %+v, %v; want 1 skipped", st, err)
+	}
+	if n := logs.count("level=WARN", "id_bytes=40000"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 }

@@ -1,0 +1,118 @@
+//go:build linux
+
+package persist
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// limitFileSize makes writes that grow any file of the process beyond
+// size fail with EFBIG (RLIMIT_FSIZE; Go ignores the SIGXFSZ that comes
+// with them), until the returned function restores the limit. Tests
+// using it must not run in parallel.
+func limitFileSize(t *testing.T, size int64) (restore func()) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Skipf("getrlimit: %v", err)
+	}
+	lim := old
+	lim.Cur = uint64(size)
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		t.Skipf("setrlimit: %v", err)
+	}
+	done := false
+	restore = func() {
+		if !done {
+			done = true
+			if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+				t.Fatalf("restore RLIMIT_FSIZE: %v", err)
+			}
+		}
+	}
+	t.Cleanup(restore)
+	return restore
+}
+
+// TestSnapshotRetriesAfterWriteFailure makes the data file unable to grow
+// (a full disk, as far as bbolt can tell), so snapshots fail; the
+// collected windows must be kept and written once the disk has room,
+// with changes made meanwhile winning over the kept ones.
+func TestSnapshotRetriesAfterWriteFailure(t *testing.T) {
+	var logs logBuffer
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tab := newTable(t, 10)
+	clock := devicelimit.NewManualClock(t0)
+	sn := NewSnapshotter(s, tab, clock, time.Second, newLogger(&logs))
+	tab.AllowAt("a", q, t0)
+	tab.AllowAt("gone", q, t0)
+	if _, err := sn.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := limitFileSize(t, fi.Size())
+
+	// Enough new windows that the file must grow.
+	const n = 5000
+	for i := range n {
+		tab.AllowAt(fmt.Sprintf("device-%05d", i), q, clock.Now())
+	}
+	tab.AllowAt("a", q, clock.Now())
+	tab.AllowAt("b", q, clock.Now())
+	tab.Reset("gone")
+	sn.tick()
+	if sn.pending() == 0 {
+		t.Fatalf("the failed batch was dropped; log:\n%s", logs.String())
+	}
+	// Meanwhile, newer changes of windows in the failed batch.
+	clock.Advance(100 * ms)
+	tab.AllowAt("a", q, clock.Now())
+	tab.Reset("b")
+	sn.tick()
+	sn.tick()
+	if got := logs.count("level=ERROR", "snapshot failed"); got != 1 {
+		t.Fatalf("%d error lines for one failure streak, want 1:\n%s", got, logs.String())
+	}
+	if fi2, _ := os.Stat(s.Path()); fi2.Size() != fi.Size() {
+		t.Fatalf("file grew from %d to %d bytes under the limit", fi.Size(), fi2.Size())
+	}
+
+	restore()
+	sn.tick()
+	if got := logs.count("level=INFO", "snapshot written after failures", "failures=3"); got != 1 {
+		t.Fatalf("want one line ending the streak:\n%s", logs.String())
+	}
+	if sn.pending() != 0 {
+		t.Fatalf("%d entries still pending", sn.pending())
+	}
+	got := stored(t, s)
+	if len(got) != n+1 {
+		t.Fatalf("%d windows stored, want %d", len(got), n+1)
+	}
+	for _, d := range []string{"gone", "b"} {
+		if _, ok := got[d]; ok {
+			t.Fatalf("%s was deleted but is stored", d)
+		}
+	}
+	w, _ := tab.Snapshot("a")
+	if want, _ := w.MarshalBinary(); string(got["a"]) != string(want) {
+		t.Fatalf("a: stored % x, want the newest % x", got["a"], want)
+	}
+	if w.Total() != 3 {
+		t.Fatalf("a has %d counts, want 3", w.Total())
+	}
+	t.Logf("log:\n%s", logs.String())
+}
