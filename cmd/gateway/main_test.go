@@ -44,6 +44,13 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "build gateway: %v\n%s", err, out)
 		return 1
 	}
+	// Every test passes its own --data-dir; should one forget, the
+	// default ./data lands in this temporary directory, not the source
+	// tree, and children inherit it.
+	if err := os.Chdir(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
 }
 
@@ -226,7 +233,7 @@ var (
 )
 
 func TestServeProcess(t *testing.T) {
-	p := start(t, "serve", "--mqtt-addr", "127.0.0.1:0")
+	p := start(t, "serve", "--mqtt-addr", "127.0.0.1:0", "--data-dir", t.TempDir())
 	addr := p.waitLine(listeningRE, 10*time.Second)[1]
 	if strings.HasSuffix(addr, ":0") {
 		t.Fatalf("logged addr %q, want the bound port", addr)
@@ -269,7 +276,7 @@ limits:
   rules: [{match: {client_id: "s-*"}, quota: {limit: 1}}]
 log: {level: debug}
 `)
-	p := start(t, "--config", path, "--limit", "7")
+	p := start(t, "--config", path, "--limit", "7", "--data-dir", t.TempDir())
 	addr := p.waitLine(listeningRE, 10*time.Second)[1]
 	quota := p.waitLine(quotaRE, 5*time.Second)[1]
 	if want := "limit=7 window=2s policy=disconnect buckets=20 identity=username rules=1"; quota != want {
@@ -293,7 +300,7 @@ func TestServeProcessPortInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	code, _, stderr := runBinary(t, "serve", "--mqtt-addr", l.Addr().String())
+	code, _, stderr := runBinary(t, "serve", "--mqtt-addr", l.Addr().String(), "--data-dir", t.TempDir())
 	if code != 1 || !strings.Contains(stderr, l.Addr().String()) || !strings.Contains(stderr, "address already in use") {
 		t.Fatalf("exit %d, stderr %q; want 1 and a bind error naming %s", code, stderr, l.Addr())
 	}
@@ -342,6 +349,16 @@ func TestBadSettingsProcess(t *testing.T) {
 			want: []string{`--buckets: must be between 1 and 1000 (got 5000)`}},
 		{name: "flag log level", args: []string{"--log-level", "trace"}, code: 1,
 			want: []string{`--log-level: must be debug, info, warn or error (got "trace")`}},
+		{name: "flag data dir empty", args: []string{"--data-dir", ""}, code: 1,
+			want: []string{`--data-dir: must name a directory (got "")`}},
+		{name: "flag snapshot interval zero", args: []string{"--snapshot-interval", "0s"}, code: 1,
+			want: []string{`--snapshot-interval: must be > 0 (got "0s")`}},
+		{name: "flag snapshot interval too long", args: []string{"--snapshot-interval", "2h"}, code: 1,
+			want: []string{`--snapshot-interval: must be at most 1h0m0s (got "2h0m0s")`}},
+		{name: "flag snapshot interval bare", args: []string{"--snapshot-interval", "1"}, code: 2,
+			want: []string{`invalid value "1" for flag -snapshot-interval: must be a duration like "10s"`}},
+		{name: "file snapshot interval", yaml: "persist: {snapshot_interval: 0s}\n", code: 1,
+			want: []string{`persist.snapshot_interval: must be > 0 (got "0s")`}},
 		{name: "flag mqtt addr", args: []string{"--mqtt-addr", "1883"}, code: 1,
 			want: []string{`--mqtt-addr: must be host:port`, `(got "1883")`}},
 		{name: "unknown flag", args: []string{"--admin-addr", ":8080"}, code: 2,
@@ -353,7 +370,7 @@ func TestBadSettingsProcess(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			// Should a case ever start the gateway, keep it off :1883.
-			args := []string{"serve", "--mqtt-addr", "127.0.0.1:0"}
+			args := []string{"serve", "--mqtt-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}
 			if tt.yaml != "" {
 				args = append(args, "--config", writeConfig(t, tt.yaml))
 			}

@@ -29,7 +29,7 @@ func mosquittoTool(t *testing.T, name string) string {
 // device, so it also shows that a reconnect does not reset the window.
 func TestMosquittoClientsThrottled(t *testing.T) {
 	pub, sub := mosquittoTool(t, "mosquitto_pub"), mosquittoTool(t, "mosquitto_sub")
-	p := start(t, "--mqtt-addr", "127.0.0.1:0", "--limit", "3", "--window", "1h")
+	p := start(t, "--mqtt-addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--limit", "3", "--window", "1h")
 	host, port, err := net.SplitHostPort(p.waitLine(listeningRE, 10*time.Second)[1])
 	if err != nil {
 		t.Fatal(err)

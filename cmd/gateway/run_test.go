@@ -25,6 +25,8 @@ func TestRunArgs(t *testing.T) {
 	}{
 		{args: []string{"help"}, out: `Run "gateway help serve"`},
 		{args: []string{"help", "serve"}, out: "--mqtt-addr address"},
+		{args: []string{"help", "serve"}, out: "--data-dir directory"},
+		{args: []string{"help", "serve"}, out: "--snapshot-interval duration"},
 		{args: []string{"help", "version"}, out: "Usage: gateway version"},
 		{args: []string{"help", "nope"}, code: 2, errMsg: `help: unknown command "nope"`},
 		{args: []string{"version"}, out: "devicegate "},
@@ -37,6 +39,9 @@ func TestRunArgs(t *testing.T) {
 		{args: []string{"serve", "--nope"}, code: 2, errMsg: "flag provided but not defined: -nope"},
 		{args: []string{"--limit", "0"}, code: 1, errMsg: "--limit: must be between 1 and 1000000000 (got 0)"},
 		{args: []string{"serve", "--config", "/nonexistent.yaml"}, code: 1, errMsg: "/nonexistent.yaml"},
+		{args: []string{"--snapshot-interval", "0s"}, code: 1, errMsg: `--snapshot-interval: must be > 0 (got "0s")`},
+		{args: []string{"--snapshot-interval", "soon"}, code: 2, errMsg: `invalid value "soon" for flag -snapshot-interval: must be a duration like "10s"`},
+		{args: []string{"--data-dir", ""}, code: 1, errMsg: `--data-dir: must name a directory (got "")`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -96,6 +101,8 @@ func TestVersionString(t *testing.T) {
 func TestServeConfig(t *testing.T) {
 	file := writeConfig(t, `
 mqtt: {tcp: "127.0.0.1:1999"}
+data_dir: /var/lib/gw
+persist: {snapshot_interval: 5s}
 limits:
   default: {limit: 5, window: 2s}
   buckets: 10
@@ -104,6 +111,8 @@ log: {level: warn}
 `)
 	fromFile := config.Default()
 	fromFile.MQTT.TCP = "127.0.0.1:1999"
+	fromFile.DataDir = "/var/lib/gw"
+	fromFile.Persist.SnapshotInterval = config.Duration(5 * time.Second)
 	fromFile.Limits.Default = config.Quota{Limit: 5, Window: config.Duration(2 * time.Second), Policy: "drop"}
 	fromFile.Limits.Buckets = 10
 	fromFile.Limits.Rules = []config.Rule{{Match: config.Match{Username: "u"}, Quota: fromFile.Limits.Default}}
@@ -115,16 +124,26 @@ log: {level: warn}
 		want func() config.Config
 	}{
 		{"no file, no flags: defaults", nil, config.Default},
-		{"flags only", []string{"--mqtt-addr", ":2883", "--limit", "9", "--window", "1m", "--policy", "disconnect", "--buckets", "60", "--log-level", "debug"},
+		{"flags only", []string{"--mqtt-addr", ":2883", "--data-dir", "/srv/gw", "--snapshot-interval", "250ms",
+			"--limit", "9", "--window", "1m", "--policy", "disconnect", "--buckets", "60", "--log-level", "debug"},
 			func() config.Config {
 				c := config.Default()
 				c.MQTT.TCP = ":2883"
+				c.DataDir = "/srv/gw"
+				c.Persist.SnapshotInterval = config.Duration(250 * time.Millisecond)
 				c.Limits.Default = config.Quota{Limit: 9, Window: config.Duration(time.Minute), Policy: "disconnect"}
 				c.Limits.Buckets = 60
 				c.Log.Level = "debug"
 				return c
 			}},
 		{"file only", []string{"--config", file}, func() config.Config { return fromFile }},
+		{"--data-dir and --snapshot-interval override the file", []string{"--config", file, "--data-dir", "x", "--snapshot-interval", "3s"},
+			func() config.Config {
+				c := fromFile
+				c.DataDir = "x"
+				c.Persist.SnapshotInterval = config.Duration(3 * time.Second)
+				return c
+			}},
 		{"flags override the file, the rest of the file stays", []string{"--config", file, "--limit", "7"},
 			func() config.Config {
 				c := fromFile
@@ -156,13 +175,14 @@ log: {level: warn}
 // sees the wiring, and stops it by cancelling the context as a signal
 // would.
 func TestRunServe(t *testing.T) {
+	dataDir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
 		// The default command, chosen by the leading flag.
-		done <- run(ctx, []string{"--mqtt-addr", "127.0.0.1:0"}, io.Discard, pw)
+		done <- run(ctx, []string{"--mqtt-addr", "127.0.0.1:0", "--data-dir", dataDir}, io.Discard, pw)
 		pw.Close()
 	}()
 	lines := make(chan string, 1000)

@@ -13,35 +13,36 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/broker"
 	"devicegate/config"
 	"devicegate/devicelimit"
+	"devicegate/persist"
 )
-
-// shutdownTimeout bounds a graceful shutdown, from the signal to exit.
-const shutdownTimeout = 5 * time.Second
 
 // serveFlags are the serve command's flags. Each setting flag overrides
 // one config key, and only when given on the command line.
 type serveFlags struct {
-	config   string
-	mqttAddr string
-	limit    intValue
-	window   durationValue
-	policy   string
-	buckets  intValue
-	logLevel string
+	config           string
+	mqttAddr         string
+	dataDir          string
+	snapshotInterval durationValue
+	limit            intValue
+	window           durationValue
+	policy           string
+	buckets          intValue
+	logLevel         string
 }
 
 // flagKeys maps each setting flag to the config key it overrides, so
 // that a bad value is reported under the flag the operator typed.
 var flagKeys = map[string]string{
-	"mqtt-addr": "mqtt.tcp",
-	"limit":     "limits.default.limit",
-	"window":    "limits.default.window",
-	"policy":    "limits.default.policy",
-	"buckets":   "limits.buckets",
-	"log-level": "log.level",
+	"mqtt-addr":         "mqtt.tcp",
+	"data-dir":          "data_dir",
+	"snapshot-interval": "persist.snapshot_interval",
+	"limit":             "limits.default.limit",
+	"window":            "limits.default.window",
+	"policy":            "limits.default.policy",
+	"buckets":           "limits.buckets",
+	"log-level":         "log.level",
 }
 
 func newServeFlags(f *serveFlags) *flag.FlagSet {
@@ -50,6 +51,8 @@ func newServeFlags(f *serveFlags) *flag.FlagSet {
 	fs.SetOutput(io.Discard) // errors are returned; help goes to stdout
 	fs.StringVar(&f.config, "config", "", "read settings from the YAML `file` (default: none, built-in defaults)")
 	fs.StringVar(&f.mqttAddr, "mqtt-addr", d.MQTT.TCP, fmt.Sprintf("MQTT TCP listen `address`; port 0 picks a free port (mqtt.tcp, default %q)", d.MQTT.TCP))
+	fs.StringVar(&f.dataDir, "data-dir", d.DataDir, fmt.Sprintf("`directory` of the state file %s, created if missing (data_dir, default %q)", persist.FileName, d.DataDir))
+	fs.Var(&f.snapshotInterval, "snapshot-interval", fmt.Sprintf("write changed windows every `duration`; a crash loses at most this much (persist.snapshot_interval, default %s)", d.Persist.SnapshotInterval))
 	fs.Var(&f.limit, "limit", fmt.Sprintf("default quota: `N` messages per window (limits.default.limit, default %d)", d.Limits.Default.Limit))
 	fs.Var(&f.window, "window", fmt.Sprintf("default quota `duration` such as 10s (limits.default.window, default %s)", d.Limits.Default.Window))
 	fs.StringVar(&f.policy, "policy", d.Limits.Default.Policy, fmt.Sprintf("default quota `policy` over the limit: drop or disconnect (limits.default.policy, default %s)", d.Limits.Default.Policy))
@@ -64,6 +67,8 @@ func printServeUsage(w io.Writer, fs *flag.FlagSet) {
 Runs the gateway until SIGINT or SIGTERM. Settings come from the built-in
 defaults, then the --config file, then the flags given. --limit, --window
 and --policy set the default quota; rules in the file keep their own.
+Device windows and quota overrides are kept in --data-dir and survive
+restarts; one gateway at a time may use a data directory.
 
 Flags:
 `)
@@ -108,6 +113,10 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 		switch fl.Name {
 		case "mqtt-addr":
 			cfg.MQTT.TCP = f.mqttAddr
+		case "data-dir":
+			cfg.DataDir = f.dataDir
+		case "snapshot-interval":
+			cfg.Persist.SnapshotInterval = config.Duration(f.snapshotInterval.v)
 		case "limit":
 			cfg.Limits.Default.Limit = f.limit.v
 		case "window":
@@ -175,73 +184,31 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// Validate has checked every value the builders below read.
-	level, err := cfg.LogLevel()
+	level, err := cfg.LogLevel() // Validate has checked it
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	table, err := cfg.Table()
+	g, err := startGateway(cfg, deps{logger: log})
 	if err != nil {
 		return err
-	}
-	resolver, err := cfg.Resolver()
-	if err != nil {
-		return err
-	}
-	identity, err := cfg.Identity()
-	if err != nil {
-		return err
-	}
-
-	// No persistence yet, so no high-water to start from.
-	clock := devicelimit.NewSystemClock(0, 0)
-	defer clock.Close()
-	srv, err := broker.New(broker.Options{
-		TCPAddr:  cfg.MQTT.TCP,
-		Table:    table,
-		Resolver: resolver,
-		Clock:    clock,
-		Identity: identity,
-		Logger:   log,
-	})
-	if err != nil {
-		return err
-	}
-	if err := srv.Start(); err != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		return errors.Join(err, srv.Close(cctx))
 	}
 	def := cfg.Limits.Default
 	log.Info("gateway started", "version", releaseName(), "go", runtime.Version())
-	log.Info("mqtt listening", "addr", srv.Addr().String())
+	log.Info("mqtt listening", "addr", g.Addr().String())
 	log.Info("default quota", "limit", def.Limit, "window", def.Window.String(), "policy", def.Policy,
 		"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
 
 	<-ctx.Done()
 	log.Info("shutting down", "timeout", shutdownTimeout.String())
+	begin := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if err := closeWithin(sctx, srv); err != nil {
-		return fmt.Errorf("stop mqtt: %w", err)
-	}
-	clock.Close()
-	log.Info("stopped")
-	return nil
-}
-
-// closeWithin closes srv, giving up at ctx's deadline even if Close
-// does not: the process must exit on time.
-func closeWithin(ctx context.Context, srv *broker.Server) error {
-	done := make(chan error, 1)
-	go func() { done <- srv.Close(ctx) }()
-	select {
-	case err := <-done:
+	if err := g.Close(sctx); err != nil {
 		return err
-	case <-ctx.Done():
-		return fmt.Errorf("not stopped within %s: %w", shutdownTimeout, ctx.Err())
 	}
+	log.Info("stopped", "took", time.Since(begin).Round(time.Millisecond).String())
+	return nil
 }
 
 // intValue is an int flag whose parse errors read like the config's.

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"devicegate/broker"
+	"devicegate/config"
+	"devicegate/devicelimit"
+	"devicegate/persist"
+)
+
+// shutdownTimeout bounds a graceful shutdown, from the signal to exit.
+const shutdownTimeout = 5 * time.Second
+
+// lockTimeout is how long start-up waits for another gateway to let go
+// of the data directory before giving up.
+const lockTimeout = time.Second
+
+// snapshotReserve is the part of a shutdown's time kept for the final
+// snapshot and closing the store, however long stopping MQTT takes.
+const snapshotReserve = 1500 * time.Millisecond
+
+// deps are what startGateway takes from outside the configuration, so
+// that tests can inject their own.
+type deps struct {
+	// time is where the logical clock reads the wall and monotonic
+	// clocks; nil means devicelimit.RealTime.
+	time devicelimit.TimeSource
+	// logger receives every log line; nil discards them.
+	logger *slog.Logger
+}
+
+// gateway is a running gateway: its state store, clock, snapshotter and
+// MQTT server. Build it with startGateway; Close stops it.
+type gateway struct {
+	log      *slog.Logger
+	store    *persist.Store
+	clock    *devicelimit.SystemClock
+	table    *devicelimit.Table
+	resolver *devicelimit.Resolver
+	snap     *persist.Snapshotter
+	srv      *broker.Server
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// startGateway opens the data directory, restores the device windows and
+// quota overrides, and starts the snapshotter and the MQTT server, in
+// that order: the listener accepts connections only once the state is
+// restored. It returns once MQTT is listening. On failure it closes what
+// it opened, in reverse, and returns an error a person can act on. cfg
+// must have passed Validate.
+func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
+	src := d.time
+	if src == nil {
+		src = devicelimit.RealTime
+	}
+	log := d.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// Validate has checked every value these builders read.
+	table, err := cfg.Table()
+	if err != nil {
+		return nil, err
+	}
+	resolver, err := cfg.Resolver()
+	if err != nil {
+		return nil, err
+	}
+	identity, err := cfg.Identity()
+	if err != nil {
+		return nil, err
+	}
+
+	g := &gateway{log: log, table: table, resolver: resolver}
+	defer func() {
+		if err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			if cerr := g.Close(ctx); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+	}()
+
+	store, err := persist.Open(cfg.DataDir, persist.Options{LockTimeout: lockTimeout, Logger: log})
+	if err != nil {
+		return nil, storeError(cfg.DataDir, err)
+	}
+	g.store = store
+	meta := store.Meta()
+	log.Info("state opened", "path", store.Path(), "new", meta.New, "schema", meta.Schema)
+
+	// The clock starts at max(wall clock, high-water): a wall clock set
+	// back while the gateway was down cannot empty a window.
+	g.clock = devicelimit.NewSystemClockOn(src, meta.HighWater, 0)
+	if g.clock.RolledBack {
+		log.Warn("wall clock is behind the persisted clock; continuing from the high-water, windows keep counting",
+			"wall", g.clock.Wall.String(), "high_water", meta.HighWater.String(), "behind", meta.HighWater.Sub(g.clock.Wall).String())
+	}
+	if !meta.New && !meta.CleanShutdown {
+		log.Warn("the previous run did not shut down cleanly; up to one snapshot interval of admissions may have been lost, so devices may get that many extra messages in their current window",
+			"path", store.Path())
+	}
+
+	begin := time.Now()
+	windows, err := store.RestoreWindows(table)
+	if err != nil {
+		return nil, storeError(cfg.DataDir, fmt.Errorf("restore windows: %w", err))
+	}
+	overrides, err := store.RestoreOverrides(resolver, g.clock.Now())
+	if err != nil {
+		return nil, storeError(cfg.DataDir, fmt.Errorf("restore quota overrides: %w", err))
+	}
+	log.Info("state restored", "windows", windows, "overrides", overrides, "took", time.Since(begin).String())
+	if err := store.MarkRunning(); err != nil {
+		return nil, storeError(cfg.DataDir, err)
+	}
+
+	interval := time.Duration(cfg.Persist.SnapshotInterval)
+	g.snap = persist.NewSnapshotter(store, table, g.clock, interval, log)
+	g.snap.Start()
+
+	srv, err := broker.New(broker.Options{
+		TCPAddr:  cfg.MQTT.TCP,
+		Table:    table,
+		Resolver: resolver,
+		Clock:    g.clock,
+		Identity: identity,
+		Logger:   log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.srv = srv
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Addr returns the MQTT listener's address.
+func (g *gateway) Addr() net.Addr { return g.srv.Addr() }
+
+// Close shuts the gateway down in order: stop accepting MQTT (and end
+// every connection), write the final snapshot and mark the shutdown
+// clean, close the store, stop the clock. Stopping MQTT may use all of
+// ctx's time but snapshotReserve, so that a broker slow to stop still
+// leaves time for the final snapshot. Close is safe after a failed
+// start and more than once; later calls return the first one's result.
+func (g *gateway) Close(ctx context.Context) error {
+	g.closeOnce.Do(func() { g.closeErr = g.close(ctx) })
+	return g.closeErr
+}
+
+func (g *gateway) close(ctx context.Context) error {
+	var errs []error
+	if g.srv != nil {
+		bctx := ctx
+		if deadline, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			bctx, cancel = context.WithDeadline(ctx, deadline.Add(-snapshotReserve))
+			defer cancel()
+		}
+		if err := within(bctx, g.srv.Close); err != nil {
+			// Publishes may still be decided after the final snapshot;
+			// those are lost as in a crash. Say so, and carry on: the
+			// snapshot matters more.
+			errs = append(errs, fmt.Errorf("stop mqtt: %w", err))
+		}
+	}
+	if g.snap != nil {
+		if err := within(ctx, g.snap.Close); err != nil {
+			errs = append(errs, fmt.Errorf("final snapshot: %w", err))
+		}
+	}
+	if g.store != nil {
+		if err := within(ctx, func(context.Context) error { return g.store.Close() }); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", g.store.Path(), err))
+		}
+	}
+	if g.clock != nil {
+		g.clock.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// within runs fn, giving up at ctx's deadline even if fn does not: the
+// process must exit on time.
+func within(ctx context.Context, fn func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("not done in time: %w", ctx.Err())
+	}
+}
+
+// storeError turns an error from the state store into a message a person
+// can act on: a directory in use by another gateway, or a data file that
+// cannot be read, named with what to do about it.
+func storeError(dir string, err error) error {
+	file := filepath.Join(dir, persist.FileName)
+	switch {
+	case errors.Is(err, persist.ErrInUse):
+		// persist names the lock file; the operator acts on the directory.
+		return &actionError{fmt.Sprintf("data directory %q is in use by another gateway (no lock within %s); stop it, or give this one its own --data-dir", dir, lockTimeout), err}
+	case errors.Is(err, persist.ErrCorrupt):
+		return &actionError{fmt.Sprintf("%s; the file was left as it is: restore it from a backup, or move it away to start with empty state (every device then gets a fresh quota)", nameFile(file, err)), err}
+	case errors.Is(err, persist.ErrNewerSchema):
+		return &actionError{fmt.Sprintf("%s; it was written by a newer devicegate: run that version, or move the file away to start with empty state", nameFile(file, err)), err}
+	}
+	return &actionError{nameFile(file, err), err}
+}
+
+// nameFile returns err's message, led by the file's name unless it
+// already names it.
+func nameFile(file string, err error) string {
+	if strings.Contains(err.Error(), file) {
+		return err.Error()
+	}
+	return fmt.Sprintf("data file %s: %v", file, err)
+}
+
+// actionError is an error with a message for people in front of the
+// error it explains, which errors.Is and errors.As still find.
+type actionError struct {
+	msg string
+	err error
+}
+
+func (e *actionError) Error() string { return e.msg }
+func (e *actionError) Unwrap() error { return e.err }

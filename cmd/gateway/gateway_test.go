@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"devicegate/config"
+	"devicegate/devicelimit"
+	"devicegate/persist"
+)
+
+// In-process tests of startGateway, the production start-up path, with
+// injected time: clock rollback, overrides across a restart, in-use and
+// failed starts.
+
+// testConfig is a valid configuration on 127.0.0.1:0 in dir, with
+// limit messages per window per device.
+func testConfig(dir string, limit int, window time.Duration) config.Config {
+	cfg := config.Default()
+	cfg.MQTT.TCP = "127.0.0.1:0"
+	cfg.DataDir = dir
+	cfg.Persist.SnapshotInterval = config.Duration(100 * time.Millisecond)
+	cfg.Limits.Default = config.Quota{Limit: limit, Window: config.Duration(window), Policy: "drop"}
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	return cfg
+}
+
+// mustStart starts a gateway and closes it at the end of the test if the
+// test has not.
+func mustStart(t *testing.T, cfg config.Config, d deps) *gateway {
+	t.Helper()
+	g, err := startGateway(cfg, d)
+	if err != nil {
+		t.Fatalf("startGateway: %v", err)
+	}
+	t.Cleanup(func() { closeGateway(t, g) })
+	return g
+}
+
+func closeGateway(t *testing.T, g *gateway) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := g.Close(ctx); err != nil {
+		t.Errorf("close gateway: %v", err)
+	}
+}
+
+// waitClock waits until the gateway's clock reads at least tick: it
+// follows the injected time source on its own 1 ms ticker.
+func waitClock(t *testing.T, g *gateway, tick devicelimit.Tick) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for g.clock.Now() < tick {
+		if time.Now().After(deadline) {
+			t.Fatalf("clock at %s, not %s after 10s", g.clock.Now(), tick)
+		}
+		time.Sleep(time.Millisecond) // polling the clock's goroutine, not letting logical time pass
+	}
+}
+
+// TestStartGatewayClockRollback: a device uses its quota, the gateway
+// stops, and starts again with the wall clock an hour behind. It
+// continues from the persisted high-water with a warning naming both
+// times; the device stays refused until a full window (plus one bucket)
+// of time has passed, then is admitted again.
+func TestStartGatewayClockRollback(t *testing.T) {
+	const window = 2 * time.Second // 20 buckets: counted span up to 2.1 s
+	dir := t.TempDir()
+	cfg := testConfig(dir, 3, window)
+	now := time.Now()
+
+	src1 := devicelimit.NewManualTime(now) // stands still: every decision at now
+	g1 := mustStart(t, cfg, deps{time: src1})
+	c := dial5(t, g1.Addr().String(), "meter-1")
+	for i := range 3 {
+		c.mustPublish(t, "devices/meter-1", fmt.Sprint("reading ", i), codeSuccess)
+	}
+	c.mustPublish(t, "devices/meter-1", "over", codeQuotaExceeded)
+	closeGateway(t, g1)
+
+	src2 := devicelimit.NewManualTime(now.Add(-time.Hour))
+	logs := new(captureHandler)
+	g2 := mustStart(t, cfg, deps{time: src2, logger: slog.New(logs)})
+	warn := logs.find("wall clock is behind the persisted clock")
+	if warn == nil || warn["level"] != "WARN" {
+		t.Fatalf("no rollback warning; logs:\n%s", logs)
+	}
+	hw := devicelimit.TickOf(now)
+	wall := devicelimit.TickOf(now.Add(-time.Hour))
+	if warn["wall"] != wall.String() || warn["high_water"] != hw.String() {
+		t.Errorf("rollback warning wall=%s high_water=%s, want %s and %s", warn["wall"], warn["high_water"], wall, hw)
+	}
+	for _, key := range []string{"wall", "high_water"} {
+		if _, err := time.Parse(time.RFC3339Nano, warn[key]); err != nil {
+			t.Errorf("%s=%q is not RFC 3339: %v", key, warn[key], err)
+		}
+	}
+	if r := logs.find("state restored"); r == nil || r["windows"] != "1" {
+		t.Errorf("state restored = %v, want windows=1", r)
+	}
+	if g2.clock.Now() != hw {
+		t.Fatalf("clock starts at %s, want the high-water %s", g2.clock.Now(), hw)
+	}
+
+	c2 := dial5(t, g2.Addr().String(), "meter-1")
+	c2.mustPublish(t, "devices/meter-1", "after rollback", codeQuotaExceeded)
+
+	src2.Advance(window / 2)
+	waitClock(t, g2, hw.Add(window/2))
+	c2.mustPublish(t, "devices/meter-1", "half a window later", codeQuotaExceeded)
+
+	src2.Advance(window/2 + window/20 + time.Millisecond) // past T·(1+1/buckets)
+	waitClock(t, g2, hw.Add(window+window/20+time.Millisecond))
+	for i := range 3 {
+		c2.mustPublish(t, "devices/meter-1", fmt.Sprint("next window ", i), codeSuccess)
+	}
+	c2.mustPublish(t, "devices/meter-1", "over again", codeQuotaExceeded)
+}
+
+// TestStartGatewayOverridesSurvive: an override set through the store is
+// in force after a restart, and its deletion is too.
+func TestStartGatewayOverridesSurvive(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir, 100, time.Hour)
+	g1 := mustStart(t, cfg, deps{})
+	o := devicelimit.Override{Quota: devicelimit.Quota{Limit: 1, Window: time.Hour}}
+	if err := g1.store.SetOverride(g1.resolver, "meter-1", o); err != nil {
+		t.Fatal(err)
+	}
+	if err := g1.store.SetOverride(g1.resolver, "meter-2", o); err != nil {
+		t.Fatal(err)
+	}
+	closeGateway(t, g1)
+
+	logs := new(captureHandler)
+	g2 := mustStart(t, cfg, deps{logger: slog.New(logs)})
+	if r := logs.find("state restored"); r == nil || r["overrides"] != "2" {
+		t.Errorf("state restored = %v, want overrides=2", r)
+	}
+	c := dial5(t, g2.Addr().String(), "meter-1")
+	c.mustPublish(t, "devices/meter-1", "first", codeSuccess)
+	c.mustPublish(t, "devices/meter-1", "second", codeQuotaExceeded)
+	if ok, err := g2.store.DeleteOverride(g2.resolver, "meter-2"); !ok || err != nil {
+		t.Fatalf("DeleteOverride = %v, %v", ok, err)
+	}
+	closeGateway(t, g2)
+
+	g3 := mustStart(t, cfg, deps{})
+	if _, ok := g3.resolver.Override("meter-2", g3.clock.Now()); ok {
+		t.Errorf("deleted override for meter-2 came back")
+	}
+	c3 := dial5(t, g3.Addr().String(), "meter-1")
+	c3.mustPublish(t, "devices/meter-1", "after restart", codeQuotaExceeded)
+	c4 := dial5(t, g3.Addr().String(), "meter-2")
+	for i := range 3 {
+		c4.mustPublish(t, "devices/meter-2", fmt.Sprint("default quota ", i), codeSuccess)
+	}
+}
+
+// TestStartGatewayInUse: a second gateway on the same directory fails
+// within the lock timeout with the in-use message, and the first one is
+// undisturbed.
+func TestStartGatewayInUse(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir, 100, time.Hour)
+	g1 := mustStart(t, cfg, deps{})
+	begin := time.Now()
+	g2, err := startGateway(cfg, deps{})
+	took := time.Since(begin)
+	if err == nil {
+		closeGateway(t, g2)
+		t.Fatal("second gateway on the same data directory started")
+	}
+	want := fmt.Sprintf("data directory %q is in use by another gateway", dir)
+	if !errors.Is(err, persist.ErrInUse) || !strings.HasPrefix(err.Error(), want) || took > 2*time.Second {
+		t.Fatalf("second start after %s: %v; want ErrInUse within 2s, message %q", took, err, want)
+	}
+	dial5(t, g1.Addr().String(), "meter-1").mustPublish(t, "devices/meter-1", "x", codeSuccess)
+}
+
+// TestStartGatewayFailedStartCloses: when MQTT cannot listen, start-up
+// closes the store (the directory is free again at once) and the next
+// start finds a clean shutdown.
+func TestStartGatewayFailedStartCloses(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := t.TempDir()
+	cfg := testConfig(dir, 100, time.Hour)
+	busy := cfg
+	busy.MQTT.TCP = l.Addr().String()
+	if g, err := startGateway(busy, deps{}); err == nil {
+		closeGateway(t, g)
+		t.Fatal("started on a port in use")
+	} else if !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("err = %v, want address already in use", err)
+	}
+	logs := new(captureHandler)
+	begin := time.Now()
+	mustStart(t, cfg, deps{logger: slog.New(logs)})
+	if took := time.Since(begin); took > lockTimeout/2 {
+		t.Errorf("start after a failed start took %s: the failed one kept the lock?", took)
+	}
+	if r := logs.find(uncleanMsg); r != nil {
+		t.Errorf("a failed start left the store marked unclean: %v", r)
+	}
+}
+
+func TestStoreError(t *testing.T) {
+	dir := "/srv/gw"
+	file := filepath.Join(dir, persist.FileName)
+	tests := []struct {
+		err      error
+		sentinel error
+		prefix   string
+		contains []string
+	}{
+		{fmt.Errorf("open %q: %w", file, persist.ErrInUse), persist.ErrInUse,
+			`data directory "/srv/gw" is in use by another gateway`, []string{"--data-dir"}},
+		{fmt.Errorf("open %s: %w: bad magic", file, persist.ErrCorrupt), persist.ErrCorrupt,
+			"open /srv/gw/devicegate.db: corrupt data file: bad magic", []string{"left as it is"}},
+		{fmt.Errorf("%w: bad magic", persist.ErrCorrupt), persist.ErrCorrupt,
+			"data file /srv/gw/devicegate.db: corrupt data file: bad magic", nil},
+		{fmt.Errorf("%s: %w: schema 9", file, persist.ErrNewerSchema), persist.ErrNewerSchema,
+			"/srv/gw/devicegate.db: data file has a newer schema: schema 9", []string{"newer devicegate"}},
+		{errors.New("permission denied"), nil, "data file /srv/gw/devicegate.db: permission denied", nil},
+	}
+	for _, tt := range tests {
+		err := storeError(dir, tt.err)
+		if !strings.HasPrefix(err.Error(), tt.prefix) {
+			t.Errorf("storeError(%v) = %q, want prefix %q", tt.err, err, tt.prefix)
+		}
+		for _, s := range tt.contains {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("storeError(%v) = %q, want it to contain %q", tt.err, err, s)
+			}
+		}
+		if tt.sentinel != nil && !errors.Is(err, tt.sentinel) {
+			t.Errorf("storeError(%v) does not wrap %v", tt.err, tt.sentinel)
+		}
+	}
+}
+
+// captureHandler records every log record at every level.
+type captureHandler struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *captureHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.recs = append(h.recs, r.Clone())
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *captureHandler) WithGroup(string) slog.Handler      { return h }
+
+// find returns the level and attributes of the first record whose
+// message starts with msg, or nil.
+func (h *captureHandler) find(msg string) map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.recs {
+		if !strings.HasPrefix(r.Message, msg) {
+			continue
+		}
+		m := map[string]string{"level": r.Level.String()}
+		r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
+		return m
+	}
+	return nil
+}
+
+func (h *captureHandler) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	for _, r := range h.recs {
+		fmt.Fprintf(&b, "%s %s", r.Level, r.Message)
+		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%s", a.Key, a.Value); return true })
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
