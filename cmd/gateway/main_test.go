@@ -127,26 +127,28 @@ func (p *process) waitLine(re *regexp.Regexp, timeout time.Duration) []string {
 func (p *process) wait(timeout time.Duration) (int, time.Duration) {
 	p.t.Helper()
 	begin := time.Now()
-	// Drain stderr so the child never blocks on a full pipe.
+	// Read stderr to its end, which comes when the child exits: Wait
+	// closes the pipe, so calling it earlier could lose the last lines.
+	eof := make(chan struct{})
 	go func() {
 		for range p.lines {
 		}
+		close(eof)
 	}()
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
 	select {
-	case err := <-done:
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			p.t.Fatalf("wait: %v", err)
-		}
-		return p.cmd.ProcessState.ExitCode(), time.Since(begin)
+	case <-eof:
 	case <-time.After(timeout):
 		p.cmd.Process.Kill()
-		<-done
+		p.cmd.Wait()
 		p.t.Fatalf("still running %s after it was asked to stop; stderr:\n%s", timeout, p.stderr())
-		return 0, 0
 	}
+	took := time.Since(begin)
+	err := p.cmd.Wait()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		p.t.Fatalf("wait: %v", err)
+	}
+	return p.cmd.ProcessState.ExitCode(), took
 }
 
 // runBinary runs the binary to completion (at most 10 s) and returns
