@@ -3,6 +3,8 @@ GO          ?= go
 BENCH_COUNT ?= 6
 BENCH_FLAGS ?=
 FUZZTIME    ?= 60s
+# TEST_FUZZTIME is each fuzz target's share of `make test`.
+TEST_FUZZTIME ?= 3s
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 # bash with pipefail, so that `go test | tee` fails when the tests do.
@@ -11,8 +13,10 @@ SHELL       := bash
 
 .PHONY: test build bench fuzz tools vet
 
+# test: vet, every test with the race detector, then a short fuzz pass.
 test: tools vet
 	$(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 vet:
 	$(GO) vet ./...
