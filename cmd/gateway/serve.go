@@ -52,7 +52,7 @@ func newServeFlags(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.config, "config", "", "read settings from the YAML `file` (default: none, built-in defaults)")
 	fs.StringVar(&f.mqttAddr, "mqtt-addr", d.MQTT.TCP, fmt.Sprintf("MQTT TCP listen `address`; port 0 picks a free port (mqtt.tcp, default %q)", d.MQTT.TCP))
 	fs.StringVar(&f.dataDir, "data-dir", d.DataDir, fmt.Sprintf("`directory` of the state file %s, created if missing (data_dir, default %q)", persist.FileName, d.DataDir))
-	fs.Var(&f.snapshotInterval, "snapshot-interval", fmt.Sprintf("write changed windows every `duration`; a crash loses at most this much (persist.snapshot_interval, default %s)", d.Persist.SnapshotInterval))
+	fs.Var(&f.snapshotInterval, "snapshot-interval", fmt.Sprintf("write changed windows every `duration`; a crash loses at most about this long of admissions (persist.snapshot_interval, default %s)", d.Persist.SnapshotInterval))
 	fs.Var(&f.limit, "limit", fmt.Sprintf("default quota: `N` messages per window (limits.default.limit, default %d)", d.Limits.Default.Limit))
 	fs.Var(&f.window, "window", fmt.Sprintf("default quota `duration` such as 10s (limits.default.window, default %s)", d.Limits.Default.Window))
 	fs.StringVar(&f.policy, "policy", d.Limits.Default.Policy, fmt.Sprintf("default quota `policy` over the limit: drop or disconnect (limits.default.policy, default %s)", d.Limits.Default.Policy))
