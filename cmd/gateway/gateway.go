@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -221,6 +222,9 @@ func storeError(dir string, err error) error {
 		return &actionError{fmt.Sprintf("%s; the file was left as it is: restore it from a backup, or move it away to start with empty state (every device then gets a fresh quota)", nameFile(file, err)), err}
 	case errors.Is(err, persist.ErrNewerSchema):
 		return &actionError{fmt.Sprintf("%s; it was written by a newer devicegate: run that version, or move the file away to start with empty state", nameFile(file, err)), err}
+	}
+	if strings.Contains(err.Error(), strconv.Quote(dir)) {
+		return err // names the directory, which is what is wrong
 	}
 	return &actionError{nameFile(file, err), err}
 }

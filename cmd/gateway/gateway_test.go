@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -219,6 +220,26 @@ func TestStartGatewayFailedStartCloses(t *testing.T) {
 	}
 }
 
+// TestStartGatewayDataDirIsFile: a data_dir that is a file stops
+// start-up with a message naming it, and leaves it alone.
+func TestStartGatewayDataDirIsFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := startGateway(testConfig(file, 100, time.Hour), deps{})
+	if err == nil {
+		closeGateway(t, g)
+		t.Fatal("started with a file as data_dir")
+	}
+	if want := fmt.Sprintf("data directory %q is not a directory", file); !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want it to contain %q", err, want)
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "x" {
+		t.Fatalf("the file changed: %q, %v", b, err)
+	}
+}
+
 func TestStoreError(t *testing.T) {
 	dir := "/srv/gw"
 	file := filepath.Join(dir, persist.FileName)
@@ -237,6 +258,7 @@ func TestStoreError(t *testing.T) {
 		{fmt.Errorf("%s: %w: schema 9", file, persist.ErrNewerSchema), persist.ErrNewerSchema,
 			"/srv/gw/devicegate.db: data file has a newer schema: schema 9", []string{"newer devicegate"}},
 		{errors.New("permission denied"), nil, "data file /srv/gw/devicegate.db: permission denied", nil},
+		{errors.New(`open store: data directory "/srv/gw" is not a directory`), nil, `open store: data directory "/srv/gw" is not a directory`, nil},
 	}
 	for _, tt := range tests {
 		err := storeError(dir, tt.err)
