@@ -79,7 +79,11 @@ func TestRestartKeepsWindowsProcess(t *testing.T) {
 		c.mustPublish(t, "devices/meter-1", fmt.Sprint("reading ", i), codeSuccess)
 	}
 	took := p.stop()
-	t.Logf("graceful shutdown: %s after SIGTERM (the gateway logged %s)", took, stoppedRE.FindStringSubmatch(p.stderr())[1])
+	m := stoppedRE.FindStringSubmatch(p.stderr())
+	if m == nil {
+		t.Fatalf("no %s line after SIGTERM; stderr:\n%s", stoppedRE, p.stderr())
+	}
+	t.Logf("graceful shutdown: %s from SIGTERM to exit (the gateway logged took=%s)", took, m[1])
 
 	p2, addr2, windows := startOn(t, dir, args...)
 	if windows != "1" {
