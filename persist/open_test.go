@@ -147,13 +147,7 @@ func TestOpenRandomBytes(t *testing.T) {
 
 func TestOpenTruncated(t *testing.T) {
 	path := writeStore(t, 5000)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var need int
-	db.View(func(tx *bolt.Tx) error { need = int(tx.Size()); return nil })
-	db.Close()
+	need := usedSize(t, path)
 	for _, keep := range []int{need - 1, need - 4096, need / 2, 3 * 4096, 4096 + 100} {
 		t.Run(fmt.Sprint(keep), func(t *testing.T) {
 			b := fileBytes(t, path)[:keep]
@@ -166,9 +160,23 @@ func TestOpenTruncated(t *testing.T) {
 	}
 }
 
+// usedSize returns the size of the pages in use in the bbolt file at
+// path; the file may be longer.
+func usedSize(t *testing.T, path string) int {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var size int
+	db.View(func(tx *bolt.Tx) error { size = int(tx.Size()); return nil })
+	return size
+}
+
 func TestOpenDamagedPages(t *testing.T) {
 	path := writeStore(t, 5000)
-	size := len(fileBytes(t, path))
+	size := usedSize(t, path)
 	rng := rand.New(rand.NewPCG(7, 7))
 	failed := 0
 	for page := 2; page*4096 < size; page++ {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -139,7 +138,7 @@ func (sn *Snapshotter) tick() {
 func (sn *Snapshotter) pending() int {
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
-	return len(sn.pend.entries)
+	return len(sn.pend.items)
 }
 
 // Snapshot writes the windows changed since the last successful snapshot,
@@ -193,13 +192,14 @@ func (sn *Snapshotter) close(ctx context.Context) error {
 // nothing changed, with the clean-shutdown flag. Called with sn.mu held.
 func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 	start := time.Now()
+	sn.pend.grow(sn.table.Dirty())
 	sn.table.Collect(sn.add)
 	// Read after Collect: every collected admission happened at or
 	// before this tick.
 	sn.hw = max(sn.hw, sn.clock.Now())
 	skipped := sn.skipped
 	sn.skipped = 0
-	if len(sn.pend.entries) == 0 && !final {
+	if len(sn.pend.items) == 0 && !final {
 		return SnapshotStats{Skipped: skipped}, nil
 	}
 	sn.pend.sort()
@@ -236,28 +236,28 @@ func (sn *Snapshotter) add(device string, enc []byte) {
 // transaction and after it stay pending.
 func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 	var st SnapshotStats
-	entries := sn.pend.entries
+	items := sn.pend.items
 	for i := 0; ; {
-		j := min(i+sn.chunk, len(entries))
-		last := j == len(entries)
+		j := min(i+sn.chunk, len(items))
+		last := j == len(items)
 		var cs SnapshotStats
 		err := sn.store.update(func(tx *bolt.Tx) error {
 			b := tx.Bucket(bucketWindows)
 			b.FillPercent = windowFill
-			for _, e := range entries[i:j] {
-				key := unsafe.Slice(unsafe.StringData(e.key), len(e.key))
-				if e.n < 0 {
+			for _, it := range items[i:j] {
+				key, value := sn.pend.record(it)
+				if value == nil {
 					if err := b.Delete(key); err != nil {
 						return err
 					}
 					cs.Deleted++
 					continue
 				}
-				if err := b.Put(key, sn.pend.value(e)); err != nil {
+				if err := b.Put(key, value); err != nil {
 					return err
 				}
 				cs.Windows++
-				cs.Bytes += len(e.key) + int(e.n)
+				cs.Bytes += len(key) + len(value)
 			}
 			if !last {
 				return nil
@@ -272,7 +272,7 @@ func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 			return nil
 		})
 		if err != nil {
-			sn.pend.entries = append(entries[:0], entries[i:]...)
+			sn.pend.items = append(items[:0], items[i:]...)
 			return st, fmt.Errorf("write snapshot to %q: %w", sn.store.path, err)
 		}
 		st.Windows += cs.Windows

@@ -135,6 +135,12 @@ func openBolt(path string, timeout time.Duration) (*bolt.DB, error) {
 		// array scans every free page for each allocation, which a
 		// snapshot of a million windows (thousands of pages) notices.
 		FreelistType: bolt.FreelistMapType,
+		// Map a gigabyte of address space from the start (not memory:
+		// the file grows as written), so that growing the file does not
+		// remap it. A remap copies every key and value of the write
+		// transaction out of the old map, which for a snapshot of a
+		// million new windows costs a quarter of its time.
+		InitialMmapSize: 1 << 30,
 		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
 			f, err := os.OpenFile(name, flag, perm)
 			file = f
