@@ -117,12 +117,9 @@ func (b *batch) sortRange(items, tmp []item, depth int, top bool) {
 	lcp, maxLen := b.commonPrefix(items, depth)
 	depth += lcp
 	if depth >= maxLen {
-		// All keys are equal: keep the collection order.
-		if top {
-			for i := range items[:len(items)-1] {
-				items[i].off = dead
-			}
-		}
+		// The keys agree on every byte but may differ in length (a
+		// key and itself followed by zero bytes have equal prefixes).
+		b.compareSort(items, top)
 		return
 	}
 	for i := range items {
