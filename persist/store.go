@@ -28,7 +28,8 @@ const SchemaVersion = 1
 // DefaultLockTimeout is how long Open waits for the data file's lock.
 const DefaultLockTimeout = time.Second
 
-// Bucket names. "deferred" is reserved for deferred messages.
+// Bucket names. "deferred" is reserved for deferred messages (a later
+// schema); no bucket of that name is created yet.
 var (
 	bucketWindows   = []byte("windows")
 	bucketOverrides = []byte("overrides")
@@ -42,8 +43,8 @@ type Options struct {
 	// the data file's lock before failing with ErrInUse;
 	// DefaultLockTimeout when <= 0.
 	LockTimeout time.Duration
-	// Logger receives the store's and its Snapshotters' events; nil
-	// discards them.
+	// Logger receives the store's events (overrides skipped at restore);
+	// nil discards them. Snapshotters take their own.
 	Logger *slog.Logger
 }
 
