@@ -96,18 +96,26 @@ func Open(dir string, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+	fi, err := os.Stat(dir)
+	switch {
+	case err == nil && !fi.IsDir():
 		return nil, fmt.Errorf("open store: data directory %q is not a directory", dir)
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("open store: %w", err)
 	}
+	createdDir := err != nil
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open store: create data directory: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+	fi, err = os.Stat(path)
+	switch {
+	case err == nil && !fi.Mode().IsRegular():
 		return nil, fmt.Errorf("open store %q: not a regular file", path)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	createdFile := err != nil
 
 	db, err := openBolt(path, timeout)
 	switch {
@@ -121,7 +129,35 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
+	// A new file's directory entry (and a new directory's) must be as
+	// durable as the first transactions written into the file.
+	if createdFile {
+		syncDirs := []string{dir}
+		if createdDir {
+			syncDirs = append(syncDirs, filepath.Dir(filepath.Clean(dir)))
+		}
+		for _, d := range syncDirs {
+			if err := syncDir(d); err != nil {
+				db.Close()
+				return nil, fmt.Errorf("open store %q: %w", path, err)
+			}
+		}
+	}
 	return s, nil
+}
+
+// syncDir fsyncs the directory dir, making the entries created in it
+// durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %q: %w", dir, err)
+	}
+	return nil
 }
 
 // openBolt opens the bbolt file at path. Errors about the file's content
