@@ -227,7 +227,36 @@ func (sn *Snapshotter) add(device string, enc []byte) {
 		}
 		return
 	}
+	if emptyWindow(enc) {
+		// A window whose counts all expired after its last admission
+		// (PeekAt advances the ring): store nothing rather than a window
+		// that a restore would drop, leaving its key behind for good.
+		enc = nil
+	}
 	sn.pend.add(device, enc)
+}
+
+// emptyWindow reports whether enc, a window encoding (a version byte,
+// uvarints for the length, the head and the number of counts, then one
+// uvarint per count), holds no count: every count is the one byte 0.
+func emptyWindow(enc []byte) bool {
+	if len(enc) == 0 {
+		return false
+	}
+	b := enc[1:]
+	for range 3 {
+		_, n := binary.Uvarint(b)
+		if n <= 0 {
+			return false
+		}
+		b = b[n:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // write writes the sorted pending entries in transactions of at most

@@ -228,3 +228,33 @@ func TestSnapshotSkipsDevicesBeyondKeyLimit(t *testing.T) {
 		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 }
+
+func TestSnapshotDeletesWindowsThatEmptied(t *testing.T) {
+	s := open(t, t.TempDir())
+	tab := newTable(t, 10)
+	sn := NewSnapshotter(s, tab, devicelimit.NewManualClock(t0), 0, nil)
+	tab.AllowAt("a", q, t0)
+	tab.AllowAt("b", q, t0)
+	if _, err := sn.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	// a gains a count, then a peek two windows later expires them all
+	// while a is still waiting for the next snapshot.
+	tab.AllowAt("a", q, t0.Add(10*ms))
+	tab.PeekAt("a", q, t0.Add(2*q.Window))
+	if w, ok := tab.Snapshot("a"); !ok || w.Total() != 0 {
+		t.Fatalf("a: %+v, %v; want an empty window still held", w, ok)
+	}
+	st, err := sn.Snapshot()
+	if err != nil || st.Windows != 0 || st.Deleted != 1 {
+		t.Fatalf("snapshot %+v, %v; want a's deletion", st, err)
+	}
+	if got := stored(t, s); len(got) != 1 || got["b"] == nil {
+		t.Fatalf("stored %v, want only b", got)
+	}
+	w, _ := tab.Snapshot("b")
+	enc, _ := w.MarshalBinary()
+	if emptyWindow(enc) {
+		t.Fatal("b's window reads as empty")
+	}
+}
