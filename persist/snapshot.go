@@ -32,7 +32,8 @@ const windowFill = 0.9
 type SnapshotStats struct {
 	// Windows is the number of windows written.
 	Windows int
-	// Deleted is the number of windows deleted (evicted or reset).
+	// Deleted is the number of windows deleted (evicted, reset, or
+	// emptied before they were written).
 	Deleted int
 	// Bytes is the number of key and value bytes written.
 	Bytes int
@@ -61,7 +62,7 @@ type Snapshotter struct {
 	pend     batch      // collected and not yet written
 	hw       devicelimit.Tick
 	skipped  int
-	warned   bool // about a device ID too long to store
+	warned   bool // about device IDs too long to store
 	failures int  // consecutive failed snapshots of the loop
 	closed   bool
 
@@ -175,7 +176,11 @@ func (sn *Snapshotter) close(ctx context.Context) error {
 		select {
 		case <-sn.done:
 		case <-ctx.Done():
-			return fmt.Errorf("close snapshotter: %w", ctx.Err())
+			select {
+			case <-sn.done: // stopped just as ctx ended: go on
+			default:
+				return fmt.Errorf("close snapshotter: waiting for a snapshot in progress: %w", ctx.Err())
+			}
 		}
 	}
 	sn.mu.Lock()
@@ -199,6 +204,11 @@ func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 	sn.hw = max(sn.hw, sn.clock.Now())
 	skipped := sn.skipped
 	sn.skipped = 0
+	if skipped > 0 && !sn.warned {
+		sn.warned = true
+		sn.log.Warn("windows of devices with IDs longer than the store's key limit are not persisted",
+			"devices", skipped, "limit", bolt.MaxKeySize)
+	}
 	if len(sn.pend.items) == 0 && !final {
 		return SnapshotStats{Skipped: skipped}, nil
 	}
@@ -219,12 +229,7 @@ func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 // add is Table.Collect's callback.
 func (sn *Snapshotter) add(device string, enc []byte) {
 	if len(device) > bolt.MaxKeySize {
-		sn.skipped++
-		if !sn.warned {
-			sn.warned = true
-			sn.log.Warn("windows of devices with IDs longer than the store's key limit are not persisted",
-				"id_bytes", len(device), "limit", bolt.MaxKeySize)
-		}
+		sn.skipped++ // logged after Collect, outside the shard's lock
 		return
 	}
 	if emptyWindow(enc) {
@@ -292,7 +297,7 @@ func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 				return nil
 			}
 			meta := tx.Bucket(bucketMeta)
-			if err := meta.Put(keyClock, binary.BigEndian.AppendUint64(nil, uint64(sn.hw))); err != nil {
+			if err := meta.Put(keyClock, encodeClock(sn.hw)); err != nil {
 				return err
 			}
 			if final {

@@ -224,7 +224,7 @@ func TestSnapshotSkipsDevicesBeyondKeyLimit(t *testing.T) {
 	if st, err := sn.Snapshot(); err != nil || st.Windows != 0 || st.Skipped != 1 {
 		t.Fatalf("snapshot %+v, %v; want 1 skipped", st, err)
 	}
-	if n := logs.count("level=WARN", "id_bytes=40000"); n != 1 {
+	if n := logs.count("level=WARN", "devices=1", "limit=32768"); n != 1 {
 		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 }
