@@ -232,12 +232,6 @@ func (sn *Snapshotter) add(device string, enc []byte) {
 		sn.skipped++ // logged after Collect, outside the shard's lock
 		return
 	}
-	if emptyWindow(enc) {
-		// A window whose counts all expired after its last admission
-		// (PeekAt advances the ring): store nothing rather than a window
-		// that a restore would drop, leaving its key behind for good.
-		enc = nil
-	}
 	sn.pend.add(device, enc)
 }
 
@@ -280,7 +274,10 @@ func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 			b.FillPercent = windowFill
 			for _, it := range items[i:j] {
 				key, value := sn.pend.record(it)
-				if value == nil {
+				// A window whose counts all expired after its last
+				// admission (PeekAt advances the ring) is deleted: a
+				// restore would drop it, leaving its key behind for good.
+				if value == nil || emptyWindow(value) {
 					if err := b.Delete(key); err != nil {
 						return err
 					}
