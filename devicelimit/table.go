@@ -262,3 +262,20 @@ func (s *shard) compact(slots int) {
 	}
 	s.peak = len(s.index)
 }
+
+// Grow makes room for about n windows, so that restoring n windows at
+// start-up does not rehash and regrow as it goes. It only affects empty
+// shards.
+func (t *Table) Grow(n int) {
+	per := n/numShards + n/numShards/8 + 1 // hashing spreads shards unevenly
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		if len(s.index) == 0 {
+			s.index = make(map[string]uint32, per)
+			sl := &s.slabs[class8]
+			sl.data = make([]byte, 0, per*sl.stride)
+		}
+		s.mu.Unlock()
+	}
+}

@@ -267,3 +267,18 @@ func TestNewTableValidates(t *testing.T) {
 		t.Fatalf("NewTable(0) = %v, %v; want default buckets", tab, err)
 	}
 }
+
+func TestGrowKeepsDecisions(t *testing.T) {
+	tab := newTable(t, 4)
+	tab.AllowAt("before", q3, t0)
+	tab.Grow(100000)
+	for i := 0; i < 1000; i++ {
+		tab.AllowAt(fmt.Sprint("dev-", i), q3, t0)
+	}
+	if d := tab.AllowAt("before", q3, t0); d.Count != 2 {
+		t.Fatalf("Grow lost a window: %+v", d)
+	}
+	if got := tab.Len(); got != 1001 {
+		t.Fatalf("Len = %d, want 1001", got)
+	}
+}

@@ -65,7 +65,9 @@ func (s *Store) RestoreWindows(t *devicelimit.Table) (int, error) {
 				wg.Wait()
 			}()
 			batch := make([]kv, 0, restoreBatch)
-			c := tx.Bucket(bucketWindows).Cursor()
+			b := tx.Bucket(bucketWindows)
+			t.Grow(b.Stats().KeyN)
+			c := b.Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
 				if v == nil {
 					return fmt.Errorf("%w: device %s: a bucket, not a window", ErrCorrupt, keyName(k))
