@@ -11,4 +11,8 @@ var (
 	ErrStarted = errors.New("broker already started")
 	// ErrClosed reports a Start after Close.
 	ErrClosed = errors.New("broker closed")
+	// ErrBadDeferred reports a stored deferred message that cannot be
+	// decoded: Start fails with it, naming the device and sequence
+	// number, rather than lose or mangle the message.
+	ErrBadDeferred = errors.New("invalid deferred message record")
 )

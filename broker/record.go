@@ -1,0 +1,252 @@
+package broker
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"devicegate/devicelimit"
+)
+
+// deferredMsg is a message held in the deferral queue: what the release
+// needs to publish it as the device sent it, and to count it against the
+// device's quota when the device may no longer be connected.
+type deferredMsg struct {
+	// Enqueued is when the message was deferred (logical clock).
+	Enqueued devicelimit.Tick
+	// Quota is the device's rule (or default) quota at enqueue time;
+	// overrides are looked up again at release.
+	Quota devicelimit.Quota
+	// Version is the publisher's protocol version: 3 (3.1), 4 (3.1.1) or 5.
+	Version byte
+	QoS     byte
+	Retain  bool
+	Topic   string
+	Payload []byte
+
+	// MQTT 5 properties kept for the subscribers.
+	PayloadFormat     byte
+	PayloadFormatFlag bool
+	// MessageExpiry is the message expiry interval in seconds as
+	// published; 0 means none.
+	MessageExpiry   uint32
+	ContentType     string
+	ResponseTopic   string
+	CorrelationData []byte
+	User            []packets.UserProperty
+}
+
+// deferredVersion is the record format version, its first byte.
+const deferredVersion = 1
+
+// Record flag bits.
+const (
+	flagRetain        = 1 << 0
+	flagPayloadFormat = 1 << 1
+	flagQoSShift      = 2
+	flagQoSMask       = 3 << flagQoSShift
+	flagKnown         = flagRetain | flagPayloadFormat | flagQoSMask
+)
+
+// appendDeferred appends m's encoding to dst. Layout, version 1:
+//
+//	byte     version (1)
+//	varint   enqueued tick
+//	uvarint  quota limit
+//	uvarint  quota window, nanoseconds
+//	byte     quota policy
+//	byte     protocol version (3, 4 or 5)
+//	byte     flags: bit 0 retain, bit 1 payload format indicator present,
+//	         bits 2-3 QoS; the others zero
+//	byte     payload format indicator (0 unless present)
+//	uvarint  message expiry interval, seconds (0 none)
+//	string   topic (uvarint length, bytes; never empty)
+//	string   content type
+//	string   response topic
+//	bytes    correlation data
+//	uvarint  number of user properties, then key and value strings
+//	bytes    payload
+//
+// Nothing follows the payload. Every integer has its shortest encoding,
+// so a record decodes to one message and encodes back to the same bytes.
+func appendDeferred(dst []byte, m *deferredMsg) []byte {
+	dst = append(dst, deferredVersion)
+	dst = binary.AppendVarint(dst, int64(m.Enqueued))
+	dst = binary.AppendUvarint(dst, uint64(m.Quota.Limit))
+	dst = binary.AppendUvarint(dst, uint64(m.Quota.Window))
+	dst = append(dst, byte(m.Quota.Policy), m.Version)
+	flags := m.QoS << flagQoSShift
+	if m.Retain {
+		flags |= flagRetain
+	}
+	pf := byte(0)
+	if m.PayloadFormatFlag {
+		flags |= flagPayloadFormat
+		pf = m.PayloadFormat
+	}
+	dst = append(dst, flags, pf)
+	dst = binary.AppendUvarint(dst, uint64(m.MessageExpiry))
+	dst = appendBytes(dst, m.Topic)
+	dst = appendBytes(dst, m.ContentType)
+	dst = appendBytes(dst, m.ResponseTopic)
+	dst = appendBytes(dst, m.CorrelationData)
+	dst = binary.AppendUvarint(dst, uint64(len(m.User)))
+	for _, u := range m.User {
+		dst = appendBytes(dst, u.Key)
+		dst = appendBytes(dst, u.Val)
+	}
+	return appendBytes(dst, m.Payload)
+}
+
+func appendBytes[T string | []byte](dst []byte, b T) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// decodeDeferred decodes a record written by appendDeferred. It accepts
+// only the canonical encoding of a message the gateway could have
+// deferred; anything else is an ErrBadDeferred. The message shares no
+// memory with b.
+func decodeDeferred(b []byte) (deferredMsg, error) {
+	d := recDecoder{b: b}
+	var m deferredMsg
+	if v := d.byte(); d.err == nil && v != deferredVersion {
+		return m, fmt.Errorf("%w: unknown version %d", ErrBadDeferred, v)
+	}
+	m.Enqueued = devicelimit.Tick(d.varint())
+	limit, window := d.uvarint(), d.uvarint()
+	policy := devicelimit.Policy(d.byte())
+	m.Version = d.byte()
+	flags := d.byte()
+	pf := d.byte()
+	expiry := d.uvarint()
+	m.Topic = d.string()
+	m.ContentType = d.string()
+	m.ResponseTopic = d.string()
+	m.CorrelationData = d.bytes()
+	if n := d.uvarint(); n > 0 && d.err == nil {
+		if n > uint64(len(d.b)-d.off)/2 { // each property takes two bytes at least
+			return m, fmt.Errorf("%w: %d user properties in %d bytes", ErrBadDeferred, n, len(d.b)-d.off)
+		}
+		m.User = make([]packets.UserProperty, n)
+		for i := range m.User {
+			m.User[i] = packets.UserProperty{Key: d.string(), Val: d.string()}
+		}
+	}
+	m.Payload = d.bytes()
+	switch {
+	case d.err != nil:
+		return m, d.err
+	case d.off != len(d.b):
+		return m, fmt.Errorf("%w: %d bytes after the payload", ErrBadDeferred, len(d.b)-d.off)
+	case limit < 1 || limit > devicelimit.MaxLimit:
+		return m, fmt.Errorf("%w: quota limit %d", ErrBadDeferred, limit)
+	case window < 1 || window > uint64(devicelimit.MaxWindow):
+		return m, fmt.Errorf("%w: quota window %d", ErrBadDeferred, window)
+	case policy > devicelimit.PolicyDisconnect:
+		return m, fmt.Errorf("%w: quota policy %d", ErrBadDeferred, policy)
+	case m.Version < 3 || m.Version > 5:
+		return m, fmt.Errorf("%w: protocol version %d", ErrBadDeferred, m.Version)
+	case flags&^flagKnown != 0 || flags&flagQoSMask == flagQoSMask:
+		return m, fmt.Errorf("%w: flags 0x%02x", ErrBadDeferred, flags)
+	case flags&flagPayloadFormat == 0 && pf != 0:
+		return m, fmt.Errorf("%w: payload format %d without its flag", ErrBadDeferred, pf)
+	case expiry > math.MaxUint32:
+		return m, fmt.Errorf("%w: message expiry %d", ErrBadDeferred, expiry)
+	case m.Topic == "":
+		return m, fmt.Errorf("%w: empty topic", ErrBadDeferred)
+	}
+	m.Quota = devicelimit.Quota{Limit: int(limit), Window: time.Duration(window), Policy: policy}
+	m.QoS = (flags & flagQoSMask) >> flagQoSShift
+	m.Retain = flags&flagRetain != 0
+	m.PayloadFormatFlag = flags&flagPayloadFormat != 0
+	m.PayloadFormat = pf
+	m.MessageExpiry = uint32(expiry)
+	return m, nil
+}
+
+// recDecoder reads a record; the first error sticks and later reads
+// return zero values.
+type recDecoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *recDecoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: bad %s at byte %d", ErrBadDeferred, what, d.off)
+	}
+}
+
+func (d *recDecoder) byte() byte {
+	if d.err != nil || d.off >= len(d.b) {
+		d.fail("byte")
+		return 0
+	}
+	d.off++
+	return d.b[d.off-1]
+}
+
+func (d *recDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	// n > 1 with a last byte of 0 is a longer encoding than needed.
+	if n <= 0 || (n > 1 && d.b[d.off+n-1] == 0) {
+		d.fail("integer")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *recDecoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b[d.off:])
+	if n <= 0 || (n > 1 && d.b[d.off+n-1] == 0) {
+		d.fail("integer")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+// bytes reads a length-prefixed byte string; empty is nil.
+func (d *recDecoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.fail("length")
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]byte, n)
+	copy(out, d.b[d.off:])
+	d.off += int(n)
+	return out
+}
+
+func (d *recDecoder) string() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.fail("length")
+		return ""
+	}
+	s := string(d.b[d.off : d.off+int(n)])
+	d.off += int(n)
+	return s
+}
