@@ -63,6 +63,12 @@ type Options struct {
 	// SweepInterval is how often idle windows are evicted (Table.Sweep)
 	// and expired overrides pruned; 0 means DefaultSweepInterval.
 	SweepInterval time.Duration
+	// Defer stores deferred messages. It is needed when any quota may
+	// have policy defer; without it, policy defer drops like policy drop.
+	// It must stay open until Close has returned.
+	Defer DeferStore
+	// DeferLimits bound the deferral queue; zero fields take defaults.
+	DeferLimits DeferLimits
 }
 
 func (o *Options) validate() error {
@@ -85,7 +91,7 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: Table has %d buckets but Resolver validates quotas for %d",
 			ErrInvalidOptions, o.Table.Buckets(), o.Resolver.Buckets())
 	}
-	return nil
+	return o.DeferLimits.validate()
 }
 
 // Server is the gateway's MQTT broker. Build it with New, then Start it;
@@ -94,6 +100,10 @@ type Server struct {
 	opts Options
 	mqtt *mqtt.Server
 	hook *throttle
+	def  *deferrer // nil without Options.Defer
+	// releaser is the inline client that publishes released messages
+	// as their device. Only release rounds use it, one at a time.
+	releaser *mqtt.Client
 
 	mu       sync.Mutex
 	tcp      *tcpListener // set once the listener is bound
@@ -101,11 +111,18 @@ type Server struct {
 	closing  bool
 	stop     chan struct{} // closed to end the sweep loop
 	loopDone chan struct{} // closed when the sweep loop has ended
+	// The release loop and the deleter of released messages, when
+	// there is a DeferStore.
+	releaseStop, releaseDone chan struct{}
+	deleteStop, deleteDone   chan struct{}
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when Close has finished
 
 	connectTimeout time.Duration // for tests; 0 means defaultConnectTimeout
+	// noReleaseLoop, for tests, leaves release rounds to the test
+	// (releaseTick) so that they happen only at instants it chooses.
+	noReleaseLoop bool
 }
 
 // New validates opts and builds a server; nothing listens until Start.
@@ -147,12 +164,61 @@ func New(opts Options) (*Server, error) {
 	if err := srv.AddHook(h, nil); err != nil {
 		return nil, fmt.Errorf("add throttle hook: %w", err)
 	}
-	return &Server{opts: opts, mqtt: srv, hook: h, closed: make(chan struct{})}, nil
+	s := &Server{opts: opts, mqtt: srv, hook: h, closed: make(chan struct{})}
+	if opts.Defer != nil {
+		s.def = newDeferrer(opts.Defer, opts.DeferLimits, h)
+		s.def.publish = s.publishDeferred
+		h.def = s.def
+		s.releaser = srv.NewClient(nil, releaseListener, "", true)
+	}
+	return s, nil
 }
 
-// Start binds TCPAddr and serves MQTT on it; it returns once the listener
-// is bound. After a failed Start nothing is left running; Close is still
-// safe.
+// publishDeferred publishes a released message as its device: through
+// an inline client named after it, so subscribers see the device as the
+// origin (No Local applies) and the throttle passes it uncounted; the
+// release round counted it. One client serves every device: mochi's
+// clients carry a large outbound buffer, too costly to make per release,
+// and a release round is the only user.
+func (s *Server) publishDeferred(device string, m *deferredMsg, expiry uint32) error {
+	cl := s.releaser
+	cl.ID = device
+	cl.Properties.ProtocolVersion = m.Version
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: m.QoS, Retain: m.Retain},
+		TopicName:   m.Topic,
+		Payload:     m.Payload,
+		Properties: packets.Properties{
+			PayloadFormat:         m.PayloadFormat,
+			PayloadFormatFlag:     m.PayloadFormatFlag,
+			MessageExpiryInterval: expiry,
+			ContentType:           m.ContentType,
+			ResponseTopic:         m.ResponseTopic,
+			CorrelationData:       m.CorrelationData,
+			User:                  m.User,
+		},
+	}
+	if m.QoS > 0 {
+		pk.PacketID = 1 // required; an inline publish is never acked
+	}
+	if err := s.mqtt.InjectPacket(cl, pk); err != nil {
+		return fmt.Errorf("publish deferred message on %q: %w", m.Topic, err)
+	}
+	return nil
+}
+
+// releaseTick runs one release round at now; see deferrer.releaseTick.
+func (s *Server) releaseTick(now devicelimit.Tick) {
+	if s.def != nil {
+		s.def.releaseTick(now)
+	}
+}
+
+// Start restores the deferral queue from Options.Defer, then binds
+// TCPAddr and serves MQTT on it; it returns once the listener is bound.
+// Restored messages are released in order, as their devices' windows
+// admit them, with sequence numbers continuing after the highest stored.
+// After a failed Start nothing is left running; Close is still safe.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -161,6 +227,15 @@ func (s *Server) Start() error {
 		return ErrClosed
 	case s.started:
 		return ErrStarted
+	}
+	if s.def != nil && !s.def.loaded {
+		msgs, devices, err := s.def.load(s.opts.Clock.Now())
+		if err != nil {
+			return fmt.Errorf("start mqtt: %w", err)
+		}
+		if msgs > 0 {
+			s.logger().Info("deferred messages restored", "messages", msgs, "devices", devices)
+		}
 	}
 	l := newTCPListener("tcp", s.opts.TCPAddr)
 	if s.connectTimeout > 0 {
@@ -179,8 +254,34 @@ func (s *Server) Start() error {
 	}
 	s.tcp = l
 	s.startSweep()
+	if s.def != nil {
+		s.startDeferral()
+	}
 	s.started = true
 	return nil
+}
+
+// startDeferral starts the release loop and the deleter.
+func (s *Server) startDeferral() {
+	s.releaseStop, s.releaseDone = make(chan struct{}), make(chan struct{})
+	s.deleteStop, s.deleteDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.releaseDone)
+		if !s.noReleaseLoop {
+			s.def.run(s.releaseStop)
+		}
+	}()
+	go func() {
+		defer close(s.deleteDone)
+		s.def.runDeletes(s.deleteStop)
+	}()
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.opts.Logger == nil {
+		return discardLogger
+	}
+	return s.opts.Logger
 }
 
 // startSweep starts the loop that calls tick every SweepInterval.
@@ -251,9 +352,20 @@ func (s *Server) Close(ctx context.Context) error {
 			if !started {
 				return
 			}
-			_ = s.mqtt.Close() // always nil in mochi v2.7.9
+			if s.def != nil {
+				// Stop releasing first: a message released into a server
+				// that is disconnecting its clients would be lost, and
+				// then deleted.
+				close(s.releaseStop)
+				<-s.releaseDone
+			}
+			_ = s.mqtt.Close() // always nil in mochi v2.7.9; publishes in flight end first
 			close(s.stop)
 			<-s.loopDone
+			if s.def != nil {
+				close(s.deleteStop) // deletes what was released
+				<-s.deleteDone
+			}
 		}()
 	})
 	select {

@@ -44,6 +44,14 @@ type fixtureOpts struct {
 	rules    []devicelimit.Rule
 	def      devicelimit.Quota // generous when zero
 	logger   *slog.Logger
+
+	store  DeferStore // enables policy defer
+	limits DeferLimits
+	// releaseLoop runs the production release loop; without it release
+	// rounds happen only when the test calls releaseTick.
+	releaseLoop bool
+	clock       *devicelimit.ManualClock // a fresh one at t0 when nil
+	table       *devicelimit.Table       // a fresh one when nil
 }
 
 // start runs a real broker on 127.0.0.1:0 with a manual clock.
@@ -52,26 +60,35 @@ func start(t *testing.T, fo fixtureOpts) *fixture {
 	if fo.def == (devicelimit.Quota{}) {
 		fo.def = generous
 	}
-	table, err := devicelimit.NewTable(testBuckets)
-	if err != nil {
-		t.Fatal(err)
+	table := fo.table
+	if table == nil {
+		var err error
+		if table, err = devicelimit.NewTable(testBuckets); err != nil {
+			t.Fatal(err)
+		}
 	}
 	resolver, err := devicelimit.NewResolver(fo.def, fo.rules, testBuckets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := devicelimit.NewManualClock(t0)
+	clock := fo.clock
+	if clock == nil {
+		clock = devicelimit.NewManualClock(t0)
+	}
 	srv, err := New(Options{
-		TCPAddr:  "127.0.0.1:0",
-		Table:    table,
-		Resolver: resolver,
-		Clock:    clock,
-		Identity: fo.identity,
-		Logger:   fo.logger,
+		TCPAddr:     "127.0.0.1:0",
+		Table:       table,
+		Resolver:    resolver,
+		Clock:       clock,
+		Identity:    fo.identity,
+		Logger:      fo.logger,
+		Defer:       fo.store,
+		DeferLimits: fo.limits,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.noReleaseLoop = !fo.releaseLoop
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -21,13 +21,30 @@ type Stats struct {
 	// Allowed counts device publishes admitted.
 	Allowed uint64
 	// Dropped counts publishes over quota that were dropped (policy drop,
-	// and defer until it exists), and those a device disconnected by
-	// policy had sent before its connection ended.
+	// and policy defer without a DeferStore), and those a device
+	// disconnected by policy had sent before its connection ended.
 	Dropped uint64
 	// Disconnected counts connections closed for a publish over quota
 	// (policy disconnect).
 	Disconnected uint64
-	// Inline counts server-injected publishes, passed through uncounted.
+	// Deferred counts publishes stored in the deferral queue (policy
+	// defer): over quota, or behind messages of the device already
+	// queued.
+	Deferred uint64
+	// Overflowed counts publishes that could not be deferred, refused
+	// like policy drop: the device's queue or the total byte budget was
+	// full, or the store failed.
+	Overflowed uint64
+	// Released counts deferred messages published.
+	Released uint64
+	// Expired counts deferred messages dropped unpublished: they waited
+	// longer than DeferLimits.MaxAge or their MQTT 5 message expiry.
+	Expired uint64
+	// QueueMessages and QueueBytes are the deferral queue's current
+	// size: messages, and bytes of their stored records.
+	QueueMessages, QueueBytes int64
+	// Inline counts server-injected publishes, passed through uncounted;
+	// released deferred messages are in Released, not here.
 	Inline uint64
 }
 
@@ -72,6 +89,10 @@ type throttle struct {
 	// logs limits logging: one line per device (or refused client) per
 	// window, whatever the device's message rate.
 	logs *devicelimit.Table
+
+	// def is the deferral queue; nil without a DeferStore, and policy
+	// defer then drops.
+	def *deferrer
 
 	// conns maps *mqtt.Client to *connInfo. Entries are written once per
 	// connection and read on every publish: sync.Map's best case.
@@ -165,7 +186,9 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	if cl.Net.Inline {
 		// Server-injected (deferred releases, $SYS): counted when they
 		// first arrived, or never subject to a quota.
-		h.inline.Add(1)
+		if cl.Net.Listener != releaseListener {
+			h.inline.Add(1)
+		}
 		return pk, nil
 	}
 	var c *connInfo
@@ -187,6 +210,9 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	if o, ok := h.resolver.Override(c.device, now); ok {
 		q = o.Quota
 	}
+	if q.Policy == devicelimit.PolicyDefer && h.def != nil {
+		return pk, h.deferPublish(cl, &pk, c, q, now)
+	}
 	d := h.table.AllowAt(c.device, q, now)
 	if d.Allowed {
 		h.allowed.Add(1)
@@ -195,20 +221,33 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	return pk, h.refuse(cl, pk, c, q, d, now)
 }
 
+// deferPublish applies policy defer: the publish is forwarded when the
+// device has nothing queued and its window admits it, and otherwise
+// stored before mochi acks it with 0x00 and forwards nothing. A full
+// queue, or a store failure, is refused like policy drop.
+func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo, q devicelimit.Quota, now devicelimit.Tick) error {
+	out, d := h.def.deferPublish(cl, pk, c.device, c.rule, q, now)
+	if !d.Allowed && d.Limit > 0 { // the window refused it (else it queued behind others)
+		h.logThrottled(cl, c.device, q, d, now)
+	}
+	switch out {
+	case outAllowed:
+		h.allowed.Add(1)
+		return nil
+	case outDeferred:
+		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)
+	}
+	if h.logs.AllowAt("\x00full\x00"+c.device, devicelimit.Quota{Limit: 1, Window: q.Window}, now).Allowed {
+		h.log.Warn("deferral refused", "device", c.device, "client", cl.ID, "reason", out.String())
+	}
+	return h.quotaExceeded(cl, *pk, fmt.Sprintf("quota exceeded: %d messages per %s, %s", q.Limit, q.Window, out))
+}
+
 // refuse applies q's policy to a publish over quota and returns the error
 // for mochi.
 func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
-	device := c.device
 	retry := ceilMillisecond(d.RetryAfter)
-	if h.logs.AllowAt(device, devicelimit.Quota{Limit: 1, Window: q.Window}, now).Allowed {
-		level := slog.LevelInfo
-		if q.Policy == devicelimit.PolicyDisconnect {
-			level = slog.LevelWarn
-		}
-		h.log.Log(context.Background(), level, "device throttled",
-			"device", device, "client", cl.ID, "limit", q.Limit, "window", q.Window.String(),
-			"policy", q.Policy.String(), "retry_after", retry.String())
-	}
+	h.logThrottled(cl, c.device, q, d, now)
 	v5 := cl.Properties.ProtocolVersion == 5
 
 	if q.Policy == devicelimit.PolicyDisconnect {
@@ -233,10 +272,31 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q dev
 		return errReject
 	}
 
-	// PolicyDrop, and PolicyDefer until the deferral queue exists (config
-	// rejects defer for now, so this only matters for an override).
+	// PolicyDrop, and PolicyDefer without a store.
 	h.dropped.Add(1)
-	if !v5 || pk.FixedHeader.Qos == 0 {
+	return h.quotaExceeded(cl, pk, fmt.Sprintf("quota exceeded: %d messages per %s, retry after %s", q.Limit, q.Window, retry))
+}
+
+// logThrottled logs a refusal by the window, at most once per window per
+// device.
+func (h *throttle) logThrottled(cl *mqtt.Client, device string, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) {
+	if !h.logs.AllowAt(device, devicelimit.Quota{Limit: 1, Window: q.Window}, now).Allowed {
+		return
+	}
+	level := slog.LevelInfo
+	if q.Policy == devicelimit.PolicyDisconnect {
+		level = slog.LevelWarn
+	}
+	h.log.Log(context.Background(), level, "device throttled",
+		"device", device, "client", cl.ID, "limit", q.Limit, "window", q.Window.String(),
+		"policy", q.Policy.String(), "retry_after", ceilMillisecond(d.RetryAfter).String())
+}
+
+// quotaExceeded refuses a publish that is not forwarded and returns the
+// error for mochi: MQTT 5 QoS 1/2 publishers get PUBACK/PUBREC 0x97 with
+// reason; others an ordinary ack (3.1.1 cannot say no) or nothing (QoS 0).
+func (h *throttle) quotaExceeded(cl *mqtt.Client, pk packets.Packet, reason string) error {
+	if cl.Properties.ProtocolVersion != 5 || pk.FixedHeader.Qos == 0 {
 		// QoS 0: nothing to ack. MQTT 3.1.1 QoS 1/2: mochi acks 0x00 and
 		// forwards nothing; 3.1.1 has no way to say no.
 		return errIgnore
@@ -245,9 +305,7 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q dev
 		FixedHeader: packets.FixedHeader{Type: packets.Puback},
 		PacketID:    pk.PacketID,
 		ReasonCode:  packets.ErrQuotaExceeded.Code,
-		Properties: packets.Properties{
-			ReasonString: fmt.Sprintf("quota exceeded: %d messages per %s, retry after %s", q.Limit, q.Window, retry),
-		},
+		Properties:  packets.Properties{ReasonString: reason},
 	}
 	if pk.FixedHeader.Qos == 2 {
 		ack.FixedHeader.Type = packets.Pubrec // a QoS 2 flow ends with PUBREC >= 0x80, never PUBACK
@@ -297,12 +355,21 @@ func (h *throttle) sweep(now devicelimit.Tick) {
 
 // stats returns the counters.
 func (h *throttle) stats() Stats {
-	return Stats{
+	st := Stats{
 		Allowed:      h.allowed.Load(),
 		Dropped:      h.dropped.Load(),
 		Disconnected: h.disconnected.Load(),
 		Inline:       h.inline.Load(),
 	}
+	if d := h.def; d != nil {
+		st.Deferred = d.deferred.Load()
+		st.Overflowed = d.overflowed.Load()
+		st.Released = d.released.Load()
+		st.Expired = d.expired.Load()
+		st.QueueMessages = d.queueMsgs.Load()
+		st.QueueBytes = d.queueBytes.Load()
+	}
+	return st
 }
 
 // ceilMillisecond rounds d up to a whole millisecond, so a retry-after is

@@ -1,0 +1,685 @@
+package broker
+
+import (
+	"bytes"
+	"container/heap"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"devicegate/devicelimit"
+)
+
+// DeferStore keeps deferred messages durably. cmd/gateway passes a
+// persist.Store through a small adapter (persist names its key type
+// persist.DeferredKey, and broker does not import persist).
+type DeferStore interface {
+	// Enqueue stores rec under (device, seq). It returns only once the
+	// record is durable: the publisher's ack waits for it.
+	Enqueue(device string, seq uint64, rec []byte) error
+	// Delete removes released and expired messages. Missing keys are
+	// not an error.
+	Delete(keys []DeferredKey) error
+	// LoadDeferred calls fn for every stored message, grouped by device
+	// and in increasing seq within a device; rec is valid only during
+	// the call.
+	LoadDeferred(fn func(device string, seq uint64, rec []byte) error) error
+}
+
+// DeferredKey names one stored deferred message.
+type DeferredKey struct {
+	Device string
+	Seq    uint64
+}
+
+// Defaults of DeferLimits' zero fields.
+const (
+	DefaultDeferMaxMessagesPerDevice = 1000
+	DefaultDeferMaxBytesPerDevice    = 1 << 20
+	DefaultDeferMaxTotalBytes        = 256 << 20
+	DefaultDeferMaxAge               = time.Hour
+)
+
+// DeferLimits bound the deferral queue. A message that would exceed a
+// limit is refused like a message over quota under policy drop; one
+// older than MaxAge when its turn comes is dropped, never released.
+// Sizes are those of the stored records (topic, payload, properties and
+// about 20 bytes). Zero fields take the defaults.
+type DeferLimits struct {
+	// MaxMessagesPerDevice is the most messages one device may have
+	// queued (default 1000).
+	MaxMessagesPerDevice int
+	// MaxBytesPerDevice is the most record bytes one device may have
+	// queued (default 1 MiB).
+	MaxBytesPerDevice int64
+	// MaxTotalBytes is the most record bytes queued for all devices
+	// together (default 256 MiB). The queue is held in memory as well
+	// as on disk, so this also bounds its memory.
+	MaxTotalBytes int64
+	// MaxAge is how long a message may wait (default 1 h).
+	MaxAge time.Duration
+}
+
+func (l *DeferLimits) validate() error {
+	switch {
+	case l.MaxMessagesPerDevice < 0:
+		return fmt.Errorf("%w: DeferLimits.MaxMessagesPerDevice must be >= 0 (got %d)", ErrInvalidOptions, l.MaxMessagesPerDevice)
+	case l.MaxBytesPerDevice < 0:
+		return fmt.Errorf("%w: DeferLimits.MaxBytesPerDevice must be >= 0 (got %d)", ErrInvalidOptions, l.MaxBytesPerDevice)
+	case l.MaxTotalBytes < 0:
+		return fmt.Errorf("%w: DeferLimits.MaxTotalBytes must be >= 0 (got %d)", ErrInvalidOptions, l.MaxTotalBytes)
+	case l.MaxAge < 0:
+		return fmt.Errorf("%w: DeferLimits.MaxAge must be >= 0 (got %q)", ErrInvalidOptions, l.MaxAge.String())
+	}
+	return nil
+}
+
+func (l DeferLimits) withDefaults() DeferLimits {
+	if l.MaxMessagesPerDevice == 0 {
+		l.MaxMessagesPerDevice = DefaultDeferMaxMessagesPerDevice
+	}
+	if l.MaxBytesPerDevice == 0 {
+		l.MaxBytesPerDevice = DefaultDeferMaxBytesPerDevice
+	}
+	if l.MaxTotalBytes == 0 {
+		l.MaxTotalBytes = DefaultDeferMaxTotalBytes
+	}
+	if l.MaxAge == 0 {
+		l.MaxAge = DefaultDeferMaxAge
+	}
+	return l
+}
+
+const (
+	deferShards = 64
+	// minReleaseSleep is the shortest sleep of the release loop: the
+	// system clock advances once a millisecond, so waking sooner for a
+	// due time less than that away would find the clock not yet there.
+	minReleaseSleep = time.Millisecond
+	// deleteInterval is the shortest time between two deletions of
+	// released messages from the store; keys released meanwhile are
+	// deleted together.
+	deleteInterval = 100 * time.Millisecond
+	// releaseListener is the listener name of the inline client that
+	// publishes released messages.
+	releaseListener = "deferred"
+	// storeErrorLogWindow bounds how often store failures are logged.
+	storeErrorLogWindow = time.Minute
+)
+
+// deferrer is the deferral queue: per device, the messages held for
+// later in enqueue order, in memory and in the store; a min-heap of the
+// devices by the instant their window next admits a message; and the
+// release round that publishes what is due.
+//
+// Locking: a device's queue is guarded by its shard's lock; the heap by
+// heapMu, taken after a shard lock, never before. A release round holds
+// roundMu (rounds never overlap) and a shard lock only to look at or
+// update one device's queue, never while publishing or touching the
+// store. Enqueues to the store run under no lock.
+type deferrer struct {
+	store    DeferStore
+	limits   DeferLimits
+	table    *devicelimit.Table
+	resolver *devicelimit.Resolver
+	clock    devicelimit.Clock
+	log      *slog.Logger
+	logs     *devicelimit.Table // log limiter, shared with the throttle
+	// publish delivers a released message as its device; expiry is the
+	// remaining message expiry interval. Called only by release rounds.
+	publish func(device string, m *deferredMsg, expiry uint32) error
+
+	seed   maphash.Seed
+	shards [deferShards]deferShard
+
+	seq atomic.Uint64 // the last sequence number handed out
+	// budget is the record bytes queued or reserved by enqueues in
+	// progress, checked against MaxTotalBytes.
+	budget                 atomic.Int64
+	queueMsgs, queueBytes  atomic.Int64
+	loaded                 bool // guarded by the Server's mu
+	invalidQuotaLogged     atomic.Bool
+	failures               atomic.Int64 // store and release failures since the last log line
+	deferred, released     atomic.Uint64
+	expired, overflowed    atomic.Uint64
+	rounds, visited, wakes atomic.Uint64 // for tests: release rounds, devices popped, loop wake-ups
+
+	heapMu sync.Mutex
+	due    dueHeap
+	wake   chan struct{} // capacity 1: the heap has a new earliest device
+
+	roundMu sync.Mutex
+	batch   []batchItem // a round's messages of one device; guarded by roundMu
+
+	delMu   sync.Mutex
+	dels    []DeferredKey // released or expired, not yet deleted from the store
+	delKick chan struct{} // capacity 1
+	flushMu sync.Mutex    // one store deletion at a time
+}
+
+type deferShard struct {
+	mu     sync.Mutex
+	queues map[string]*devQueue
+	_      [40]byte
+}
+
+// devQueue is one device's queue. All fields are guarded by the shard's
+// lock except due, guarded by heapMu.
+type devQueue struct {
+	device string
+	// msgs are the stored messages in enqueue order. A release round
+	// publishes a prefix without the lock and removes it after, so a
+	// message published meanwhile sees a non-empty queue and waits its
+	// turn behind them.
+	msgs  []queuedMsg
+	bytes int64 // record bytes of msgs
+	// writers counts enqueues in progress (reserved, not yet stored);
+	// reserved their bytes. While writers > 0 the queue is not empty.
+	writers   int
+	reserved  int64
+	scheduled bool // in the heap, or in a release round that will push it back
+	due       devicelimit.Tick
+}
+
+// queuedMsg is what the queue keeps of a message in memory: the record
+// and the fields a release round needs before decoding it.
+type queuedMsg struct {
+	seq      uint64
+	enqueued devicelimit.Tick
+	expiry   uint32 // MQTT 5 message expiry interval, seconds; 0 none
+	quota    devicelimit.Quota
+	rec      []byte
+}
+
+func (q *devQueue) idle() bool { return len(q.msgs) == 0 && q.writers == 0 }
+
+func newDeferrer(store DeferStore, limits DeferLimits, h *throttle) *deferrer {
+	d := &deferrer{
+		store:    store,
+		limits:   limits.withDefaults(),
+		table:    h.table,
+		resolver: h.resolver,
+		clock:    h.clock,
+		log:      h.log,
+		logs:     h.logs,
+		seed:     maphash.MakeSeed(),
+		wake:     make(chan struct{}, 1),
+		delKick:  make(chan struct{}, 1),
+	}
+	for i := range d.shards {
+		d.shards[i].queues = make(map[string]*devQueue)
+	}
+	return d
+}
+
+func (d *deferrer) shard(device string) *deferShard {
+	return &d.shards[maphash.String(d.seed, device)%deferShards]
+}
+
+// outcome is what deferPublish did with a publish.
+type outcome uint8
+
+const (
+	outAllowed  outcome = iota // admitted now: forward it
+	outDeferred                // stored: ack 0x00, forward nothing
+	outFull                    // the queue is full: refuse like policy drop
+	outFailed                  // the store failed: refuse like policy drop
+)
+
+// String says why a deferral was refused, for logs and reason strings.
+func (o outcome) String() string {
+	switch o {
+	case outFull:
+		return "deferral queue full"
+	case outFailed:
+		return "deferral failed"
+	}
+	return "deferred"
+}
+
+// deferPublish handles a publish of a device under policy defer at now.
+// A device with messages queued (or being stored) queues behind them even
+// when its window has room, so its messages keep their order; otherwise
+// the window decides, and a message over the limit is stored. It returns
+// once the message is durable. dec is the window's refusal, when it
+// refused.
+func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device string, rule, q devicelimit.Quota, now devicelimit.Tick) (outcome, devicelimit.Decision) {
+	sh := d.shard(device)
+	sh.mu.Lock()
+	dq := sh.queues[device]
+	var dec devicelimit.Decision
+	if dq == nil || dq.idle() {
+		if dec = d.table.AllowAt(device, q, now); dec.Allowed {
+			sh.mu.Unlock()
+			return outAllowed, dec
+		}
+	}
+	if dq == nil {
+		dq = &devQueue{device: device}
+		sh.queues[device] = dq
+	}
+	dq.writers++ // from here the queue is not idle: later publishes queue behind this one
+	sh.mu.Unlock()
+
+	m := deferredMsg{
+		Enqueued:          now,
+		Quota:             rule,
+		Version:           cl.Properties.ProtocolVersion,
+		QoS:               pk.FixedHeader.Qos,
+		Retain:            pk.FixedHeader.Retain,
+		Topic:             pk.TopicName,
+		Payload:           pk.Payload,
+		PayloadFormat:     pk.Properties.PayloadFormat,
+		PayloadFormatFlag: pk.Properties.PayloadFormatFlag,
+		MessageExpiry:     pk.Properties.MessageExpiryInterval,
+		ContentType:       pk.Properties.ContentType,
+		ResponseTopic:     pk.Properties.ResponseTopic,
+		CorrelationData:   pk.Properties.CorrelationData,
+		User:              pk.Properties.User,
+	}
+	if !m.PayloadFormatFlag {
+		m.PayloadFormat = 0
+	}
+	if m.Version < 3 || m.Version > 5 {
+		m.Version = 4 // not reachable from a network client; keep the record decodable
+	}
+	rec := appendDeferred(nil, &m)
+	n := int64(len(rec))
+
+	sh.mu.Lock()
+	ok := len(dq.msgs)+dq.writers <= d.limits.MaxMessagesPerDevice &&
+		dq.bytes+dq.reserved+n <= d.limits.MaxBytesPerDevice &&
+		d.reserve(n)
+	if !ok {
+		dq.writers--
+		d.forgetIfIdle(sh, dq)
+		sh.mu.Unlock()
+		d.overflowed.Add(1)
+		return outFull, dec
+	}
+	dq.reserved += n
+	seq := d.seq.Add(1)
+	sh.mu.Unlock()
+
+	err := d.store.Enqueue(device, seq, rec)
+
+	sh.mu.Lock()
+	dq.writers--
+	dq.reserved -= n
+	if err != nil {
+		d.budget.Add(-n)
+		d.forgetIfIdle(sh, dq)
+		sh.mu.Unlock()
+		d.overflowed.Add(1)
+		d.failed("deferred message not stored", err, device)
+		return outFailed, dec
+	}
+	dq.msgs = append(dq.msgs, queuedMsg{seq: seq, enqueued: now, expiry: m.MessageExpiry, quota: rule, rec: rec})
+	dq.bytes += n
+	d.queueMsgs.Add(1)
+	d.queueBytes.Add(n)
+	if !dq.scheduled {
+		at := d.clock.Now()
+		d.schedule(dq, at.Add(max(d.table.PeekAt(device, q, at).RetryAfter, 0)))
+	}
+	sh.mu.Unlock()
+	d.deferred.Add(1)
+	return outDeferred, dec
+}
+
+// reserve takes n bytes of the global budget, or reports that they
+// would exceed it.
+func (d *deferrer) reserve(n int64) bool {
+	for {
+		cur := d.budget.Load()
+		if cur+n > d.limits.MaxTotalBytes {
+			return false
+		}
+		if d.budget.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// forgetIfIdle removes an idle, unscheduled queue from its shard. Called
+// with the shard's lock held.
+func (d *deferrer) forgetIfIdle(sh *deferShard, dq *devQueue) {
+	if dq.idle() && !dq.scheduled {
+		delete(sh.queues, dq.device)
+	}
+}
+
+// schedule puts dq in the heap, due at due, and wakes the release loop
+// when dq became the earliest. Called with dq's shard lock held.
+func (d *deferrer) schedule(dq *devQueue, due devicelimit.Tick) {
+	dq.scheduled = true
+	d.heapMu.Lock()
+	dq.due = due
+	heap.Push(&d.due, dq)
+	first := d.due[0] == dq
+	d.heapMu.Unlock()
+	if first {
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// failed logs a store or release failure at Error, at most once per
+// storeErrorLogWindow for each kind (msg), with the number of failures
+// of all kinds since the last line.
+func (d *deferrer) failed(msg string, err error, device string) {
+	n := d.failures.Add(1)
+	if d.logs.AllowAt("\x00defer\x00"+msg, devicelimit.Quota{Limit: 1, Window: storeErrorLogWindow}, d.clock.Now()).Allowed {
+		d.failures.Add(-n)
+		d.log.Error(msg, "error", err, "device", device, "failures", n)
+	}
+}
+
+// releaseTick runs one release round at now: every device due by now
+// is taken from the heap; its expired head messages are dropped, and
+// messages are published while its window admits them; a device with
+// messages left goes back in the heap, due when its window next admits
+// one. It returns the earliest due instant left, if any. A round looks
+// only at the devices due: its cost does not grow with the devices
+// waiting.
+func (d *deferrer) releaseTick(now devicelimit.Tick) (next devicelimit.Tick, ok bool) {
+	d.roundMu.Lock()
+	defer d.roundMu.Unlock()
+	d.rounds.Add(1)
+	released := false
+	for {
+		d.heapMu.Lock()
+		if len(d.due) == 0 || d.due[0].due > now {
+			if len(d.due) > 0 {
+				next, ok = d.due[0].due, true
+			}
+			d.heapMu.Unlock()
+			break
+		}
+		dq := heap.Pop(&d.due).(*devQueue)
+		d.heapMu.Unlock()
+		d.visited.Add(1)
+		if d.releaseDevice(dq, now) {
+			released = true
+		}
+	}
+	if released {
+		select {
+		case d.delKick <- struct{}{}:
+		default:
+		}
+	}
+	return next, ok
+}
+
+// releaseDevice releases what dq's window admits at now and reports
+// whether it removed any message. dq was just taken from the heap.
+func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
+	sh := d.shard(dq.device)
+	sh.mu.Lock()
+	batch := d.batch[:0]
+	var retry time.Duration
+	for _, m := range dq.msgs {
+		if d.expiredAt(&m, now) {
+			batch = append(batch, batchItem{queuedMsg: m, expired: true})
+			continue
+		}
+		dec := d.table.AllowAt(dq.device, d.quotaFor(dq.device, m.quota, now), now)
+		if !dec.Allowed {
+			retry = max(dec.RetryAfter, minReleaseSleep)
+			break
+		}
+		batch = append(batch, batchItem{queuedMsg: m})
+	}
+	sh.mu.Unlock()
+
+	// Publish outside the lock: a publish of the device meanwhile finds
+	// these messages still queued and queues behind them.
+	var gone int64
+	for i := range batch {
+		it := &batch[i]
+		gone += int64(len(it.rec))
+		if it.expired {
+			d.expired.Add(1)
+		} else {
+			d.release(dq.device, &it.queuedMsg, now)
+		}
+	}
+
+	sh.mu.Lock()
+	// Only release rounds remove messages, from the head: batch is still
+	// the queue's prefix.
+	clear(dq.msgs[:len(batch)]) // let the records go
+	dq.msgs = dq.msgs[len(batch):]
+	if len(dq.msgs) == 0 {
+		dq.msgs = nil
+	}
+	dq.bytes -= gone
+	d.queueMsgs.Add(-int64(len(batch)))
+	d.queueBytes.Add(-gone)
+	d.budget.Add(-gone)
+	if len(dq.msgs) > 0 {
+		// retry is 0 when the whole queue went out and more came in
+		// meanwhile: those are due now.
+		d.schedule(dq, now.Add(retry))
+	} else {
+		dq.scheduled = false
+		d.forgetIfIdle(sh, dq)
+	}
+	sh.mu.Unlock()
+
+	if len(batch) > 0 {
+		d.delMu.Lock()
+		for i := range batch {
+			d.dels = append(d.dels, DeferredKey{Device: dq.device, Seq: batch[i].seq})
+		}
+		d.delMu.Unlock()
+	}
+	n := len(batch)
+	clear(batch)
+	d.batch = batch[:0]
+	return n > 0
+}
+
+// batchItem is a message a release round took from the head of a queue.
+type batchItem struct {
+	queuedMsg
+	expired bool
+}
+
+// release publishes m as its device at now. A message that cannot be
+// published (its record no longer decodes) is logged and dropped.
+func (d *deferrer) release(device string, m *queuedMsg, now devicelimit.Tick) {
+	msg, err := decodeDeferred(m.rec)
+	if err == nil {
+		err = d.publish(device, &msg, remainingExpiry(m, now))
+	}
+	if err != nil {
+		d.failed("deferred message not released", err, device)
+		return
+	}
+	d.released.Add(1)
+}
+
+// expiredAt reports whether m must be dropped at now: it waited MaxAge,
+// or its MQTT 5 message expiry interval has passed.
+func (d *deferrer) expiredAt(m *queuedMsg, now devicelimit.Tick) bool {
+	age := now.Sub(m.enqueued)
+	return age >= d.limits.MaxAge || (m.expiry > 0 && age >= time.Duration(m.expiry)*time.Second)
+}
+
+// remainingExpiry is m's message expiry interval at now, less the time it
+// waited, in whole seconds and at least 1 (as mochi rounds it); 0 when m
+// has none.
+func remainingExpiry(m *queuedMsg, now devicelimit.Tick) uint32 {
+	if m.expiry == 0 {
+		return 0
+	}
+	left := time.Duration(m.expiry)*time.Second - now.Sub(m.enqueued)
+	return uint32(max(left/time.Second, 1))
+}
+
+// quotaFor is the quota a release is counted under: the device's
+// override at now, else the rule quota stored with the message.
+func (d *deferrer) quotaFor(device string, rule devicelimit.Quota, now devicelimit.Tick) devicelimit.Quota {
+	if o, ok := d.resolver.Override(device, now); ok {
+		return o.Quota
+	}
+	return rule
+}
+
+// run is the release loop: it sleeps until the heap's earliest due
+// instant, or until a device becomes the earliest, and runs a round. It
+// returns when stop is closed.
+func (d *deferrer) run(stop <-chan struct{}) {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		if next, ok := d.releaseTick(d.clock.Now()); ok {
+			t.Reset(max(next.Sub(d.clock.Now()), minReleaseSleep))
+		}
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-t.C:
+		case <-d.wake:
+			t.Stop()
+		}
+		d.wakes.Add(1)
+	}
+}
+
+// runDeletes deletes released and expired messages from the store, at
+// most once per deleteInterval, until stop is closed; then it deletes
+// what is left.
+func (d *deferrer) runDeletes(stop <-chan struct{}) {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-stop:
+			d.flushDeletes()
+			return
+		case <-d.delKick:
+		}
+		d.flushDeletes()
+		t.Reset(deleteInterval)
+		select {
+		case <-stop:
+			t.Stop()
+			d.flushDeletes()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// flushDeletes deletes the keys released so far in one store call. Keys
+// that fail are kept for the next call: until deleted, they would be
+// released again after a restart.
+func (d *deferrer) flushDeletes() {
+	d.flushMu.Lock()
+	defer d.flushMu.Unlock()
+	d.delMu.Lock()
+	keys := d.dels
+	d.dels = nil
+	d.delMu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	if err := d.store.Delete(keys); err != nil {
+		d.delMu.Lock()
+		d.dels = append(keys, d.dels...)
+		d.delMu.Unlock()
+		d.failed("released messages not deleted", err, keys[0].Device)
+	}
+}
+
+// load restores the queues from the store, due at now, and continues
+// the sequence numbers after the highest stored. It runs once, before
+// the server listens; a second call does nothing.
+func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error) {
+	if d.loaded {
+		return 0, 0, nil
+	}
+	var (
+		queues   []*devQueue
+		cur      *devQueue
+		maxSeq   uint64
+		invalid  int
+		total    int64
+		buckets  = d.table.Buckets()
+		fallback = d.resolver.Default()
+	)
+	err = d.store.LoadDeferred(func(device string, seq uint64, rec []byte) error {
+		m, err := decodeDeferred(rec)
+		if err != nil {
+			return fmt.Errorf("deferred message %d of device %q: %w", seq, device, err)
+		}
+		if cur == nil || cur.device != device {
+			cur = &devQueue{device: device}
+			queues = append(queues, cur)
+		}
+		q := m.Quota
+		if q.Validate(buckets) != nil {
+			// Stored under a configuration with more buckets: the table
+			// would refuse the quota for ever.
+			q = fallback
+			invalid++
+		}
+		cur.msgs = append(cur.msgs, queuedMsg{seq: seq, enqueued: m.Enqueued, expiry: m.MessageExpiry, quota: q, rec: bytes.Clone(rec)})
+		cur.bytes += int64(len(rec))
+		total += int64(len(rec))
+		maxSeq = max(maxSeq, seq)
+		messages++
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("restore deferred messages: %w", err)
+	}
+	if invalid > 0 {
+		d.log.Warn("deferred messages restored under the default quota: their quota is invalid for the configured bucket count",
+			"messages", invalid, "buckets", buckets, "default", fallback.String())
+	}
+	for _, dq := range queues {
+		sh := d.shard(dq.device)
+		sh.mu.Lock()
+		sh.queues[dq.device] = dq
+		d.schedule(dq, now)
+		sh.mu.Unlock()
+	}
+	d.seq.Store(max(d.seq.Load(), maxSeq))
+	d.budget.Add(total)
+	d.queueMsgs.Add(int64(messages))
+	d.queueBytes.Add(total)
+	d.loaded = true
+	if total > d.limits.MaxTotalBytes {
+		d.log.Warn("restored deferral queue exceeds its byte budget; new deferrals are refused until it drains",
+			"bytes", total, "max_total_bytes", d.limits.MaxTotalBytes)
+	}
+	return messages, len(queues), nil
+}
+
+// dueHeap orders device queues by due instant (container/heap).
+type dueHeap []*devQueue
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(*devQueue)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return q
+}
