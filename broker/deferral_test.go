@@ -260,11 +260,11 @@ func TestDeferExpiry(t *testing.T) {
 	p := f.connect(t, 5, "dev-1", "")
 	expiry := func(s uint32) *paho.PublishProperties { return &paho.PublishProperties{MessageExpiry: &s} }
 	for _, m := range []*paho.Publish{
-		{Topic: "t/a", QoS: 1, Payload: []byte("first")},                           // allowed
-		{Topic: "t/a", QoS: 1, Payload: []byte("short"), Properties: expiry(5)},    // expires before its turn
-		{Topic: "t/a", QoS: 1, Payload: []byte("long"), Properties: expiry(60)},    // released at ~11s with ~49s left
-		{Topic: "t/a", QoS: 1, Payload: []byte("old")},                             // released at ~22s
-		{Topic: "t/a", QoS: 1, Payload: []byte("too-old")},                         // its turn at ~33s: older than MaxAge
+		{Topic: "t/a", QoS: 1, Payload: []byte("first")},                               // allowed
+		{Topic: "t/a", QoS: 1, Payload: []byte("short"), Properties: expiry(5)},        // expires before its turn
+		{Topic: "t/a", QoS: 1, Payload: []byte("long"), Properties: expiry(60)},        // released at ~11s with ~49s left
+		{Topic: "t/a", QoS: 1, Payload: []byte("old")},                                 // released at ~22s
+		{Topic: "t/a", QoS: 1, Payload: []byte("too-old")},                             // its turn at ~33s: older than MaxAge
 		{Topic: "t/a", QoS: 0, Payload: []byte("too-old-qos0"), Properties: expiry(1)}, // QoS 0 is deferred too
 	} {
 		if code := publish5(t, p, m); code != 0 {
