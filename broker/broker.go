@@ -1,27 +1,3 @@
-// Package broker is the gateway's MQTT side: an embedded mochi-mqtt
-// server with a TCP listener, device authentication (allow-all for now)
-// and the throttle hook that checks every device publish against its
-// quota in a devicelimit.Table.
-//
-// Decisions, per DESIGN.md "Data flow of one publish":
-//
-//	allowed            forwarded, acked normally
-//	over, drop, QoS 0  dropped
-//	over, drop, 3.1.1  PUBACK/PUBREC 0x00, not forwarded (3.1.1 cannot say no)
-//	over, drop, v5     PUBACK 0x97 (QoS 1) or PUBREC 0x97 (QoS 2) with a
-//	                   reason string "quota exceeded: N messages per T, retry after D"
-//	over, disconnect   v5: DISCONNECT 0x96 with the same kind of reason
-//	                   string; 3.1.1: connection closed. Either way the
-//	                   device's will is published, as for any connection
-//	                   the server drops.
-//
-// A device is named by its client ID or its username (Options.Identity);
-// all its connections share one window, and a reconnect keeps it. Messages
-// the server injects itself (cl.Net.Inline) are never counted. A
-// throttled device is logged at most once per window; per-message counts
-// are in Stats.
-//
-// It is the only package that imports mochi.
 package broker
 
 import (
@@ -332,15 +308,19 @@ func (s *Server) Addr() net.Addr {
 	return s.tcp.Addr()
 }
 
-// Stats returns the throttle's decision counters.
+// Stats returns the throttle's decision counters and the deferral
+// queue's counters and size.
 func (s *Server) Stats() Stats { return s.hook.stats() }
 
-// Close stops accepting connections, disconnects every client (MQTT 5
-// clients get DISCONNECT 0x8B server shutting down) and stops the
-// server's goroutines. It returns when all of that is done, or with ctx's
-// error when ctx ends first (shutdown then continues in the background).
-// Close is safe after a failed Start and more than once; a second call
-// waits for the first.
+// Close stops releasing deferred messages, stops accepting connections,
+// disconnects every client (MQTT 5 clients get DISCONNECT 0x8B server
+// shutting down), deletes the messages released so far from the
+// DeferStore and stops the server's goroutines. Messages still queued
+// stay in the store for the next Start. It returns when all of that is
+// done, or with ctx's error when ctx ends first (shutdown then continues
+// in the background; keep the DeferStore open until it ends). Close is
+// safe after a failed Start and more than once; a second call waits for
+// the first.
 func (s *Server) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()

@@ -53,6 +53,10 @@ func TestNewValidates(t *testing.T) {
 		{"Identity", func(o *Options) { o.Identity = 7 }},
 		{"SweepInterval", func(o *Options) { o.SweepInterval = -time.Second }},
 		{"buckets", func(o *Options) { o.Table = otherTable }},
+		{"DeferLimits.MaxMessagesPerDevice", func(o *Options) { o.DeferLimits.MaxMessagesPerDevice = -1 }},
+		{"DeferLimits.MaxBytesPerDevice", func(o *Options) { o.DeferLimits.MaxBytesPerDevice = -1 }},
+		{"DeferLimits.MaxTotalBytes", func(o *Options) { o.DeferLimits.MaxTotalBytes = -1 }},
+		{"DeferLimits.MaxAge", func(o *Options) { o.DeferLimits.MaxAge = -time.Second }},
 	} {
 		o := validOptions(t)
 		tc.edit(&o)

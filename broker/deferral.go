@@ -289,7 +289,9 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 	if m.Version < 3 || m.Version > 5 {
 		m.Version = 4 // not reachable from a network client; keep the record decodable
 	}
-	rec := appendDeferred(nil, &m)
+	// Exactly sized: the queue holds its records in memory, and
+	// MaxTotalBytes is meant to bound that memory.
+	rec := appendDeferred(make([]byte, 0, sizeDeferred(&m)), &m)
 	n := int64(len(rec))
 
 	sh.mu.Lock()
@@ -326,7 +328,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 	d.queueBytes.Add(n)
 	if !dq.scheduled {
 		at := d.clock.Now()
-		d.schedule(dq, at.Add(max(d.table.PeekAt(device, q, at).RetryAfter, 0)))
+		d.schedule(dq, at.Add(d.table.PeekAt(device, q, at).RetryAfter), true)
 	}
 	sh.mu.Unlock()
 	d.deferred.Add(1)
@@ -355,16 +357,18 @@ func (d *deferrer) forgetIfIdle(sh *deferShard, dq *devQueue) {
 	}
 }
 
-// schedule puts dq in the heap, due at due, and wakes the release loop
-// when dq became the earliest. Called with dq's shard lock held.
-func (d *deferrer) schedule(dq *devQueue, due devicelimit.Tick) {
+// schedule puts dq in the heap, due at due. With wake set it wakes the
+// release loop when dq became the earliest; a release round does not
+// need it, the loop reads the earliest after each round. Called with
+// dq's shard lock held.
+func (d *deferrer) schedule(dq *devQueue, due devicelimit.Tick, wake bool) {
 	dq.scheduled = true
 	d.heapMu.Lock()
 	dq.due = due
 	heap.Push(&d.due, dq)
 	first := d.due[0] == dq
 	d.heapMu.Unlock()
-	if first {
+	if wake && first {
 		select {
 		case d.wake <- struct{}{}:
 		default:
@@ -469,7 +473,7 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 	if len(dq.msgs) > 0 {
 		// retry is 0 when the whole queue went out and more came in
 		// meanwhile: those are due now.
-		d.schedule(dq, now.Add(retry))
+		d.schedule(dq, now.Add(retry), false)
 	} else {
 		dq.scheduled = false
 		d.forgetIfIdle(sh, dq)
@@ -654,7 +658,7 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 		sh := d.shard(dq.device)
 		sh.mu.Lock()
 		sh.queues[dq.device] = dq
-		d.schedule(dq, now)
+		d.schedule(dq, now, false) // Start starts the loop after: its first round takes them
 		sh.mu.Unlock()
 	}
 	d.seq.Store(max(d.seq.Load(), maxSeq))

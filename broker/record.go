@@ -101,6 +101,30 @@ func appendDeferred(dst []byte, m *deferredMsg) []byte {
 	return appendBytes(dst, m.Payload)
 }
 
+// sizeDeferred returns the length of m's encoding.
+func sizeDeferred(m *deferredMsg) int {
+	n := 1 + varintLen(int64(m.Enqueued)) + uvarintLen(uint64(m.Quota.Limit)) + uvarintLen(uint64(m.Quota.Window)) +
+		4 + uvarintLen(uint64(m.MessageExpiry)) +
+		bytesLen(m.Topic) + bytesLen(m.ContentType) + bytesLen(m.ResponseTopic) + bytesLen(m.CorrelationData) +
+		uvarintLen(uint64(len(m.User))) + bytesLen(m.Payload)
+	for _, u := range m.User {
+		n += bytesLen(u.Key) + bytesLen(u.Val)
+	}
+	return n
+}
+
+func bytesLen[T string | []byte](b T) int { return uvarintLen(uint64(len(b))) + len(b) }
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+func varintLen(v int64) int { return uvarintLen(uint64(v<<1) ^ uint64(v>>63)) }
+
 func appendBytes[T string | []byte](dst []byte, b T) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(b)))
 	return append(dst, b...)

@@ -34,6 +34,9 @@ func sampleMsgs() []deferredMsg {
 func TestDeferredRecordRoundTrip(t *testing.T) {
 	for i, m := range sampleMsgs() {
 		rec := appendDeferred(nil, &m)
+		if n := sizeDeferred(&m); n != len(rec) {
+			t.Fatalf("sample %d: sizeDeferred %d, encoding has %d bytes", i, n, len(rec))
+		}
 		got, err := decodeDeferred(rec)
 		if err != nil {
 			t.Fatalf("sample %d: decode: %v", i, err)
@@ -113,6 +116,9 @@ func FuzzDecodeDeferred(f *testing.F) {
 		}
 		if again := appendDeferred(nil, &m); !bytes.Equal(again, b) {
 			t.Fatalf("decoded %+v re-encodes to %x, not %x", m, again, b)
+		}
+		if n := sizeDeferred(&m); n != len(b) {
+			t.Fatalf("sizeDeferred %d, encoding has %d bytes", n, len(b))
 		}
 		// The message shares no memory with the record.
 		for i := range b {
