@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -487,4 +488,132 @@ func newHookServer(t *testing.T, q devicelimit.Quota, store DeferStore) (*Server
 		Payload:     []byte("21.5"),
 	}
 	return s, cl, pk
+}
+
+// Devices publish concurrently (each in order, as mochi calls the hook)
+// while release rounds run: every message is forwarded exactly once,
+// each device's in the order it sent them, and the windows held.
+func TestDeferConcurrentDevices(t *testing.T) {
+	const devices, perDevice = 16, 60
+	q := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDefer}
+	store := openStore(t, t.TempDir())
+	s, _, _ := newHookServer(t, q, store)
+	clock := s.opts.Clock.(*devicelimit.ManualClock)
+
+	// Forwards are stamped with the instant they were admitted at: the
+	// clock moves only under tick's write lock; a publish holds the read
+	// lock from its decision to its stamp, and a release is stamped with
+	// its round's instant.
+	var (
+		mu    sync.Mutex
+		got   = make(map[string][]string)
+		at    = make(map[string][]devicelimit.Tick)
+		tick  sync.RWMutex
+		round devicelimit.Tick // guarded by the rounds goroutine: publish runs inside its releaseTick
+	)
+	forward := func(device, payload string, now devicelimit.Tick) {
+		mu.Lock()
+		got[device] = append(got[device], payload)
+		at[device] = append(at[device], now)
+		mu.Unlock()
+	}
+	s.def.publish = func(device string, m *deferredMsg, _ uint32) error {
+		forward(device, string(m.Payload), round)
+		return nil
+	}
+
+	stop := make(chan struct{})
+	var rounds sync.WaitGroup
+	rounds.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			tick.Lock()
+			round = clock.Advance(10 * time.Millisecond)
+			tick.Unlock()
+			s.def.releaseTick(round)
+		}
+	})
+	var pubs sync.WaitGroup
+	for d := range devices {
+		pubs.Go(func() {
+			device := fmt.Sprintf("dev-%d", d)
+			cl := s.mqtt.NewClient(nil, "tcp", device, false)
+			cl.Properties.ProtocolVersion = 5
+			s.hook.OnSessionEstablish(cl, packets.Packet{})
+			for i := range perDevice {
+				if i%20 == 19 {
+					// Let the queue drain now and then, so publishes also
+					// find it empty and the window with room.
+					// (Polled here: eventually's Fatalf is for the test's goroutine.)
+					for deadline := time.Now().Add(waitTimeout); s.def.queued(device) > 0; time.Sleep(time.Millisecond) {
+						if time.Now().After(deadline) {
+							t.Errorf("%s: queue not drained", device)
+							return
+						}
+					}
+				}
+				payload := fmt.Sprintf("%s/%d", device, i)
+				pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 1,
+					TopicName: "t/" + device, Payload: []byte(payload)}
+				tick.RLock()
+				_, err := s.hook.OnPublish(cl, pk)
+				if err == nil {
+					forward(device, payload, clock.Now())
+				}
+				tick.RUnlock()
+				if err != nil && err != errIgnore {
+					t.Errorf("%s: %v", payload, err)
+				}
+			}
+		})
+	}
+	pubs.Wait()
+	eventually(t, "the queue to drain", func() bool { return s.Stats().QueueMessages == 0 })
+	close(stop)
+	rounds.Wait()
+
+	st := s.Stats()
+	t.Logf("%d allowed, %d deferred and released, over %s of logical time", st.Allowed, st.Deferred, clock.Now().Sub(t0))
+	if st.Allowed+st.Deferred != devices*perDevice || st.Released != st.Deferred || st.Overflowed+st.Expired+st.Dropped != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	for d := range devices {
+		device := fmt.Sprintf("dev-%d", d)
+		want := make([]string, perDevice)
+		for i := range want {
+			want[i] = fmt.Sprintf("%s/%d", device, i)
+		}
+		if !slices.Equal(got[device], want) {
+			t.Fatalf("%s forwarded %q, want %q", device, got[device], want)
+		}
+		if m := maxInWindow(at[device], time.Second); m > q.Limit {
+			t.Fatalf("%s: %d forwarded within one second", device, m)
+		}
+	}
+	s.def.flushDeletes()
+	if n, _, err := store.DeferredStats(); err != nil || n != 0 {
+		t.Fatalf("%d messages left in the store (%v)", n, err)
+	}
+}
+
+// Under policy defer, a publish the window admits (nothing queued)
+// allocates nothing either.
+func TestOnPublishDeferAllowedDoesNotAllocate(t *testing.T) {
+	s, cl, pk := newHookServer(t, devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Second, Policy: devicelimit.PolicyDefer},
+		openStore(t, t.TempDir()))
+	if _, err := s.hook.OnPublish(cl, pk); err != nil { // creates the window
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := s.hook.OnPublish(cl, pk); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocs per allowed publish, want 0", allocs)
+	}
 }
