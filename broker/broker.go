@@ -207,7 +207,7 @@ func (s *Server) Start() error {
 	if s.def != nil && !s.def.loaded {
 		msgs, devices, err := s.def.load(s.opts.Clock.Now())
 		if err != nil {
-			return fmt.Errorf("start mqtt: %w", err)
+			return err // "restore deferred messages: ...", naming the file, device and seq
 		}
 		if msgs > 0 {
 			s.logger().Info("deferred messages restored", "messages", msgs, "devices", devices)
