@@ -84,3 +84,30 @@ func FuzzDecodeOverride(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeDeferredKey(f *testing.F) {
+	f.Add(appendDeferredKey(nil, "a", 0))
+	f.Add(appendDeferredKey(nil, "sensor-0001", 1<<40))
+	f.Add(appendDeferredKey(nil, string(bytes.Repeat([]byte{0xff}, 200)), 7))
+	f.Add([]byte{})
+	f.Add([]byte{0})
+	f.Add([]byte{0x80})
+	f.Add([]byte{0x81, 0x00, 'a', 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{1, 'a', 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, k []byte) {
+		device, seq, err := decodeDeferredKey(k)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		if err := validDeferredDevice(string(device)); err != nil {
+			t.Fatalf("% x decoded to an invalid device: %v", k, err)
+		}
+		if got := appendDeferredKey(nil, string(device), seq); !bytes.Equal(got, k) {
+			t.Fatalf("% x decoded to %q/%d, which encodes as % x", k, device, seq, got)
+		}
+	})
+}

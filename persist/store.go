@@ -28,8 +28,9 @@ const SchemaVersion = 1
 // DefaultLockTimeout is how long Open waits for the data file's lock.
 const DefaultLockTimeout = time.Second
 
-// Bucket names. "deferred" is reserved for deferred messages (a later
-// schema); no bucket of that name is created yet.
+// Bucket names. A file written before deferred messages has no
+// "deferred" bucket: the first Enqueue creates it, and until then the
+// store reads as holding none.
 var (
 	bucketWindows   = []byte("windows")
 	bucketOverrides = []byte("overrides")
@@ -73,6 +74,8 @@ type Store struct {
 	meta Meta
 
 	overrideMu sync.Mutex // orders override writes with their Resolver updates
+	commit     *committer // group commit of deferred messages
+	delChunk   int        // the most keys DeleteDeferred deletes per transaction
 	closed     atomic.Bool
 	closeOnce  sync.Once
 	closeErr   error
@@ -124,7 +127,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("open store %q: %w", path, err)
 	}
-	s := &Store{db: db, dir: dir, path: path, log: log}
+	s := &Store{db: db, dir: dir, path: path, log: log, delChunk: deleteChunk}
 	if err := guard(s.init); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)
@@ -143,6 +146,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			}
 		}
 	}
+	s.commit = newCommitter(db)
 	return s, nil
 }
 
@@ -267,7 +271,7 @@ func (s *Store) init() error {
 	// A new file, or one whose creation was interrupted before its
 	// buckets were committed: there is nothing in it to lose.
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketWindows, bucketOverrides, bucketMeta} {
+		for _, name := range [][]byte{bucketWindows, bucketOverrides, bucketMeta, bucketDeferred} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -311,11 +315,14 @@ func (s *Store) MarkRunning() error {
 }
 
 // Close closes the data file, waiting for transactions in progress.
-// Closing a closed store does nothing. Close does not write a snapshot:
-// close the Snapshotter first.
+// Enqueue and DeleteDeferred calls already waiting for their transaction
+// complete first (or fail) before Close returns; later ones, like every
+// other operation, fail with ErrClosed. Closing a closed store does
+// nothing. Close does not write a snapshot: close the Snapshotter first.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		s.commit.close()
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("close store %q: %w", s.path, err)
 		}

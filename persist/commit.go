@@ -1,0 +1,192 @@
+package persist
+
+import (
+	"sync"
+	"sync/atomic"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// maxCommitBytes bounds the key and record bytes one group commit
+// writes; requests beyond it wait for the next transaction, which starts
+// right after. A single larger request still goes alone.
+const maxCommitBytes = 16 << 20
+
+// committer is the store's group commit for deferred messages: one
+// goroutine takes every request queued since its last transaction,
+// applies them all in one bbolt transaction, commits (one fsync for all)
+// and answers each. Requests that arrive during a commit make up the
+// next one, so a transaction holds as many requests as arrived while the
+// previous one was written: no timer, no delay when the store is idle,
+// and the batch grows with the load.
+//
+// bbolt's DB.Batch does the same with a timer: a batch starts
+// MaxBatchDelay (10 ms) after its first call or when MaxBatchSize calls
+// are in. With publishers that wait for their ack the batch cannot fill,
+// so every batch waits for the timer; BenchmarkEnqueue measures both.
+type committer struct {
+	db *bolt.DB
+
+	mu     sync.Mutex
+	queue  []*request
+	spare  []*request // the previous queue, reused
+	closed bool
+
+	wake chan struct{} // capacity 1: there is work or the committer closes
+	done chan struct{} // closed when the loop has ended
+
+	// pending counts the requests queued or in a transaction: a
+	// snapshot ends its transaction early when it is not zero.
+	pending atomic.Int64
+}
+
+// request is one queued operation: a put of rec under key, or the
+// deletion of dels. It is answered on done (capacity 1) and reused.
+type request struct {
+	key  []byte
+	rec  []byte
+	dels [][]byte
+	done chan error
+}
+
+var requests = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
+
+func newCommitter(db *bolt.DB) *committer {
+	c := &committer{
+		db:   db,
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	go c.run()
+	return c
+}
+
+// do queues r and waits for its transaction. It returns ErrClosed, and
+// does nothing, once close has started: every request queued before
+// that is committed (or fails) before close returns.
+func (c *committer) do(r *request) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.pending.Add(1)
+	c.queue = append(c.queue, r)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default: // already signalled
+	}
+	return <-r.done
+}
+
+// close stops taking requests, waits until those queued are answered,
+// and ends the loop.
+func (c *committer) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	<-c.done
+}
+
+func (c *committer) run() {
+	defer close(c.done)
+	for range c.wake {
+		for {
+			c.mu.Lock()
+			batch := c.queue
+			if len(batch) == 0 {
+				closed := c.closed
+				c.mu.Unlock()
+				if closed {
+					return
+				}
+				break // wait for the next wake
+			}
+			c.queue = c.spare[:0]
+			c.mu.Unlock()
+			for rest := batch; len(rest) > 0; {
+				n := fit(rest)
+				c.commit(rest[:n])
+				rest = rest[n:]
+			}
+			clear(batch) // the requests go back to the pool
+			c.spare = batch[:0]
+		}
+	}
+}
+
+// fit returns how many of reqs, at least one, one transaction takes.
+func fit(reqs []*request) int {
+	size := 0
+	for i, r := range reqs {
+		size += len(r.key) + len(r.rec)
+		for _, k := range r.dels {
+			size += len(k)
+		}
+		if size > maxCommitBytes && i > 0 {
+			return i
+		}
+	}
+	return len(reqs)
+}
+
+// commit applies reqs in one transaction and answers each. A request
+// that fails to apply (a damaged file) is answered with its error and
+// the others are retried without it; a failed commit fails them all, and
+// then none of them is stored.
+func (c *committer) commit(reqs []*request) {
+	for len(reqs) > 0 {
+		failed := -1
+		err := guard(func() error {
+			return closedErr(c.db.Update(func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketDeferred)
+				if b == nil {
+					var err error
+					if b, err = tx.CreateBucket(bucketDeferred); err != nil {
+						return err
+					}
+				}
+				for i, r := range reqs {
+					failed = i
+					if err := r.apply(b); err != nil {
+						return err
+					}
+				}
+				failed = -1 // a panic or error from here on is the commit's
+				return nil
+			}))
+		})
+		if err != nil && failed >= 0 {
+			c.answer(reqs[failed], err)
+			reqs = append(reqs[:failed], reqs[failed+1:]...)
+			continue
+		}
+		for _, r := range reqs {
+			c.answer(r, err)
+		}
+		return
+	}
+}
+
+func (c *committer) answer(r *request, err error) {
+	c.pending.Add(-1)
+	r.done <- err
+}
+
+// apply writes r in b. Applying it twice has the effect of once.
+func (r *request) apply(b *bolt.Bucket) error {
+	if r.dels == nil {
+		return b.Put(r.key, r.rec)
+	}
+	for _, k := range r.dels {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
