@@ -31,6 +31,9 @@ type committer struct {
 	queue  []*request
 	spare  []*request // the previous queue, reused
 	closed bool
+	gen    uint64     // transactions ended, committed or not
+	ended  bool       // the loop has returned
+	turn   *sync.Cond // on mu: signalled when gen grows or the loop ends
 
 	wake chan struct{} // capacity 1: there is work or the committer closes
 	done chan struct{} // closed when the loop has ended
@@ -57,6 +60,7 @@ func newCommitter(db *bolt.DB) *committer {
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 	}
+	c.turn = sync.NewCond(&c.mu)
 	go c.run()
 	return c
 }
@@ -93,8 +97,30 @@ func (c *committer) close() {
 	<-c.done
 }
 
+// waitTurn lets queued requests go first: when any are waiting, it
+// returns once the committer has ended a transaction (or its loop). A
+// snapshot calls it between its transactions; without it, the snapshot
+// could take bbolt's writer lock again before the committer, waiting
+// on that lock, is even scheduled.
+func (c *committer) waitTurn() {
+	if c.pending.Load() == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for g := c.gen; c.gen == g && c.pending.Load() > 0 && !c.ended; {
+		c.turn.Wait()
+	}
+}
+
 func (c *committer) run() {
 	defer close(c.done)
+	defer func() {
+		c.mu.Lock()
+		c.ended = true
+		c.turn.Broadcast()
+		c.mu.Unlock()
+	}()
 	for range c.wake {
 		for {
 			c.mu.Lock()
@@ -140,6 +166,12 @@ func fit(reqs []*request) int {
 // the others are retried without it; a failed commit fails them all, and
 // then none of them is stored.
 func (c *committer) commit(reqs []*request) {
+	defer func() {
+		c.mu.Lock()
+		c.gen++
+		c.turn.Broadcast()
+		c.mu.Unlock()
+	}()
 	for len(reqs) > 0 {
 		failed := -1
 		err := guard(func() error {

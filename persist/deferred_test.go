@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -567,5 +568,63 @@ func TestDeferredKey(t *testing.T) {
 		if _, _, err := decodeDeferredKey(bad); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("decoding % x: %v, want ErrCorrupt", bad, err)
 		}
+	}
+}
+
+// TestSnapshotYieldsToEnqueues checks that a snapshot ends its
+// transactions early while deferred messages wait, and lets their group
+// commit go between its transactions.
+func TestSnapshotYieldsToEnqueues(t *testing.T) {
+	for _, yield := range []bool{false, true} {
+		t.Run(fmt.Sprintf("yield=%v", yield), func(t *testing.T) {
+			s := open(t, t.TempDir())
+			tab := newTable(t, 10)
+			clock := devicelimit.NewManualClock(t0)
+			sn := NewSnapshotter(s, tab, clock, 0, nil)
+			sn.yield = 0
+			if yield {
+				sn.yield = 1 // any time is long enough
+			}
+			const n = 3*yieldEvery + 10
+			for i := range n {
+				tab.AllowAt(fmt.Sprintf("dev-%04d", i), q, t0)
+			}
+			// A message waits for the whole snapshot, as far as the
+			// snapshot can tell; others are enqueued, one at a time,
+			// until it ends.
+			s.commit.pending.Add(1)
+			defer s.commit.pending.Add(-1)
+			before := txID(t, s)
+			var done atomic.Bool
+			enqueued := make(chan int)
+			go func() {
+				seq := 0
+				for ; !done.Load(); seq++ {
+					if err := s.Enqueue("d", uint64(seq), []byte("r")); err != nil {
+						t.Error(err)
+						break
+					}
+				}
+				enqueued <- seq
+			}()
+			st, err := sn.Snapshot()
+			done.Store(true)
+			msgs := <-enqueued
+			if err != nil || st.Windows != n {
+				t.Fatalf("snapshot %+v, %v; want %d windows", st, err, n)
+			}
+			snapshotTxs := txID(t, s) - before - msgs
+			if want := map[bool]int{false: 1, true: 4}[yield]; snapshotTxs != want {
+				t.Fatalf("%d snapshot transactions, want %d", snapshotTxs, want)
+			}
+			// Before each of its transactions after the first, the
+			// snapshot waited for a group commit.
+			if yield && msgs < snapshotTxs-1 {
+				t.Fatalf("%d messages enqueued during %d snapshot transactions", msgs, snapshotTxs)
+			}
+			if got := len(stored(t, s)); got != n {
+				t.Fatalf("%d windows stored, want %d", got, n)
+			}
+		})
 	}
 }
