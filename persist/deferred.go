@@ -16,7 +16,9 @@ import (
 const MaxDeferredDevice = bolt.MaxKeySize - binary.MaxVarintLen64 - 8
 
 // deleteChunk is the most keys DeleteDeferred deletes in one transaction.
-// Deletions share the group commit with enqueues, which wait for them.
+// Deletions share the group commit with enqueues, which wait for them: a
+// chunk of 10,000 takes about 8 ms (BenchmarkDeleteDeferred), as long as
+// a snapshot makes waiting enqueues wait (yieldAfter).
 const deleteChunk = 10_000
 
 // DeferredKey names one deferred message: the device and its per-device

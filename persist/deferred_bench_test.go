@@ -193,3 +193,50 @@ func benchEnqueueDuringSnapshot(b *testing.B, chunk int, yield time.Duration) {
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
 	b.ReportMetric(float64(txs)/float64(b.N), "txs/snapshot")
 }
+
+// BenchmarkDeleteDeferred measures deleting 200,000 stored messages of
+// 2,000 devices in one DeleteDeferred call: transactions of deleteChunk
+// keys, each of which enqueues sharing the group commit wait for.
+func BenchmarkDeleteDeferred(b *testing.B) {
+	const devices, each = 2000, 100
+	rec := make([]byte, 100)
+	var keys []DeferredKey
+	for d := range devices {
+		for seq := range uint64(each) {
+			keys = append(keys, DeferredKey{fmt.Sprintf("device-%08d", d), seq})
+		}
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		s := benchStore(b)
+		err := s.update(func(tx *bolt.Tx) error {
+			bk := tx.Bucket(bucketDeferred)
+			for _, k := range keys {
+				if err := bk.Put(appendDeferredKey(nil, k.Device, k.Seq), rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := txID(b, s)
+		b.StartTimer()
+		start := time.Now()
+		if err := s.DeleteDeferred(keys); err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(start)
+		b.StopTimer()
+		txs := txID(b, s) - before
+		b.ReportMetric(float64(len(keys))/took.Seconds(), "deletes/s")
+		b.ReportMetric(float64(took.Microseconds())/1000/float64(txs), "ms/tx")
+		if n, _, _ := s.DeferredStats(); n != 0 {
+			b.Fatalf("%d messages left", n)
+		}
+		s.Close()
+		b.StartTimer()
+	}
+}

@@ -1,7 +1,7 @@
 // Package persist keeps the gateway's durable state in one bbolt file,
 // FileName, under the data directory: the devices' sliding windows, the
-// runtime quota overrides, and meta data (schema version, clock
-// high-water, clean-shutdown flag).
+// runtime quota overrides, the deferred messages, and meta data (schema
+// version, clock high-water, clean-shutdown flag).
 //
 // # Durability
 //
@@ -15,6 +15,21 @@
 // dropped). A graceful Snapshotter.Close writes a final snapshot and sets
 // the clean-shutdown flag, so a restart after it loses nothing.
 //
+// Deferred messages are written through too, with group commit: Enqueue
+// returns only after the transaction holding the message is committed
+// and fsynced, so a message acked after Enqueue survives kill -9 and
+// power loss. One goroutine commits every enqueue (and DeleteDeferred)
+// queued while its previous transaction was written, in one transaction
+// with one pair of fsyncs: the batch grows with the load and an idle
+// store adds no delay. It beats bbolt's DB.Batch, whose timer makes
+// publishers that wait for their ack wait for it too (BenchmarkEnqueue,
+// 50 publishers: 27k enqueues/s against 4k with the default 10 ms delay
+// and 17k with 1 ms; one transaction per message, 5.6k). Snapshots share
+// bbolt's single writer with it: while messages wait, a snapshot ends its
+// transaction after 10 ms and lets them go first. Releasing is
+// at-least-once: a crash between a release and its DeleteDeferred
+// releases the message again after the restart.
+//
 // Every snapshot also records the clock high-water, the logical clock
 // read after the windows were collected. The gateway starts its clock at
 // max(wall clock, high-water), so a wall clock set back while the gateway
@@ -26,12 +41,14 @@
 //	clock := devicelimit.NewSystemClock(s.Meta().HighWater, 0)
 //	s.RestoreWindows(table)                  // before decisions start
 //	s.RestoreOverrides(resolver, clock.Now())
+//	s.LoadDeferred(queue.add)                 // rebuild the deferral queues
 //	s.MarkRunning()                           // a crash from here is seen
 //	sn := persist.NewSnapshotter(s, table, clock, interval, log)
 //	sn.Start()
-//	... serve; quota changes through s.SetOverride / s.DeleteOverride ...
+//	... serve; quota changes through s.SetOverride / s.DeleteOverride,
+//	    deferred messages through s.Enqueue / s.DeleteDeferred ...
 //	sn.Close(ctx)                             // after the broker stops
-//	s.Close()
+//	s.Close()                                 // completes queued enqueues
 //
 // # Failure
 //
@@ -47,10 +64,15 @@
 // Buckets: "windows" (device ID → the window's encoding, see
 // devicelimit.Window.MarshalBinary), "overrides" (device ID → version
 // byte 1, uvarint limit, uvarint window in nanoseconds, policy byte,
-// varint expiry tick, 0 for never) and "meta" (keys "schema": uvarint
-// version; "clock": 8-byte big-endian high-water tick; "clean": one byte,
-// 0 or 1). Every decoder accepts only the canonical encoding. The name "deferred" is reserved for deferred messages. Device
-// IDs longer than bbolt.MaxKeySize (32768 bytes) cannot be keys: their
-// windows are not persisted (see SnapshotStats.Skipped) and overrides for
-// them are refused.
+// varint expiry tick, 0 for never), "deferred" (the device ID's length
+// as a uvarint, the ID and the sequence number as 8 bytes big-endian →
+// the message as the broker encoded it: a device's messages are
+// contiguous and in sequence order; files from before deferred messages
+// lack the bucket until the first Enqueue) and "meta" (keys "schema":
+// uvarint version; "clock": 8-byte big-endian high-water tick; "clean":
+// one byte, 0 or 1). Every decoder accepts only the canonical encoding.
+// Device IDs longer than bbolt.MaxKeySize (32768 bytes) cannot be keys:
+// their windows are not persisted (see SnapshotStats.Skipped) and
+// overrides for them are refused; messages of IDs longer than
+// MaxDeferredDevice (32750 bytes) cannot be deferred.
 package persist

@@ -5,6 +5,7 @@ package persist
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -114,4 +115,41 @@ func TestSnapshotRetriesAfterWriteFailure(t *testing.T) {
 		t.Fatalf("a has %d counts, want 3", w.Total())
 	}
 	t.Logf("log:\n%s", logs.String())
+}
+
+// TestEnqueueWriteFailure makes the data file unwritable: enqueues fail,
+// store nothing, and the store takes enqueues again once the disk works.
+func TestEnqueueWriteFailure(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Enqueue("d", 0, []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	restore := limitFileSize(t, 2*4096)
+	const n = 10
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- s.Enqueue("d", uint64(1+i), []byte("lost")) }()
+	}
+	for range n {
+		if err := <-errs; err == nil || !strings.Contains(err.Error(), s.Path()) {
+			t.Fatalf("enqueue to an unwritable file: got %v, want an error naming the file", err)
+		}
+	}
+	if err := s.DeleteDeferred([]DeferredKey{{"d", 0}}); err == nil {
+		t.Fatal("delete from an unwritable file succeeded")
+	}
+	restore()
+	if got := loadAll(t, s); len(got) != 1 || got[0] != (message{"d", 0, "kept"}) {
+		t.Fatalf("after failed writes: %v, want only the first message", got)
+	}
+	if err := s.Enqueue("d", 1, []byte("r")); err != nil {
+		t.Fatalf("enqueue after the disk recovered: %v", err)
+	}
+	if got, _, _ := s.DeferredStats(); got != 2 {
+		t.Fatalf("%d messages, want 2", got)
+	}
 }
