@@ -64,6 +64,11 @@ type DeferLimits struct {
 	MaxTotalBytes int64
 	// MaxAge is how long a message may wait (default 1 h).
 	MaxAge time.Duration
+	// RestoreDelay holds back the release of messages restored at
+	// start-up, so that backend consumers have reconnected when they
+	// come: a message released to no subscriber is gone. 0 releases
+	// them as soon as their windows admit them.
+	RestoreDelay time.Duration
 }
 
 func (l *DeferLimits) validate() error {
@@ -76,6 +81,8 @@ func (l *DeferLimits) validate() error {
 		return fmt.Errorf("%w: DeferLimits.MaxTotalBytes must be >= 0 (got %d)", ErrInvalidOptions, l.MaxTotalBytes)
 	case l.MaxAge < 0:
 		return fmt.Errorf("%w: DeferLimits.MaxAge must be >= 0 (got %q)", ErrInvalidOptions, l.MaxAge.String())
+	case l.RestoreDelay < 0:
+		return fmt.Errorf("%w: DeferLimits.RestoreDelay must be >= 0 (got %q)", ErrInvalidOptions, l.RestoreDelay.String())
 	}
 	return nil
 }
@@ -608,7 +615,7 @@ func (d *deferrer) flushDeletes() {
 	}
 }
 
-// load restores the queues from the store, due at now, and continues
+// load restores the queues from the store, due RestoreDelay after now, and continues
 // the sequence numbers after the highest stored. It runs once, before
 // the server listens; a second call does nothing.
 func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error) {
@@ -658,7 +665,7 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 		sh := d.shard(dq.device)
 		sh.mu.Lock()
 		sh.queues[dq.device] = dq
-		d.schedule(dq, now, false) // Start starts the loop after: its first round takes them
+		d.schedule(dq, now.Add(d.limits.RestoreDelay), false) // Start starts the loop after
 		sh.mu.Unlock()
 	}
 	d.seq.Store(max(d.seq.Load(), maxSeq))

@@ -617,3 +617,42 @@ func TestOnPublishDeferAllowedDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocs per allowed publish, want 0", allocs)
 	}
 }
+
+// Messages restored at start-up wait RestoreDelay before their release,
+// so that backend consumers can reconnect first, even with room in the
+// device's window.
+func TestDeferRestoreDelay(t *testing.T) {
+	dir := t.TempDir()
+	clock := devicelimit.NewManualClock(t0)
+	rules := []devicelimit.Rule{deferRule("dev-*", 1, time.Second)}
+
+	s1 := openStore(t, dir)
+	f1 := start(t, fixtureOpts{rules: rules, store: s1, clock: clock})
+	p := f1.connect(t, 5, "dev-1", "")
+	for _, m := range payloads("m", 3) { // m-0 through, m-1 and m-2 queued
+		if code := publish5(t, p, &paho.Publish{Topic: "t/a", QoS: 1, Payload: []byte(m)}); code != 0 {
+			t.Fatalf("publish %s: 0x%02x", m, code)
+		}
+	}
+	closeNow(t, f1.srv)
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	clock.Advance(10 * time.Second) // the window is long empty
+	s2 := openStore(t, dir)
+	f2 := start(t, fixtureOpts{rules: rules, store: s2, clock: clock, limits: DeferLimits{RestoreDelay: 5 * time.Second}})
+	sub := f2.subscribeMsgs(t, "sub", "t/#")
+	f2.srv.releaseTick(clock.Advance(5*time.Second - time.Millisecond))
+	if st := f2.srv.Stats(); st.Released != 0 || st.QueueMessages != 2 {
+		t.Fatalf("before the restore delay: %+v, want nothing released", st)
+	}
+	f2.srv.releaseTick(clock.Advance(time.Millisecond))
+	sub.waitLen(t, 1)
+	if got := sub.payloads(); !equal(got, []string{"m-1"}) {
+		t.Fatalf("at the restore delay received %q, want m-1", got)
+	}
+	f2.srv.releaseTick(clock.Advance(2 * time.Second))
+	sub.waitLen(t, 2)
+	closeNow(t, f2.srv)
+}
