@@ -23,13 +23,19 @@
 //	  rules:                       # first match wins, after runtime overrides
 //	    - name: sensors            # optional, "#1", "#2"... by position
 //	      match: {client_id: "sensor-*", username: "..."}  # globs, at least one
-//	      quota: {limit: 10, window: 1s, policy: drop}
+//	      quota: {limit: 10, window: 1s, policy: defer}
+//	  defer:                       # bounds of the queues of policy defer
+//	    max_messages_per_device: 1000
+//	    max_bytes_per_device: 1MiB # bytes, or a string with B, KiB, MiB or GiB
+//	    max_total_bytes: 256MiB    # all queues together
+//	    max_age: 1h                # older queued messages are dropped, never released late
+//	    restore_delay: 5s          # after a start, queued messages wait this long for consumers to reconnect
 //	log:
 //	  level: info                  # debug, info, warn or error
 //
 // A rule's quota keys that are left out take their value from
-// limits.default in the same file. Policies are drop and disconnect;
-// defer is not available in this version.
+// limits.default in the same file. Policies are drop, defer and
+// disconnect.
 //
 // data_dir holds the gateway's state file (windows, quota overrides, the
 // clock's high-water). A graceful shutdown writes everything; a crash
@@ -90,13 +96,34 @@ type Limits struct {
 	// Rules give quotas to devices by client ID or username pattern;
 	// the first match wins.
 	Rules []Rule `yaml:"rules,omitempty"`
+	// Defer bounds the queues of devices with policy defer.
+	Defer Defer `yaml:"defer"`
+}
+
+// Defer bounds the deferral queues: what is over a bound is handled as
+// over the limit with policy drop.
+type Defer struct {
+	// MaxMessagesPerDevice bounds one device's queue in messages.
+	MaxMessagesPerDevice int `yaml:"max_messages_per_device"`
+	// MaxBytesPerDevice bounds one device's queue in payload bytes.
+	MaxBytesPerDevice Size `yaml:"max_bytes_per_device"`
+	// MaxTotalBytes bounds all queues together, so a flood cannot fill
+	// the disk.
+	MaxTotalBytes Size `yaml:"max_total_bytes"`
+	// MaxAge drops a queued message older than this, never releasing it
+	// late.
+	MaxAge Duration `yaml:"max_age"`
+	// RestoreDelay holds back, after a start, the release of the
+	// messages queued before it, so backend consumers can reconnect
+	// first: a message released to no subscriber is gone.
+	RestoreDelay Duration `yaml:"restore_delay"`
 }
 
 // Quota is "Limit messages per Window", and the policy above it.
 type Quota struct {
 	Limit  int      `yaml:"limit"`
 	Window Duration `yaml:"window"`
-	// Policy is "drop" or "disconnect".
+	// Policy is "drop", "defer" or "disconnect".
 	Policy string `yaml:"policy"`
 }
 
@@ -137,6 +164,13 @@ func Default() Config {
 			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
 			Buckets:  devicelimit.DefaultBuckets,
 			Identity: "client_id",
+			Defer: Defer{
+				MaxMessagesPerDevice: 1000,
+				MaxBytesPerDevice:    1 << 20,
+				MaxTotalBytes:        256 << 20,
+				MaxAge:               Duration(time.Hour),
+				RestoreDelay:         Duration(5 * time.Second),
+			},
 		},
 		Log: Log{Level: "info"},
 	}
@@ -221,16 +255,11 @@ func parseLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("must be debug, info, warn or error (got %q)", s)
 }
 
-// parsePolicy accepts the policies this version implements.
+// parsePolicy accepts drop, defer and disconnect.
 func parsePolicy(s string) (devicelimit.Policy, error) {
 	p, err := devicelimit.ParsePolicy(s)
-	switch {
-	case err != nil:
-		return 0, fmt.Errorf("must be drop or disconnect (got %q)", s)
-	case p == devicelimit.PolicyDefer:
-		// Deferral needs the durable queue of a later version; accepting
-		// the name now would drop messages the operator meant to keep.
-		return 0, fmt.Errorf("defer is not available in this version (got %q); use drop or disconnect", s)
+	if err != nil {
+		return 0, fmt.Errorf("must be drop, defer or disconnect (got %q)", s)
 	}
 	return p, nil
 }

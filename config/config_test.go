@@ -124,9 +124,36 @@ func TestKeys(t *testing.T) {
 		// limits.default.policy
 		{name: "policy drop", yaml: `limits: {default: {policy: drop}}`, want: func(c Config) bool { return c.Limits.Default.Policy == "drop" }},
 		{name: "policy disconnect", yaml: `limits: {default: {policy: disconnect}}`, want: func(c Config) bool { return c.Limits.Default.Policy == "disconnect" }},
-		{name: "policy defer", yaml: `limits: {default: {policy: defer}}`, err: []string{`limits.default.policy: defer is not available in this version (got "defer")`}},
-		{name: "policy unknown", yaml: `limits: {default: {policy: block}}`, err: []string{`limits.default.policy: must be drop or disconnect (got "block")`}},
-		{name: "policy case", yaml: `limits: {default: {policy: DROP}}`, err: []string{`limits.default.policy: must be drop or disconnect (got "DROP")`}},
+		{name: "policy defer", yaml: `limits: {default: {policy: defer}}`, want: func(c Config) bool { return c.Limits.Default.Policy == "defer" }},
+		{name: "policy unknown", yaml: `limits: {default: {policy: block}}`, err: []string{`limits.default.policy: must be drop, defer or disconnect (got "block")`}},
+		{name: "policy case", yaml: `limits: {default: {policy: DROP}}`, err: []string{`limits.default.policy: must be drop, defer or disconnect (got "DROP")`}},
+
+		// limits.defer
+		{name: "defer sizes", yaml: `limits: {defer: {max_messages_per_device: 50, max_bytes_per_device: 64KiB, max_total_bytes: 1073741824, max_age: 10m}}`,
+			want: func(c Config) bool {
+				d := c.Limits.Defer
+				return d.MaxMessagesPerDevice == 50 && d.MaxBytesPerDevice == 64<<10 && d.MaxTotalBytes == 1<<30 && d.MaxAge == Duration(10*time.Minute)
+			}},
+		{name: "defer size unit", yaml: `limits: {defer: {max_total_bytes: 2GiB}}`, want: func(c Config) bool { return c.Limits.Defer.MaxTotalBytes == 2<<30 }},
+		{name: "defer size bad unit", yaml: `limits: {defer: {max_total_bytes: 2GB}}`,
+			err: []string{`limits.defer.max_total_bytes: must be a size in bytes like 1048576 or "1MiB" (got "2GB")`}},
+		{name: "defer size negative", yaml: `limits: {defer: {max_bytes_per_device: -1}}`,
+			err: []string{`limits.defer.max_bytes_per_device: must be a size in bytes like 1048576 or "1MiB" (got -1)`}},
+		{name: "defer zero messages", yaml: `limits: {defer: {max_messages_per_device: 0}}`,
+			err: []string{`limits.defer.max_messages_per_device: must be between 1 and 1000000 (got 0)`}},
+		{name: "defer zero bytes", yaml: `limits: {defer: {max_bytes_per_device: 0}}`,
+			err: []string{`limits.defer.max_bytes_per_device: must be at least 1B (got 0B)`}},
+		{name: "defer total below device", yaml: `limits: {defer: {max_total_bytes: 1KiB}}`,
+			err: []string{`limits.defer.max_total_bytes: must be at least limits.defer.max_bytes_per_device, 1MiB (got 1KiB)`}},
+		{name: "defer zero age", yaml: `limits: {defer: {max_age: 0s}}`,
+			err: []string{`limits.defer.max_age: must be > 0 and at most 720h0m0s (got "0s")`}},
+		{name: "defer bare age", yaml: `limits: {defer: {max_age: 60}}`,
+			err: []string{`limits.defer.max_age: must be a duration like "10s" (got 60)`}},
+		{name: "defer unknown key", yaml: `limits: {defer: {max_msgs: 5}}`,
+			err: []string{`limits.defer.max_msgs: unknown key; expected one of max_messages_per_device, max_bytes_per_device, max_total_bytes, max_age, restore_delay`}},
+		{name: "defer restore delay", yaml: `limits: {defer: {restore_delay: 0s}}`, want: func(c Config) bool { return c.Limits.Defer.RestoreDelay == 0 }},
+		{name: "defer restore delay negative", yaml: `limits: {defer: {restore_delay: -1s}}`,
+			err: []string{`limits.defer.restore_delay: must be between 0s and 1h (got "-1s")`}},
 
 		// limits.buckets
 		{name: "buckets 1", yaml: `limits: {buckets: 1}`, want: func(c Config) bool { return c.Limits.Buckets == 1 }},
@@ -173,7 +200,7 @@ limits:
 		{name: "rule zero limit", yaml: `limits: {rules: [{match: {username: u}, quota: {limit: 0}}]}`,
 			err: []string{`limits.rules[0].quota.limit: must be between 1 and 1000000000 (got 0)`}},
 		{name: "rule defer", yaml: `limits: {rules: [{match: {username: u}, quota: {policy: defer}}]}`,
-			err: []string{`limits.rules[0].quota.policy: defer is not available in this version (got "defer")`}},
+			want: func(c Config) bool { return c.Limits.Rules[0].Quota.Policy == "defer" }},
 		{name: "rule bare window", yaml: `limits: {rules: [{match: {username: u}, quota: {window: 5}}]}`,
 			err: []string{`limits.rules[0].quota.window: must be a duration like "10s" (got 5)`}},
 		{name: "rule duplicate name", yaml: `limits: {rules: [{name: a, match: {username: u}}, {name: a, match: {username: v}}]}`,
@@ -340,9 +367,9 @@ log: {level: warn}
 		t.Errorf("Table() with 0 buckets = %v, want ErrInvalidBuckets", err)
 	}
 	bad = Default()
-	bad.Limits.Default.Policy = "defer"
+	bad.Limits.Default.Policy = "hold"
 	if _, err := bad.Resolver(); err == nil || !strings.Contains(err.Error(), "limits.default.policy") {
-		t.Errorf("Resolver() with defer = %v, want policy error", err)
+		t.Errorf("Resolver() with policy hold = %v, want policy error", err)
 	}
 }
 

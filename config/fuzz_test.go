@@ -23,6 +23,8 @@ func FuzzParse(f *testing.F) {
 		"limits:\n  <<: {buckets: 3}\n",
 		"mqtt: {}\n---\nlog: {}\n",
 		"limits: {default: &q {limit: 3}, rules: [{match: {username: u}, quota: *q}]}\n",
+		"limits:\n  default: {policy: defer}\n  defer: {max_messages_per_device: 5, max_bytes_per_device: 64KiB, max_total_bytes: 1048576, max_age: 5m}\n",
+		"limits: {defer: {max_total_bytes: 1GB, max_bytes_per_device: -3}}\n",
 	} {
 		f.Add(s)
 	}

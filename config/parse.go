@@ -117,7 +117,10 @@ type walker struct {
 	present map[string]bool // keys set to a non-null value
 }
 
-var durationType = reflect.TypeFor[Duration]()
+var (
+	durationType = reflect.TypeFor[Duration]()
+	sizeType     = reflect.TypeFor[Size]()
+)
 
 func (w *walker) fail(n *yaml.Node, key, format string, args ...any) {
 	if len(w.errs) == maxErrors {
@@ -137,6 +140,12 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 	w.present[path] = true
 	if t == durationType {
 		if _, msg := parseDuration(n); msg != "" {
+			w.fail(n, path, "%s", msg)
+		}
+		return
+	}
+	if t == sizeType {
+		if _, msg := parseSize(n); msg != "" {
 			w.fail(n, path, "%s", msg)
 		}
 		return

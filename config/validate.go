@@ -57,6 +57,22 @@ func (c Config) Validate() error {
 		v.glob(key+".match.username", r.Match.Username)
 		v.quota(key+".quota", r.Quota, buckets)
 	}
+	d := c.Limits.Defer
+	if d.MaxMessagesPerDevice < 1 || d.MaxMessagesPerDevice > MaxDeferMessages {
+		v.add("limits.defer.max_messages_per_device", fmt.Sprintf("must be between 1 and %d (got %d)", MaxDeferMessages, d.MaxMessagesPerDevice))
+	}
+	if d.MaxBytesPerDevice < 1 {
+		v.add("limits.defer.max_bytes_per_device", fmt.Sprintf("must be at least 1B (got %s)", d.MaxBytesPerDevice))
+	}
+	if d.MaxTotalBytes < d.MaxBytesPerDevice {
+		v.add("limits.defer.max_total_bytes", fmt.Sprintf("must be at least limits.defer.max_bytes_per_device, %s (got %s)", d.MaxBytesPerDevice, d.MaxTotalBytes))
+	}
+	if age := time.Duration(d.MaxAge); age <= 0 || age > devicelimit.MaxWindow {
+		v.add("limits.defer.max_age", fmt.Sprintf("must be > 0 and at most %s (got %q)", devicelimit.MaxWindow, age.String()))
+	}
+	if rd := time.Duration(d.RestoreDelay); rd < 0 || rd > time.Hour {
+		v.add("limits.defer.restore_delay", fmt.Sprintf("must be between 0s and 1h (got %q)", rd.String()))
+	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
 		v.add("log.level", err.Error())
 	}
@@ -65,6 +81,9 @@ func (c Config) Validate() error {
 	}
 	return joinErrors(v.errs, v.dropped)
 }
+
+// MaxDeferMessages bounds limits.defer.max_messages_per_device.
+const MaxDeferMessages = 1_000_000
 
 type validator struct {
 	errs    []error

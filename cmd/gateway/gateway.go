@@ -139,6 +139,14 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		Clock:    g.clock,
 		Identity: identity,
 		Logger:   log,
+		Defer:    deferStore{store},
+		DeferLimits: broker.DeferLimits{
+			MaxMessagesPerDevice: cfg.Limits.Defer.MaxMessagesPerDevice,
+			MaxBytesPerDevice:    int64(cfg.Limits.Defer.MaxBytesPerDevice),
+			MaxTotalBytes:        int64(cfg.Limits.Defer.MaxTotalBytes),
+			MaxAge:               time.Duration(cfg.Limits.Defer.MaxAge),
+			RestoreDelay:         time.Duration(cfg.Limits.Defer.RestoreDelay),
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -247,3 +255,15 @@ type actionError struct {
 
 func (e *actionError) Error() string { return e.msg }
 func (e *actionError) Unwrap() error { return e.err }
+
+// deferStore lets the broker keep its deferred messages in the store.
+type deferStore struct{ *persist.Store }
+
+// Delete removes released and expired messages.
+func (d deferStore) Delete(keys []broker.DeferredKey) error {
+	pk := make([]persist.DeferredKey, len(keys))
+	for i, k := range keys {
+		pk[i] = persist.DeferredKey(k)
+	}
+	return d.DeleteDeferred(pk)
+}

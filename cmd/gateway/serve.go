@@ -25,6 +25,7 @@ type serveFlags struct {
 	mqttAddr         string
 	dataDir          string
 	snapshotInterval durationValue
+	restoreDelay     durationValue
 	limit            intValue
 	window           durationValue
 	policy           string
@@ -35,14 +36,15 @@ type serveFlags struct {
 // flagKeys maps each setting flag to the config key it overrides, so
 // that a bad value is reported under the flag the operator typed.
 var flagKeys = map[string]string{
-	"mqtt-addr":         "mqtt.tcp",
-	"data-dir":          "data_dir",
-	"snapshot-interval": "persist.snapshot_interval",
-	"limit":             "limits.default.limit",
-	"window":            "limits.default.window",
-	"policy":            "limits.default.policy",
-	"buckets":           "limits.buckets",
-	"log-level":         "log.level",
+	"mqtt-addr":           "mqtt.tcp",
+	"data-dir":            "data_dir",
+	"snapshot-interval":   "persist.snapshot_interval",
+	"defer-restore-delay": "limits.defer.restore_delay",
+	"limit":               "limits.default.limit",
+	"window":              "limits.default.window",
+	"policy":              "limits.default.policy",
+	"buckets":             "limits.buckets",
+	"log-level":           "log.level",
 }
 
 func newServeFlags(f *serveFlags) *flag.FlagSet {
@@ -52,10 +54,11 @@ func newServeFlags(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.config, "config", "", "read settings from the YAML `file` (default: none, built-in defaults)")
 	fs.StringVar(&f.mqttAddr, "mqtt-addr", d.MQTT.TCP, fmt.Sprintf("MQTT TCP listen `address`; port 0 picks a free port (mqtt.tcp, default %q)", d.MQTT.TCP))
 	fs.StringVar(&f.dataDir, "data-dir", d.DataDir, fmt.Sprintf("`directory` of the state file %s, created if missing (data_dir, default %q)", persist.FileName, d.DataDir))
+	fs.Var(&f.restoreDelay, "defer-restore-delay", fmt.Sprintf("after a start, hold messages deferred before it for `duration`, so consumers can reconnect first (limits.defer.restore_delay, default %s)", d.Limits.Defer.RestoreDelay))
 	fs.Var(&f.snapshotInterval, "snapshot-interval", fmt.Sprintf("write changed windows every `duration`; a crash loses at most about this long of admissions (persist.snapshot_interval, default %s)", d.Persist.SnapshotInterval))
 	fs.Var(&f.limit, "limit", fmt.Sprintf("default quota: `N` messages per window (limits.default.limit, default %d)", d.Limits.Default.Limit))
 	fs.Var(&f.window, "window", fmt.Sprintf("default quota `duration` such as 10s (limits.default.window, default %s)", d.Limits.Default.Window))
-	fs.StringVar(&f.policy, "policy", d.Limits.Default.Policy, fmt.Sprintf("default quota `policy` over the limit: drop or disconnect (limits.default.policy, default %s)", d.Limits.Default.Policy))
+	fs.StringVar(&f.policy, "policy", d.Limits.Default.Policy, fmt.Sprintf("default quota `policy` over the limit: drop, defer or disconnect (limits.default.policy, default %s)", d.Limits.Default.Policy))
 	fs.Var(&f.buckets, "buckets", fmt.Sprintf("`N` buckets per window, 1..%d (limits.buckets, default %d)", devicelimit.MaxBuckets, d.Limits.Buckets))
 	fs.StringVar(&f.logLevel, "log-level", d.Log.Level, fmt.Sprintf("lowest log `level`: debug, info, warn or error (log.level, default %s)", d.Log.Level))
 	return fs
@@ -117,6 +120,8 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 			cfg.DataDir = f.dataDir
 		case "snapshot-interval":
 			cfg.Persist.SnapshotInterval = config.Duration(f.snapshotInterval.v)
+		case "defer-restore-delay":
+			cfg.Limits.Defer.RestoreDelay = config.Duration(f.restoreDelay.v)
 		case "limit":
 			cfg.Limits.Default.Limit = f.limit.v
 		case "window":
