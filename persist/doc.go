@@ -23,8 +23,8 @@
 // with one pair of fsyncs: the batch grows with the load and an idle
 // store adds no delay. It beats bbolt's DB.Batch, whose timer makes
 // publishers that wait for their ack wait for it too (BenchmarkEnqueue,
-// 50 publishers: 27k enqueues/s against 4k with the default 10 ms delay
-// and 17k with 1 ms; one transaction per message, 5.6k). Snapshots share
+// 50 publishers: 21-27k enqueues/s against 4k with the default 10 ms
+// delay and 15-17k with 1 ms; one transaction per message, 6-7k). Snapshots share
 // bbolt's single writer with it: while messages wait, a snapshot ends its
 // transaction after 10 ms and lets them go first. Releasing is
 // at-least-once: a crash between a release and its DeleteDeferred

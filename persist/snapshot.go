@@ -29,10 +29,13 @@ const defaultChunk = 200_000
 // next transaction. An enqueue thus waits about yieldAfter plus the
 // commit of what the snapshot wrote so far, instead of a whole chunk.
 // Measured with 50 publishers and snapshots of a million windows
-// (BenchmarkEnqueueDuringSnapshot): without yielding, enqueues waited up
-// to 190 ms (p99 160 ms); at 10 ms, up to 60 ms (p99 34 ms), and the
-// snapshot took 1.2 s instead of 1.0 s. Without waiting deferred
-// messages nothing changes. The clock is read every yieldEvery windows.
+// (BenchmarkEnqueueDuringSnapshot): with whole 200k chunks, enqueues
+// waited up to 570 ms (p99 290 ms), or 160-190 ms (p99 130-160 ms) once
+// they went first between chunks; ending transactions after 10 ms,
+// 40-77 ms (p99 28-36 ms), for snapshots of 1.2 s instead of 0.9-1.0 s.
+// 5 ms gains little more (p99 23 ms) for 1.4 s snapshots. Without
+// waiting deferred messages nothing changes. The clock is read every
+// yieldEvery windows.
 const (
 	yieldAfter = 10 * time.Millisecond
 	yieldEvery = 256
