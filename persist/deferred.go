@@ -49,9 +49,6 @@ func (s *Store) Enqueue(device string, seq uint64, rec []byte) error {
 	if int64(len(rec)) > bolt.MaxValueSize {
 		return fmt.Errorf("enqueue deferred message %d of device %s: %d bytes, the store keeps at most %d", seq, keyName([]byte(device)), len(rec), int64(bolt.MaxValueSize))
 	}
-	if s.closed.Load() {
-		return ErrClosed
-	}
 	r := requests.Get().(*request)
 	r.key = appendDeferredKey(r.key[:0], device, seq)
 	r.rec = rec
@@ -74,7 +71,7 @@ func (s *Store) Enqueue(device string, seq uint64, rec []byte) error {
 // are gone, and calling again with the same keys completes the deletion.
 func (s *Store) DeleteDeferred(keys []DeferredKey) error {
 	if s.closed.Load() {
-		return ErrClosed
+		return fmt.Errorf("delete deferred messages from %q: %w", s.path, ErrClosed)
 	}
 	for len(keys) > 0 {
 		chunk := keys[:min(len(keys), s.delChunk)]
