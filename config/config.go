@@ -13,6 +13,9 @@
 //
 //	mqtt:
 //	  tcp: ":1883"                 # host:port of the MQTT TCP listener
+//	admin:
+//	  addr: "127.0.0.1:8080"       # host:port of the admin HTTP API and /metrics
+//	  token: ""                    # bearer token; empty: GATEWAY_ADMIN_TOKEN, else a token file in data_dir
 //	data_dir: "./data"             # where the state file lives (created if missing)
 //	persist:
 //	  snapshot_interval: 1s        # how often changed windows are written, > 0 and <= 1h
@@ -55,7 +58,8 @@ import (
 // Config is the whole gateway configuration. The zero value is not
 // valid; start from Default or Parse.
 type Config struct {
-	MQTT MQTT `yaml:"mqtt"`
+	MQTT  MQTT  `yaml:"mqtt"`
+	Admin Admin `yaml:"admin"`
 	// DataDir is the directory of the state file; it is created (mode
 	// 0700) if missing. Relative paths are relative to the working
 	// directory.
@@ -70,6 +74,17 @@ type MQTT struct {
 	// TCP is the host:port of the plain TCP listener; port 0 picks a
 	// free port.
 	TCP string `yaml:"tcp"`
+}
+
+// Admin configures the admin HTTP API, which also serves /metrics.
+type Admin struct {
+	// Addr is the host:port of the admin listener; port 0 picks a free
+	// port. It defaults to loopback: the API changes quotas.
+	Addr string `yaml:"addr"`
+	// Token is the bearer token the /api routes require. When empty,
+	// the gateway takes GATEWAY_ADMIN_TOKEN, or else reads (creating it
+	// on first start) a token file in the data directory.
+	Token string `yaml:"token"`
 }
 
 // Persist configures how state reaches the data directory.
@@ -152,12 +167,13 @@ type Log struct {
 }
 
 // Default returns the configuration used when no file or flag says
-// otherwise: MQTT on :1883, state in ./data with a snapshot every
+// otherwise: MQTT on :1883, the admin API on 127.0.0.1:8080, state in ./data with a snapshot every
 // second, 100 messages per 10 s per device (dropped above), 20 buckets,
 // devices named by client ID, info logging.
 func Default() Config {
 	return Config{
 		MQTT:    MQTT{TCP: ":1883"},
+		Admin:   Admin{Addr: "127.0.0.1:8080"},
 		DataDir: "./data",
 		Persist: Persist{SnapshotInterval: Duration(time.Second)},
 		Limits: Limits{

@@ -59,6 +59,14 @@ func TestKeys(t *testing.T) {
 		want func(Config) bool // for good values
 		err  []string          // for bad values: substrings of the error
 	}{
+		// admin
+		{name: "admin default", yaml: `mqtt: {}`, want: func(c Config) bool { return c.Admin.Addr == "127.0.0.1:8080" && c.Admin.Token == "" }},
+		{name: "admin addr port 0", yaml: `admin: {addr: "127.0.0.1:0"}`, want: func(c Config) bool { return c.Admin.Addr == "127.0.0.1:0" }},
+		{name: "admin token", yaml: `admin: {token: "s3cret"}`, want: func(c Config) bool { return c.Admin.Token == "s3cret" }},
+		{name: "admin addr no port", yaml: `admin: {addr: "localhost"}`, err: []string{`admin.addr: must be host:port`, `(got "localhost")`}},
+		{name: "admin addr port range", yaml: `admin: {addr: ":70000"}`, err: []string{`admin.addr:`, `(got ":70000")`}},
+		{name: "admin unknown", yaml: `admin: {tls: true}`, err: []string{`admin.tls: unknown key; expected one of addr, token`}},
+
 		// mqtt.tcp
 		{name: "tcp any host", yaml: `mqtt: {tcp: ":1884"}`, want: func(c Config) bool { return c.MQTT.TCP == ":1884" }},
 		{name: "tcp port 0", yaml: `mqtt: {tcp: "127.0.0.1:0"}`, want: func(c Config) bool { return c.MQTT.TCP == "127.0.0.1:0" }},
@@ -218,7 +226,7 @@ limits:
 		{name: "level empty", yaml: `log: {level: ""}`, err: []string{`log.level: must be debug, info, warn or error (got "")`}},
 
 		// unknown keys, at every depth
-		{name: "unknown top", yaml: "mqtt: {}\nadmin: {addr: x}\n", err: []string{`line 2: admin: unknown key; expected one of mqtt, data_dir, persist, limits, log`}},
+		{name: "unknown top", yaml: "mqtt: {}\nauth: {}\n", err: []string{`line 2: auth: unknown key; expected one of mqtt, admin, data_dir, persist, limits, log`}},
 		{name: "unknown nested", yaml: "limits:\n  default:\n    burst: 5\n", err: []string{`line 3: limits.default.burst: unknown key; expected one of limit, window, policy`}},
 		{name: "unknown in rule", yaml: `limits: {rules: [{match: {ip: "10.*"}}]}`, err: []string{`limits.rules[0].match.ip: unknown key; expected one of client_id, username`}},
 		{name: "unknown odd key", yaml: "\"a.b\": 1\n", err: []string{`line 1: "a.b": unknown key`}},

@@ -17,6 +17,7 @@ import (
 func (c Config) Validate() error {
 	var v validator
 	v.tcp("mqtt.tcp", c.MQTT.TCP)
+	v.tcp("admin.addr", c.Admin.Addr)
 	switch {
 	case c.DataDir == "":
 		v.add("data_dir", `must name a directory (got "")`)

@@ -23,6 +23,7 @@ import (
 type serveFlags struct {
 	config           string
 	mqttAddr         string
+	adminAddr        string
 	dataDir          string
 	snapshotInterval durationValue
 	restoreDelay     durationValue
@@ -37,6 +38,7 @@ type serveFlags struct {
 // that a bad value is reported under the flag the operator typed.
 var flagKeys = map[string]string{
 	"mqtt-addr":           "mqtt.tcp",
+	"admin-addr":          "admin.addr",
 	"data-dir":            "data_dir",
 	"snapshot-interval":   "persist.snapshot_interval",
 	"defer-restore-delay": "limits.defer.restore_delay",
@@ -53,6 +55,7 @@ func newServeFlags(f *serveFlags) *flag.FlagSet {
 	fs.SetOutput(io.Discard) // errors are returned; help goes to stdout
 	fs.StringVar(&f.config, "config", "", "read settings from the YAML `file` (default: none, built-in defaults)")
 	fs.StringVar(&f.mqttAddr, "mqtt-addr", d.MQTT.TCP, fmt.Sprintf("MQTT TCP listen `address`; port 0 picks a free port (mqtt.tcp, default %q)", d.MQTT.TCP))
+	fs.StringVar(&f.adminAddr, "admin-addr", d.Admin.Addr, fmt.Sprintf("admin API and /metrics listen `address`; port 0 picks a free port (admin.addr, default %q)", d.Admin.Addr))
 	fs.StringVar(&f.dataDir, "data-dir", d.DataDir, fmt.Sprintf("`directory` of the state file %s, created if missing (data_dir, default %q)", persist.FileName, d.DataDir))
 	fs.Var(&f.restoreDelay, "defer-restore-delay", fmt.Sprintf("after a start, hold messages deferred before it for `duration`, so consumers can reconnect first (limits.defer.restore_delay, default %s)", d.Limits.Defer.RestoreDelay))
 	fs.Var(&f.snapshotInterval, "snapshot-interval", fmt.Sprintf("write changed windows every `duration`; a crash loses at most about this long of admissions (persist.snapshot_interval, default %s)", d.Persist.SnapshotInterval))
@@ -116,6 +119,8 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 		switch fl.Name {
 		case "mqtt-addr":
 			cfg.MQTT.TCP = f.mqttAddr
+		case "admin-addr":
+			cfg.Admin.Addr = f.adminAddr
 		case "data-dir":
 			cfg.DataDir = f.dataDir
 		case "snapshot-interval":
