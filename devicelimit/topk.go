@@ -1,0 +1,167 @@
+package devicelimit
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"time"
+)
+
+// TopKGenerations is how many periods a TopK remembers: the current one
+// and the one before. A refusal stops counting once its period is more
+// than TopKGenerations-1 periods in the past.
+const TopKGenerations = 2
+
+// TopEntry is one device of a TopK summary.
+type TopEntry struct {
+	Device string
+	// Refused is the device's refusals in the generations still
+	// counted. It is exact while the summary has tracked fewer than k
+	// devices; after that it may overestimate (never underestimate) by
+	// the count the device inherited when it replaced the least-refused
+	// entry (Space-Saving).
+	Refused uint64
+}
+
+// TopK finds the devices refused most in the last few periods in bounded
+// memory: a Space-Saving summary (Metwally, Agrawal, El Abbadi 2005) of k
+// counters, each split into TopKGenerations generations that rotate every
+// period. Any device refused more than N/k times, N being the refusals in
+// the generations counted, is in the summary.
+//
+// Build it with NewTopK; the zero value is not usable. Safe for
+// concurrent use.
+type TopK struct {
+	period time.Duration
+
+	mu      sync.Mutex
+	gen     int64 // the generation (now/period) counts[0] belongs to
+	entries []topKEntry
+	index   map[string]int // device -> position in entries
+}
+
+type topKEntry struct {
+	device string
+	// counts[0] is the current generation, counts[i] the one i periods
+	// before.
+	counts [TopKGenerations]uint64
+}
+
+func (e *topKEntry) total() uint64 {
+	var n uint64
+	for _, c := range e.counts {
+		n += c
+	}
+	return n
+}
+
+// NewTopK returns a summary of k counters whose generations rotate every
+// period. It panics if k < 1 or period <= 0.
+func NewTopK(k int, period time.Duration) *TopK {
+	if k < 1 {
+		panic("devicelimit: NewTopK: k must be >= 1")
+	}
+	if period <= 0 {
+		panic("devicelimit: NewTopK: period must be > 0")
+	}
+	return &TopK{
+		period:  period,
+		entries: make([]topKEntry, 0, k),
+		index:   make(map[string]int, k),
+	}
+}
+
+// K returns the number of counters.
+func (t *TopK) K() int { return cap(t.entries) }
+
+// Record counts one refusal of device at now. device is kept as given,
+// not copied. Once device is tracked, Record allocates nothing.
+func (t *TopK) Record(device string, now Tick) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rotate(now)
+	if i, ok := t.index[device]; ok {
+		t.entries[i].counts[0]++
+		return
+	}
+	if len(t.entries) < cap(t.entries) {
+		t.entries = append(t.entries, topKEntry{device: device})
+		t.entries[len(t.entries)-1].counts[0] = 1
+		t.index[device] = len(t.entries) - 1
+		return
+	}
+	// Space-Saving: the new device takes over the least-refused entry
+	// and its counts, an upper bound of what it may have had before.
+	m, least := 0, t.entries[0].total()
+	for i := 1; i < len(t.entries); i++ {
+		if n := t.entries[i].total(); n < least {
+			m, least = i, n
+		}
+	}
+	e := &t.entries[m]
+	delete(t.index, e.device)
+	e.device = device
+	e.counts[0]++
+	t.index[device] = m
+}
+
+// rotate moves the generations forward to now's period and forgets the
+// entries left with no count. Called with mu held.
+func (t *TopK) rotate(now Tick) {
+	gen := int64(now) / int64(t.period)
+	if gen <= t.gen {
+		return // same period, or a clock read before the latest (kept in the current generation)
+	}
+	shift := gen - t.gen
+	t.gen = gen
+	if shift >= TopKGenerations {
+		clear(t.index)
+		clear(t.entries)
+		t.entries = t.entries[:0]
+		return
+	}
+	kept := t.entries[:0]
+	for _, e := range t.entries {
+		copy(e.counts[shift:], e.counts[:TopKGenerations-shift])
+		clear(e.counts[:shift])
+		if e.total() == 0 {
+			delete(t.index, e.device)
+			continue
+		}
+		t.index[e.device] = len(kept)
+		kept = append(kept, e)
+	}
+	clear(t.entries[len(kept):])
+	t.entries = kept
+}
+
+// Top returns the n devices refused most in the generations counted at
+// now, by Refused descending then device ascending; all tracked devices
+// when n <= 0 or n exceeds them.
+func (t *TopK) Top(n int, now Tick) []TopEntry {
+	t.mu.Lock()
+	t.rotate(now)
+	out := make([]TopEntry, 0, len(t.entries))
+	for i := range t.entries {
+		out = append(out, TopEntry{Device: t.entries[i].device, Refused: t.entries[i].total()})
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b TopEntry) int {
+		if c := cmp.Compare(b.Refused, a.Refused); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Device, b.Device)
+	})
+	if n > 0 && n < len(out) {
+		out = out[:n]
+	}
+	return out
+}
+
+// Len returns the number of devices tracked at now, at most k.
+func (t *TopK) Len(now Tick) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rotate(now)
+	return len(t.entries)
+}
