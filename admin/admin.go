@@ -1,0 +1,196 @@
+// Package admin serves the gateway's HTTP admin API (quota overrides and
+// device status under /api/v1, authenticated with a bearer token), the
+// Prometheus /metrics endpoint and the /healthz liveness probe.
+//
+// The package knows the domain (devicelimit) but not the broker or the
+// store: main adapts those to the small interfaces declared here.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"devicegate/devicelimit"
+)
+
+// Overrides changes runtime quota overrides durably. SetOverride
+// validates, makes the override durable, then puts it in force; its
+// errors wrap devicelimit.ErrInvalidQuota, ErrInvalidPolicy or
+// ErrInvalidDevice for bad input. main implements it with persist.Store
+// and the Resolver.
+type Overrides interface {
+	SetOverride(device string, o devicelimit.Override) error
+	DeleteOverride(device string) (bool, error)
+}
+
+// DeviceStatus is what the broker knows about a device.
+type DeviceStatus struct {
+	Connected bool
+	// ClientID and Username are those of a live connection (for rule
+	// matching), "" when not connected.
+	ClientID, Username string
+	// LastSeen is the device's last activity, 0 when unknown.
+	LastSeen devicelimit.Tick
+	// Deferred is the number of messages queued for the device.
+	Deferred int
+}
+
+// Devices reports a device's connection and queue state.
+type Devices interface {
+	Status(device string) DeviceStatus
+}
+
+// ThrottledDevice is one entry of Throttled.Top.
+type ThrottledDevice struct {
+	Device  string
+	Refused uint64
+}
+
+// Throttled lists the devices refused most.
+type Throttled interface {
+	Top(n int) []ThrottledDevice
+}
+
+// Options configures a Server. Token, Table, Resolver, Clock, Overrides
+// and Registry are required; Devices and Throttled default to reporting
+// nothing, Logger to discarding.
+type Options struct {
+	Addr      string // "127.0.0.1:8080"; ":0" style ports allowed
+	Token     string // bearer token for /api routes, non-empty
+	Table     *devicelimit.Table
+	Resolver  *devicelimit.Resolver
+	Identity  devicelimit.Identity
+	Clock     devicelimit.Clock
+	Overrides Overrides
+	Devices   Devices
+	Throttled Throttled
+	Registry  *prometheus.Registry // served at /metrics
+	Logger    *slog.Logger
+}
+
+// Server is the admin HTTP server. Create it with New; Handler serves
+// without listening, Start listens on Options.Addr. Safe for concurrent
+// use.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	handler http.Handler
+
+	mu   sync.Mutex
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// New checks opts and builds the server's handler.
+func New(opts Options) (*Server, error) {
+	switch {
+	case opts.Token == "":
+		return nil, errors.New("admin: empty token")
+	case opts.Table == nil:
+		return nil, errors.New("admin: nil Table")
+	case opts.Resolver == nil:
+		return nil, errors.New("admin: nil Resolver")
+	case opts.Clock == nil:
+		return nil, errors.New("admin: nil Clock")
+	case opts.Overrides == nil:
+		return nil, errors.New("admin: nil Overrides")
+	case opts.Registry == nil:
+		return nil, errors.New("admin: nil Registry")
+	}
+	if opts.Devices == nil {
+		opts.Devices = noDevices{}
+	}
+	if opts.Throttled == nil {
+		opts.Throttled = noThrottled{}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: opts, log: log}
+	s.handler = s.newMux()
+	return s, nil
+}
+
+type noDevices struct{}
+
+func (noDevices) Status(string) DeviceStatus { return DeviceStatus{} }
+
+type noThrottled struct{}
+
+func (noThrottled) Top(int) []ThrottledDevice { return nil }
+
+// Handler returns the server's routes, for httptest or another server.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start listens on Options.Addr and serves in the background. It
+// returns once the listener is bound; Addr then reports the real address.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return errors.New("admin: already started")
+	}
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("admin: listen on %q: %w", s.opts.Addr, err)
+	}
+	s.ln = ln
+	s.srv = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.done = make(chan struct{})
+	srv, done := s.srv, s.done
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr returns the listener's address, nil before Start.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Close stops the server gracefully, waiting for requests in flight
+// until ctx ends, then closes what remains. Safe to call when Start was
+// never called or failed, and more than once.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	srv, done := s.srv, s.done
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		srv.Close()
+	}
+	<-done
+	if err != nil {
+		return fmt.Errorf("admin: shutdown: %w", err)
+	}
+	return nil
+}

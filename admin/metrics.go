@@ -1,0 +1,78 @@
+package admin
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Snapshot is the gateway's counters and gauges at one instant. Counters
+// count since the process started.
+type Snapshot struct {
+	Allowed, Dropped, Disconnected, Deferred, Overflowed uint64 // publishes by decision
+	Released, Expired                                    uint64 // deferred messages released / expired
+	QueueMessages, QueueBytes                            int64  // deferred queue depth
+	DevicesTracked                                       int    // windows in the table
+	ConnectedClients                                     int64
+	SnapshotSeconds                                      float64 // duration of the last window snapshot
+	SnapshotBytes                                        int64   // size of the last window snapshot
+	Snapshots                                            uint64  // window snapshots written
+	ClockRollbacks                                       uint64
+}
+
+// StatsSource reports the gateway's counters; main adapts the broker's,
+// the store's and the table's.
+type StatsSource interface {
+	MetricsSnapshot() Snapshot
+}
+
+var (
+	descPublishes     = prometheus.NewDesc("devicegate_publishes_total", "Device publishes by throttle decision.", []string{"decision"}, nil)
+	descReleased      = prometheus.NewDesc("devicegate_deferred_released_total", "Deferred messages released to subscribers.", nil, nil)
+	descExpired       = prometheus.NewDesc("devicegate_deferred_expired_total", "Deferred messages discarded after their maximum age.", nil, nil)
+	descQueueMessages = prometheus.NewDesc("devicegate_deferred_queue_messages", "Messages in the deferral queue.", nil, nil)
+	descQueueBytes    = prometheus.NewDesc("devicegate_deferred_queue_bytes", "Bytes in the deferral queue.", nil, nil)
+	descTracked       = prometheus.NewDesc("devicegate_devices_tracked", "Devices with a live rate window.", nil, nil)
+	descConnected     = prometheus.NewDesc("devicegate_connected_clients", "Connected MQTT clients.", nil, nil)
+	descSnapSeconds   = prometheus.NewDesc("devicegate_snapshot_duration_seconds", "Duration of the last window snapshot.", nil, nil)
+	descSnapBytes     = prometheus.NewDesc("devicegate_snapshot_bytes", "Size of the last window snapshot.", nil, nil)
+	descSnapshots     = prometheus.NewDesc("devicegate_snapshots_total", "Window snapshots written.", nil, nil)
+	descRollbacks     = prometheus.NewDesc("devicegate_clock_rollbacks_total", "Wall-clock rollbacks detected.", nil, nil)
+)
+
+// collector reads a StatsSource at each scrape, so the domain types
+// know nothing of Prometheus.
+type collector struct{ src StatsSource }
+
+// NewCollector returns a collector of src's counters. Register it on a
+// private registry (with the Go and process collectors); the metrics have
+// no per-device labels.
+func NewCollector(src StatsSource) prometheus.Collector { return collector{src} }
+
+func (collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
+		descTracked, descConnected, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.src.MetricsSnapshot()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	counter(descPublishes, s.Allowed, "allowed")
+	counter(descPublishes, s.Dropped, "dropped")
+	counter(descPublishes, s.Deferred, "deferred")
+	counter(descPublishes, s.Overflowed, "overflowed")
+	counter(descPublishes, s.Disconnected, "disconnected")
+	counter(descReleased, s.Released)
+	counter(descExpired, s.Expired)
+	gauge(descQueueMessages, float64(s.QueueMessages))
+	gauge(descQueueBytes, float64(s.QueueBytes))
+	gauge(descTracked, float64(s.DevicesTracked))
+	gauge(descConnected, float64(s.ConnectedClients))
+	gauge(descSnapSeconds, s.SnapshotSeconds)
+	gauge(descSnapBytes, float64(s.SnapshotBytes))
+	counter(descSnapshots, s.Snapshots)
+	counter(descRollbacks, s.ClockRollbacks)
+}

@@ -1,0 +1,107 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// maxBody bounds the request body of PUT /api/v1/devices/{id}/quota.
+const maxBody = 64 << 10
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+}
+
+// quotaBody is the JSON body of PUT /api/v1/devices/{id}/quota.
+type quotaBody struct {
+	Limit     *json.Number `json:"limit"`
+	Window    *string      `json:"window"`
+	Policy    *string      `json:"policy,omitempty"`     // default drop
+	ExpiresAt *string      `json:"expires_at,omitempty"` // RFC 3339, in the future
+}
+
+// parseQuotaBody decodes and validates a quota body for a table of the
+// given bucket count at now. Unknown fields, trailing data, a missing
+// limit or window, and any value Quota.Validate refuses are errors that
+// name the field and the value.
+func parseQuotaBody(body []byte, buckets int, now devicelimit.Tick) (devicelimit.Override, error) {
+	var b quotaBody
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&b); err != nil {
+		if errors.Is(err, io.EOF) {
+			return devicelimit.Override{}, errors.New("empty body: send {\"limit\":N,\"window\":\"10s\"}")
+		}
+		return devicelimit.Override{}, fmt.Errorf("bad JSON body: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return devicelimit.Override{}, errors.New("bad JSON body: data after the object")
+	}
+	var q devicelimit.Quota
+	if b.Limit == nil {
+		return devicelimit.Override{}, errors.New("limit: required")
+	}
+	limit, err := parseLimit(string(*b.Limit))
+	if err != nil {
+		return devicelimit.Override{}, err
+	}
+	q.Limit = limit
+	if b.Window == nil {
+		return devicelimit.Override{}, errors.New("window: required, a duration such as \"10s\"")
+	}
+	q.Window, err = time.ParseDuration(*b.Window)
+	if err != nil {
+		return devicelimit.Override{}, fmt.Errorf("window: not a duration such as \"10s\" (got %q)", *b.Window)
+	}
+	if b.Policy != nil {
+		if q.Policy, err = devicelimit.ParsePolicy(*b.Policy); err != nil {
+			return devicelimit.Override{}, fmt.Errorf("policy: %w", err)
+		}
+	}
+	if err := q.Validate(buckets); err != nil {
+		return devicelimit.Override{}, err
+	}
+	o := devicelimit.Override{Quota: q}
+	if b.ExpiresAt != nil {
+		t, err := time.Parse(time.RFC3339Nano, *b.ExpiresAt)
+		if err != nil {
+			return devicelimit.Override{}, fmt.Errorf("expires_at: not an RFC 3339 time such as \"2030-01-02T15:04:05Z\" (got %q)", *b.ExpiresAt)
+		}
+		// Ticks are int64 nanoseconds: years 1678..2262.
+		if t.Year() < 1971 || t.Year() > 2261 {
+			return devicelimit.Override{}, fmt.Errorf("expires_at: out of range (got %q)", *b.ExpiresAt)
+		}
+		o.ExpiresAt = devicelimit.TickOf(t)
+		if o.ExpiresAt <= now {
+			return devicelimit.Override{}, fmt.Errorf("expires_at: must be in the future (got %q, now %s)", *b.ExpiresAt, formatTick(now))
+		}
+	}
+	return o, nil
+}
+
+// parseLimit accepts an integral JSON number (1000, 1e3, 1000.0) within
+// 1..MaxLimit.
+func parseLimit(s string) (int, error) {
+	bad := fmt.Errorf("%w: limit must be an integer between 1 and %d (got %s)", devicelimit.ErrInvalidQuota, devicelimit.MaxLimit, s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 1 || n > devicelimit.MaxLimit {
+			return 0, bad
+		}
+		return int(n), nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || f < 1 || f > devicelimit.MaxLimit {
+		return 0, bad
+	}
+	return int(f), nil
+}

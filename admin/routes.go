@@ -1,0 +1,398 @@
+package admin
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"devicegate/devicelimit"
+)
+
+// openAPI is the API's OpenAPI 3 document, served at /api/v1/openapi.json.
+//
+//go:embed openapi.json
+var openAPI []byte
+
+// route is one method and path the server answers. The same table
+// registers the mux and is checked against openapi.json by the tests.
+type route struct {
+	method, path string
+	auth         bool
+	handle       func(s *Server, w http.ResponseWriter, r *http.Request)
+}
+
+var routes = []route{
+	{http.MethodGet, "/healthz", false, (*Server).healthz},
+	{http.MethodGet, "/metrics", false, (*Server).metrics},
+	{http.MethodGet, "/api/v1/openapi.json", false, (*Server).openapi},
+	{http.MethodGet, "/api/v1/devices/{id}", true, (*Server).getDevice},
+	{http.MethodPut, "/api/v1/devices/{id}/quota", true, (*Server).putQuota},
+	{http.MethodDelete, "/api/v1/devices/{id}/quota", true, (*Server).deleteQuota},
+	{http.MethodGet, "/api/v1/quotas", true, (*Server).listQuotas},
+	{http.MethodPost, "/api/v1/devices/{id}/reset", true, (*Server).resetDevice},
+	{http.MethodGet, "/api/v1/throttled", true, (*Server).throttled},
+}
+
+// newMux registers one handler per path that dispatches on the method
+// itself, so that a wrong method gets a JSON 405 with Allow and an
+// unknown path a JSON 404, instead of net/http's plain-text answers.
+func (s *Server) newMux() http.Handler {
+	mux := http.NewServeMux()
+	var paths []string
+	byPath := map[string][]route{}
+	for _, rt := range routes {
+		if _, ok := byPath[rt.path]; !ok {
+			paths = append(paths, rt.path)
+		}
+		byPath[rt.path] = append(byPath[rt.path], rt)
+	}
+	for _, p := range paths {
+		rts := byPath[p]
+		var allow []string
+		for _, rt := range rts {
+			allow = append(allow, rt.method)
+		}
+		allowHeader := strings.Join(allow, ", ")
+		auth := rts[0].auth
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			if auth && !s.authorized(w, r) {
+				return
+			}
+			for _, rt := range rts {
+				if r.Method == rt.method {
+					rt.handle(s, w, r)
+					return
+				}
+			}
+			w.Header().Set("Allow", allowHeader)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; allowed: %s", r.Method, p, allowHeader))
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such route: "+r.URL.Path)
+	})
+	return mux
+}
+
+// authorized checks the bearer token in constant time (over hashes, so
+// the token's length does not leak either) and answers 401 when it is
+// missing or wrong.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="devicegate"`)
+		writeError(w, http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer TOKEN")
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	want := sha256.Sum256([]byte(s.opts.Token))
+	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="devicegate", error="invalid_token"`)
+		writeError(w, http.StatusUnauthorized, "invalid bearer token")
+		return false
+	}
+	return true
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorBody{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"encode response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// deviceID returns the {id} path segment, unescaped, after checking it
+// names a device: valid UTF-8, 1..MaxDeviceID bytes. It answers 400
+// otherwise.
+func deviceID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !utf8.ValidString(id) {
+		writeError(w, http.StatusBadRequest, "invalid device id: not valid UTF-8")
+		return "", false
+	}
+	if err := devicelimit.ValidDeviceID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return "", false
+	}
+	return id, true
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{s}}).ServeHTTP(w, r)
+}
+
+type slogPrinter struct{ s *Server }
+
+func (p slogPrinter) Println(v ...any) { p.s.log.Warn("metrics", "err", fmt.Sprint(v...)) }
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(openAPI)
+}
+
+func formatTick(t devicelimit.Tick) string {
+	return t.Time().UTC().Format(time.RFC3339Nano)
+}
+
+type quotaJSON struct {
+	Limit  int    `json:"limit"`
+	Window string `json:"window"`
+	Policy string `json:"policy"`
+}
+
+type deviceJSON struct {
+	Device            string    `json:"device"`
+	Quota             quotaJSON `json:"quota"`
+	Source            string    `json:"source"`
+	OverrideExpiresAt string    `json:"override_expires_at,omitempty"`
+	Used              int       `json:"used"`
+	Remaining         int       `json:"remaining"`
+	RetryAfter        string    `json:"retry_after"`
+	Deferred          int       `json:"deferred"`
+	Connected         bool      `json:"connected"`
+	LastSeen          *string   `json:"last_seen"`
+}
+
+func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
+	id, ok := deviceID(w, r)
+	if !ok {
+		return
+	}
+	now := s.opts.Clock.Now()
+	st := s.opts.Devices.Status(id)
+	clientID, username := st.ClientID, st.Username
+	if !st.Connected {
+		// The rules match on what a connection of this device would
+		// carry: its ID in the identity's field.
+		if s.opts.Identity == devicelimit.IdentityUsername {
+			clientID, username = "", id
+		} else {
+			clientID, username = id, ""
+		}
+	}
+	// Resolver.Resolve's order, spelled out to learn the override's expiry.
+	var q devicelimit.Quota
+	var src devicelimit.Source
+	var expires devicelimit.Tick
+	if o, ok := s.opts.Resolver.Override(id, now); ok {
+		q, src, expires = o.Quota, devicelimit.Source{Kind: devicelimit.SourceOverride}, o.ExpiresAt
+	} else {
+		q, src = s.opts.Resolver.Rule(clientID, username)
+	}
+	d := s.opts.Table.PeekAt(id, q, now)
+	out := deviceJSON{
+		Device:     id,
+		Quota:      quotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()},
+		Source:     src.String(),
+		Used:       d.Count,
+		Remaining:  d.Remaining,
+		RetryAfter: d.RetryAfter.String(),
+		Deferred:   st.Deferred,
+		Connected:  st.Connected,
+	}
+	if expires != 0 {
+		out.OverrideExpiresAt = formatTick(expires)
+	}
+	if st.LastSeen != 0 {
+		ls := formatTick(st.LastSeen)
+		out.LastSeen = &ls
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type overrideJSON struct {
+	Device    string `json:"device"`
+	Limit     int    `json:"limit"`
+	Window    string `json:"window"`
+	Policy    string `json:"policy"`
+	ExpiresAt string `json:"expires_at,omitempty"`
+}
+
+func overrideOut(device string, o devicelimit.Override) overrideJSON {
+	out := overrideJSON{Device: device, Limit: o.Quota.Limit, Window: o.Quota.Window.String(), Policy: o.Quota.Policy.String()}
+	if o.ExpiresAt != 0 {
+		out.ExpiresAt = formatTick(o.ExpiresAt)
+	}
+	return out
+}
+
+func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
+	id, ok := deviceID(w, r)
+	if !ok {
+		return
+	}
+	if status, msg := checkContentType(r); status != 0 {
+		writeError(w, status, msg)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxBody))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
+		return
+	}
+	o, err := parseQuotaBody(body, s.opts.Resolver.Buckets(), s.opts.Clock.Now())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := s.opts.Overrides.SetOverride(id, o); err != nil {
+		if badInput(err) {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		s.log.Error("set quota override", "err", err)
+		writeError(w, http.StatusInternalServerError, "set quota override failed; see the gateway's log")
+		return
+	}
+	s.log.Info("quota override set", "device", id, "quota", o.Quota.String(), "expires_at", expiresAttr(o.ExpiresAt))
+	writeJSON(w, http.StatusOK, overrideOut(id, o))
+}
+
+func expiresAttr(t devicelimit.Tick) string {
+	if t == 0 {
+		return "never"
+	}
+	return formatTick(t)
+}
+
+func badInput(err error) bool {
+	return errors.Is(err, devicelimit.ErrInvalidQuota) || errors.Is(err, devicelimit.ErrInvalidPolicy) ||
+		errors.Is(err, devicelimit.ErrInvalidDevice) || errors.Is(err, devicelimit.ErrInvalidBuckets)
+}
+
+// checkContentType requires application/json (parameters such as
+// charset allowed).
+func checkContentType(r *http.Request) (int, string) {
+	ct := r.Header.Get("Content-Type")
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.TrimSpace(mt)
+	if !strings.EqualFold(mt, "application/json") {
+		if ct == "" {
+			return http.StatusUnsupportedMediaType, "missing Content-Type: send application/json"
+		}
+		return http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported Content-Type %q: send application/json", ct)
+	}
+	return 0, ""
+}
+
+func (s *Server) deleteQuota(w http.ResponseWriter, r *http.Request) {
+	id, ok := deviceID(w, r)
+	if !ok {
+		return
+	}
+	deleted, err := s.opts.Overrides.DeleteOverride(id)
+	if err != nil {
+		if badInput(err) {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		s.log.Error("delete quota override", "err", err)
+		writeError(w, http.StatusInternalServerError, "delete quota override failed; see the gateway's log")
+		return
+	}
+	if !deleted {
+		writeError(w, http.StatusNotFound, "device has no quota override")
+		return
+	}
+	s.log.Info("quota override deleted", "device", id)
+	writeJSON(w, http.StatusOK, struct {
+		Device  string `json:"device"`
+		Deleted bool   `json:"deleted"`
+	}{id, true})
+}
+
+func (s *Server) listQuotas(w http.ResponseWriter, r *http.Request) {
+	ovs := s.opts.Resolver.Overrides(s.opts.Clock.Now())
+	out := make([]overrideJSON, 0, len(ovs))
+	for _, o := range ovs {
+		out = append(out, overrideOut(o.Device, o.Override))
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Overrides []overrideJSON `json:"overrides"`
+	}{out})
+}
+
+func (s *Server) resetDevice(w http.ResponseWriter, r *http.Request) {
+	id, ok := deviceID(w, r)
+	if !ok {
+		return
+	}
+	reset := s.opts.Table.Reset(id)
+	if reset {
+		s.log.Info("device window reset", "device", id)
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Device string `json:"device"`
+		Reset  bool   `json:"reset"`
+	}{id, reset})
+}
+
+// Bounds of GET /api/v1/throttled?limit=N.
+const (
+	defaultThrottled = 10
+	maxThrottled     = 1000
+)
+
+type throttledJSON struct {
+	Device  string `json:"device"`
+	Refused uint64 `json:"refused"`
+}
+
+func (s *Server) throttled(w http.ResponseWriter, r *http.Request) {
+	n := defaultThrottled
+	q := r.URL.Query()
+	if vs, ok := q["limit"]; ok {
+		if len(vs) != 1 {
+			writeError(w, http.StatusBadRequest, "limit given more than once")
+			return
+		}
+		v, err := strconv.Atoi(vs[0])
+		if err != nil || v < 1 || v > maxThrottled {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be an integer between 1 and %d (got %q)", maxThrottled, vs[0]))
+			return
+		}
+		n = v
+	}
+	top := s.opts.Throttled.Top(n)
+	out := make([]throttledJSON, 0, min(len(top), n))
+	for _, d := range top[:min(len(top), n)] {
+		out = append(out, throttledJSON{d.Device, d.Refused})
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Devices []throttledJSON `json:"devices"`
+	}{out})
+}
