@@ -45,6 +45,11 @@ type Options struct {
 	Defer DeferStore
 	// DeferLimits bound the deferral queue; zero fields take defaults.
 	DeferLimits DeferLimits
+	// Throttled, when not nil, records every refused publish (dropped,
+	// disconnected, or refused by a full or failed deferral) by device
+	// at its decision instant. Admitted and deferred publishes are not
+	// recorded.
+	Throttled *devicelimit.TopK
 }
 
 func (o *Options) validate() error {
@@ -133,6 +138,9 @@ func New(opts Options) (*Server, error) {
 		identity: opts.Identity,
 		log:      log,
 		logs:     logs,
+
+		devices:   make(map[string]*devState),
+		throttled: opts.Throttled,
 	}
 	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)
@@ -308,9 +316,20 @@ func (s *Server) Addr() net.Addr {
 	return s.tcp.Addr()
 }
 
-// Stats returns the throttle's decision counters and the deferral
-// queue's counters and size.
+// Stats returns the throttle's decision counters, the deferral queue's
+// counters and size, and the number of connected clients.
 func (s *Server) Stats() Stats { return s.hook.stats() }
+
+// DeviceStatus returns what the broker knows of device now: its live
+// connection, its last publish and its deferred messages. A device the
+// broker knows nothing of gets the zero DeviceStatus.
+func (s *Server) DeviceStatus(device string) DeviceStatus {
+	st := s.hook.status(device)
+	if s.def != nil {
+		st.Deferred = s.def.queueLen(device)
+	}
+	return st
+}
 
 // Close stops releasing deferred messages, stops accepting connections,
 // disconnects every client (MQTT 5 clients get DISCONNECT 0x8B server

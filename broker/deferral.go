@@ -342,6 +342,17 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 	return outDeferred, dec
 }
 
+// queueLen returns the number of messages device has queued.
+func (d *deferrer) queueLen(device string) int {
+	sh := d.shard(device)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if dq := sh.queues[device]; dq != nil {
+		return len(dq.msgs)
+	}
+	return 0
+}
+
 // reserve takes n bytes of the global budget, or reports that they
 // would exceed it.
 func (d *deferrer) reserve(n int64) bool {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +47,32 @@ type Stats struct {
 	// Inline counts server-injected publishes, passed through uncounted;
 	// released deferred messages are in Released, not here.
 	Inline uint64
+	// ConnectedClients is the number of device connections now
+	// established (CONNACK sent, not yet disconnected).
+	ConnectedClients int64
 }
+
+// DeviceStatus is what the broker knows of one device now.
+type DeviceStatus struct {
+	// Connected reports whether the device has a live connection.
+	Connected bool
+	// ClientID and Username are those of the device's latest live
+	// connection; empty when it has none.
+	ClientID, Username string
+	// LastSeen is the decision instant of the device's latest publish
+	// (admitted, refused or deferred) on the clock of Options.Clock,
+	// remembered for lastSeenRetention after its last connection ends;
+	// 0 when unknown (no publish since start, or forgotten).
+	LastSeen devicelimit.Tick
+	// Deferred is the number of the device's messages in the deferral
+	// queue; always 0 without a DeferStore.
+	Deferred int
+}
+
+// lastSeenRetention is how long LastSeen is remembered for a device with
+// no live connection; sweep forgets it after that, bounding the memory
+// to the devices seen in that time.
+const lastSeenRetention = 24 * time.Hour
 
 // errClientIDRequired refuses an MQTT 5 CONNECT with an empty client ID
 // when devices are identified by client ID. MQTT 3.1.1 clients get
@@ -98,15 +124,49 @@ type throttle struct {
 	// connection and read on every publish: sync.Map's best case.
 	conns sync.Map
 
+	// devices indexes the live connections by device, and keeps the
+	// devices' last-seen instants; see devState. Guarded by devMu; only
+	// connects, disconnects, sweeps and status reads take it.
+	devMu   sync.Mutex
+	devices map[string]*devState
+	// connected counts the connections in conns.
+	connected atomic.Int64
+
+	// throttled, when not nil, records every refusal by device.
+	throttled *devicelimit.TopK
+
 	allowed, dropped, disconnected, inline atomic.Uint64
+}
+
+// devState is one device's live connections and last publish.
+type devState struct {
+	live []*connInfo // in establishment order; guarded by devMu
+	// lastSeen is the Tick of the latest publish decided. Written on
+	// every publish without devMu.
+	lastSeen atomic.Int64
+}
+
+// seen advances lastSeen to now; publishes on concurrent connections of
+// one device may be decided out of order.
+func (d *devState) seen(now devicelimit.Tick) {
+	for {
+		cur := d.lastSeen.Load()
+		if int64(now) <= cur || d.lastSeen.CompareAndSwap(cur, int64(now)) {
+			return
+		}
+	}
 }
 
 // connInfo is what a connection's publishes need and what cannot change
 // while it is connected: client ID and username are fixed by CONNECT.
 type connInfo struct {
-	device  string
-	rule    devicelimit.Quota // the config rule (or default) quota
-	closing atomic.Bool       // set when policy disconnect hung up
+	device             string
+	clientID, username string
+	rule               devicelimit.Quota // the config rule (or default) quota
+	closing            atomic.Bool       // set when policy disconnect hung up
+	// dev is the device's entry in throttle.devices; nil for a
+	// connInfo computed for an uncached client.
+	dev *devState
 }
 
 // ID returns the hook's ID.
@@ -160,19 +220,73 @@ func (h *throttle) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 // OnSessionEstablish caches the connection's device and rule quota. It
 // runs after authentication, so refused connections leave nothing behind.
 func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
-	h.conns.Store(cl, h.connInfo(cl))
+	c := h.connInfo(cl)
+	h.devMu.Lock()
+	d := h.devices[c.device]
+	if d == nil {
+		d = new(devState)
+		h.devices[c.device] = d
+	}
+	d.live = append(d.live, c)
+	c.dev = d
+	h.devMu.Unlock()
+	h.conns.Store(cl, c)
+	h.connected.Add(1)
 }
 
 func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {
 	username := string(cl.Properties.Username)
 	q, _ := h.resolver.Rule(cl.ID, username)
-	return &connInfo{device: h.identity.Of(cl.ID, username), rule: q}
+	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q}
 }
 
 // OnDisconnect forgets the connection. (mochi skips OnDisconnect when a
 // CONNACK write fails; sweep removes those entries.)
 func (h *throttle) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
-	h.conns.Delete(cl)
+	h.forget(cl)
+}
+
+// forget removes cl from conns and from its device's live connections,
+// once, whether OnDisconnect or sweep comes first.
+func (h *throttle) forget(cl *mqtt.Client) {
+	v, ok := h.conns.LoadAndDelete(cl)
+	if !ok {
+		return
+	}
+	h.connected.Add(-1)
+	c := v.(*connInfo)
+	h.devMu.Lock()
+	defer h.devMu.Unlock()
+	d := c.dev
+	if i := slices.Index(d.live, c); i >= 0 {
+		d.live = slices.Delete(d.live, i, i+1)
+	}
+	if len(d.live) == 0 && d.lastSeen.Load() == 0 && h.devices[c.device] == d {
+		delete(h.devices, c.device) // nothing to remember
+	}
+}
+
+// status returns what the hook knows of device; Deferred is left 0.
+func (h *throttle) status(device string) DeviceStatus {
+	h.devMu.Lock()
+	defer h.devMu.Unlock()
+	d := h.devices[device]
+	if d == nil {
+		return DeviceStatus{}
+	}
+	st := DeviceStatus{LastSeen: devicelimit.Tick(d.lastSeen.Load())}
+	if n := len(d.live); n > 0 {
+		c := d.live[n-1]
+		st.Connected, st.ClientID, st.Username = true, c.clientID, c.username
+	}
+	return st
+}
+
+// refused records a refusal of device at now in Options.Throttled.
+func (h *throttle) refused(device string, now devicelimit.Tick) {
+	if h.throttled != nil {
+		h.throttled.Record(device, now)
+	}
 }
 
 // OnPublish counts the publish against its device's window and applies
@@ -199,13 +313,17 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		// packet was in flight. Compute it; don't cache a dead client.
 		c = h.connInfo(cl)
 	}
+	now := h.clock.Now()
+	if c.dev != nil {
+		c.dev.seen(now)
+	}
 	if c.closing.Load() {
 		// Read after policy disconnect hung up, before the connection
 		// ended: refused uncounted, whatever the window says now.
 		h.dropped.Add(1)
+		h.refused(c.device, now)
 		return pk, errReject
 	}
-	now := h.clock.Now()
 	q := c.rule
 	if o, ok := h.resolver.Override(c.device, now); ok {
 		q = o.Quota
@@ -237,6 +355,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	case outDeferred:
 		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)
 	}
+	h.refused(c.device, now)
 	if h.logs.AllowAt("\x00full\x00"+c.device, devicelimit.Quota{Limit: 1, Window: q.Window}, now).Allowed {
 		h.log.Warn("deferral refused", "device", c.device, "client", cl.ID, "reason", out.String())
 	}
@@ -248,6 +367,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
 	retry := ceilMillisecond(d.RetryAfter)
 	h.logThrottled(cl, c.device, q, d, now)
+	h.refused(c.device, now)
 	v5 := cl.Properties.ProtocolVersion == 5
 
 	if q.Policy == devicelimit.PolicyDisconnect {
@@ -346,11 +466,18 @@ func (h *throttle) sweep(now devicelimit.Tick) {
 		h.log.Info("quota override expired", "device", device)
 	}
 	h.conns.Range(func(k, _ any) bool {
-		if k.(*mqtt.Client).Closed() {
-			h.conns.Delete(k)
+		if cl := k.(*mqtt.Client); cl.Closed() {
+			h.forget(cl)
 		}
 		return true
 	})
+	h.devMu.Lock()
+	for device, d := range h.devices {
+		if len(d.live) == 0 && now.Sub(devicelimit.Tick(d.lastSeen.Load())) > lastSeenRetention {
+			delete(h.devices, device)
+		}
+	}
+	h.devMu.Unlock()
 }
 
 // stats returns the counters.
@@ -360,6 +487,8 @@ func (h *throttle) stats() Stats {
 		Dropped:      h.dropped.Load(),
 		Disconnected: h.disconnected.Load(),
 		Inline:       h.inline.Load(),
+
+		ConnectedClients: h.connected.Load(),
 	}
 	if d := h.def; d != nil {
 		st.Deferred = d.deferred.Load()
