@@ -4,6 +4,7 @@
 // Usage:
 //
 //	gateway [serve] [flags]   run the gateway (the default command)
+//	gateway quota ...         read and change device quotas through the admin API
 //	gateway version           print the version
 //	gateway help [command]    show help
 package main
@@ -65,7 +66,7 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-const commands = "serve, version, help"
+const commands = "serve, quota, version, help"
 
 // run runs the command named by args (without the program name) until it
 // finishes or ctx is cancelled; serve treats cancellation as the signal
@@ -78,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "serve":
 		return serve(ctx, rest, stdout, stderr)
+	case "quota":
+		return quota(ctx, rest, stdout)
 	case "version":
 		if len(rest) > 0 {
 			return usagef("version takes no arguments (got %q)", rest)
@@ -98,14 +101,19 @@ message quota.
 
 Usage:
   gateway [serve] [flags]   run the gateway (the default command)
+  gateway quota SUBCOMMAND  read and change device quotas through the admin API
   gateway version           print the version
   gateway help [command]    show this help, or a command's flags
 
-Run "gateway help serve" for the flags of serve.
+Run "gateway help serve" for the flags of serve, "gateway help quota"
+for the quota subcommands.
 `)
 		return nil
 	case len(args) == 1 && args[0] == "serve":
 		printServeUsage(stdout, newServeFlags(new(serveFlags)))
+		return nil
+	case len(args) == 1 && args[0] == "quota":
+		printQuotaUsage(stdout)
 		return nil
 	case len(args) == 1 && args[0] == "version":
 		fmt.Fprintln(stdout, "Usage: gateway version\n\nPrints the version of devicegate and of the Go toolchain that built it.")

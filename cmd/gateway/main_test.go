@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,7 +68,7 @@ type process struct {
 // start runs the binary with args.
 func start(t *testing.T, args ...string) *process {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(binary, ownAdminPort(args)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -151,13 +152,24 @@ func (p *process) wait(timeout time.Duration) (int, time.Duration) {
 	return p.cmd.ProcessState.ExitCode(), took
 }
 
+// ownAdminPort adds --admin-addr 127.0.0.1:0 to the arguments of a
+// gateway that serves (they name a --data-dir) and do not choose an
+// admin address, so that tests running in parallel never contend for
+// the default 127.0.0.1:8080.
+func ownAdminPort(args []string) []string {
+	if !slices.Contains(args, "--data-dir") || slices.Contains(args, "--admin-addr") || slices.Contains(args, "quota") {
+		return args
+	}
+	return append(slices.Clip(args), "--admin-addr", "127.0.0.1:0")
+}
+
 // runBinary runs the binary to completion (at most 10 s) and returns
 // its exit code, stdout and stderr.
 func runBinary(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd := exec.CommandContext(ctx, binary, ownAdminPort(args)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -367,8 +379,8 @@ func TestBadSettingsProcess(t *testing.T) {
 			want: []string{`persist.snapshot_interval: must be > 0 (got "0s")`}},
 		{name: "flag mqtt addr", args: []string{"--mqtt-addr", "1883"}, code: 1,
 			want: []string{`--mqtt-addr: must be host:port`, `(got "1883")`}},
-		{name: "unknown flag", args: []string{"--admin-addr", ":8080"}, code: 2,
-			want: []string{"flag provided but not defined: -admin-addr"}},
+		{name: "unknown flag", args: []string{"--tls-addr", ":8883"}, code: 2,
+			want: []string{"flag provided but not defined: -tls-addr"}},
 		{name: "flag beats file", yaml: "limits: {default: {limit: 5}, buckets: 10}\n", args: []string{"--buckets", "0"}, code: 1,
 			want: []string{"--buckets: must be between 1 and 1000 (got 0)"}},
 	}
