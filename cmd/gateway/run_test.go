@@ -17,6 +17,9 @@ import (
 )
 
 func TestRunArgs(t *testing.T) {
+	// The quota cases must not see an operator's settings.
+	t.Setenv("GATEWAY_ADMIN_TOKEN", "")
+	t.Setenv("GATEWAY_ADMIN_ADDR", "")
 	tests := []struct {
 		args   []string
 		code   int    // exitCode of the error
@@ -31,7 +34,18 @@ func TestRunArgs(t *testing.T) {
 		{args: []string{"help", "nope"}, code: 2, errMsg: `help: unknown command "nope"`},
 		{args: []string{"version"}, out: "devicegate "},
 		{args: []string{"version", "--short"}, code: 2, errMsg: "version takes no arguments"},
-		{args: []string{"bogus"}, code: 2, errMsg: `unknown command "bogus"; commands are serve, version, help`},
+		{args: []string{"bogus"}, code: 2, errMsg: `unknown command "bogus"; commands are serve, quota, version, help`},
+		{args: []string{"help", "quota"}, out: "gateway quota set ID --limit N --window D"},
+		{args: []string{"help", "serve"}, out: "--admin-addr address"},
+		{args: []string{"quota"}, code: 2, errMsg: "quota: missing subcommand; subcommands are get, set, delete, list, reset, throttled"},
+		{args: []string{"quota", "bump", "x"}, code: 2, errMsg: `quota: unknown subcommand "bump"`},
+		{args: []string{"quota", "get"}, code: 2, errMsg: "quota get: want one device ID (got 0 arguments)"},
+		{args: []string{"quota", "list", "x", "--token", "t"}, code: 2, errMsg: `quota list: takes no arguments (got ["x"])`},
+		{args: []string{"quota", "set", "d", "--limit", "5", "--token", "t"}, code: 2, errMsg: "quota set: --limit and --window are required"},
+		{args: []string{"quota", "set", "d", "--token", "t", "--limit", "5", "--window", "1s", "--for", "1m", "--expires-at", "2030-01-01T00:00:00Z"}, code: 2, errMsg: "quota set: give --expires-at or --for, not both"},
+		{args: []string{"quota", "set", "d", "--limit", "five"}, code: 2, errMsg: `invalid value "five" for flag -limit: must be an integer`},
+		{args: []string{"quota", "get", "d", "--data-dir", "/nonexistent"}, code: 1, errMsg: "quota get: no token: give --token or GATEWAY_ADMIN_TOKEN, or --data-dir of the gateway"},
+		{args: []string{"quota", "get", "d", "--token", "t", "--admin-addr", "127.0.0.1:1"}, code: 1, errMsg: "quota get: cannot reach the admin API at 127.0.0.1:1"},
 		{args: []string{"serve", "extra"}, code: 2, errMsg: `serve: unexpected argument "extra"`},
 		{args: []string{"serve", "-h"}, out: "Usage: gateway serve [flags]"},
 		{args: []string{"--help"}, out: "Usage: gateway serve [flags]"},
