@@ -23,10 +23,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 
 // quotaBody is the JSON body of PUT /api/v1/devices/{id}/quota.
 type quotaBody struct {
-	Limit     *json.Number `json:"limit"`
-	Window    *string      `json:"window"`
-	Policy    *string      `json:"policy,omitempty"`     // default drop
-	ExpiresAt *string      `json:"expires_at,omitempty"` // RFC 3339, in the future
+	Limit     json.RawMessage `json:"limit"`
+	Window    *string         `json:"window"`
+	Policy    *string         `json:"policy,omitempty"`     // default drop
+	ExpiresAt *string         `json:"expires_at,omitempty"` // RFC 3339, in the future
 }
 
 // parseQuotaBody decodes and validates a quota body for a table of the
@@ -37,7 +37,6 @@ func parseQuotaBody(body []byte, buckets int, now devicelimit.Tick) (devicelimit
 	var b quotaBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	dec.UseNumber()
 	if err := dec.Decode(&b); err != nil {
 		if errors.Is(err, io.EOF) {
 			return devicelimit.Override{}, errors.New("empty body: send {\"limit\":N,\"window\":\"10s\"}")
@@ -48,10 +47,10 @@ func parseQuotaBody(body []byte, buckets int, now devicelimit.Tick) (devicelimit
 		return devicelimit.Override{}, errors.New("bad JSON body: data after the object")
 	}
 	var q devicelimit.Quota
-	if b.Limit == nil {
+	if len(b.Limit) == 0 || string(b.Limit) == "null" {
 		return devicelimit.Override{}, errors.New("limit: required")
 	}
-	limit, err := parseLimit(string(*b.Limit))
+	limit, err := parseLimit(string(b.Limit))
 	if err != nil {
 		return devicelimit.Override{}, err
 	}
@@ -90,8 +89,11 @@ func parseQuotaBody(body []byte, buckets int, now devicelimit.Tick) (devicelimit
 }
 
 // parseLimit accepts an integral JSON number (1000, 1e3, 1000.0) within
-// 1..MaxLimit.
+// 1..MaxLimit; not a string or another JSON type.
 func parseLimit(s string) (int, error) {
+	if s[0] != '-' && (s[0] < '0' || s[0] > '9') {
+		return 0, fmt.Errorf("%w: limit must be a JSON number (got %s)", devicelimit.ErrInvalidQuota, s)
+	}
 	bad := fmt.Errorf("%w: limit must be an integer between 1 and %d (got %s)", devicelimit.ErrInvalidQuota, devicelimit.MaxLimit, s)
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		if n < 1 || n > devicelimit.MaxLimit {

@@ -1,0 +1,72 @@
+package admin
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestCollector(t *testing.T) {
+	src := fixedStats{Snapshot{
+		Allowed: 10, Dropped: 2, Disconnected: 1, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
+		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11,
+		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
+	}}
+	reg := prometheus.NewRegistry()
+	c := NewCollector(src)
+	reg.MustRegister(c)
+	want := `
+# HELP devicegate_clock_rollbacks_total Wall-clock rollbacks detected.
+# TYPE devicegate_clock_rollbacks_total counter
+devicegate_clock_rollbacks_total 1
+# HELP devicegate_connected_clients Connected MQTT clients.
+# TYPE devicegate_connected_clients gauge
+devicegate_connected_clients 11
+# HELP devicegate_deferred_expired_total Deferred messages discarded after their maximum age.
+# TYPE devicegate_deferred_expired_total counter
+devicegate_deferred_expired_total 6
+# HELP devicegate_deferred_queue_bytes Bytes in the deferral queue.
+# TYPE devicegate_deferred_queue_bytes gauge
+devicegate_deferred_queue_bytes 800
+# HELP devicegate_deferred_queue_messages Messages in the deferral queue.
+# TYPE devicegate_deferred_queue_messages gauge
+devicegate_deferred_queue_messages 7
+# HELP devicegate_deferred_released_total Deferred messages released to subscribers.
+# TYPE devicegate_deferred_released_total counter
+devicegate_deferred_released_total 5
+# HELP devicegate_devices_tracked Devices with a live rate window.
+# TYPE devicegate_devices_tracked gauge
+devicegate_devices_tracked 9
+# HELP devicegate_publishes_total Device publishes by throttle decision.
+# TYPE devicegate_publishes_total counter
+devicegate_publishes_total{decision="allowed"} 10
+devicegate_publishes_total{decision="deferred"} 3
+devicegate_publishes_total{decision="disconnected"} 1
+devicegate_publishes_total{decision="dropped"} 2
+devicegate_publishes_total{decision="overflowed"} 4
+# HELP devicegate_snapshot_bytes Size of the last window snapshot.
+# TYPE devicegate_snapshot_bytes gauge
+devicegate_snapshot_bytes 4096
+# HELP devicegate_snapshot_duration_seconds Duration of the last window snapshot.
+# TYPE devicegate_snapshot_duration_seconds gauge
+devicegate_snapshot_duration_seconds 0.25
+# HELP devicegate_snapshots_total Window snapshots written.
+# TYPE devicegate_snapshots_total counter
+devicegate_snapshots_total 12
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(c); n != 15 {
+		t.Fatalf("%d series, want 15", n)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint %s: %s", p.Metric, p.Text)
+	}
+}
