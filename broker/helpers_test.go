@@ -52,6 +52,7 @@ type fixtureOpts struct {
 	releaseLoop bool
 	clock       *devicelimit.ManualClock // a fresh one at t0 when nil
 	table       *devicelimit.Table       // a fresh one when nil
+	throttled   *devicelimit.TopK        // Options.Throttled
 }
 
 // start runs a real broker on 127.0.0.1:0 with a manual clock.
@@ -84,6 +85,7 @@ func start(t *testing.T, fo fixtureOpts) *fixture {
 		Logger:      fo.logger,
 		Defer:       fo.store,
 		DeferLimits: fo.limits,
+		Throttled:   fo.throttled,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -47,8 +47,10 @@ type Stats struct {
 	// Inline counts server-injected publishes, passed through uncounted;
 	// released deferred messages are in Released, not here.
 	Inline uint64
-	// ConnectedClients is the number of device connections now
-	// established (CONNACK sent, not yet disconnected).
+	// ConnectedClients is the number of client connections whose
+	// session is established (authenticated, about to get or past their
+	// CONNACK) and not yet ended. One whose CONNACK write failed is
+	// counted until the next sweep.
 	ConnectedClients int64
 }
 

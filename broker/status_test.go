@@ -1,0 +1,181 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// Every refusal is recorded in Options.Throttled by device at its
+// decision instant: drops, policy disconnects and overflowed deferrals;
+// admitted and deferred publishes are not.
+func TestThrottledRecordsRefusals(t *testing.T) {
+	t.Parallel()
+	tk := devicelimit.NewTopK(8, 10*time.Second)
+	f := start(t, fixtureOpts{
+		rules: []devicelimit.Rule{
+			rule("drop-*", 1, devicelimit.PolicyDrop),
+			rule("disc-*", 1, devicelimit.PolicyDisconnect),
+			deferRule("defer-*", 1, time.Second),
+		},
+		store:     openStore(t, t.TempDir()),
+		limits:    DeferLimits{MaxMessagesPerDevice: 1},
+		throttled: tk,
+	})
+
+	ok := f.connect(t, 5, "ok-1", "")
+	for _, m := range payloads("ok", 3) {
+		if a, err := ok.publish(t, "t/ok-1", m, 1); err != nil || a.code != 0 {
+			t.Fatalf("publish %s: 0x%02x %v", m, a.code, err)
+		}
+	}
+	drop := f.connect(t, 5, "drop-1", "")
+	for i, m := range payloads("d", 4) { // 1 admitted, 3 dropped
+		want := byte(0x97)
+		if i == 0 {
+			want = 0
+		}
+		if a, err := drop.publish(t, "t/drop-1", m, 1); err != nil || a.code != want {
+			t.Fatalf("publish %s: 0x%02x %v, want 0x%02x", m, a.code, err, want)
+		}
+	}
+	def := f.connect(t, 5, "defer-1", "")
+	for i, m := range payloads("q", 4) { // 1 admitted, 1 deferred, 2 overflowed
+		want := byte(0x97)
+		if i < 2 {
+			want = 0
+		}
+		if a, err := def.publish(t, "t/defer-1", m, 1); err != nil || a.code != want {
+			t.Fatalf("publish %s: 0x%02x %v, want 0x%02x", m, a.code, err, want)
+		}
+	}
+	disc := f.connect(t, 5, "disc-1", "")
+	if a, err := disc.publish(t, "t/disc-1", "x", 1); err != nil || a.code != 0 {
+		t.Fatalf("publish: 0x%02x %v", a.code, err)
+	}
+	disc.send("t/disc-1", "over", 1) // one only: later ones are refused too
+	receive(t, "the connection to end", disc.lost())
+	eventually(t, "all refusals decided", func() bool {
+		st := f.srv.Stats()
+		return st.Dropped == 3 && st.Overflowed == 2 && st.Disconnected == 1
+	})
+
+	want := []devicelimit.TopEntry{{Device: "drop-1", Refused: 3}, {Device: "defer-1", Refused: 2}, {Device: "disc-1", Refused: 1}}
+	if got := tk.Top(0, f.clock.Now()); !slices.Equal(got, want) {
+		t.Fatalf("top: got %v, want %v", got, want)
+	}
+	if got := tk.Top(1, f.clock.Now()); !slices.Equal(got, want[:1]) {
+		t.Fatalf("top 1: got %v, want %v", got, want[:1])
+	}
+	// Recorded at the manual clock's time: two periods later they are
+	// forgotten.
+	if got := tk.Top(0, f.clock.Advance(20*time.Second)); len(got) != 0 {
+		t.Fatalf("top after two periods: got %v, want none", got)
+	}
+}
+
+// DeviceStatus reports the device's live connection, the clock's time of
+// its latest publish and its deferred messages; after it disconnects,
+// the last-seen time stays until the sweep forgets it.
+func TestDeviceStatus(t *testing.T) {
+	t.Parallel()
+	f := start(t, fixtureOpts{
+		rules: []devicelimit.Rule{deferRule("dev-*", 1, time.Second)},
+		store: openStore(t, t.TempDir()),
+	})
+	if got := f.srv.DeviceStatus("dev-1"); got != (DeviceStatus{}) {
+		t.Fatalf("unknown device: got %+v, want zero", got)
+	}
+	p := f.connect(t, 5, "dev-1", "alice")
+	want := DeviceStatus{Connected: true, ClientID: "dev-1", Username: "alice"}
+	if got := f.srv.DeviceStatus("dev-1"); got != want {
+		t.Fatalf("connected, no publish: got %+v, want %+v", got, want)
+	}
+	if n := f.srv.Stats().ConnectedClients; n != 1 {
+		t.Fatalf("ConnectedClients %d, want 1", n)
+	}
+
+	at := f.clock.Advance(1500 * time.Millisecond)
+	for _, m := range payloads("m", 3) { // 1 admitted, 2 deferred
+		if a, err := p.publish(t, "t/dev-1", m, 1); err != nil || a.code != 0 {
+			t.Fatalf("publish %s: 0x%02x %v", m, a.code, err)
+		}
+	}
+	f.clock.Advance(time.Second) // no publish since: LastSeen stays at
+	want = DeviceStatus{Connected: true, ClientID: "dev-1", Username: "alice", LastSeen: at, Deferred: 2}
+	if got := f.srv.DeviceStatus("dev-1"); got != want {
+		t.Fatalf("after publishing: got %+v, want %+v", got, want)
+	}
+
+	p.close()
+	want = DeviceStatus{LastSeen: at, Deferred: 2}
+	eventually(t, "the disconnect", func() bool { return f.srv.DeviceStatus("dev-1") == want })
+	if n := f.srv.Stats().ConnectedClients; n != 0 {
+		t.Fatalf("ConnectedClients %d after disconnect, want 0", n)
+	}
+
+	f.srv.tick(at.Add(lastSeenRetention)) // not yet older than the retention
+	if got := f.srv.DeviceStatus("dev-1"); got != want {
+		t.Fatalf("after a sweep within the retention: got %+v, want %+v", got, want)
+	}
+	f.srv.tick(at.Add(lastSeenRetention + time.Second))
+	want = DeviceStatus{Deferred: 2} // still queued: no release round ran
+	if got := f.srv.DeviceStatus("dev-1"); got != want {
+		t.Fatalf("after the retention: got %+v, want %+v", got, want)
+	}
+}
+
+// With identity username, several connections are one device: the
+// status shows the latest live one, and the one before when it ends.
+func TestDeviceStatusSeveralConnections(t *testing.T) {
+	t.Parallel()
+	f := start(t, fixtureOpts{identity: devicelimit.IdentityUsername})
+	a := f.connect(t, 5, "client-a", "fleet-1")
+	b := f.connect(t, 3, "client-b", "fleet-1")
+	want := DeviceStatus{Connected: true, ClientID: "client-b", Username: "fleet-1"}
+	if got := f.srv.DeviceStatus("fleet-1"); got != want {
+		t.Fatalf("two connections: got %+v, want %+v", got, want)
+	}
+	if n := f.srv.Stats().ConnectedClients; n != 2 {
+		t.Fatalf("ConnectedClients %d, want 2", n)
+	}
+	at := f.clock.Advance(time.Second)
+	if ack, err := a.publish(t, "t/fleet-1", "x", 1); err != nil || ack.code != 0 {
+		t.Fatalf("publish: 0x%02x %v", ack.code, err)
+	}
+	b.close()
+	want = DeviceStatus{Connected: true, ClientID: "client-a", Username: "fleet-1", LastSeen: at}
+	eventually(t, "client-b gone", func() bool { return f.srv.DeviceStatus("fleet-1") == want })
+	if n := f.srv.Stats().ConnectedClients; n != 1 {
+		t.Fatalf("ConnectedClients %d, want 1", n)
+	}
+}
+
+// A session takeover (same client ID) leaves one connected client, and
+// a device that disconnects without publishing is forgotten at once.
+func TestConnectedClientsTakeover(t *testing.T) {
+	t.Parallel()
+	f := start(t, fixtureOpts{})
+	first := f.connect(t, 5, "dev-1", "")
+	f.connect(t, 5, "dev-1", "")
+	receive(t, "the first connection to be taken over", first.lost())
+	eventually(t, "one connected client", func() bool { return f.srv.Stats().ConnectedClients == 1 })
+	want := DeviceStatus{Connected: true, ClientID: "dev-1"}
+	if got := f.srv.DeviceStatus("dev-1"); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range 3 {
+		p := f.connect(t, 3, fmt.Sprintf("quiet-%d", i), "")
+		p.close()
+	}
+	eventually(t, "quiet devices gone", func() bool { return f.srv.Stats().ConnectedClients == 1 })
+	f.srv.hook.devMu.Lock()
+	n := len(f.srv.hook.devices)
+	f.srv.hook.devMu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d devices remembered, want 1 (quiet devices have nothing to remember)", n)
+	}
+}
