@@ -12,6 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"devicegate/admin"
 	"devicegate/broker"
 	"devicegate/config"
 	"devicegate/devicelimit"
@@ -24,6 +28,14 @@ const shutdownTimeout = 5 * time.Second
 // lockTimeout is how long start-up waits for another gateway to let go
 // of the data directory before giving up.
 const lockTimeout = time.Second
+
+// throttledK and throttledPeriod size the summary behind GET
+// /api/v1/throttled: the 100 devices refused most, counted over the last
+// few minutes (devicelimit.TopKGenerations periods).
+const (
+	throttledK      = 100
+	throttledPeriod = time.Minute
+)
 
 // snapshotReserve is the part of a shutdown's time kept for the final
 // snapshot and closing the store, however long stopping MQTT takes.
@@ -39,8 +51,9 @@ type deps struct {
 	logger *slog.Logger
 }
 
-// gateway is a running gateway: its state store, clock, snapshotter and
-// MQTT server. Build it with startGateway; Close stops it.
+// gateway is a running gateway: its state store, clock, snapshotter,
+// MQTT server and admin server. Build it with startGateway; Close stops
+// it.
 type gateway struct {
 	log      *slog.Logger
 	store    *persist.Store
@@ -49,6 +62,8 @@ type gateway struct {
 	resolver *devicelimit.Resolver
 	snap     *persist.Snapshotter
 	srv      *broker.Server
+	topk     *devicelimit.TopK
+	admin    *admin.Server
 
 	closeOnce sync.Once
 	closeErr  error
@@ -57,7 +72,8 @@ type gateway struct {
 // startGateway opens the data directory, restores the device windows and
 // quota overrides, and starts the snapshotter and the MQTT server, in
 // that order: the listener accepts connections only once the state is
-// restored. It returns once MQTT is listening. On failure it closes what
+// restored; then the admin API (and /metrics). It returns once both
+// listen. On failure it closes what
 // it opened, in reverse, and returns an error a person can act on. cfg
 // must have passed Validate.
 func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
@@ -132,14 +148,16 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	g.snap = persist.NewSnapshotter(store, table, g.clock, interval, log)
 	g.snap.Start()
 
+	g.topk = devicelimit.NewTopK(throttledK, throttledPeriod)
 	srv, err := broker.New(broker.Options{
-		TCPAddr:  cfg.MQTT.TCP,
-		Table:    table,
-		Resolver: resolver,
-		Clock:    g.clock,
-		Identity: identity,
-		Logger:   log,
-		Defer:    deferStore{store},
+		Throttled: g.topk,
+		TCPAddr:   cfg.MQTT.TCP,
+		Table:     table,
+		Resolver:  resolver,
+		Clock:     g.clock,
+		Identity:  identity,
+		Logger:    log,
+		Defer:     deferStore{store},
 		DeferLimits: broker.DeferLimits{
 			MaxMessagesPerDevice: cfg.Limits.Defer.MaxMessagesPerDevice,
 			MaxBytesPerDevice:    int64(cfg.Limits.Defer.MaxBytesPerDevice),
@@ -155,17 +173,66 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	if err := srv.Start(); err != nil {
 		return nil, err
 	}
+
+	token, path, created, err := admin.LoadOrCreateToken(cfg.Admin.Token, cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("admin token: %w", err)
+	}
+	switch {
+	case path != "":
+		log.Info("admin token", "path", path, "created", created)
+	case cfg.Admin.Token != "":
+		log.Info("admin token", "source", "admin.token")
+	default:
+		log.Info("admin token", "source", admin.TokenEnv)
+	}
+	reg := prometheus.NewRegistry()
+	var rollbacks uint64
+	if g.clock.RolledBack {
+		rollbacks = 1
+	}
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		admin.NewCollector(statsSource{srv: srv, table: table, rollbacks: rollbacks}),
+	)
+	g.admin, err = admin.New(admin.Options{
+		Addr:      cfg.Admin.Addr,
+		Token:     token,
+		Table:     table,
+		Resolver:  resolver,
+		Identity:  identity,
+		Clock:     g.clock,
+		Overrides: storeOverrides{store, resolver},
+		Devices:   brokerDevices{srv},
+		Throttled: topThrottled{g.topk, g.clock},
+		Registry:  reg,
+		Logger:    log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := g.admin.Start(); err != nil {
+		return nil, fmt.Errorf("admin api: %w", err)
+	}
 	return g, nil
 }
 
 // Addr returns the MQTT listener's address.
 func (g *gateway) Addr() net.Addr { return g.srv.Addr() }
 
+// AdminAddr returns the admin API's address.
+func (g *gateway) AdminAddr() net.Addr { return g.admin.Addr() }
+
 // Close shuts the gateway down in order: stop accepting MQTT (and end
-// every connection), write the final snapshot and mark the shutdown
-// clean, close the store, stop the clock. Stopping MQTT may use all of
-// ctx's time but snapshotReserve, so that a broker slow to stop still
-// leaves time for the final snapshot. Close is safe after a failed
+// every connection), stop the admin API (finishing the requests in
+// flight), write the final snapshot and mark the shutdown clean, close
+// the store, stop the clock. The admin API stops before the snapshot,
+// not after the store closes as it does elsewhere, because its requests
+// change state: an override set or a window reset after the final
+// snapshot would be lost, or fail on a closed store. Stopping MQTT and
+// the admin API may use all of ctx's time but snapshotReserve, so that
+// a broker slow to stop still leaves time for the final snapshot. Close is safe after a failed
 // start and more than once; later calls return the first one's result.
 func (g *gateway) Close(ctx context.Context) error {
 	g.closeOnce.Do(func() { g.closeErr = g.close(ctx) })
@@ -186,6 +253,17 @@ func (g *gateway) close(ctx context.Context) error {
 			// those are lost as in a crash. Say so, and carry on: the
 			// snapshot matters more.
 			errs = append(errs, fmt.Errorf("stop mqtt: %w", err))
+		}
+	}
+	if g.admin != nil {
+		actx := ctx
+		if deadline, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			actx, cancel = context.WithDeadline(ctx, deadline.Add(-snapshotReserve))
+			defer cancel()
+		}
+		if err := within(actx, g.admin.Close); err != nil {
+			errs = append(errs, fmt.Errorf("stop admin api: %w", err))
 		}
 	}
 	if g.snap != nil {
@@ -266,4 +344,68 @@ func (d deferStore) Delete(keys []broker.DeferredKey) error {
 		pk[i] = persist.DeferredKey(k)
 	}
 	return d.DeleteDeferred(pk)
+}
+
+// storeOverrides makes the admin API's overrides durable in the store
+// before they take effect.
+type storeOverrides struct {
+	store    *persist.Store
+	resolver *devicelimit.Resolver
+}
+
+func (o storeOverrides) SetOverride(device string, ov devicelimit.Override) error {
+	return o.store.SetOverride(o.resolver, device, ov)
+}
+
+func (o storeOverrides) DeleteOverride(device string) (bool, error) {
+	return o.store.DeleteOverride(o.resolver, device)
+}
+
+// brokerDevices reports the broker's view of a device to the admin API.
+type brokerDevices struct{ srv *broker.Server }
+
+func (d brokerDevices) Status(device string) admin.DeviceStatus {
+	return admin.DeviceStatus(d.srv.DeviceStatus(device))
+}
+
+// topThrottled lists the devices refused most, as of now.
+type topThrottled struct {
+	topk  *devicelimit.TopK
+	clock devicelimit.Clock
+}
+
+func (t topThrottled) Top(n int) []admin.ThrottledDevice {
+	top := t.topk.Top(n, t.clock.Now())
+	out := make([]admin.ThrottledDevice, len(top))
+	for i, e := range top {
+		out[i] = admin.ThrottledDevice(e)
+	}
+	return out
+}
+
+// statsSource gathers the metrics from the broker and the table. The
+// snapshot metrics stay 0: persist.Snapshotter does not expose the
+// statistics of its periodic snapshots.
+type statsSource struct {
+	srv       *broker.Server
+	table     *devicelimit.Table
+	rollbacks uint64 // 1 when the clock started behind the high-water
+}
+
+func (s statsSource) MetricsSnapshot() admin.Snapshot {
+	st := s.srv.Stats()
+	return admin.Snapshot{
+		Allowed:          st.Allowed,
+		Dropped:          st.Dropped,
+		Disconnected:     st.Disconnected,
+		Deferred:         st.Deferred,
+		Overflowed:       st.Overflowed,
+		Released:         st.Released,
+		Expired:          st.Expired,
+		QueueMessages:    st.QueueMessages,
+		QueueBytes:       st.QueueBytes,
+		DevicesTracked:   s.table.Len(),
+		ConnectedClients: st.ConnectedClients,
+		ClockRollbacks:   s.rollbacks,
+	}
 }

@@ -27,6 +27,7 @@ import (
 func testConfig(dir string, limit int, window time.Duration) config.Config {
 	cfg := config.Default()
 	cfg.MQTT.TCP = "127.0.0.1:0"
+	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.DataDir = dir
 	cfg.Persist.SnapshotInterval = config.Duration(100 * time.Millisecond)
 	cfg.Limits.Default = config.Quota{Limit: limit, Window: config.Duration(window), Policy: "drop"}

@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"devicegate/admin"
 	"devicegate/config"
 )
 
@@ -397,5 +398,5 @@ func (c *quotaClient) throttled(ctx context.Context, n int) error {
 // tokenFilePath is where the gateway keeps the admin token it created
 // in dataDir.
 func tokenFilePath(dataDir string) string {
-	return filepath.Join(dataDir, "admin.token")
+	return filepath.Join(dataDir, admin.TokenFile)
 }

@@ -196,7 +196,7 @@ func TestRunServe(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		// The default command, chosen by the leading flag.
-		done <- run(ctx, []string{"--mqtt-addr", "127.0.0.1:0", "--data-dir", dataDir}, io.Discard, pw)
+		done <- run(ctx, []string{"--mqtt-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--data-dir", dataDir}, io.Discard, pw)
 		pw.Close()
 	}()
 	lines := make(chan string, 1000)
