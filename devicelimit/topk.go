@@ -33,6 +33,7 @@ type TopEntry struct {
 // concurrent use.
 type TopK struct {
 	period time.Duration
+	k      int
 
 	mu      sync.Mutex
 	gen     int64 // the generation (now/period) counts[0] belongs to
@@ -66,13 +67,14 @@ func NewTopK(k int, period time.Duration) *TopK {
 	}
 	return &TopK{
 		period:  period,
+		k:       k,
 		entries: make([]topKEntry, 0, k),
 		index:   make(map[string]int, k),
 	}
 }
 
 // K returns the number of counters.
-func (t *TopK) K() int { return cap(t.entries) }
+func (t *TopK) K() int { return t.k }
 
 // Record counts one refusal of device at now. device is kept as given,
 // not copied. Once device is tracked, Record allocates nothing.
