@@ -1,0 +1,65 @@
+package admin
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+func FuzzQuotaBody(f *testing.F) {
+	for _, s := range []string{
+		`{"limit":5,"window":"10s"}`,
+		`{"limit":5,"window":"10s","policy":"defer","expires_at":"2030-01-01T00:00:00Z"}`,
+		`{"limit":1e3,"window":"1m30s","policy":"disconnect"}`,
+		`{"limit":0,"window":"0s"}`,
+		`{"limit":"5","window":"10s"}`,
+		`{"limit":5,"window":"10s"} {}`,
+		`{"limit":5,"window":"10s","x":1}`,
+		`{"limit":null,"window":null,"policy":null,"expires_at":null}`,
+		`[`, ``, `null`, `{"limit":-1e400}`,
+	} {
+		f.Add([]byte(s), 20)
+	}
+	now := t0
+	f.Fuzz(func(t *testing.T, body []byte, buckets int) {
+		if buckets < 1 || buckets > devicelimit.MaxBuckets {
+			buckets = devicelimit.DefaultBuckets
+		}
+		o, err := parseQuotaBody(body, buckets, now)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error message")
+			}
+			return
+		}
+		if err := o.Quota.Validate(buckets); err != nil {
+			t.Fatalf("accepted invalid quota %v: %v", o.Quota, err)
+		}
+		if o.ExpiresAt != 0 && o.ExpiresAt <= now {
+			t.Fatalf("accepted expiry %v <= now", o.ExpiresAt)
+		}
+		// What the API answers re-encodes to a body that parses to the
+		// same override.
+		out := overrideOut("d", o)
+		again := map[string]any{"limit": out.Limit, "window": out.Window, "policy": out.Policy}
+		if out.ExpiresAt != "" {
+			again["expires_at"] = out.ExpiresAt
+		}
+		b, err := json.Marshal(again)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o2, err := parseQuotaBody(b, buckets, now)
+		if err != nil {
+			t.Fatalf("re-encoded %s refused: %v", b, err)
+		}
+		if o2 != o {
+			t.Fatalf("round trip %s: %+v, want %+v", b, o2, o)
+		}
+		if _, err := time.ParseDuration(out.Window); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
