@@ -26,8 +26,13 @@ type TopEntry struct {
 // TopK finds the devices refused most in the last few periods in bounded
 // memory: a Space-Saving summary (Metwally, Agrawal, El Abbadi 2005) of k
 // counters, each split into TopKGenerations generations that rotate every
-// period. Any device refused more than N/k times, N being the refusals in
-// the generations counted, is in the summary.
+// period. The counts always sum to N, the refusals in the generations
+// counted. Within one period, Space-Saving's guarantee holds: any device
+// refused more than N/k times is in the summary, with a count no lower
+// than its true one. Across a rotation it holds approximately: an entry
+// taken over inherits the previous device's per-generation counts, so
+// the split between generations is approximate and the older part
+// decays with the entry rather than with the device.
 //
 // Build it with NewTopK; the zero value is not usable. Safe for
 // concurrent use.

@@ -216,3 +216,34 @@ func TestNewTopKPanics(t *testing.T) {
 		}()
 	}
 }
+
+// TestTopKRotationKeepsSum checks, on random streams over several
+// periods, that the counts sum to the refusals of the current and
+// previous periods, and that the summary never holds more than k.
+func TestTopKRotationKeepsSum(t *testing.T) {
+	const p = 10 * time.Second
+	r := rand.New(rand.NewPCG(3, 4))
+	for seq := range 100 {
+		k := 1 + r.IntN(10)
+		tk := NewTopK(k, p)
+		perPeriod := map[int64]uint64{}
+		now := topT0
+		for range 2000 {
+			now = now.Add(time.Duration(r.IntN(int(200 * time.Millisecond))))
+			tk.Record(fmt.Sprintf("d%d", r.IntN(3*k)), now)
+			gen := int64(now) / int64(p)
+			perPeriod[gen]++
+			var sum uint64
+			top := tk.Top(0, now)
+			for _, e := range top {
+				sum += e.Refused
+			}
+			if want := perPeriod[gen] + perPeriod[gen-1]; sum != want {
+				t.Fatalf("seq %d at %v: counts sum to %d, want %d", seq, now, sum, want)
+			}
+			if len(top) > k || tk.K() != k {
+				t.Fatalf("seq %d: %d entries, K %d, want <= k=%d", seq, len(top), tk.K(), k)
+			}
+		}
+	}
+}
