@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"devicegate/devicelimit"
 )
@@ -84,6 +85,8 @@ type Server struct {
 	log     *slog.Logger
 	handler http.Handler
 
+	metricsHandler http.Handler
+
 	mu   sync.Mutex
 	srv  *http.Server
 	ln   net.Listener
@@ -117,6 +120,7 @@ func New(opts Options) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{opts: opts, log: log}
+	s.metricsHandler = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{log}})
 	s.handler = s.newMux()
 	return s, nil
 }

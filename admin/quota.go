@@ -21,6 +21,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 }
 
+// maxField bounds each field of a quota body, so error messages that
+// quote a bad value stay short.
+const maxField = 64
+
 // quotaBody is the JSON body of PUT /api/v1/devices/{id}/quota.
 type quotaBody struct {
 	Limit     json.RawMessage `json:"limit"`
@@ -45,6 +49,17 @@ func parseQuotaBody(body []byte, buckets int, now devicelimit.Tick) (devicelimit
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return devicelimit.Override{}, errors.New("bad JSON body: data after the object")
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"window", b.Window}, {"policy", b.Policy}, {"expires_at", b.ExpiresAt}} {
+		if f.v != nil && len(*f.v) > maxField {
+			return devicelimit.Override{}, fmt.Errorf("%s: longer than %d bytes", f.name, maxField)
+		}
+	}
+	if len(b.Limit) > maxField {
+		return devicelimit.Override{}, fmt.Errorf("limit: longer than %d bytes", maxField)
 	}
 	var q devicelimit.Quota
 	if len(b.Limit) == 0 || string(b.Limit) == "null" {

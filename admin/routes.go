@@ -7,13 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"devicegate/devicelimit"
 )
@@ -147,16 +146,26 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{s}}).ServeHTTP(w, r)
+	s.metricsHandler.ServeHTTP(w, r)
 }
 
-type slogPrinter struct{ s *Server }
+// slogPrinter takes promhttp's error log.
+type slogPrinter struct{ log *slog.Logger }
 
-func (p slogPrinter) Println(v ...any) { p.s.log.Warn("metrics", "err", fmt.Sprint(v...)) }
+func (p slogPrinter) Println(v ...any) { p.log.Warn("serve metrics", "err", fmt.Sprint(v...)) }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(openAPI)
+}
+
+// ceilMillis rounds d up to a whole millisecond: a client that waits
+// that long finds room, and "350ms" reads better than "349.999871ms".
+func ceilMillis(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r > 0 {
+		d += time.Millisecond - r
+	}
+	return d
 }
 
 func formatTick(t devicelimit.Tick) string {
@@ -215,7 +224,7 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 		Source:     src.String(),
 		Used:       d.Count,
 		Remaining:  d.Remaining,
-		RetryAfter: d.RetryAfter.String(),
+		RetryAfter: ceilMillis(d.RetryAfter).String(),
 		Deferred:   st.Deferred,
 		Connected:  st.Connected,
 	}
