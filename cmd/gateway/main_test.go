@@ -28,6 +28,10 @@ const testVersion = "v9.9.9-test"
 // binary is the gateway built once for the process tests.
 var binary string
 
+// sourceDir is the package's directory; the tests run in a temporary
+// one.
+var sourceDir string
+
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
@@ -43,6 +47,10 @@ func testMain(m *testing.M) int {
 	build := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", binary, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build gateway: %v\n%s", err, out)
+		return 1
+	}
+	if sourceDir, err = os.Getwd(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	// Every test passes its own --data-dir; should one forget, the
