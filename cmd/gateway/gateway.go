@@ -31,7 +31,7 @@ const lockTimeout = time.Second
 
 // throttledK and throttledPeriod size the summary behind GET
 // /api/v1/throttled: the 100 devices refused most, counted over the last
-// few minutes (devicelimit.TopKGenerations periods).
+// one to two minutes (devicelimit.TopKGenerations periods of one).
 const (
 	throttledK      = 100
 	throttledPeriod = time.Minute

@@ -88,7 +88,7 @@ of the current window and its deferred messages; set puts a runtime
 override (kept in the data directory, so it survives restarts); delete
 removes it, restoring the configured quota; list shows every override;
 reset empties a device's window; throttled lists the devices refused
-most in the last minute.
+most in the last one to two minutes.
 
 The API's address comes from --admin-addr, else $GATEWAY_ADMIN_ADDR, else
 127.0.0.1:8080; the token from --token, else $GATEWAY_ADMIN_TOKEN, else
