@@ -179,3 +179,26 @@ func TestConnectedClientsTakeover(t *testing.T) {
 		t.Fatalf("%d devices remembered, want 1 (quiet devices have nothing to remember)", n)
 	}
 }
+
+// Recording a refusal of a device already in Options.Throttled, as
+// every refusal path does, allocates nothing. (The whole refused publish
+// is not measured: its reason string allocates, and fmt's sync.Pool
+// makes the count vary under -race.)
+func TestThrottledRecordAllocatesNothing(t *testing.T) {
+	q := devicelimit.Quota{Limit: 1, Window: time.Hour, Policy: devicelimit.PolicyDrop}
+	s, cl, pk := newHookServer(t, q, nil)
+	tk := devicelimit.NewTopK(4, time.Minute)
+	s.hook.throttled = tk
+	for range 2 { // admitted, then refused: the device is tracked
+		_, _ = s.hook.OnPublish(cl, pk)
+	}
+	c, _ := s.hook.conns.Load(cl)
+	device := c.(*connInfo).device
+	if n := testing.AllocsPerRun(1000, func() { s.hook.refused(device, t0) }); n != 0 {
+		t.Fatalf("%v allocs per recorded refusal, want 0", n)
+	}
+	// AllocsPerRun runs once more to warm up.
+	if got := tk.Top(0, t0); len(got) != 1 || got[0].Device != "dev-1" || got[0].Refused != 1+1+1000 {
+		t.Fatalf("top: got %v, want dev-1 refused 1002 times", got)
+	}
+}
