@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,6 +119,9 @@ func TestStartGatewayClockRollback(t *testing.T) {
 
 	c2 := dial5(t, g2.Addr().String(), "meter-1")
 	c2.mustPublish(t, "devices/meter-1", "after rollback", codeQuotaExceeded)
+	if body := httpGet(t, "http://"+g2.AdminAddr().String()+"/metrics", ""); !strings.Contains(body, "\ndevicegate_clock_rollbacks_total 1\n") {
+		t.Errorf("after a rollback /metrics lacks devicegate_clock_rollbacks_total 1:\n%s", body)
+	}
 
 	src2.Advance(window / 2)
 	waitClock(t, g2, hw.Add(window/2))
@@ -221,6 +226,39 @@ func TestStartGatewayFailedStartCloses(t *testing.T) {
 	}
 }
 
+// TestStartGatewayAdminPortInUse: an admin address in use stops
+// start-up with an error naming it, after MQTT started; the failed start
+// stops MQTT and frees the data directory.
+func TestStartGatewayAdminPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := t.TempDir()
+	cfg := testConfig(dir, 100, time.Hour)
+	busy := cfg
+	busy.Admin.Addr = l.Addr().String()
+	if g, err := startGateway(busy, deps{}); err == nil {
+		closeGateway(t, g)
+		t.Fatal("started with the admin port in use")
+	} else if msg := err.Error(); !strings.Contains(msg, "admin api") || !strings.Contains(msg, l.Addr().String()) || !strings.Contains(msg, "address already in use") {
+		t.Fatalf("err = %v, want an admin api error naming %s", err, l.Addr())
+	}
+	logs := new(captureHandler)
+	begin := time.Now()
+	g := mustStart(t, cfg, deps{logger: slog.New(logs)})
+	if took := time.Since(begin); took > lockTimeout/2 {
+		t.Errorf("start after a failed start took %s: the failed one kept the lock?", took)
+	}
+	if r := logs.find(uncleanMsg); r != nil {
+		t.Errorf("a failed start left the store marked unclean: %v", r)
+	}
+	if g.AdminAddr() == nil || strings.HasSuffix(g.AdminAddr().String(), ":0") {
+		t.Errorf("AdminAddr() = %v, want the bound address", g.AdminAddr())
+	}
+}
+
 // TestStartGatewayDataDirIsFile: a data_dir that is a file stops
 // start-up with a message naming it, and leaves it alone.
 func TestStartGatewayDataDirIsFile(t *testing.T) {
@@ -321,4 +359,67 @@ func (h *captureHandler) String() string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// httpGet GETs url with a bearer token (if not empty) and returns the
+// body, failing the test unless the status is 200.
+func httpGet(t *testing.T, url, token string) string {
+	t.Helper()
+	return httpDo(t, http.MethodGet, url, token, "", http.StatusOK)
+}
+
+func httpDo(t *testing.T, method, url, token, body string, want int) string {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: HTTP %d %s, want %d", method, url, resp.StatusCode, b, want)
+	}
+	return string(b)
+}
+
+// TestStartGatewayOverrideExpiry: an override with an expiry judges the
+// device's next message while it is in force, and lapses by itself when
+// the gateway's clock passes the expiry, with no request.
+func TestStartGatewayOverrideExpiry(t *testing.T) {
+	cfg := testConfig(t.TempDir(), 100, time.Hour)
+	cfg.Admin.Token = "test-token"
+	now := time.Now()
+	src := devicelimit.NewManualTime(now)
+	g := mustStart(t, cfg, deps{time: src})
+	base := "http://" + g.AdminAddr().String() + "/api/v1/devices/meter-1"
+
+	c := dial5(t, g.Addr().String(), "meter-1")
+	c.mustPublish(t, "devices/meter-1", "1", codeSuccess)
+	exp := now.Add(2 * time.Second).UTC().Format(time.RFC3339Nano)
+	httpDo(t, http.MethodPut, base+"/quota", cfg.Admin.Token, `{"limit":1,"window":"1h","expires_at":"`+exp+`"}`, http.StatusOK)
+	c.mustPublish(t, "devices/meter-1", "2", codeQuotaExceeded)
+
+	src.Advance(2*time.Second - time.Millisecond)
+	waitClock(t, g, devicelimit.TickOf(now.Add(2*time.Second-time.Millisecond)))
+	c.mustPublish(t, "devices/meter-1", "just before the expiry", codeQuotaExceeded)
+
+	src.Advance(time.Millisecond)
+	waitClock(t, g, devicelimit.TickOf(now.Add(2*time.Second)))
+	c.mustPublish(t, "devices/meter-1", "at the expiry", codeSuccess)
+	if body := httpGet(t, base, cfg.Admin.Token); !strings.Contains(body, `"source":"default"`) || !strings.Contains(body, `"used":2`) {
+		t.Errorf("device after the expiry: %s", body)
+	}
 }
