@@ -49,6 +49,10 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "build gateway: %v\n%s", err, out)
 		return 1
 	}
+	// The children and `gateway quota` find the token in the data
+	// directory, not in an operator's environment.
+	os.Unsetenv("GATEWAY_ADMIN_TOKEN")
+	os.Unsetenv("GATEWAY_ADMIN_ADDR")
 	if sourceDir, err = os.Getwd(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

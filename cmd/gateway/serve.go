@@ -74,7 +74,10 @@ Runs the gateway until SIGINT or SIGTERM. Settings come from the built-in
 defaults, then the --config file, then the flags given. --limit, --window
 and --policy set the default quota; rules in the file keep their own.
 Device windows and quota overrides are kept in --data-dir and survive
-restarts; one gateway at a time may use a data directory.
+restarts; one gateway at a time may use a data directory. The admin API
+and /metrics listen on --admin-addr; the API's bearer token is
+admin.token, else $GATEWAY_ADMIN_TOKEN, else the file admin.token in
+--data-dir, created on first start.
 
 Flags:
 `)
