@@ -87,6 +87,13 @@ type Snapshotter struct {
 	failures int  // consecutive failed snapshots of the loop
 	closed   bool
 
+	// stats of the last snapshot that wrote something, and how many did,
+	// for metrics; guarded by statsMu so a scrape never waits for a
+	// snapshot in progress.
+	statsMu sync.Mutex
+	last    SnapshotStats
+	written uint64
+
 	life      sync.Mutex // guards started and stopped
 	started   bool
 	stopped   bool
@@ -178,6 +185,15 @@ func (sn *Snapshotter) Snapshot() (SnapshotStats, error) {
 	return sn.snapshot(false)
 }
 
+// Stats returns the statistics of the last snapshot that wrote
+// something, and how many snapshots have written something, for metrics.
+// It does not wait for a snapshot in progress.
+func (sn *Snapshotter) Stats() (last SnapshotStats, written uint64) {
+	sn.statsMu.Lock()
+	defer sn.statsMu.Unlock()
+	return sn.last, sn.written
+}
+
 // Close stops the loop, waiting for a snapshot in progress (or for ctx),
 // then writes a final snapshot that also sets the clean-shutdown flag.
 // The final snapshot is not interrupted by ctx: abandoning it would lose
@@ -243,6 +259,9 @@ func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 	}
 	sn.pend.reset()
 	if st.Windows+st.Deleted > 0 {
+		sn.statsMu.Lock()
+		sn.last, sn.written = st, sn.written+1
+		sn.statsMu.Unlock()
 		sn.log.Debug("snapshot written", "windows", st.Windows, "deleted", st.Deleted, "bytes", st.Bytes, "took", st.Took)
 	}
 	return st, nil

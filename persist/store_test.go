@@ -89,10 +89,17 @@ func TestSnapshotWritesOnlyChanges(t *testing.T) {
 	if st, err := sn.Snapshot(); err != nil || st.Windows != 2 {
 		t.Fatalf("first snapshot %+v, %v", st, err)
 	}
+	last, written := sn.Stats()
+	if written != 1 || last.Windows != 2 || last.Bytes <= 0 || last.Took <= 0 {
+		t.Fatalf("Stats after the first snapshot: %+v, %d written", last, written)
+	}
 	before := txID(t, s)
 	clock.Advance(time.Second)
 	if st, err := sn.Snapshot(); err != nil || st != (SnapshotStats{}) {
 		t.Fatalf("snapshot with no change: %+v, %v; want zero stats", st, err)
+	}
+	if again, n := sn.Stats(); n != 1 || again != last {
+		t.Fatalf("a snapshot with no change altered Stats: %+v, %d", again, n)
 	}
 	if after := txID(t, s); after != before {
 		t.Fatalf("snapshot with no change committed %d transactions", after-before)

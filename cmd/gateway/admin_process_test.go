@@ -413,6 +413,15 @@ func TestMetricsProcess(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The admissions reach the disk with the next snapshot.
+	for samples["devicegate_snapshots_total"] < 1 || samples["devicegate_snapshot_bytes"] <= 0 || samples["devicegate_snapshot_duration_seconds"] <= 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot in the metrics: total %v, bytes %v, seconds %v", samples["devicegate_snapshots_total"],
+				samples["devicegate_snapshot_bytes"], samples["devicegate_snapshot_duration_seconds"])
+		}
+		time.Sleep(50 * time.Millisecond)
+		samples, _ = g.scrape(t)
+	}
 	if samples["devicegate_deferred_queue_bytes"] <= 0 {
 		t.Errorf("devicegate_deferred_queue_bytes = %v, want > 0 with 3 queued", samples["devicegate_deferred_queue_bytes"])
 	}

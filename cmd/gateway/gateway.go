@@ -194,7 +194,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		admin.NewCollector(statsSource{srv: srv, table: table, rollbacks: rollbacks}),
+		admin.NewCollector(statsSource{srv: srv, table: table, snap: g.snap, rollbacks: rollbacks}),
 	)
 	g.admin, err = admin.New(admin.Options{
 		Addr:      cfg.Admin.Addr,
@@ -383,17 +383,18 @@ func (t topThrottled) Top(n int) []admin.ThrottledDevice {
 	return out
 }
 
-// statsSource gathers the metrics from the broker and the table. The
-// snapshot metrics stay 0: persist.Snapshotter does not expose the
-// statistics of its periodic snapshots.
+// statsSource gathers the metrics from the broker, the table and the
+// snapshotter.
 type statsSource struct {
 	srv       *broker.Server
 	table     *devicelimit.Table
+	snap      *persist.Snapshotter
 	rollbacks uint64 // 1 when the clock started behind the high-water
 }
 
 func (s statsSource) MetricsSnapshot() admin.Snapshot {
 	st := s.srv.Stats()
+	last, written := s.snap.Stats()
 	return admin.Snapshot{
 		Allowed:          st.Allowed,
 		Dropped:          st.Dropped,
@@ -407,5 +408,8 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		DevicesTracked:   s.table.Len(),
 		ConnectedClients: st.ConnectedClients,
 		ClockRollbacks:   s.rollbacks,
+		SnapshotSeconds:  last.Took.Seconds(),
+		SnapshotBytes:    int64(last.Bytes),
+		Snapshots:        written,
 	}
 }
