@@ -1,0 +1,376 @@
+package simulator
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// Ack is what a publisher learned about one message from the gateway.
+type Ack uint8
+
+const (
+	// AckNone means no acknowledgement came: QoS 0, or the connection
+	// ended before the PUBACK. The zero value.
+	AckNone Ack = iota
+	// AckSuccess is a PUBACK with a reason code below 0x80. The gateway
+	// acks a deferred message the same way (0x00), so under policy defer
+	// the checker tells admitted from deferred by arrival latency.
+	AckSuccess
+	// AckRefused is a PUBACK with a reason code of 0x80 or more (0x97
+	// quota exceeded).
+	AckRefused
+)
+
+// String returns "none", "success" or "refused".
+func (a Ack) String() string {
+	switch a {
+	case AckNone:
+		return "none"
+	case AckSuccess:
+		return "success"
+	case AckRefused:
+		return "refused"
+	}
+	return fmt.Sprintf("Ack(%d)", uint8(a))
+}
+
+// Sent is one message a device published.
+type Sent struct {
+	Seq uint64    `json:"seq"`
+	At  time.Time `json:"at"`
+	Ack Ack       `json:"ack"`
+	// Code is the PUBACK reason code when Ack is not AckNone.
+	Code byte `json:"code"`
+}
+
+// Arrival is one delivery of a device's message to the subscriber.
+type Arrival struct {
+	Seq uint64    `json:"seq"`
+	At  time.Time `json:"at"`
+}
+
+// DeviceLog is everything observed about one device: its quota, what it
+// sent and what the subscriber received from it, in any order.
+type DeviceLog struct {
+	Device   string
+	Quota    devicelimit.Quota
+	Sent     []Sent
+	Arrivals []Arrival
+}
+
+// CheckOptions tune the checker. The zero value checks exact windows
+// and counts every success-acked message under policy defer as deferred.
+type CheckOptions struct {
+	// Tolerance is subtracted from each device's window T before counting
+	// arrivals in any window. The gateway decides at the instant a
+	// publish reaches it; the subscriber timestamps the delivery later,
+	// after a variable network and scheduling delay. Two messages the
+	// gateway saw exactly T apart can arrive slightly less than T apart,
+	// so an exact check would report excess the gateway never admitted.
+	// A tolerance a little above the delivery jitter (tens of
+	// milliseconds on loopback) removes that false positive while still
+	// catching a gateway that admits N+1 in a window.
+	Tolerance time.Duration
+	// Immediate is, for devices under policy defer, the largest
+	// send-to-arrival latency of a message still counted as admitted on
+	// the spot; a success-acked message arriving later, or not at all,
+	// counts as deferred. Devices under other policies ignore it.
+	Immediate time.Duration
+}
+
+// DeviceResult is the checker's verdict on one device. The buckets
+// Accepted, Refused, Deferred, Lost and Unacked partition Sent: every
+// sent sequence number is in exactly one of them.
+type DeviceResult struct {
+	Device string `json:"device"`
+	Limit  int    `json:"limit"`
+	// WindowNS is the quota window T in nanoseconds.
+	WindowNS time.Duration `json:"window_ns"`
+	Policy   string        `json:"policy"`
+
+	Sent  int `json:"sent"`
+	Acked int `json:"acked"` // PUBACK of any code
+
+	// Accepted: acked with success and arrived (promptly, under defer).
+	Accepted int `json:"accepted"`
+	// Refused: acked with a code >= 0x80.
+	Refused int `json:"refused"`
+	// Deferred = Released + Pending: under policy defer, acked with
+	// success and arrived late (Released) or not yet (Pending).
+	Deferred int `json:"deferred"`
+	Released int `json:"released"`
+	Pending  int `json:"pending"`
+	// Lost: acked with success under a policy other than defer, and
+	// never arrived. Always unexpected.
+	Lost int `json:"lost"`
+	// Unacked = UnackedArrived + UnackedMissing: no PUBACK (QoS 0 or a
+	// lost connection), so a missing message is not a fault.
+	Unacked        int `json:"unacked"`
+	UnackedArrived int `json:"unacked_arrived"`
+
+	// Leaked: refused yet arrived (a subset of Refused); unexpected.
+	Leaked int `json:"leaked"`
+	// Duplicated counts extra deliveries: arrivals beyond the first of a
+	// sequence number.
+	Duplicated int `json:"duplicated"`
+	// Phantom counts arrivals of sequence numbers never sent; unexpected.
+	Phantom int `json:"phantom"`
+
+	// Latency percentiles, send to first arrival, over every message
+	// that arrived and was not refused (nearest rank); 0 when none.
+	LatencyP50 time.Duration `json:"latency_p50_ns"`
+	LatencyP95 time.Duration `json:"latency_p95_ns"`
+	LatencyP99 time.Duration `json:"latency_p99_ns"`
+	LatencyMax time.Duration `json:"latency_max_ns"`
+
+	// MaxInWindow is the largest number of first arrivals in any
+	// half-open window of length T - Tolerance; MaxWindowStart is when
+	// the first such window starts. Excess = max(0, MaxInWindow - Limit)
+	// is a quota violation.
+	MaxInWindow    int       `json:"max_in_window"`
+	MaxWindowStart time.Time `json:"max_window_start,omitzero"`
+	Excess         int       `json:"excess"`
+}
+
+// UnackedMissing is the number of unacknowledged messages that never
+// arrived.
+func (r DeviceResult) UnackedMissing() int { return r.Unacked - r.UnackedArrived }
+
+// Unexpected is the number of faults on this device other than quota
+// excess: lost, leaked and phantom messages.
+func (r DeviceResult) Unexpected() int { return r.Lost + r.Leaked + r.Phantom }
+
+// Failed reports whether the device shows a violation or an unexpected
+// fault.
+func (r DeviceResult) Failed() bool { return r.Excess > 0 || r.Unexpected() > 0 }
+
+// Totals sums the counters over all devices. The Max and Excess fields
+// are the largest of any device; Violations counts the devices with
+// excess.
+type Totals struct {
+	Devices        int `json:"devices"`
+	Sent           int `json:"sent"`
+	Acked          int `json:"acked"`
+	Accepted       int `json:"accepted"`
+	Refused        int `json:"refused"`
+	Deferred       int `json:"deferred"`
+	Released       int `json:"released"`
+	Pending        int `json:"pending"`
+	Lost           int `json:"lost"`
+	Unacked        int `json:"unacked"`
+	UnackedArrived int `json:"unacked_arrived"`
+	Leaked         int `json:"leaked"`
+	Duplicated     int `json:"duplicated"`
+	Phantom        int `json:"phantom"`
+	// Violations is the number of devices with Excess > 0;
+	// ExcessTotal sums their excess; MaxExcess is the largest.
+	Violations  int `json:"violations"`
+	ExcessTotal int `json:"excess_total"`
+	MaxExcess   int `json:"max_excess"`
+
+	LatencyP50 time.Duration `json:"latency_p50_ns"`
+	LatencyP95 time.Duration `json:"latency_p95_ns"`
+	LatencyP99 time.Duration `json:"latency_p99_ns"`
+	LatencyMax time.Duration `json:"latency_max_ns"`
+}
+
+// Result is the checker's verdict on a fleet. Devices are sorted by ID.
+type Result struct {
+	Tolerance time.Duration  `json:"tolerance_ns"`
+	Totals    Totals         `json:"totals"`
+	Devices   []DeviceResult `json:"devices"`
+}
+
+// Check runs the checker over logs. It is pure: the same logs give the
+// same result, and the logs are not modified.
+func Check(logs []DeviceLog, opts CheckOptions) Result {
+	res := Result{Tolerance: opts.Tolerance, Devices: make([]DeviceResult, 0, len(logs))}
+	var all []time.Duration
+	for _, l := range logs {
+		d, lat := checkDevice(l, opts)
+		res.Devices = append(res.Devices, d)
+		all = append(all, lat...)
+	}
+	sort.Slice(res.Devices, func(i, j int) bool { return res.Devices[i].Device < res.Devices[j].Device })
+	t := &res.Totals
+	for _, d := range res.Devices {
+		t.Devices++
+		t.Sent += d.Sent
+		t.Acked += d.Acked
+		t.Accepted += d.Accepted
+		t.Refused += d.Refused
+		t.Deferred += d.Deferred
+		t.Released += d.Released
+		t.Pending += d.Pending
+		t.Lost += d.Lost
+		t.Unacked += d.Unacked
+		t.UnackedArrived += d.UnackedArrived
+		t.Leaked += d.Leaked
+		t.Duplicated += d.Duplicated
+		t.Phantom += d.Phantom
+		if d.Excess > 0 {
+			t.Violations++
+			t.ExcessTotal += d.Excess
+			t.MaxExcess = max(t.MaxExcess, d.Excess)
+		}
+	}
+	slices.Sort(all)
+	t.LatencyP50, t.LatencyP95, t.LatencyP99, t.LatencyMax = percentiles(all)
+	return res
+}
+
+// checkDevice returns the device's result and its sorted latencies.
+func checkDevice(l DeviceLog, opts CheckOptions) (DeviceResult, []time.Duration) {
+	r := DeviceResult{
+		Device:   l.Device,
+		Limit:    l.Quota.Limit,
+		WindowNS: l.Quota.Window,
+		Policy:   l.Quota.Policy.String(),
+		Sent:     len(l.Sent),
+	}
+	first := make(map[uint64]time.Time, len(l.Arrivals))
+	for _, a := range l.Arrivals {
+		if t, ok := first[a.Seq]; ok {
+			r.Duplicated++
+			if a.At.Before(t) {
+				first[a.Seq] = a.At
+			}
+			continue
+		}
+		first[a.Seq] = a.At
+	}
+	sent := make(map[uint64]bool, len(l.Sent))
+	var lat []time.Duration
+	deferPolicy := l.Quota.Policy == devicelimit.PolicyDefer
+	for _, s := range l.Sent {
+		sent[s.Seq] = true
+		at, arrived := first[s.Seq]
+		if s.Ack != AckNone {
+			r.Acked++
+		}
+		if arrived && s.Ack != AckRefused {
+			lat = append(lat, at.Sub(s.At))
+		}
+		switch s.Ack {
+		case AckRefused:
+			r.Refused++
+			if arrived {
+				r.Leaked++
+			}
+		case AckSuccess:
+			switch {
+			case deferPolicy && !arrived:
+				r.Deferred++
+				r.Pending++
+			case deferPolicy && at.Sub(s.At) > opts.Immediate:
+				r.Deferred++
+				r.Released++
+			case arrived:
+				r.Accepted++
+			default:
+				r.Lost++
+			}
+		default:
+			r.Unacked++
+			if arrived {
+				r.UnackedArrived++
+			}
+		}
+	}
+	times := make([]time.Time, 0, len(first))
+	for seq, at := range first {
+		if !sent[seq] {
+			r.Phantom++
+		}
+		times = append(times, at)
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	r.MaxInWindow, r.MaxWindowStart = maxInWindow(times, l.Quota.Window-opts.Tolerance)
+	if l.Quota.Limit > 0 {
+		r.Excess = max(0, r.MaxInWindow-l.Quota.Limit)
+	}
+	slices.Sort(lat)
+	r.LatencyP50, r.LatencyP95, r.LatencyP99, r.LatencyMax = percentiles(lat)
+	return r, lat
+}
+
+// maxInWindow returns the largest number of times in any half-open
+// window [s, s+w) and the earliest start s achieving it; times must be
+// sorted. A window of w <= 0 holds at most one time.
+func maxInWindow(times []time.Time, w time.Duration) (int, time.Time) {
+	best, start := 0, time.Time{}
+	j := 0
+	for i := range times {
+		if j < i+1 {
+			j = i + 1
+		}
+		for j < len(times) && times[j].Sub(times[i]) < w {
+			j++
+		}
+		if n := j - i; n > best {
+			best, start = n, times[i]
+		}
+	}
+	return best, start
+}
+
+// percentiles returns the nearest-rank p50, p95, p99 and max of sorted.
+func percentiles(sorted []time.Duration) (p50, p95, p99, pmax time.Duration) {
+	if len(sorted) == 0 {
+		return 0, 0, 0, 0
+	}
+	rank := func(p int) time.Duration {
+		k := (p*len(sorted) + 99) / 100 // ceil(p/100 * n), 1-based
+		return sorted[max(k, 1)-1]
+	}
+	return rank(50), rank(95), rank(99), sorted[len(sorted)-1]
+}
+
+// Verdict is the exit decision on a Result.
+type Verdict struct {
+	// OK is true when no device exceeded its quota and nothing
+	// unexpected (lost, leaked, phantom) happened.
+	OK bool `json:"ok"`
+	// Worst names up to n failed devices, worst first: by excess, then
+	// by unexpected faults, then by ID.
+	Worst []string `json:"worst,omitempty"`
+}
+
+// Decide returns the exit decision for res, naming at most n of the
+// worst devices.
+func Decide(res Result, n int) Verdict {
+	failed := Worst(res, -1)
+	v := Verdict{OK: len(failed) == 0}
+	for i, d := range failed {
+		if i == n {
+			break
+		}
+		v.Worst = append(v.Worst, d.Device)
+	}
+	return v
+}
+
+// Worst returns the failed devices of res, worst first (by excess, then
+// unexpected faults, then ID), at most n of them; n < 0 means all.
+func Worst(res Result, n int) []DeviceResult {
+	var out []DeviceResult
+	for _, d := range res.Devices {
+		if d.Failed() {
+			out = append(out, d)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b DeviceResult) int {
+		if a.Excess != b.Excess {
+			return b.Excess - a.Excess
+		}
+		return b.Unexpected() - a.Unexpected()
+	})
+	if n >= 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
