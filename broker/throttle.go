@@ -210,13 +210,29 @@ func (h *throttle) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	if cl.Properties.ProtocolVersion == 5 {
 		code = v5 // MQTT 3.1.1 gets the standard code, mapped to its return code
 	}
-	if h.logs.AllowAt("\x00refused\x00"+cl.ID, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
+	// Limit the log by the client ID the device chose; without one,
+	// mochi assigned a fresh random ID to this attempt, so limit by the
+	// remote host instead, or every retry would log and take an entry.
+	key := "\x00refused\x00id\x00" + cl.ID
+	if pk.Connect.ClientIdentifier == "" {
+		key = "\x00refused\x00host\x00" + remoteHost(cl.Net.Remote)
+	}
+	if h.logs.AllowAt(key, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
 		h.log.Warn("connection refused", "client", cl.ID, "remote", cl.Net.Remote, "reason", v5.Reason)
 	}
 	if err := h.srv.SendConnack(cl, code, false, nil); err != nil {
 		return fmt.Errorf("refuse connection: %w", err)
 	}
 	return code
+}
+
+// remoteHost returns the host of a remote address "host:port", or the
+// address itself when it has no port.
+func remoteHost(remote string) string {
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		return host
+	}
+	return remote
 }
 
 // OnSessionEstablish caches the connection's device and rule quota. It

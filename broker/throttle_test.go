@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -357,5 +358,29 @@ func TestDroppedRetainedNotRetained(t *testing.T) {
 	eventually(t, "retained message", func() bool { return len(sub.payloads()) > 0 })
 	if got := sub.payloads(); !equal(got, []string{"kept"}) {
 		t.Fatalf("retained %q, want [kept]", got)
+	}
+}
+
+// A device retrying with an empty client ID gets a fresh random ID from
+// mochi on every attempt: the refusal is still logged at most once per
+// refusalLogWindow, and the log limiter keeps one entry, not one per
+// attempt.
+func TestEmptyClientIDRefusalLoggedOnce(t *testing.T) {
+	logs := new(captureHandler)
+	f := start(t, fixtureOpts{logger: slog.New(logs)})
+	for i := range 6 {
+		version := 3
+		if i%2 == 0 {
+			version = 5
+		}
+		if _, err := f.tryConnect(t, version, "", ""); err == nil {
+			t.Fatalf("attempt %d: connect with empty client ID accepted", i)
+		}
+	}
+	if n := logs.count("connection refused"); n != 1 {
+		t.Fatalf("got %d \"connection refused\" lines for 6 attempts in one window, want 1", n)
+	}
+	if n := f.srv.hook.logs.Len(); n != 1 {
+		t.Fatalf("log limiter holds %d entries after 6 refused attempts from one host, want 1", n)
 	}
 }
