@@ -1,0 +1,177 @@
+package simulator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"devicegate/broker"
+	"devicegate/devicelimit"
+)
+
+// startGateway runs a real gateway broker on 127.0.0.1:0 on the system
+// clock, enforcing q on every device, and returns its address.
+func startGateway(t *testing.T, q devicelimit.Quota) string {
+	t.Helper()
+	table, err := devicelimit.NewTable(devicelimit.DefaultBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolver, err := devicelimit.NewResolver(q, nil, devicelimit.DefaultBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := broker.New(broker.Options{
+		TCPAddr:  "127.0.0.1:0",
+		Table:    table,
+		Resolver: resolver,
+		Clock:    devicelimit.NewSystemClock(0, 0),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Close(ctx); err != nil {
+			t.Errorf("close gateway: %v", err)
+		}
+	})
+	return srv.Addr().String()
+}
+
+// totalsAddUp checks the report's buckets partition what was sent.
+func totalsAddUp(t *testing.T, rep *Report) {
+	t.Helper()
+	tt := rep.Result.Totals
+	if tt.Accepted+tt.Refused+tt.Deferred+tt.Lost+tt.Unacked != tt.Sent {
+		t.Fatalf("totals do not add up: %+v", tt)
+	}
+	sum := 0
+	for _, d := range rep.Result.Devices {
+		sum += d.Sent
+	}
+	if sum != tt.Sent {
+		t.Fatalf("devices sent %d, totals %d", sum, tt.Sent)
+	}
+}
+
+func TestRunSteadyFleetWithinQuota(t *testing.T) {
+	q := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDrop}
+	addr := startGateway(t, q)
+	start := time.Now()
+	rep, err := Run(context.Background(), Config{
+		Addr: addr, Devices: 20, Rate: 10, QoS: 1, Protocol: 5, PayloadSize: 64,
+		Duration: 3 * time.Second, RampUp: 200, Quota: q, Seed: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("run took %v", time.Since(start))
+	var b strings.Builder
+	if err := rep.WriteSummary(&b); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", b.String())
+	tt := rep.Result.Totals
+	if tt.Devices != 20 || rep.ConnectFailures != 0 || rep.Disconnects != 0 {
+		t.Fatalf("devices %d, connect failures %d, disconnects %d: %v", tt.Devices, rep.ConnectFailures, rep.Disconnects, rep.Errors)
+	}
+	totalsAddUp(t, rep)
+	if tt.Violations != 0 || tt.Lost != 0 || tt.Leaked != 0 || tt.Phantom != 0 || !rep.Verdict.OK {
+		t.Fatalf("want a clean run, got %+v, verdict %+v", tt, rep.Verdict)
+	}
+	// 10/s against 5 per second: about half refused.
+	if tt.Refused == 0 || tt.Accepted == 0 || tt.Unacked != 0 {
+		t.Fatalf("want accepted and refused messages and every one acked: %+v", tt)
+	}
+	for _, d := range rep.Result.Devices {
+		if d.MaxInWindow > q.Limit || d.MaxInWindow == 0 {
+			t.Fatalf("%s: %d in a window, limit %d", d.Device, d.MaxInWindow, q.Limit)
+		}
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Fatalf("report to JSON: %v", err)
+	}
+}
+
+func TestRunMQTT311(t *testing.T) {
+	q := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDrop}
+	addr := startGateway(t, q)
+	rep, err := Run(context.Background(), Config{
+		Addr: addr, Devices: 5, Rate: 10, QoS: 1, Protocol: 4,
+		Duration: 1500 * time.Millisecond, Drain: 500 * time.Millisecond, Quota: q,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt := rep.Result.Totals
+	totalsAddUp(t, rep)
+	// A 3.1.1 PUBACK says nothing: every message is unacked, and about
+	// half of them never arrive, quietly dropped.
+	if tt.Unacked != tt.Sent || tt.UnackedArrived == 0 || tt.UnackedArrived == tt.Sent || tt.Violations != 0 || !rep.Verdict.OK {
+		t.Fatalf("got %+v, verdict %+v, errors %v", tt, rep.Verdict, rep.Errors)
+	}
+}
+
+func TestRunRefusesBadConfig(t *testing.T) {
+	good := Config{Addr: "127.0.0.1:1883", Devices: 1, Rate: 1, Duration: time.Second,
+		Quota: devicelimit.Quota{Limit: 1, Window: time.Second}}
+	if _, err := good.withDefaults(); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want error
+	}{
+		{"remote host", func(c *Config) { c.Addr = "192.0.2.1:1883" }, ErrNotLoopback},
+		{"hostname", func(c *Config) { c.Addr = "example.com:1883" }, ErrNotLoopback},
+		{"all interfaces", func(c *Config) { c.Addr = ":1883" }, ErrNotLoopback},
+		{"no port", func(c *Config) { c.Addr = "127.0.0.1" }, ErrInvalidConfig},
+		{"no devices", func(c *Config) { c.Devices = 0 }, ErrInvalidConfig},
+		{"no rate", func(c *Config) { c.Rate = 0 }, ErrInvalidConfig},
+		{"burst without period", func(c *Config) { c.Pattern = PatternBurst; c.Burst = 3 }, ErrInvalidConfig},
+		{"unknown pattern", func(c *Config) { c.Pattern = "random" }, ErrInvalidConfig},
+		{"qos 2", func(c *Config) { c.QoS = 2 }, ErrInvalidConfig},
+		{"protocol 3", func(c *Config) { c.Protocol = 3 }, ErrInvalidConfig},
+		{"topic without %s", func(c *Config) { c.Topic = "devices" }, ErrInvalidConfig},
+		{"no duration", func(c *Config) { c.Duration = 0 }, ErrInvalidConfig},
+		{"no quota", func(c *Config) { c.Quota = devicelimit.Quota{} }, ErrInvalidConfig},
+	} {
+		c := good
+		tc.mod(&c)
+		if _, err := Run(context.Background(), c); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	for _, a := range []string{"localhost:1", "[::1]:1", "127.1.2.3:1"} {
+		if err := checkLoopback(a); err != nil {
+			t.Errorf("%s: %v", a, err)
+		}
+	}
+}
+
+func TestScheduleOffsets(t *testing.T) {
+	steady := &schedule{cfg: Config{Pattern: PatternSteady, Rate: 4}}
+	burst := &schedule{cfg: Config{Pattern: PatternBurst, Burst: 3, Period: time.Second}}
+	var s, b []time.Duration
+	var ps, pb time.Duration
+	for range 7 {
+		ps, pb = steady.next(ps), burst.next(pb)
+		s, b = append(s, ps), append(b, pb)
+	}
+	ws := []time.Duration{0, 250, 500, 750, 1000, 1250, 1500}
+	wb := []time.Duration{0, 0, 0, 1000, 1000, 1000, 2000}
+	for i := range ws {
+		if s[i] != ws[i]*time.Millisecond || b[i] != wb[i]*time.Millisecond {
+			t.Fatalf("steady %v burst %v", s, b)
+		}
+	}
+}
