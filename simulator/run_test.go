@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -173,5 +174,90 @@ func TestScheduleOffsets(t *testing.T) {
 		if s[i] != ws[i]*time.Millisecond || b[i] != wb[i]*time.Millisecond {
 			t.Fatalf("steady %v burst %v", s, b)
 		}
+	}
+}
+
+func TestRunReportsViolationAgainstAStricterQuota(t *testing.T) {
+	// The gateway admits 5 per second; the checker is told 3: every
+	// device that published shows excess, and the run fails. Bursts are
+	// 1.2 s apart: the gateway's bucketed window reaches back a little
+	// more than T, so a burst exactly T after the last is still refused.
+	gw := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDrop}
+	addr := startGateway(t, gw)
+	rep, err := Run(context.Background(), Config{
+		Addr: addr, Devices: 12, Pattern: PatternBurst, Burst: 8, Period: 1200 * time.Millisecond, QoS: 1,
+		Duration: 1500 * time.Millisecond, Quota: devicelimit.Quota{Limit: 3, Window: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	totalsAddUp(t, rep)
+	tt := rep.Result.Totals
+	// Two bursts of 8 each: 5 admitted, 3 refused per burst.
+	if tt.Sent != 12*16 || tt.Accepted != 12*10 || tt.Refused != 12*6 {
+		t.Fatalf("got %+v", tt)
+	}
+	if tt.Violations != 12 || tt.MaxExcess != 2 || tt.ExcessTotal != 24 || rep.Verdict.OK || len(rep.Verdict.Worst) != 10 {
+		t.Fatalf("want 12 devices 2 over, got %+v, verdict %+v", tt, rep.Verdict)
+	}
+	var b strings.Builder
+	if err := rep.WriteSummary(&b); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.String(); !strings.Contains(s, "FAIL: 12 devices over quota") || !strings.Contains(s, "worst devices") || strings.Count(s, "dev-000") != 10 {
+		t.Fatalf("summary:\n%s", s)
+	}
+}
+
+func TestRunPoissonWithinQuota(t *testing.T) {
+	q := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDrop}
+	addr := startGateway(t, q)
+	rep, err := Run(context.Background(), Config{
+		Addr: addr, Devices: 10, Pattern: PatternPoisson, Rate: 20, QoS: 1,
+		Duration: 2 * time.Second, Quota: q, Seed: 7,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	totalsAddUp(t, rep)
+	if tt := rep.Result.Totals; tt.Violations != 0 || tt.Refused == 0 || !rep.Verdict.OK {
+		t.Fatalf("got %+v, verdict %+v", tt, rep.Verdict)
+	}
+}
+
+func TestRunStopsWhenCancelled(t *testing.T) {
+	q := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDrop}
+	addr := startGateway(t, q)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	before := runtime.NumGoroutine()
+	rep, err := Run(ctx, Config{
+		Addr: addr, Devices: 5, Rate: 10, QoS: 1, Duration: time.Hour, Drain: time.Hour, Quota: q,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitGoroutines(t, before)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("run took %v after its context ended at 500ms", d)
+	}
+	if rep.Result.Totals.Sent == 0 {
+		t.Fatalf("nothing sent: %+v", rep.Result.Totals)
+	}
+	totalsAddUp(t, rep)
+}
+
+// waitGoroutines waits up to 5 s for the goroutine count to fall back
+// to n: every goroutine Run started must have ended.
+func waitGoroutines(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines, want %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
