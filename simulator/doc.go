@@ -8,19 +8,21 @@
 // exactly one bucket, and measures latencies and the largest number of
 // arrivals in any window of T:
 //
-//		sent = accepted + refused + deferred + lost + unacked
-//		deferred = released + pending
+//	sent = accepted + refused + deferred + lost + unacked
+//	deferred = released + pending
 //
-//	  - accepted: PUBACK success, arrived (promptly, under policy defer);
-//	  - refused: PUBACK 0x80 or above (0x97); if it arrived anyway it is
-//	    also counted as leaked, a fault;
-//	  - deferred: policy defer only, PUBACK success (the gateway acks a
-//	    deferred message like an admitted one) and arrived later than
-//	    CheckOptions.Immediate (released) or not by the end (pending);
-//	  - lost: PUBACK success under drop or disconnect, never arrived; a
-//	    fault;
-//	  - unacked: no PUBACK (QoS 0, MQTT 3.1.1, or the connection ended),
-//	    arrived or not; not a fault, since nothing was promised.
+// The buckets:
+//
+//   - accepted: PUBACK success, arrived (promptly, under policy defer);
+//   - refused: PUBACK 0x80 or above (0x97); if it arrived anyway it is
+//     also counted as leaked, a fault;
+//   - deferred: policy defer only, PUBACK success (the gateway acks a
+//     deferred message like an admitted one) and arrived later than
+//     CheckOptions.Immediate (released) or not by the end (pending);
+//   - lost: PUBACK success under drop or disconnect, never arrived; a
+//     fault;
+//   - unacked: no PUBACK (QoS 0, MQTT 3.1.1, or the connection ended),
+//     arrived or not; not a fault, since nothing was promised.
 //
 // Duplicated deliveries and phantom arrivals (sequence numbers never
 // sent) are counted besides. The window check counts first arrivals
