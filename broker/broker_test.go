@@ -1,8 +1,12 @@
 package broker
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -274,4 +278,71 @@ func TestConnsForgottenOnDisconnect(t *testing.T) {
 		p.close()
 	}
 	eventually(t, "all connections forgotten", func() bool { return f.srv.hook.connCount() == 0 })
+}
+
+// Close does not hang on an MQTT 5 subscriber that stopped reading: the
+// broker's write of a large message to it is stuck with the client's
+// lock held, and the DISCONNECT that Close sends waits for that lock.
+// (Keepalive 0, so mochi sets no deadline of its own.)
+func TestCloseWithStuckSubscriber(t *testing.T) {
+	f := start(t, fixtureOpts{})
+	raw, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.(*net.TCPConn).SetReadBuffer(4096)
+	_ = raw.SetDeadline(time.Now().Add(waitTimeout))
+	send := func(pk packets.Packet, encode func(*packets.Packet, *bytes.Buffer) error) {
+		t.Helper()
+		var b bytes.Buffer
+		if err := encode(&pk, &b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := raw.Write(b.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// readPacket reads one packet and returns its type.
+	r := bufio.NewReader(raw)
+	readPacket := func() byte {
+		t.Helper()
+		first, err := r.ReadByte()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := binary.ReadUvarint(r) // MQTT's remaining length is a base-128 varint
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+			t.Fatal(err)
+		}
+		return first >> 4
+	}
+	send(packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
+		ProtocolVersion: 5,
+		Connect:         packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, ClientIdentifier: "stuck"},
+	}, (*packets.Packet).ConnectEncode)
+	if typ := readPacket(); typ != packets.Connack {
+		t.Fatalf("got packet type %d, want CONNACK", typ)
+	}
+	send(packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		ProtocolVersion: 5,
+		PacketID:        1,
+		Filters:         packets.Subscriptions{{Filter: "big/#"}},
+	}, (*packets.Packet).SubscribeEncode)
+	if typ := readPacket(); typ != packets.Suback {
+		t.Fatalf("got packet type %d, want SUBACK", typ)
+	}
+	// Far more than the socket buffers hold: the write blocks for good.
+	if err := f.srv.publishInline("big/1", make([]byte, 32<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := r.ReadByte(); err != nil || b>>4 != packets.Publish { // the write has begun
+		t.Fatalf("got %#x, %v, want the start of a PUBLISH", b, err)
+	}
+	closeNow(t, f.srv)
 }

@@ -186,13 +186,31 @@ func (l *tcpListener) Close(listeners.CloseFn) {
 		// map twice (Clients.GetByListener calls Len), which deadlocks
 		// Close when a client disconnects at the same moment.
 		if l.disconnect != nil {
+			// A DISCONNECT to a client that stopped reading waits for
+			// the client's lock, held by mochi's write of an earlier
+			// packet stuck on the full socket (no deadline with
+			// keepalive 0): after disconnectGrace, closing the
+			// connections ends those writes.
+			forced := make(chan struct{})
+			timer := time.AfterFunc(disconnectGrace, func() {
+				defer close(forced)
+				l.closeConns()
+			})
 			l.disconnect(l.id)
+			if !timer.Stop() {
+				<-forced
+			}
 		}
-		l.mu.Lock()
-		for c := range l.conns {
-			_ = c.Close()
-		}
-		l.mu.Unlock()
+		l.closeConns()
 	}
 	l.wg.Wait()
+}
+
+// closeConns closes every connection still open.
+func (l *tcpListener) closeConns() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		_ = c.Close()
+	}
 }
