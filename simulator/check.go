@@ -38,6 +38,25 @@ func (a Ack) String() string {
 	return fmt.Sprintf("Ack(%d)", uint8(a))
 }
 
+// MarshalText encodes a as its String.
+func (a Ack) MarshalText() ([]byte, error) {
+	if a > AckRefused {
+		return nil, fmt.Errorf("marshal ack: unknown value %d", uint8(a))
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText decodes "none", "success" or "refused".
+func (a *Ack) UnmarshalText(b []byte) error {
+	for v := AckNone; v <= AckRefused; v++ {
+		if string(b) == v.String() {
+			*a = v
+			return nil
+		}
+	}
+	return fmt.Errorf("unmarshal ack: unknown value %q", b)
+}
+
 // Sent is one message a device published.
 type Sent struct {
 	Seq uint64    `json:"seq"`

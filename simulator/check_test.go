@@ -3,6 +3,7 @@ package simulator
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -271,6 +272,53 @@ func TestCheckPropertyCompliantLogsNeverViolate(t *testing.T) {
 		if d2.Excess != 1 || d2.MaxInWindow != n+1 || Decide(Result{Devices: []DeviceResult{d2}}, 1).OK {
 			t.Fatalf("iter %d: n=%d w=%d extra at %d in [%d,%d]: excess %d max %d, want 1 and %d",
 				iter, n, w, extra, lo, hi, d2.Excess, d2.MaxInWindow, n+1)
+		}
+	}
+}
+
+func TestAckText(t *testing.T) {
+	for a := AckNone; a <= AckRefused; a++ {
+		b, err := a.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Ack
+		if err := got.UnmarshalText(b); err != nil || got != a {
+			t.Fatalf("%s: got %v, %v", b, got, err)
+		}
+	}
+	var a Ack
+	if err := a.UnmarshalText([]byte("maybe")); err == nil {
+		t.Fatal("unknown ack decoded")
+	}
+	if _, err := Ack(9).MarshalText(); err == nil {
+		t.Fatal("unknown ack encoded")
+	}
+}
+
+// BenchmarkCheck10kDevices checks a fleet of 10,000 devices that sent
+// 100 messages each, half of them refused.
+func BenchmarkCheck10kDevices(b *testing.B) {
+	q := drop(5, time.Second)
+	logs := make([]DeviceLog, 10000)
+	for i := range logs {
+		l := DeviceLog{Device: "dev-" + strconv.Itoa(i), Quota: q}
+		for s := range 100 {
+			ack := AckSuccess
+			if s%2 == 1 {
+				ack = AckRefused
+			}
+			l.Sent = append(l.Sent, sent(uint64(s), s*100, ack))
+			if ack == AckSuccess {
+				l.Arrivals = append(l.Arrivals, arr(uint64(s), s*100+1))
+			}
+		}
+		logs[i] = l
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if res := Check(logs, CheckOptions{Tolerance: 50 * time.Millisecond}); res.Totals.Violations != 0 {
+			b.Fatalf("violations %d", res.Totals.Violations)
 		}
 	}
 }

@@ -167,10 +167,15 @@ type Report struct {
 	// did (policy disconnect, or a fault).
 	ConnectFailures int `json:"connect_failures"`
 	Disconnects     int `json:"disconnects"`
+	// SubscriberLost is true when the subscriber's connection ended
+	// before the run did: arrivals after that were not seen, so lost
+	// counts are not to be trusted.
+	SubscriberLost bool `json:"subscriber_lost"`
 	// Errors holds the first few distinct error messages seen.
-	Errors  []string `json:"errors,omitempty"`
-	Result  Result   `json:"result"`
-	Verdict Verdict  `json:"verdict"`
+	Errors []string `json:"errors,omitempty"`
+	Result Result   `json:"result"`
+	// Verdict is Decide's on Result, and not OK when SubscriberLost.
+	Verdict Verdict `json:"verdict"`
 }
 
 // maxErrors bounds Report.Errors.
@@ -190,6 +195,8 @@ type recorder struct {
 	seen        map[seqKey]bool
 	outstanding int  // success-acked messages not yet arrived
 	blind       bool // some message had no ack: drain runs in full
+	subLost     bool
+	closing     bool // the subscriber is being closed on purpose
 }
 
 type seqKey struct {
@@ -313,10 +320,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for !rec.drained() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
+	rec.mu.Lock()
+	rec.closing = true
+	rec.mu.Unlock()
 	sub.close()
 	rep.Finished = time.Now()
 
 	rec.mu.Lock()
+	rep.SubscriberLost = rec.subLost
 	logs := make([]DeviceLog, 0, len(rec.logs))
 	for _, l := range rec.logs {
 		l.Quota = cfg.Quota
@@ -326,6 +337,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rec.mu.Unlock()
 	rep.Result = Check(logs, CheckOptions{Tolerance: cfg.Tolerance, Immediate: cfg.Immediate})
 	rep.Verdict = Decide(rep.Result, 10)
+	if rep.SubscriberLost {
+		rep.Verdict.OK = false // the arrival log is incomplete
+	}
 	return rep, nil
 }
 
@@ -347,9 +361,22 @@ func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, err
 		return nil, fmt.Errorf("subscriber: dial %s: %w", cfg.Addr, err)
 	}
 	id := fmt.Sprintf("simulator-sub-%08x", rand.Uint32())
+	lost := func(err error) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if rec.closing || rec.subLost {
+			return
+		}
+		rec.subLost = true
+		if len(rec.errs) < maxErrors {
+			rec.errs = append(rec.errs, fmt.Sprintf("subscriber: connection lost: %v", err))
+		}
+	}
 	c := paho.NewClient(paho.ClientConfig{
-		ClientID: id,
-		Conn:     conn,
+		ClientID:           id,
+		Conn:               conn,
+		OnClientError:      lost,
+		OnServerDisconnect: func(d *paho.Disconnect) { lost(fmt.Errorf("DISCONNECT 0x%02x", d.ReasonCode)) },
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
 			now := time.Now()
 			h, err := DecodeHeader(pr.Packet.Payload)

@@ -17,6 +17,12 @@ import (
 // clock, enforcing q on every device, and returns its address.
 func startGateway(t *testing.T, q devicelimit.Quota) string {
 	t.Helper()
+	return startServer(t, q).Addr().String()
+}
+
+// startServer is startGateway returning the server.
+func startServer(t *testing.T, q devicelimit.Quota) *broker.Server {
+	t.Helper()
 	table, err := devicelimit.NewTable(devicelimit.DefaultBuckets)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +50,7 @@ func startGateway(t *testing.T, q devicelimit.Quota) string {
 			t.Errorf("close gateway: %v", err)
 		}
 	})
-	return srv.Addr().String()
+	return srv
 }
 
 // totalsAddUp checks the report's buckets partition what was sent.
@@ -81,7 +87,7 @@ func TestRunSteadyFleetWithinQuota(t *testing.T) {
 	}
 	t.Logf("\n%s", b.String())
 	tt := rep.Result.Totals
-	if tt.Devices != 20 || rep.ConnectFailures != 0 || rep.Disconnects != 0 {
+	if tt.Devices != 20 || rep.ConnectFailures != 0 || rep.Disconnects != 0 || rep.SubscriberLost {
 		t.Fatalf("devices %d, connect failures %d, disconnects %d: %v", tt.Devices, rep.ConnectFailures, rep.Disconnects, rep.Errors)
 	}
 	totalsAddUp(t, rep)
@@ -259,5 +265,35 @@ func waitGoroutines(t *testing.T, n int) {
 			t.Fatalf("%d goroutines, want %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRunSurvivesTheGatewayGoingAway(t *testing.T) {
+	q := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDrop}
+	srv := startServer(t, q)
+	go func() {
+		// The gateway dies mid-run, once it has admitted a few messages.
+		deadline := time.Now().Add(10 * time.Second)
+		for srv.Stats().Allowed < 10 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Close(ctx)
+	}()
+	start := time.Now()
+	rep, err := Run(context.Background(), Config{
+		Addr: srv.Addr().String(), Devices: 5, Rate: 10, QoS: 1, Duration: 2 * time.Second,
+		Drain: 500 * time.Millisecond, Quota: q,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("run took %v", d)
+	}
+	totalsAddUp(t, rep)
+	if !rep.SubscriberLost || rep.Verdict.OK || rep.Disconnects != 5 {
+		t.Fatalf("subscriber lost %v, verdict %+v, disconnects %d, errors %v", rep.SubscriberLost, rep.Verdict, rep.Disconnects, rep.Errors)
 	}
 }
