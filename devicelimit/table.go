@@ -273,8 +273,12 @@ func (t *Table) Grow(n int) {
 		s.mu.Lock()
 		if len(s.index) == 0 {
 			s.index = make(map[string]uint32, per)
+			// No window is live, so every record is free: the free list
+			// goes with the old records, or alloc would hand out one
+			// index twice.
 			sl := &s.slabs[class8]
 			sl.data = make([]byte, 0, per*sl.stride)
+			sl.free = nil
 		}
 		s.mu.Unlock()
 	}

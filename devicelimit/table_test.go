@@ -282,3 +282,36 @@ func TestGrowKeepsDecisions(t *testing.T) {
 		t.Fatalf("Len = %d, want 1001", got)
 	}
 }
+
+// TestGrowAfterEviction grows a table whose shard is empty but has held a
+// window (evicted by Reset, its record on the free list): windows
+// allocated afterwards must keep records of their own, so one device's
+// window is never emptied through another's.
+func TestGrowAfterEviction(t *testing.T) {
+	tab := newTable(t, 10)
+	q := Quota{Limit: 1, Window: time.Second}
+	short := Quota{Limit: 1, Window: 100 * ms}
+	// Three devices in one shard.
+	devs := []string{"d0"}
+	for i := 1; len(devs) < 3; i++ {
+		if d := fmt.Sprintf("d%d", i); tab.shard(d) == tab.shard(devs[0]) {
+			devs = append(devs, d)
+		}
+	}
+	if !tab.AllowAt(devs[0], q, t0).Allowed {
+		t.Fatal("first message refused")
+	}
+	tab.Reset(devs[0]) // the shard is empty again, its record free
+	tab.Grow(100_000)
+	if d := tab.AllowAt(devs[1], q, t0); !d.Allowed {
+		t.Fatalf("%s: first message refused: %+v", devs[1], d)
+	}
+	if d := tab.AllowAt(devs[2], short, t0); !d.Allowed {
+		t.Fatalf("%s: first message refused: %+v", devs[2], d)
+	}
+	// devs[2]'s window has expired, devs[1]'s has not.
+	tab.Sweep(t0.Add(500 * ms))
+	if d := tab.AllowAt(devs[1], q, t0.Add(500*ms)); d.Allowed {
+		t.Fatalf("%s: second message within %v admitted with limit 1: %+v", devs[1], q.Window, d)
+	}
+}
