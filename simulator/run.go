@@ -171,6 +171,9 @@ type Report struct {
 	// before the run did: arrivals after that were not seen, so lost
 	// counts are not to be trusted.
 	SubscriberLost bool `json:"subscriber_lost"`
+	// BadPayloads counts arrivals on the topic filter that do not start
+	// with a Header: another publisher shares the topics.
+	BadPayloads int `json:"bad_payloads"`
 	// Errors holds the first few distinct error messages seen.
 	Errors []string `json:"errors,omitempty"`
 	Result Result   `json:"result"`
@@ -195,6 +198,7 @@ type recorder struct {
 	seen        map[seqKey]bool
 	outstanding int  // success-acked messages not yet arrived
 	blind       bool // some message had no ack: drain runs in full
+	badPayloads int
 	subLost     bool
 	closing     bool // the subscriber is being closed on purpose
 }
@@ -256,6 +260,19 @@ func (r *recorder) fail(err error, connect bool) {
 	} else {
 		r.disconnects++
 	}
+	r.note(err)
+}
+
+// badPayload records an arrival that is not a simulator message.
+func (r *recorder) badPayload(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.badPayloads++
+	r.note(err)
+}
+
+// note keeps err's message among the first few distinct ones.
+func (r *recorder) note(err error) {
 	msg := err.Error()
 	for _, e := range r.errs {
 		if e == msg {
@@ -327,7 +344,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Finished = time.Now()
 
 	rec.mu.Lock()
-	rep.SubscriberLost = rec.subLost
+	rep.SubscriberLost, rep.BadPayloads = rec.subLost, rec.badPayloads
 	logs := make([]DeviceLog, 0, len(rec.logs))
 	for _, l := range rec.logs {
 		l.Quota = cfg.Quota
@@ -381,7 +398,7 @@ func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, err
 			now := time.Now()
 			h, err := DecodeHeader(pr.Packet.Payload)
 			if err != nil {
-				rec.fail(fmt.Errorf("subscriber: topic %q: %w", pr.Packet.Topic, err), false)
+				rec.badPayload(fmt.Errorf("subscriber: topic %q: %w", pr.Packet.Topic, err))
 				return true, nil
 			}
 			rec.arrival(h.Device, Arrival{Seq: h.Seq, At: now})
