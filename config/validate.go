@@ -18,6 +18,7 @@ func (c Config) Validate() error {
 	var v validator
 	v.tcp("mqtt.tcp", c.MQTT.TCP)
 	v.tcp("admin.addr", c.Admin.Addr)
+	v.token("admin.token", c.Admin.Token)
 	switch {
 	case c.DataDir == "":
 		v.add("data_dir", `must name a directory (got "")`)
@@ -108,6 +109,23 @@ func (v *validator) tcp(key, addr string) {
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		v.add(key, fmt.Sprintf("%s; the port must be a number from 0 to 65535 (got %q)", want, addr))
+	}
+}
+
+// token checks a bearer token the admin API can match: it trims the
+// token a request sends and takes it from one header line, so a token
+// with white space at either end or a control character could never
+// authenticate. The message leaves the secret out.
+func (v *validator) token(key, tok string) {
+	if tok == "" {
+		return // GATEWAY_ADMIN_TOKEN or the token file
+	}
+	if strings.TrimSpace(tok) != tok {
+		v.add(key, "must not begin or end with white space (no request could send it)")
+		return
+	}
+	if strings.ContainsFunc(tok, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+		v.add(key, "must not contain control characters (no request could send it)")
 	}
 }
 
