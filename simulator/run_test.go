@@ -301,3 +301,32 @@ func TestRunSurvivesTheGatewayGoingAway(t *testing.T) {
 		t.Fatalf("subscriber lost %v, verdict %+v, disconnects %d, errors %v", rep.SubscriberLost, rep.Verdict, rep.Disconnects, rep.Errors)
 	}
 }
+
+func TestRecorderDrained(t *testing.T) {
+	r := &recorder{logs: map[string]*DeviceLog{}, seen: map[seqKey]bool{}}
+	step := func(name string, f func(), want bool) {
+		t.Helper()
+		f()
+		if got := r.drained(); got != want {
+			t.Fatalf("%s: drained %v, want %v (outstanding %d)", name, got, want, r.outstanding)
+		}
+	}
+	step("empty", func() {}, true)
+	step("ack before arrival", func() { r.sent("a", Sent{Seq: 0, Ack: AckSuccess}) }, false)
+	step("its arrival", func() { r.arrival("a", Arrival{Seq: 0}) }, true)
+	step("arrival before ack", func() { r.arrival("a", Arrival{Seq: 1}) }, true)
+	step("its ack", func() { r.sent("a", Sent{Seq: 1, Ack: AckSuccess}) }, true)
+	step("duplicate", func() { r.arrival("a", Arrival{Seq: 1}) }, true)
+	step("refused", func() { r.sent("b", Sent{Seq: 0, Ack: AckRefused}) }, true)
+	step("second device waits", func() { r.sent("b", Sent{Seq: 1, Ack: AckSuccess}) }, false)
+	step("and arrives", func() { r.arrival("b", Arrival{Seq: 1}) }, true)
+	if len(r.seen) != 0 {
+		t.Fatalf("seen keeps %v", r.seen)
+	}
+	step("no ack: wait the drain out", func() { r.sent("b", Sent{Seq: 2, Ack: AckNone}) }, false)
+	r.badPayload(errors.New("x"))
+	r.badPayload(errors.New("x"))
+	if r.badPayloads != 2 || r.disconnects != 0 || len(r.errs) != 1 {
+		t.Fatalf("bad payloads %d, disconnects %d, errors %v", r.badPayloads, r.disconnects, r.errs)
+	}
+}
