@@ -65,6 +65,13 @@ type gateway struct {
 	topk     *devicelimit.TopK
 	admin    *admin.Server
 
+	// started is set once startGateway has succeeded; prevUnclean when
+	// the previous run had not shut down cleanly. Close keeps the file
+	// marked unclean when this run's admissions may be missing from it
+	// or when a failed start would otherwise hide the previous crash.
+	started     bool
+	prevUnclean bool
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -116,6 +123,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	}
 	g.store = store
 	meta := store.Meta()
+	g.prevUnclean = !meta.New && !meta.CleanShutdown
 	log.Info("state opened", "path", store.Path(), "new", meta.New, "schema", meta.Schema)
 
 	// The clock starts at max(wall clock, high-water): a wall clock set
@@ -215,6 +223,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	if err := g.admin.Start(); err != nil {
 		return nil, fmt.Errorf("admin api: %w", err)
 	}
+	g.started = true
 	return g, nil
 }
 
@@ -266,9 +275,18 @@ func (g *gateway) close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop admin api: %w", err))
 		}
 	}
+	stopFailed := len(errs) > 0 // MQTT or admin may still have changed state
 	if g.snap != nil {
 		if err := within(ctx, g.snap.Close); err != nil {
 			errs = append(errs, fmt.Errorf("final snapshot: %w", err))
+		}
+		// The final snapshot marks the file clean. Not so when this run
+		// may have admitted after it, or when a failed start would hide
+		// that the previous run crashed: the next start must warn.
+		if stopFailed || (!g.started && g.prevUnclean) {
+			if err := g.store.MarkRunning(); err != nil {
+				errs = append(errs, fmt.Errorf("keep the unclean-shutdown mark: %w", err))
+			}
 		}
 	}
 	if g.store != nil {

@@ -423,3 +423,37 @@ func TestStartGatewayOverrideExpiry(t *testing.T) {
 		t.Errorf("device after the expiry: %s", body)
 	}
 }
+
+// TestFailedStartKeepsCrashWarning: after a crash, a start that fails
+// (port in use) must not mark the file clean; the next start still warns
+// that admissions may have been lost.
+func TestFailedStartKeepsCrashWarning(t *testing.T) {
+	dir := t.TempDir()
+	st, err := persist.Open(dir, persist.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.MarkRunning(); err != nil { // a run that then crashed
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cfg := testConfig(dir, 100, time.Hour)
+	busy := cfg
+	busy.MQTT.TCP = l.Addr().String()
+	if g, err := startGateway(busy, deps{}); err == nil {
+		closeGateway(t, g)
+		t.Fatal("started on a port in use")
+	}
+	logs := new(captureHandler)
+	mustStart(t, cfg, deps{logger: slog.New(logs)})
+	if logs.find(uncleanMsg) == nil {
+		t.Fatal("after a crash and a failed start, the next start did not warn of the unclean shutdown")
+	}
+}
