@@ -5,6 +5,7 @@
 //
 //	gateway [serve] [flags]   run the gateway (the default command)
 //	gateway quota ...         read and change device quotas through the admin API
+//	gateway simulate [flags]  drive a simulated fleet at a running gateway and judge it
 //	gateway version           print the version
 //	gateway help [command]    show help
 package main
@@ -66,7 +67,7 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-const commands = "serve, quota, version, help"
+const commands = "serve, quota, simulate, version, help"
 
 // run runs the command named by args (without the program name) until it
 // finishes or ctx is cancelled; serve treats cancellation as the signal
@@ -81,6 +82,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, rest, stdout, stderr)
 	case "quota":
 		return quota(ctx, rest, stdout)
+	case "simulate":
+		return simulate(ctx, rest, stdout, stderr)
 	case "version":
 		if len(rest) > 0 {
 			return usagef("version takes no arguments (got %q)", rest)
@@ -102,11 +105,12 @@ message quota.
 Usage:
   gateway [serve] [flags]   run the gateway (the default command)
   gateway quota SUBCOMMAND  read and change device quotas through the admin API
+  gateway simulate [flags]  drive a simulated fleet at a running gateway and judge it
   gateway version           print the version
   gateway help [command]    show this help, or a command's flags
 
 Run "gateway help serve" for the flags of serve, "gateway help quota"
-for the quota subcommands.
+for the quota subcommands, "gateway help simulate" for the simulator's.
 `)
 		return nil
 	case len(args) == 1 && args[0] == "serve":
@@ -114,6 +118,9 @@ for the quota subcommands.
 		return nil
 	case len(args) == 1 && args[0] == "quota":
 		printQuotaUsage(stdout)
+		return nil
+	case len(args) == 1 && args[0] == "simulate":
+		printSimulateUsage(stdout, newSimulateFlags(new(simulateFlags)))
 		return nil
 	case len(args) == 1 && args[0] == "version":
 		fmt.Fprintln(stdout, "Usage: gateway version\n\nPrints the version of devicegate and of the Go toolchain that built it.")

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"devicegate/devicelimit"
+	"devicegate/simulator"
+)
+
+// simulateFlags are the simulate command's flags.
+type simulateFlags struct {
+	addr        string
+	devices     intValue
+	idPattern   string
+	rate        rateValue
+	pattern     string
+	burst       intValue
+	period      durationValue
+	qos         intValue
+	protocol    protocolValue
+	payloadSize intValue
+	topic       string
+	duration    durationValue
+	rampUp      floatValue
+	limit       intValue
+	window      durationValue
+	policy      string
+	tolerance   durationValue
+	jsonFile    string
+}
+
+func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
+	f.devices.v = 10
+	f.rate.v = 1
+	f.protocol.v = 5
+	f.qos.v = 1
+	f.duration.v = 10 * time.Second
+	f.limit.v = 100
+	f.window.v = 10 * time.Second
+	f.tolerance.v = 50 * time.Millisecond
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are returned; help goes to stdout
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:1883", "MQTT `address` of the gateway; loopback only (127.0.0.0/8, ::1, localhost)")
+	fs.Var(&f.devices, "devices", "simulate `N` devices (default 10)")
+	fs.StringVar(&f.idPattern, "id-pattern", "dev-%05d", "client ID of device i, a Printf `pattern`")
+	fs.Var(&f.rate, "rate", `messages per device per second, as "5/s", "300/m", "2/500ms" or a plain `+"`rate`"+` per second (default 1/s)`)
+	fs.StringVar(&f.pattern, "pattern", simulator.PatternSteady, "publishing `pattern`: steady, burst or poisson")
+	fs.Var(&f.burst, "burst", "burst pattern: `N` messages back to back every --period")
+	fs.Var(&f.period, "period", "burst pattern: a burst every `duration`")
+	fs.Var(&f.qos, "qos", "QoS of device publishes, 0 or 1; at QoS 0 there is no PUBACK, so no verdict per message (default 1)")
+	fs.Var(&f.protocol, "protocol", `MQTT `+"`version`"+`: 5, or 4 (also "3.1.1"); 3.1.1 acks carry no verdict (default 5)`)
+	fs.Var(&f.payloadSize, "payload-size", "pad payloads to `N` bytes (default 0: the header only)")
+	fs.StringVar(&f.topic, "topic", "devices/%s", "device topic `pattern`; %s is the client ID")
+	fs.Var(&f.duration, "duration", "publish for `duration` (default 10s)")
+	fs.Var(&f.rampUp, "ramp-up", "start `N` connections per second; 0 connects all at once (default 0)")
+	fs.Var(&f.limit, "limit", "quota the run is judged against: `N` messages per --window (default 100)")
+	fs.Var(&f.window, "window", "quota window `duration` the run is judged against (default 10s)")
+	fs.StringVar(&f.policy, "policy", "drop", "quota `policy` the gateway applies: drop, defer or disconnect")
+	fs.Var(&f.tolerance, "tolerance", "slack in `duration` allowed to the checker's window edges (default 50ms)")
+	fs.StringVar(&f.jsonFile, "json", "", `write the whole report as JSON to `+"`file`"+`; "-" for stdout`)
+	return fs
+}
+
+func printSimulateUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `Usage: gateway simulate [flags]
+
+Connects --devices simulated devices to a running gateway at --addr,
+publishes for --duration, then waits for messages still in flight. A
+subscriber on the devices' topics sees what the gateway let through,
+and the checker judges every device against the quota --limit/--window.
+Prints a summary; exits 0 when no device exceeded the quota and nothing
+was lost, leaked or made up, 1 otherwise, naming the worst devices.
+SIGINT or SIGTERM ends publishing early and reports what was seen.
+
+Flags:
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s %s\n    \t%s\n", f.Name, name, usage)
+	})
+}
+
+// simulateConfig parses args into a simulator.Config and the --json
+// destination.
+func simulateConfig(args []string, stdout io.Writer) (simulator.Config, string, error) {
+	var f simulateFlags
+	fs := newSimulateFlags(&f)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printSimulateUsage(stdout, fs)
+			return simulator.Config{}, "", err
+		}
+		return simulator.Config{}, "", usagef("simulate: %v (run \"gateway help simulate\")", err)
+	}
+	if fs.NArg() > 0 {
+		return simulator.Config{}, "", usagef("simulate: unexpected argument %q (run \"gateway help simulate\")", fs.Arg(0))
+	}
+	bad := func(name, why string, v any) (simulator.Config, string, error) {
+		return simulator.Config{}, "", usagef("simulate: --%s: %s (got %v)", name, why, v)
+	}
+	policy, err := devicelimit.ParsePolicy(f.policy)
+	if err != nil {
+		return bad("policy", "must be drop, defer or disconnect", strconv.Quote(f.policy))
+	}
+	switch {
+	case f.devices.v <= 0:
+		return bad("devices", "must be > 0", f.devices.v)
+	case f.qos.v != 0 && f.qos.v != 1:
+		return bad("qos", "must be 0 or 1", f.qos.v)
+	case f.payloadSize.v < 0:
+		return bad("payload-size", "must be >= 0", f.payloadSize.v)
+	case f.duration.v <= 0:
+		return bad("duration", "must be > 0", f.duration.v)
+	case f.limit.v <= 0:
+		return bad("limit", "must be > 0", f.limit.v)
+	case f.window.v <= 0:
+		return bad("window", "must be > 0", f.window.v)
+	case f.tolerance.v < 0:
+		return bad("tolerance", "must be >= 0", f.tolerance.v)
+	case f.rampUp.v < 0:
+		return bad("ramp-up", "must be >= 0", f.rampUp.v)
+	case f.burst.v < 0:
+		return bad("burst", "must be > 0", f.burst.v)
+	case f.period.v < 0:
+		return bad("period", "must be > 0", f.period.v)
+	}
+	cfg := simulator.Config{
+		Addr:        f.addr,
+		Devices:     f.devices.v,
+		IDPattern:   f.idPattern,
+		Rate:        f.rate.v,
+		Pattern:     f.pattern,
+		Burst:       f.burst.v,
+		Period:      f.period.v,
+		QoS:         byte(f.qos.v),
+		Protocol:    f.protocol.v,
+		PayloadSize: f.payloadSize.v,
+		Topic:       f.topic,
+		Duration:    f.duration.v,
+		RampUp:      f.rampUp.v,
+		Quota:       devicelimit.Quota{Limit: f.limit.v, Window: f.window.v, Policy: policy},
+		Tolerance:   f.tolerance.v,
+	}
+	if cfg.Tolerance == 0 {
+		// The simulator treats 0 as "default"; a tiny slack is the
+		// nearest thing to none it can express.
+		cfg.Tolerance = time.Nanosecond
+	}
+	return cfg, f.jsonFile, nil
+}
+
+// simFieldFlags maps simulator.Config field names, as its validation
+// errors spell them, to the flags that set them.
+var simFieldFlags = map[string]string{
+	"addr": "addr", "devices": "devices", "id_pattern": "id-pattern", "topic": "topic",
+	"duration": "duration", "qos": "qos", "protocol": "protocol", "ramp_up": "ramp-up",
+	"quota": "limit/--window", "rate": "rate", "burst": "burst", "period": "period",
+	"pattern": "pattern", "payload_size": "payload-size",
+}
+
+// blameSimFlags turns a simulator config error into a usage error that
+// names the flag.
+func blameSimFlags(err error) error {
+	if !errors.Is(err, simulator.ErrInvalidConfig) && !errors.Is(err, simulator.ErrNotLoopback) {
+		return err
+	}
+	msg := err.Error()
+	for _, prefix := range []string{simulator.ErrInvalidConfig.Error() + ": ", simulator.ErrNotLoopback.Error() + ": "} {
+		rest, ok := strings.CutPrefix(msg, prefix)
+		if !ok {
+			continue
+		}
+		field, why, _ := strings.Cut(rest, ":")
+		field, _, _ = strings.Cut(field, " ")
+		if name, ok := simFieldFlags[field]; ok {
+			if errors.Is(err, simulator.ErrNotLoopback) {
+				why = " " + simulator.ErrNotLoopback.Error() + ";" + why
+			}
+			return usagef("simulate: --%s:%s", name, why)
+		}
+	}
+	return usageError{fmt.Errorf("simulate: %w", err)}
+}
+
+// simulate runs a simulated fleet against a running gateway until the
+// run ends or ctx is cancelled, prints the summary and judges it.
+func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, jsonFile, err := simulateConfig(args, stdout)
+	if err != nil {
+		return err
+	}
+	rep, err := simulator.Run(ctx, cfg)
+	if err != nil {
+		return blameSimFlags(err)
+	}
+	if jsonFile != "-" {
+		if err := rep.WriteSummary(stdout); err != nil {
+			return err
+		}
+	}
+	if jsonFile != "" {
+		if err := writeReportJSON(jsonFile, rep, stdout); err != nil {
+			return err
+		}
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintf(stderr, "gateway: simulate: %s\n", e)
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "gateway: simulate: interrupted; the report covers the run so far")
+	}
+	if rep.Verdict.OK {
+		return nil
+	}
+	if len(rep.Verdict.Worst) > 0 {
+		return fmt.Errorf("simulate: FAIL: worst devices: %s", strings.Join(rep.Verdict.Worst, ", "))
+	}
+	return errors.New("simulate: FAIL: the subscriber lost its connection, so arrivals could not all be seen")
+}
+
+// writeReportJSON writes rep as indented JSON to the file name, or to
+// stdout when name is "-".
+func writeReportJSON(name string, rep *simulator.Report, stdout io.Writer) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("simulate: --json: %w", err)
+	}
+	b = append(b, '\n')
+	if name == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		return fmt.Errorf("simulate: --json: %w", err)
+	}
+	return nil
+}
+
+// rateValue is a per-second rate: "5/s", "300/m", "1/h", "2/500ms", or a
+// plain number meaning per second.
+type rateValue struct{ v float64 }
+
+func (r *rateValue) String() string { return strconv.FormatFloat(r.v, 'g', -1, 64) + "/s" }
+func (r *rateValue) Set(s string) error {
+	const want = `must be a rate > 0 like "5/s", "300/m", "2/500ms" or "5"`
+	num, per, hasPer := strings.Cut(strings.TrimSpace(s), "/")
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || !(n > 0) || math.IsInf(n, 0) {
+		return errors.New(want)
+	}
+	d := time.Second
+	if hasPer {
+		switch per {
+		case "s":
+		case "m":
+			d = time.Minute
+		case "h":
+			d = time.Hour
+		default:
+			if d, err = time.ParseDuration(per); err != nil || d <= 0 {
+				return errors.New(want)
+			}
+		}
+	}
+	r.v = n / d.Seconds()
+	return nil
+}
+
+// protocolValue is an MQTT protocol level: 4 (also "3.1.1") or 5 (also
+// "5.0").
+type protocolValue struct{ v int }
+
+func (p *protocolValue) String() string { return strconv.Itoa(p.v) }
+func (p *protocolValue) Set(s string) error {
+	switch s {
+	case "4", "3.1.1":
+		p.v = 4
+	case "5", "5.0":
+		p.v = 5
+	default:
+		return errors.New(`must be 4 (or "3.1.1") or 5`)
+	}
+	return nil
+}
+
+// floatValue is a float flag whose parse errors read like the others'.
+type floatValue struct{ v float64 }
+
+func (f *floatValue) String() string { return strconv.FormatFloat(f.v, 'g', -1, 64) }
+func (f *floatValue) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return errors.New("must be a number")
+	}
+	f.v = v
+	return nil
+}

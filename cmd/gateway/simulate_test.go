@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"devicegate/simulator"
+)
+
+// TestSimulateProcess runs `gateway simulate` against a gateway child
+// that enforces 5 messages a second: judged against that quota the run
+// passes, judged against a stricter one it fails naming devices. The
+// two runs use their own device IDs and topics, so they run side by
+// side: on shared topics each run's subscriber would count the other's
+// devices as phantoms.
+func TestSimulateProcess(t *testing.T) {
+	dir := t.TempDir()
+	gw := start(t, "serve", "--mqtt-addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"),
+		"--admin-addr", "127.0.0.1:0", "--limit", "5", "--window", "1s")
+	addr := gw.waitLine(listeningRE, 10*time.Second)[1]
+
+	type outcome struct {
+		code           int
+		stdout, stderr string
+	}
+	var ok, strict outcome
+	jsonPath := filepath.Join(dir, "r.json")
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ok.code, ok.stdout, ok.stderr = runBinary(t, "simulate", "--addr", addr, "--devices", "20", "--rate", "10/s",
+			"--duration", "3s", "--limit", "5", "--window", "1s", "--json", jsonPath)
+	})
+	wg.Go(func() {
+		strict.code, strict.stdout, strict.stderr = runBinary(t, "simulate", "--addr", addr, "--id-pattern", "strict-%03d",
+			"--topic", "strict/%s", "--devices", "10", "--rate", "10", "--duration", "2s", "--limit", "3", "--window", "1s")
+	})
+	wg.Wait()
+
+	if ok.code != 0 {
+		t.Fatalf("simulate judged against the gateway's quota: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", ok.code, ok.stdout, ok.stderr)
+	}
+	if !strings.Contains(ok.stdout, "OK: 0 devices over quota") {
+		t.Errorf("summary lacks the OK verdict:\n%s", ok.stdout)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep simulator.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("--json: %v", err)
+	}
+	tot := rep.Result.Totals
+	if tot.Devices != 20 || tot.Sent == 0 {
+		t.Errorf("totals %+v: want 20 devices that sent", tot)
+	}
+	if sum := tot.Accepted + tot.Refused + tot.Deferred + tot.Lost + tot.Unacked; sum != tot.Sent {
+		t.Errorf("accepted %d + refused %d + deferred %d + lost %d + unacked %d = %d, want sent %d",
+			tot.Accepted, tot.Refused, tot.Deferred, tot.Lost, tot.Unacked, sum, tot.Sent)
+	}
+	if tot.Refused == 0 {
+		t.Errorf("no message refused at 10/s against 5/1s: %+v", tot)
+	}
+	if tot.Violations != 0 || !rep.Verdict.OK {
+		t.Errorf("violations %d, verdict %+v; want none, OK", tot.Violations, rep.Verdict)
+	}
+	if rep.Config.Quota.Limit != 5 || rep.Config.Quota.Window != time.Second {
+		t.Errorf("report's quota %v, want 5/1s", rep.Config.Quota)
+	}
+
+	if strict.code != 1 {
+		t.Fatalf("simulate judged against 3/1s: exit %d, want 1\nstdout:\n%s\nstderr:\n%s", strict.code, strict.stdout, strict.stderr)
+	}
+	if !strings.Contains(strict.stdout, "FAIL:") || !strings.Contains(strict.stderr, "worst devices: strict-") {
+		t.Errorf("failed run should print FAIL and name devices on stderr\nstdout:\n%s\nstderr:\n%s", strict.stdout, strict.stderr)
+	}
+}
+
+func TestSimulateBadFlagsProcess(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--devices", "0"}, "--devices: must be > 0"},
+		{[]string{"--devices", "x"}, "-devices"},
+		{[]string{"--rate", "fast"}, "-rate"},
+		{[]string{"--rate", "0/s"}, "-rate"},
+		{[]string{"--qos", "2"}, "--qos: must be 0 or 1"},
+		{[]string{"--protocol", "3"}, "-protocol"},
+		{[]string{"--pattern", "zigzag"}, "--pattern"},
+		{[]string{"--pattern", "burst"}, "--burst"},
+		{[]string{"--policy", "queue"}, "--policy"},
+		{[]string{"--limit", "0"}, "--limit"},
+		{[]string{"--window", "1"}, "-window"},
+		{[]string{"--duration", "0s"}, "--duration"},
+		{[]string{"--topic", "devices"}, "--topic"},
+		{[]string{"--addr", "192.0.2.1:1883"}, "--addr"},
+		{[]string{"--addr", "nonsense"}, "--addr"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		code, stdout, stderr := runBinary(t, append([]string{"simulate"}, tc.args...)...)
+		if code != 2 || !strings.Contains(stderr, tc.want) || stdout != "" {
+			t.Errorf("simulate %v: exit %d, stderr %q, stdout %q; want exit 2 naming %q", tc.args, code, stderr, stdout, tc.want)
+		}
+	}
+	code, stdout, _ := runBinary(t, "help", "simulate")
+	if code != 0 || !strings.Contains(stdout, "--limit") || !strings.Contains(stdout, "--json") {
+		t.Errorf("help simulate: exit %d\n%s", code, stdout)
+	}
+}
