@@ -72,7 +72,11 @@
 // uvarint version; "clock": 8-byte big-endian high-water tick; "clean":
 // one byte, 0 or 1). Every decoder accepts only the canonical encoding.
 // Device IDs longer than bbolt.MaxKeySize (32768 bytes) cannot be keys:
-// their windows are not persisted (see SnapshotStats.Skipped) and
-// overrides for them are refused; messages of IDs longer than
-// MaxDeferredDevice (32750 bytes) cannot be deferred.
+// their windows and overrides are kept in "windows-long" and
+// "overrides-long", keyed by the SHA-256 of the ID, the value being the
+// ID's length as a uvarint, the ID (checked against the key on restore)
+// and the usual encoding; they are persisted and restored like any
+// other. Files from before them lack these buckets until the first such
+// write. Messages of IDs longer than MaxDeferredDevice (32750 bytes)
+// still cannot be deferred.
 package persist

@@ -18,6 +18,13 @@ func (s *Store) SetOverride(r *devicelimit.Resolver, device string, o devicelimi
 	s.overrideMu.Lock()
 	defer s.overrideMu.Unlock()
 	err := s.update(func(tx *bolt.Tx) error {
+		if longID(device) {
+			b, err := longBucket(tx, bucketOverridesLong, true)
+			if err != nil {
+				return err
+			}
+			return b.Put(longKey(device), appendOverride(appendLongValue(nil, device, nil), o))
+		}
 		return tx.Bucket(bucketOverrides).Put([]byte(device), appendOverride(nil, o))
 	})
 	if err != nil {
@@ -31,14 +38,11 @@ func (s *Store) SetOverride(r *devicelimit.Resolver, device string, o devicelimi
 }
 
 // validOverride makes the checks Resolver.SetOverride makes, and those of
-// the store: the device ID must fit a bbolt key and the expiry must not
-// be negative.
+// the store: the expiry must not be negative. A device ID too long to be
+// a bbolt key is stored under its hash (see longKey).
 func validOverride(r *devicelimit.Resolver, device string, o devicelimit.Override) error {
 	if err := devicelimit.ValidDeviceID(device); err != nil {
 		return err
-	}
-	if len(device) > bolt.MaxKeySize {
-		return fmt.Errorf("%w: %d bytes, the store keeps IDs of at most %d", devicelimit.ErrInvalidDevice, len(device), bolt.MaxKeySize)
 	}
 	if err := o.Quota.Validate(r.Buckets()); err != nil {
 		return err
@@ -58,19 +62,19 @@ func (s *Store) DeleteOverride(r *devicelimit.Resolver, device string) (bool, er
 	s.overrideMu.Lock()
 	defer s.overrideMu.Unlock()
 	stored := false
-	if len(device) <= bolt.MaxKeySize { // longer IDs are never stored
-		err := s.update(func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucketOverrides)
-			key := []byte(device)
-			if b.Get(key) == nil {
-				return nil
-			}
-			stored = true
-			return b.Delete(key)
-		})
-		if err != nil {
-			return false, fmt.Errorf("delete override for %s in %q: %w", keyName([]byte(device)), s.path, err)
+	err := s.update(func(tx *bolt.Tx) error {
+		b, key := tx.Bucket(bucketOverrides), []byte(device)
+		if longID(device) {
+			b, key = tx.Bucket(bucketOverridesLong), longKey(device)
 		}
+		if b == nil || b.Get(key) == nil {
+			return nil
+		}
+		stored = true
+		return b.Delete(key)
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete override for %s in %q: %w", keyName([]byte(device)), s.path, err)
 	}
 	return r.DeleteOverride(device) || stored, nil
 }
@@ -80,46 +84,82 @@ func (s *Store) DeleteOverride(r *devicelimit.Resolver, device string) (bool, er
 // instead. An override that no longer validates for r's bucket count
 // (the configuration changed) is logged at Warn and skipped, but kept in
 // the store: changing the buckets back restores it, and SetOverride or
-// DeleteOverride replace it. A record that does not decode stops the
+// DeleteOverride replace it. Overrides of device IDs too long to be keys
+// are read from their own bucket (see longKey) like the others. A record that does not decode stops the
 // restore with an error wrapping ErrCorrupt naming the file and device.
 func (s *Store) RestoreOverrides(r *devicelimit.Resolver, now devicelimit.Tick) (int, error) {
 	s.overrideMu.Lock()
 	defer s.overrideMu.Unlock()
 	n := 0
-	var expired [][]byte
+	var expired, expiredLong [][]byte
+	// restore applies the override stored as v for device under key.
+	restore := func(key, device, v []byte, long bool) error {
+		o, err := decodeOverride(v)
+		if err != nil {
+			return fmt.Errorf("device %s: %w", keyName(device), err)
+		}
+		if o.Expired(now) {
+			k := append([]byte(nil), key...)
+			if long {
+				expiredLong = append(expiredLong, k)
+			} else {
+				expired = append(expired, k)
+			}
+			return nil
+		}
+		id := string(device)
+		if err := o.Quota.Validate(r.Buckets()); err != nil {
+			s.log.Warn("stored quota override not applied", "device", id, "quota", o.Quota.String(), "reason", err)
+			return nil
+		}
+		if err := r.SetOverride(id, o); err != nil {
+			s.log.Warn("stored quota override not applied", "device", id, "quota", o.Quota.String(), "reason", err)
+			return nil
+		}
+		n++
+		return nil
+	}
 	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketOverrides).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			o, err := decodeOverride(v)
+			if err := restore(k, k, v, false); err != nil {
+				return err
+			}
+		}
+		long := tx.Bucket(bucketOverridesLong)
+		if long == nil {
+			return nil
+		}
+		c = long.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			device, enc, err := decodeLongValue(k, v)
 			if err != nil {
-				return fmt.Errorf("device %s: %w", keyName(k), err)
+				return err
 			}
-			if o.Expired(now) {
-				expired = append(expired, append([]byte(nil), k...))
-				continue
+			if err := restore(k, device, enc, true); err != nil {
+				return err
 			}
-			device := string(k)
-			if err := o.Quota.Validate(r.Buckets()); err != nil {
-				s.log.Warn("stored quota override not applied", "device", device, "quota", o.Quota.String(), "reason", err)
-				continue
-			}
-			if err := r.SetOverride(device, o); err != nil {
-				s.log.Warn("stored quota override not applied", "device", device, "quota", o.Quota.String(), "reason", err)
-				continue
-			}
-			n++
 		}
 		return nil
 	})
 	if err != nil {
 		return n, fmt.Errorf("restore overrides from %q: %w", s.path, err)
 	}
-	if len(expired) == 0 {
+	if len(expired)+len(expiredLong) == 0 {
 		return n, nil
 	}
 	err = s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketOverrides)
 		for _, k := range expired {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		if len(expiredLong) == 0 {
+			return nil
+		}
+		b = tx.Bucket(bucketOverridesLong)
+		for _, k := range expiredLong {
 			if err := b.Delete(k); err != nil {
 				return err
 			}

@@ -59,12 +59,12 @@ func TestSetOverrideInvalidChangesNothing(t *testing.T) {
 		o      devicelimit.Override
 		want   error
 	}{
-		"zero limit":        {"dev", devicelimit.Override{Quota: devicelimit.Quota{Window: time.Second}}, devicelimit.ErrInvalidQuota},
-		"window too short":  {"dev", devicelimit.Override{Quota: devicelimit.Quota{Limit: 1, Window: 5 * ms}}, devicelimit.ErrInvalidQuota},
-		"unknown policy":    {"dev", devicelimit.Override{Quota: devicelimit.Quota{Limit: 1, Window: time.Second, Policy: 9}}, devicelimit.ErrInvalidPolicy},
-		"negative expiry":   {"dev", devicelimit.Override{Quota: q, ExpiresAt: -1}, devicelimit.ErrInvalidQuota},
-		"empty device":      {"", good, devicelimit.ErrInvalidDevice},
-		"device over a key": {strings.Repeat("x", 40000), good, devicelimit.ErrInvalidDevice},
+		"zero limit":         {"dev", devicelimit.Override{Quota: devicelimit.Quota{Window: time.Second}}, devicelimit.ErrInvalidQuota},
+		"window too short":   {"dev", devicelimit.Override{Quota: devicelimit.Quota{Limit: 1, Window: 5 * ms}}, devicelimit.ErrInvalidQuota},
+		"unknown policy":     {"dev", devicelimit.Override{Quota: devicelimit.Quota{Limit: 1, Window: time.Second, Policy: 9}}, devicelimit.ErrInvalidPolicy},
+		"negative expiry":    {"dev", devicelimit.Override{Quota: q, ExpiresAt: -1}, devicelimit.ErrInvalidQuota},
+		"empty device":       {"", good, devicelimit.ErrInvalidDevice},
+		"device over MQTT's": {strings.Repeat("x", devicelimit.MaxDeviceID+1), good, devicelimit.ErrInvalidDevice},
 	} {
 		err := s.SetOverride(r, c.device, c.o)
 		if !errors.Is(err, c.want) {

@@ -55,9 +55,6 @@ type SnapshotStats struct {
 	Deleted int
 	// Bytes is the number of key and value bytes written.
 	Bytes int
-	// Skipped is the number of windows not written because their device
-	// ID is longer than a bbolt key may be (bbolt.MaxKeySize).
-	Skipped int
 	// Took is the time from the start of the collection to the last
 	// commit.
 	Took time.Duration
@@ -81,10 +78,9 @@ type Snapshotter struct {
 
 	mu       sync.Mutex // held for a whole snapshot
 	pend     batch      // collected and not yet written
+	long     batch      // the same, of device IDs too long to be keys
 	hw       devicelimit.Tick
-	skipped  int
-	warned   bool // about device IDs too long to store
-	failures int  // consecutive failed snapshots of the loop
+	failures int // consecutive failed snapshots of the loop
 	closed   bool
 
 	// stats of the last snapshot that wrote something, and how many did,
@@ -168,7 +164,7 @@ func (sn *Snapshotter) tick() {
 func (sn *Snapshotter) pending() int {
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
-	return len(sn.pend.items)
+	return len(sn.pend.items) + len(sn.long.items)
 }
 
 // Snapshot writes the windows changed since the last successful snapshot,
@@ -240,24 +236,18 @@ func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 	// Read after Collect: every collected admission happened at or
 	// before this tick.
 	sn.hw = max(sn.hw, sn.clock.Now())
-	skipped := sn.skipped
-	sn.skipped = 0
-	if skipped > 0 && !sn.warned {
-		sn.warned = true
-		sn.log.Warn("windows of devices with IDs longer than the store's key limit are not persisted",
-			"devices", skipped, "limit", bolt.MaxKeySize)
-	}
-	if len(sn.pend.items) == 0 && !final {
-		return SnapshotStats{Skipped: skipped}, nil
+	if len(sn.pend.items) == 0 && len(sn.long.items) == 0 && !final {
+		return SnapshotStats{}, nil
 	}
 	sn.pend.sort()
+	sn.long.sort()
 	st, err := sn.write(final)
-	st.Skipped = skipped
 	st.Took = time.Since(start)
 	if err != nil {
 		return st, err
 	}
 	sn.pend.reset()
+	sn.long.reset()
 	if st.Windows+st.Deleted > 0 {
 		sn.statsMu.Lock()
 		sn.last, sn.written = st, sn.written+1
@@ -267,10 +257,16 @@ func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 	return st, nil
 }
 
-// add is Table.Collect's callback.
+// add is Table.Collect's callback. The change of a device ID too long
+// to be a key goes to sn.long, keyed by the ID's hash, with the ID in
+// the value (see longKey); a window that emptied is a deletion there.
 func (sn *Snapshotter) add(device string, enc []byte) {
-	if len(device) > bolt.MaxKeySize {
-		sn.skipped++ // logged after Collect, outside the shard's lock
+	if longID(device) {
+		var v []byte
+		if enc != nil && !emptyWindow(enc) {
+			v = appendLongValue(nil, device, enc)
+		}
+		sn.long.add(string(longKey(device)), v)
 		return
 	}
 	sn.pend.add(device, enc)
@@ -299,10 +295,40 @@ func emptyWindow(enc []byte) bool {
 	return true
 }
 
+// writeLong writes the sorted pending changes of long device IDs in tx,
+// counting them in st. They are few: the last transaction of a snapshot
+// writes them all, so they stay pending whole when it fails.
+func (sn *Snapshotter) writeLong(tx *bolt.Tx, st *SnapshotStats) error {
+	if len(sn.long.items) == 0 {
+		return nil
+	}
+	b, err := longBucket(tx, bucketWindowsLong, true)
+	if err != nil {
+		return err
+	}
+	for _, it := range sn.long.items {
+		key, value := sn.long.record(it)
+		if value == nil {
+			if err := b.Delete(key); err != nil {
+				return err
+			}
+			st.Deleted++
+			continue
+		}
+		if err := b.Put(key, value); err != nil {
+			return err
+		}
+		st.Windows++
+		st.Bytes += len(key) + len(value)
+	}
+	return nil
+}
+
 // write writes the sorted pending entries in transactions of at most
 // sn.chunk windows, ended early when deferred messages wait (see
 // yieldAfter), and lets those go first between transactions; the last
-// transaction also writes the high-water (and, when final, the clean
+// transaction also writes the changes of long device IDs (writeLong), the
+// high-water (and, when final, the clean
 // flag). On error, the entries of the failed transaction and after it
 // stay pending.
 func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
@@ -340,6 +366,9 @@ func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 			}
 			if j < len(items) {
 				return nil
+			}
+			if err := sn.writeLong(tx, &cs); err != nil {
+				return err
 			}
 			meta := tx.Bucket(bucketMeta)
 			if err := meta.Put(keyClock, encodeClock(sn.hw)); err != nil {

@@ -215,7 +215,7 @@ func TestSnapshotterClose(t *testing.T) {
 	}
 }
 
-func TestSnapshotSkipsDevicesBeyondKeyLimit(t *testing.T) {
+func TestSnapshotKeepsDevicesBeyondKeyLimit(t *testing.T) {
 	var logs logBuffer
 	s := open(t, t.TempDir())
 	tab := newTable(t, 10)
@@ -224,15 +224,18 @@ func TestSnapshotSkipsDevicesBeyondKeyLimit(t *testing.T) {
 	tab.AllowAt(long, q, t0)
 	tab.AllowAt("a", q, t0)
 	st, err := sn.Snapshot()
-	if err != nil || st.Windows != 1 || st.Skipped != 1 {
-		t.Fatalf("snapshot %+v, %v; want 1 window, 1 skipped", st, err)
+	if err != nil || st.Windows != 2 {
+		t.Fatalf("snapshot %+v, %v; want 2 windows", st, err)
 	}
 	tab.AllowAt(long, q, t0)
-	if st, err := sn.Snapshot(); err != nil || st.Windows != 0 || st.Skipped != 1 {
-		t.Fatalf("snapshot %+v, %v; want 1 skipped", st, err)
+	if st, err := sn.Snapshot(); err != nil || st.Windows != 1 {
+		t.Fatalf("snapshot %+v, %v; want 1 window", st, err)
 	}
-	if n := logs.count("level=WARN", "devices=1", "limit=32768"); n != 1 {
-		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
+	if n := logs.count("level=WARN"); n != 0 {
+		t.Fatalf("%d warnings, want none:\n%s", n, logs.String())
+	}
+	if got := stored(t, s); len(got) != 1 || got["a"] == nil {
+		t.Fatalf("windows bucket holds %d keys, want only the short one", len(got))
 	}
 }
 

@@ -19,7 +19,9 @@ const restoreBatch = 512
 // start: it uses every CPU (one goroutine reads the file, GOMAXPROCS
 // goroutines fill the table). A record that does not decode stops the
 // restore with an error wrapping ErrCorrupt that names the file and the
-// device: a damaged file is never skipped silently.
+// device: a damaged file is never skipped silently. The windows of
+// device IDs too long to be keys are read from their own bucket (see
+// longKey) like the others.
 func (s *Store) RestoreWindows(t *devicelimit.Table) (int, error) {
 	var n atomic.Int64
 	err := s.view(func(tx *bolt.Tx) error {
@@ -66,7 +68,12 @@ func (s *Store) RestoreWindows(t *devicelimit.Table) (int, error) {
 			}()
 			batch := make([]kv, 0, restoreBatch)
 			b := tx.Bucket(bucketWindows)
-			t.Grow(b.Stats().KeyN)
+			long := tx.Bucket(bucketWindowsLong)
+			keys := b.Stats().KeyN
+			if long != nil {
+				keys += long.Stats().KeyN
+			}
+			t.Grow(keys)
 			c := b.Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
 				if v == nil {
@@ -79,6 +86,23 @@ func (s *Store) RestoreWindows(t *devicelimit.Table) (int, error) {
 					}
 					jobs <- batch
 					batch = make([]kv, 0, restoreBatch)
+				}
+			}
+			if long != nil {
+				c := long.Cursor()
+				for k, v := c.First(); k != nil; k, v = c.Next() {
+					device, enc, err := decodeLongValue(k, v)
+					if err != nil {
+						return err
+					}
+					batch = append(batch, kv{device, enc})
+					if len(batch) == restoreBatch {
+						if failed.Load() {
+							return nil
+						}
+						jobs <- batch
+						batch = make([]kv, 0, restoreBatch)
+					}
 				}
 			}
 			if len(batch) > 0 {
