@@ -111,6 +111,49 @@ type DeviceResult struct {
 	WindowNS time.Duration `json:"window_ns"`
 	Policy   string        `json:"policy"`
 
+	Counts
+	// Latency is send to first arrival, over every message that arrived
+	// and was not refused.
+	Latency
+
+	// MaxInWindow is the largest number of first arrivals in any
+	// half-open window of length T - Tolerance; MaxWindowStart is when
+	// the first such window starts. Excess = max(0, MaxInWindow - Limit)
+	// is a quota violation.
+	MaxInWindow    int       `json:"max_in_window"`
+	MaxWindowStart time.Time `json:"max_window_start,omitzero"`
+	Excess         int       `json:"excess"`
+}
+
+// UnackedMissing is the number of unacknowledged messages that never
+// arrived.
+func (r DeviceResult) UnackedMissing() int { return r.Unacked - r.UnackedArrived }
+
+// Unexpected is the number of faults on this device other than quota
+// excess: lost, leaked and phantom messages.
+func (r DeviceResult) Unexpected() int { return r.Lost + r.Leaked + r.Phantom }
+
+// Failed reports whether the device shows a violation or an unexpected
+// fault.
+func (r DeviceResult) Failed() bool { return r.Excess > 0 || r.Unexpected() > 0 }
+
+// Totals sums the counters over all devices. The Max and Excess fields
+// are the largest of any device; Violations counts the devices with
+// excess.
+type Totals struct {
+	Devices int `json:"devices"`
+	Counts
+	// Violations is the number of devices with Excess > 0;
+	// ExcessTotal sums their excess; MaxExcess is the largest.
+	Violations  int `json:"violations"`
+	ExcessTotal int `json:"excess_total"`
+	MaxExcess   int `json:"max_excess"`
+	Latency
+}
+
+// Counts are the message counters of a device or of the fleet. The
+// buckets Accepted, Refused, Deferred, Lost and Unacked partition Sent.
+type Counts struct {
 	Sent  int `json:"sent"`
 	Acked int `json:"acked"` // PUBACK of any code
 
@@ -138,59 +181,28 @@ type DeviceResult struct {
 	Duplicated int `json:"duplicated"`
 	// Phantom counts arrivals of sequence numbers never sent; unexpected.
 	Phantom int `json:"phantom"`
-
-	// Latency percentiles, send to first arrival, over every message
-	// that arrived and was not refused (nearest rank); 0 when none.
-	LatencyP50 time.Duration `json:"latency_p50_ns"`
-	LatencyP95 time.Duration `json:"latency_p95_ns"`
-	LatencyP99 time.Duration `json:"latency_p99_ns"`
-	LatencyMax time.Duration `json:"latency_max_ns"`
-
-	// MaxInWindow is the largest number of first arrivals in any
-	// half-open window of length T - Tolerance; MaxWindowStart is when
-	// the first such window starts. Excess = max(0, MaxInWindow - Limit)
-	// is a quota violation.
-	MaxInWindow    int       `json:"max_in_window"`
-	MaxWindowStart time.Time `json:"max_window_start,omitzero"`
-	Excess         int       `json:"excess"`
 }
 
-// UnackedMissing is the number of unacknowledged messages that never
-// arrived.
-func (r DeviceResult) UnackedMissing() int { return r.Unacked - r.UnackedArrived }
+// add adds o's counters to c.
+func (c *Counts) add(o Counts) {
+	c.Sent += o.Sent
+	c.Acked += o.Acked
+	c.Accepted += o.Accepted
+	c.Refused += o.Refused
+	c.Deferred += o.Deferred
+	c.Released += o.Released
+	c.Pending += o.Pending
+	c.Lost += o.Lost
+	c.Unacked += o.Unacked
+	c.UnackedArrived += o.UnackedArrived
+	c.Leaked += o.Leaked
+	c.Duplicated += o.Duplicated
+	c.Phantom += o.Phantom
+}
 
-// Unexpected is the number of faults on this device other than quota
-// excess: lost, leaked and phantom messages.
-func (r DeviceResult) Unexpected() int { return r.Lost + r.Leaked + r.Phantom }
-
-// Failed reports whether the device shows a violation or an unexpected
-// fault.
-func (r DeviceResult) Failed() bool { return r.Excess > 0 || r.Unexpected() > 0 }
-
-// Totals sums the counters over all devices. The Max and Excess fields
-// are the largest of any device; Violations counts the devices with
-// excess.
-type Totals struct {
-	Devices        int `json:"devices"`
-	Sent           int `json:"sent"`
-	Acked          int `json:"acked"`
-	Accepted       int `json:"accepted"`
-	Refused        int `json:"refused"`
-	Deferred       int `json:"deferred"`
-	Released       int `json:"released"`
-	Pending        int `json:"pending"`
-	Lost           int `json:"lost"`
-	Unacked        int `json:"unacked"`
-	UnackedArrived int `json:"unacked_arrived"`
-	Leaked         int `json:"leaked"`
-	Duplicated     int `json:"duplicated"`
-	Phantom        int `json:"phantom"`
-	// Violations is the number of devices with Excess > 0;
-	// ExcessTotal sums their excess; MaxExcess is the largest.
-	Violations  int `json:"violations"`
-	ExcessTotal int `json:"excess_total"`
-	MaxExcess   int `json:"max_excess"`
-
+// Latency holds latency percentiles (nearest rank); 0 when there is no
+// sample.
+type Latency struct {
 	LatencyP50 time.Duration `json:"latency_p50_ns"`
 	LatencyP95 time.Duration `json:"latency_p95_ns"`
 	LatencyP99 time.Duration `json:"latency_p99_ns"`
@@ -218,19 +230,7 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 	t := &res.Totals
 	for _, d := range res.Devices {
 		t.Devices++
-		t.Sent += d.Sent
-		t.Acked += d.Acked
-		t.Accepted += d.Accepted
-		t.Refused += d.Refused
-		t.Deferred += d.Deferred
-		t.Released += d.Released
-		t.Pending += d.Pending
-		t.Lost += d.Lost
-		t.Unacked += d.Unacked
-		t.UnackedArrived += d.UnackedArrived
-		t.Leaked += d.Leaked
-		t.Duplicated += d.Duplicated
-		t.Phantom += d.Phantom
+		t.Counts.add(d.Counts)
 		if d.Excess > 0 {
 			t.Violations++
 			t.ExcessTotal += d.Excess
@@ -249,7 +249,7 @@ func checkDevice(l DeviceLog, opts CheckOptions) (DeviceResult, []time.Duration)
 		Limit:    l.Quota.Limit,
 		WindowNS: l.Quota.Window,
 		Policy:   l.Quota.Policy.String(),
-		Sent:     len(l.Sent),
+		Counts:   Counts{Sent: len(l.Sent)},
 	}
 	first := make(map[uint64]time.Time, len(l.Arrivals))
 	for _, a := range l.Arrivals {

@@ -60,11 +60,11 @@ func TestCheckCountsEveryBucket(t *testing.T) {
 	partition(t, d)
 	want := DeviceResult{
 		Device: "dev-1", Limit: 3, WindowNS: time.Second, Policy: "drop",
-		Sent: 7, Acked: 5, Accepted: 2, Refused: 2, Lost: 1, Unacked: 2, UnackedArrived: 1,
-		Leaked: 1, Duplicated: 1, Phantom: 1,
+		Counts: Counts{Sent: 7, Acked: 5, Accepted: 2, Refused: 2, Lost: 1, Unacked: 2, UnackedArrived: 1,
+			Leaked: 1, Duplicated: 1, Phantom: 1},
 		// latencies 10, 20, 40 ms (seq 1, 2, 6); seq 5 was refused.
-		LatencyP50: 20 * time.Millisecond, LatencyP95: 40 * time.Millisecond,
-		LatencyP99: 40 * time.Millisecond, LatencyMax: 40 * time.Millisecond,
+		Latency: Latency{LatencyP50: 20 * time.Millisecond, LatencyP95: 40 * time.Millisecond,
+			LatencyP99: 40 * time.Millisecond, LatencyMax: 40 * time.Millisecond},
 		// first arrivals 10, 120, 450, 540, 700: all five within 1 s.
 		MaxInWindow: 5, MaxWindowStart: ms(10), Excess: 2,
 	}
