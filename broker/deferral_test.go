@@ -656,3 +656,22 @@ func TestDeferRestoreDelay(t *testing.T) {
 	sub.waitLen(t, 2)
 	closeNow(t, f2.srv)
 }
+
+// A device ID too long for the store's deferral keys cannot be queued:
+// its over-limit messages are refused like a full queue (0x97 for MQTT
+// 5), never acked and lost.
+func TestDeferLongDeviceIDRefused(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	f := start(t, fixtureOpts{rules: []devicelimit.Rule{deferRule("dev-*", 1, time.Second)}, store: s})
+	id := "dev-" + strings.Repeat("x", 33000)
+	p := f.connect(t, 5, id, "")
+	if code := publish5(t, p, &paho.Publish{Topic: "t/a", QoS: 1, Payload: []byte("m-0")}); code != 0 {
+		t.Fatalf("first publish: 0x%02x, want 0x00", code)
+	}
+	if code := publish5(t, p, &paho.Publish{Topic: "t/a", QoS: 1, Payload: []byte("m-1")}); code != 0x97 {
+		t.Fatalf("over-limit publish of a long ID: 0x%02x, want 0x97", code)
+	}
+	if st := f.srv.Stats(); st.QueueMessages != 0 || st.Deferred != 0 || st.Overflowed != 1 {
+		t.Fatalf("stats %+v, want nothing queued and one overflowed", st)
+	}
+}
