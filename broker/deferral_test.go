@@ -549,7 +549,7 @@ func TestDeferConcurrentDevices(t *testing.T) {
 					// Let the queue drain now and then, so publishes also
 					// find it empty and the window with room.
 					// (Polled here: eventually's Fatalf is for the test's goroutine.)
-					for deadline := time.Now().Add(waitTimeout); s.def.queued(device) > 0; time.Sleep(time.Millisecond) {
+					for deadline := time.Now().Add(waitTimeout); s.def.queueLen(device) > 0; time.Sleep(time.Millisecond) {
 						if time.Now().After(deadline) {
 							t.Errorf("%s: queue not drained", device)
 							return

@@ -49,13 +49,3 @@ func (d *deferrer) queueForTest(device string, q devicelimit.Quota, n int, now, 
 	}
 }
 
-// queued returns how many messages device has queued.
-func (d *deferrer) queued(device string) int {
-	sh := d.shard(device)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if dq := sh.queues[device]; dq != nil {
-		return len(dq.msgs)
-	}
-	return 0
-}
