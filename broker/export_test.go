@@ -48,4 +48,3 @@ func (d *deferrer) queueForTest(device string, q devicelimit.Quota, n int, now, 
 		d.schedule(dq, due, wake)
 	}
 }
-
