@@ -25,20 +25,6 @@ const testToken = "s3cret-test-token"
 // t0 is the tests' logical start: a fixed instant.
 var t0 = devicelimit.TickOf(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 
-// storeOverrides is main's adapter, on a real store.
-type storeOverrides struct {
-	st *persist.Store
-	r  *devicelimit.Resolver
-}
-
-func (o storeOverrides) SetOverride(device string, ov devicelimit.Override) error {
-	return o.st.SetOverride(o.r, device, ov)
-}
-
-func (o storeOverrides) DeleteOverride(device string) (bool, error) {
-	return o.st.DeleteOverride(o.r, device)
-}
-
 type fakeDevices struct {
 	mu sync.Mutex
 	m  map[string]DeviceStatus
@@ -92,7 +78,7 @@ func newEnv(t *testing.T, identity devicelimit.Identity) *env {
 	reg := prometheus.NewRegistry()
 	e.srv, err = New(Options{
 		Addr: "127.0.0.1:0", Token: testToken, Table: table, Resolver: res, Identity: identity, Clock: e.clock,
-		Overrides: storeOverrides{st, res}, Devices: e.devices,
+		Overrides: persist.BoundOverrides{Store: st, Resolver: res}, Devices: e.devices,
 		Throttled: fakeThrottled{{"a", 9}, {"b", 5}, {"c", 1}},
 		Registry:  reg,
 		Logger:    slogTo(e.logs),

@@ -13,19 +13,11 @@ import (
 	"devicegate/persist"
 )
 
-// persistDefer is the adapter cmd/gateway writes: a persist.Store is a
-// DeferStore but for the key type of its DeleteDeferred.
+// A persist.Store is the broker's DeferStore, with no adapter.
+var _ DeferStore = (*persist.Store)(nil)
+
+// persistDefer is a real store, as the tests hold it.
 type persistDefer struct{ *persist.Store }
-
-func (p persistDefer) Delete(keys []DeferredKey) error {
-	pk := make([]persist.DeferredKey, len(keys))
-	for i, k := range keys {
-		pk[i] = persist.DeferredKey{Device: k.Device, Seq: k.Seq}
-	}
-	return p.DeleteDeferred(pk)
-}
-
-var _ DeferStore = persistDefer{}
 
 // openStore opens a real store (a bbolt file) in dir, closed when the
 // test ends (after the servers, which close first: cleanups run last in,

@@ -22,17 +22,19 @@ type DeferStore interface {
 	// Enqueue stores rec under (device, seq). It returns only once the
 	// record is durable: the publisher's ack waits for it.
 	Enqueue(device string, seq uint64, rec []byte) error
-	// Delete removes released and expired messages. Missing keys are
+	// DeleteDeferred removes released and expired messages. Missing keys are
 	// not an error.
-	Delete(keys []DeferredKey) error
+	DeleteDeferred(keys []DeferredKey) error
 	// LoadDeferred calls fn for every stored message, grouped by device
 	// and in increasing seq within a device; rec is valid only during
 	// the call.
 	LoadDeferred(fn func(device string, seq uint64, rec []byte) error) error
 }
 
-// DeferredKey names one stored deferred message.
-type DeferredKey struct {
+// DeferredKey names one stored deferred message. It aliases an unnamed
+// struct type, identical to persist.DeferredKey, so a *persist.Store is
+// a DeferStore as it is.
+type DeferredKey = struct {
 	Device string
 	Seq    uint64
 }

@@ -253,7 +253,7 @@ func (d *deferrer) flushDeletes() {
 	if len(keys) == 0 {
 		return
 	}
-	if err := d.store.Delete(keys); err != nil {
+	if err := d.store.DeleteDeferred(keys); err != nil {
 		d.delMu.Lock()
 		d.dels = append(keys, d.dels...)
 		d.delMu.Unlock()

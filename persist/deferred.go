@@ -22,8 +22,10 @@ const MaxDeferredDevice = bolt.MaxKeySize - binary.MaxVarintLen64 - 8
 const deleteChunk = 10_000
 
 // DeferredKey names one deferred message: the device and its per-device
-// sequence number.
-type DeferredKey struct {
+// sequence number. It is an alias of an unnamed struct type, so a package
+// that must not import persist (the broker) can declare the same type
+// and use a *Store as its store without an adapter.
+type DeferredKey = struct {
 	Device string
 	Seq    uint64
 }

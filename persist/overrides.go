@@ -171,3 +171,20 @@ func (s *Store) RestoreOverrides(r *devicelimit.Resolver, now devicelimit.Tick) 
 	}
 	return n, nil
 }
+
+// BoundOverrides is the store's write-through overrides bound to one
+// resolver: the methods the admin API calls to set and delete them.
+type BoundOverrides struct {
+	Store    *Store
+	Resolver *devicelimit.Resolver
+}
+
+// SetOverride is Store.SetOverride on the bound resolver.
+func (o BoundOverrides) SetOverride(device string, ov devicelimit.Override) error {
+	return o.Store.SetOverride(o.Resolver, device, ov)
+}
+
+// DeleteOverride is Store.DeleteOverride on the bound resolver.
+func (o BoundOverrides) DeleteOverride(device string) (bool, error) {
+	return o.Store.DeleteOverride(o.Resolver, device)
+}

@@ -165,7 +165,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		Clock:     g.clock,
 		Identity:  identity,
 		Logger:    log,
-		Defer:     deferStore{store},
+		Defer:     store,
 		DeferLimits: broker.DeferLimits{
 			MaxMessagesPerDevice: cfg.Limits.Defer.MaxMessagesPerDevice,
 			MaxBytesPerDevice:    int64(cfg.Limits.Defer.MaxBytesPerDevice),
@@ -211,7 +211,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		Resolver:  resolver,
 		Identity:  identity,
 		Clock:     g.clock,
-		Overrides: storeOverrides{store, resolver},
+		Overrides: persist.BoundOverrides{Store: store, Resolver: resolver},
 		Devices:   brokerDevices{srv},
 		Throttled: topThrottled{g.topk, g.clock},
 		Registry:  reg,
@@ -351,33 +351,6 @@ type actionError struct {
 
 func (e *actionError) Error() string { return e.msg }
 func (e *actionError) Unwrap() error { return e.err }
-
-// deferStore lets the broker keep its deferred messages in the store.
-type deferStore struct{ *persist.Store }
-
-// Delete removes released and expired messages.
-func (d deferStore) Delete(keys []broker.DeferredKey) error {
-	pk := make([]persist.DeferredKey, len(keys))
-	for i, k := range keys {
-		pk[i] = persist.DeferredKey(k)
-	}
-	return d.DeleteDeferred(pk)
-}
-
-// storeOverrides makes the admin API's overrides durable in the store
-// before they take effect.
-type storeOverrides struct {
-	store    *persist.Store
-	resolver *devicelimit.Resolver
-}
-
-func (o storeOverrides) SetOverride(device string, ov devicelimit.Override) error {
-	return o.store.SetOverride(o.resolver, device, ov)
-}
-
-func (o storeOverrides) DeleteOverride(device string) (bool, error) {
-	return o.store.DeleteOverride(o.resolver, device)
-}
 
 // brokerDevices reports the broker's view of a device to the admin API.
 type brokerDevices struct{ srv *broker.Server }
