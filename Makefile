@@ -12,6 +12,7 @@ SHELL       := bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 .PHONY: test build bench fuzz tools vet
+.PHONY: bench-e2e
 
 # test: vet, every test with the race detector, then a short fuzz pass.
 test: tools vet
@@ -41,3 +42,10 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
+
+# bench-e2e runs the gateway, plain mochi and Mosquitto side by side under
+# one paho load (bench/harness; a few minutes) and prints the table.
+# BENCH_E2E_FLAGS passes options, e.g. -rounds 5 or -profile DIR.
+BENCH_E2E_FLAGS ?=
+bench-e2e: tools
+	$(GO) run ./bench/harness $(BENCH_E2E_FLAGS)
