@@ -13,7 +13,7 @@
 // every process it started, by PID.
 //
 //	go run ./bench/harness -rounds 3 -duration 3s
-//	go run ./bench/harness -profile DIR   # also CPU and allocation profiles of the gateway
+//	go run ./bench/harness -profile DIR   # also CPU and allocation profiles of the gateway and plain mochi
 package main
 
 import (
@@ -46,7 +46,8 @@ type options struct {
 type target struct {
 	name string
 	addr string
-	hot  int // publishers named hot-*
+	hot  int   // publishers named hot-*
+	proc *proc // the server, for its CPU time
 }
 
 // result is loadgen's JSON line.
@@ -55,6 +56,9 @@ type result struct {
 	ReceivedPS  float64 `json:"received_per_s"`
 	Delivered   int64   `json:"delivered"`
 	DeliveredPS float64 `json:"delivered_per_s"`
+	// CPU is the server's CPU time (user and system, all threads)
+	// during the round, measured by the harness.
+	CPU time.Duration `json:"-"`
 }
 
 func main() {
@@ -115,7 +119,15 @@ func mainErr(args []string) error {
 	if err != nil {
 		return err
 	}
-	pm, err := start(dir, "plainmochi", nil, dir+"/plainmochi", "-addr", "127.0.0.1:0")
+	pmArgs := []string{"-addr", "127.0.0.1:0"}
+	var pmPprof string
+	if o.profile != "" {
+		if pmPprof, err = freePort(); err != nil {
+			return err
+		}
+		pmArgs = append(pmArgs, "-pprof", pmPprof)
+	}
+	pm, err := start(dir, "plainmochi", nil, dir+"/plainmochi", pmArgs...)
 	if err != nil {
 		return err
 	}
@@ -133,10 +145,10 @@ func mainErr(args []string) error {
 	}
 
 	targets := []target{
-		{name: "gateway, all admitted", addr: gw.addr},
-		{name: "gateway, ~half refused", addr: gw.addr, hot: o.publishers / 2},
-		{name: "plain mochi", addr: pmAddr},
-		{name: "mosquitto", addr: mqAddr},
+		{name: "gateway, all admitted", addr: gw.addr, proc: gw.p},
+		{name: "gateway, ~half refused", addr: gw.addr, hot: o.publishers / 2, proc: gw.p},
+		{name: "plain mochi", addr: pmAddr, proc: pm},
+		{name: "mosquitto", addr: mqAddr, proc: mq},
 	}
 	results := map[string][]result{} // by key(target, qos)
 	for r := range o.rounds {
@@ -147,14 +159,15 @@ func mainErr(args []string) error {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(os.Stderr, "round %d qos %d %-24s received %8.0f/s delivered %8.0f/s\n", r+1, qos, tg.name, res.ReceivedPS, res.DeliveredPS)
+				fmt.Fprintf(os.Stderr, "round %d qos %d %-24s received %8.0f/s delivered %8.0f/s server CPU %5.1f µs/msg\n",
+					r+1, qos, tg.name, res.ReceivedPS, res.DeliveredPS, cpuPerMsg(res))
 				results[key(tg.name, qos)] = append(results[key(tg.name, qos)], res)
 			}
 		}
 	}
 	printTable(os.Stdout, o, targets, results)
 	if o.profile != "" {
-		return profile(ctx, dir, o, targets[:2], pprofAddr)
+		return profile(ctx, dir, o, targets[:3], []string{pprofAddr, pprofAddr, pmPprof})
 	}
 	return nil
 }
@@ -263,6 +276,10 @@ func load(ctx context.Context, dir string, o options, tg target, qos int) (resul
 	// The round may take duration plus draining; bounded all the same.
 	ctx, cancel := context.WithTimeout(ctx, o.duration+90*time.Second)
 	defer cancel()
+	cpu0, err := tg.proc.cpu()
+	if err != nil {
+		return result{}, err
+	}
 	out, err := run(ctx, dir+"/loadgen", "-addr", tg.addr, "-qos", strconv.Itoa(qos),
 		"-publishers", strconv.Itoa(o.publishers), "-subscribers", strconv.Itoa(o.subscribers),
 		"-hot", strconv.Itoa(tg.hot), "-inflight", strconv.Itoa(o.inflight), "-duration", o.duration.String())
@@ -273,5 +290,7 @@ func load(ctx context.Context, dir string, o options, tg target, qos int) (resul
 	if err := json.Unmarshal(out, &res); err != nil {
 		return result{}, fmt.Errorf("%s, qos %d: loadgen printed %q: %w", tg.name, qos, out, err)
 	}
-	return res, nil
+	cpu1, err := tg.proc.cpu()
+	res.CPU = cpu1 - cpu0
+	return res, err
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -58,6 +60,30 @@ func (p *proc) stop() {
 		<-p.done
 	}
 }
+
+// cpu returns the CPU time the process has used, user and system, all
+// threads (/proc/PID/stat, in clock ticks of 10 ms).
+func (p *proc) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", p.name, err)
+	}
+	// The command name (field 2) may hold spaces; fields count from
+	// after its closing parenthesis: utime and stime are fields 14, 15.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%s: short /proc stat", p.name)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("%s: /proc stat: %w", p.name, err)
+	}
+	return time.Duration(ut+st) * clockTick, nil
+}
+
+// clockTick is the unit of /proc/PID/stat times: USER_HZ, 100 on Linux.
+const clockTick = 10 * time.Millisecond
 
 // waitLog polls the process's log until re matches a line, and returns
 // the first submatch.

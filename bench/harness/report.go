@@ -39,20 +39,26 @@ func column(rs []result, f func(result) float64) []float64 {
 func received(r result) float64  { return r.ReceivedPS }
 func delivered(r result) float64 { return r.DeliveredPS }
 
+// cpuPerMsg is the server's CPU time per message received, in µs.
+func cpuPerMsg(r result) float64 {
+	return float64(r.CPU.Microseconds()) / float64(r.Published)
+}
+
 // printTable prints the results as Markdown: messages/s per target and
 // QoS, then the goals' ratios, of medians and (in brackets) the range of
 // the same ratio within each round.
 func printTable(w io.Writer, o options, targets []target, results map[string][]result) {
 	fmt.Fprintf(w, "\n%d publishers, %d subscribers, 64-byte payloads, QoS 1 window %d, %d rounds of %s; median (min–max)\n\n",
 		o.publishers, o.subscribers, o.inflight, o.rounds, o.duration)
-	fmt.Fprintln(w, "| QoS | broker | received msgs/s | delivered msgs/s | delivered/received |")
-	fmt.Fprintln(w, "|---|---|---|---|---|")
+	fmt.Fprintln(w, "| QoS | broker | received msgs/s | delivered msgs/s | delivered/received | server CPU µs/msg |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, qos := range []int{0, 1} {
 		for _, tg := range targets {
 			rs := results[key(tg.name, qos)]
 			rec, del := spreadOf(column(rs, received)), spreadOf(column(rs, delivered))
 			share := spreadOf(column(rs, func(r result) float64 { return float64(r.Delivered) / float64(r.Published) }))
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %.2f |\n", qos, tg.name, rec, del, share.med)
+			cpu := spreadOf(column(rs, cpuPerMsg))
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %.2f | %.1f (%.1f–%.1f) |\n", qos, tg.name, rec, del, share.med, cpu.med, cpu.lo, cpu.hi)
 		}
 	}
 	type goal struct {
@@ -68,14 +74,14 @@ func printTable(w io.Writer, o options, targets []target, results map[string][]r
 		{1, gw, mq, "received", 1.0}, {1, half, mq, "received", 1.0},
 		{0, gw, mq, "received", 0}, {1, pm, mq, "received", 0},
 		{0, gw, pm, "delivered", 0}, {1, gw, pm, "delivered", 0},
+		{0, gw, pm, "CPU/msg", 0}, {1, gw, pm, "CPU/msg", 0},
+		{0, half, pm, "CPU/msg", 0}, {1, half, pm, "CPU/msg", 0},
+		{1, gw, mq, "CPU/msg", 0},
 	}
 	fmt.Fprintln(w, "\n| QoS | ratio | of | median | per round | goal |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, g := range goals {
-		f := received
-		if g.what == "delivered" {
-			f = delivered
-		}
+		f := map[string]func(result) float64{"received": received, "delivered": delivered, "CPU/msg": cpuPerMsg}[g.what]
 		a, b := results[key(g.num, g.qos)], results[key(g.den, g.qos)]
 		per := make([]float64, len(a))
 		for i := range a {
@@ -89,19 +95,23 @@ func printTable(w io.Writer, o options, targets []target, results map[string][]r
 		}
 		fmt.Fprintf(w, "| %d | %s / %s | %s | %.2f | %.2f–%.2f | %s |\n", g.qos, g.num, g.den, g.what, ratio, p.lo, p.hi, verdict)
 	}
+	fmt.Fprintln(w, "\nmsgs/s ratios above 1 and CPU/msg ratios below 1 favour the first broker. Server CPU is user+system time")
+	fmt.Fprintln(w, "of all its threads during the round (/proc, 10 ms ticks); it depends less than msgs/s on what else the machine runs.")
 }
 
-// profile runs one more round against each gateway target and QoS while
-// the gateway's CPU profile is taken, and takes its allocation profile
-// before and after the round (compare with go tool pprof -base).
-func profile(ctx context.Context, dir string, o options, targets []target, pprofAddr string) error {
+// profile runs one more round against the gateway targets and plain
+// mochi, each QoS, while the server's CPU profile is taken, and takes its
+// allocation profile before and after the round (compare with go tool
+// pprof -base).
+func profile(ctx context.Context, dir string, o options, targets []target, pprofAddrs []string) error {
 	if err := os.MkdirAll(o.profile, 0o755); err != nil {
 		return err
 	}
-	base := "http://" + pprofAddr + "/debug/pprof/"
+	files := []string{"gateway-all", "gateway-half", "plainmochi"}
 	for _, qos := range []int{0, 1} {
-		for _, tg := range targets {
-			name := fmt.Sprintf("%s/gateway-%s-qos%d", o.profile, map[bool]string{true: "half", false: "all"}[tg.hot > 0], qos)
+		for i, tg := range targets {
+			base := "http://" + pprofAddrs[i] + "/debug/pprof/"
+			name := fmt.Sprintf("%s/%s-qos%d", o.profile, files[i], qos)
 			if err := fetch(ctx, base+"allocs", name+".allocs-before.pprof"); err != nil {
 				return err
 			}

@@ -17,8 +17,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	_ "net/http/pprof" // for -pprof
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -36,8 +39,13 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("plainmochi", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "MQTT TCP listen `address`")
+	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on `address` (for bench-e2e -profile)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *pprofAddr != "" {
+		runtime.MemProfileRate = 64 << 10 // as the gateway's profiling build
+		go func() { _ = http.ListenAndServe(*pprofAddr, nil) }()
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
