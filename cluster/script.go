@@ -1,0 +1,164 @@
+package cluster
+
+import "github.com/redis/go-redis/v9"
+
+// windowScript is one decision on a device's shared window, the same
+// ring-array sliding window as devicelimit's (see devicelimit/window.go
+// for the invariant and its proof), run atomically inside Redis.
+//
+// KEYS[1] is the device's window key. ARGV: limit, window length T in
+// microseconds, bucket count B, "1" to count (AllowAt) or "0" to look
+// (PeekAt), and an explicit time in microseconds that only tests pass;
+// empty in production, where the clock is Redis's TIME. It returns
+// {allowed 0|1, count, remaining, retry-after in microseconds}.
+//
+// Time is in microseconds since the Unix epoch, about 1.8e15 today:
+// Lua numbers are doubles, exact below 2^53 (9.0e15), and every product
+// below stays under that bound (t*B would not, so floor(t*B/T) is taken
+// as q*B + floor(r*B/T) with t = q*T + r). Bucket k covers the
+// microseconds t with floor(t*B/T) = k, devicelimit's boundaries when T
+// is a whole number of microseconds.
+//
+// The record is one string: head bucket, clock high-water, T (int64
+// each), B and total (uint32), then B+1 uint32 counts. The high-water
+// is the latest time the window was decided at; a decision never runs
+// earlier, so a Redis clock stepped back cannot empty a window. The key
+// expires when its newest bucket leaves the window: idle devices cost
+// nothing.
+const windowLua = `
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local T = tonumber(ARGV[2])
+local B = tonumber(ARGV[3])
+local count = ARGV[4] == '1'
+local S = B + 1
+
+local now
+if ARGV[5] ~= nil and ARGV[5] ~= '' then
+  now = tonumber(ARGV[5])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- divmod returns floor(a/b) and a - floor(a/b)*b exactly for integers
+-- a >= 0, b > 0 below 2^53: the double division may round across an
+-- integer, which the remainder's sign corrects.
+local function divmod(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1; r = r + b
+  elseif r >= b then
+    q = q + 1; r = r - b
+  end
+  return q, r
+end
+
+-- bucketOf returns floor(t*b/w).
+local function bucketOf(t, b, w)
+  if t <= 0 then return 0 end
+  local q, r = divmod(t, w)
+  local q2 = divmod(r * b, w)
+  return q * b + q2
+end
+
+-- bucketStart returns ceil(k*w/b), the first microsecond of bucket k.
+local function bucketStart(k, b, w)
+  if k <= 0 then return 0 end
+  local q, c = divmod(k, b)
+  local f, r = divmod(c * w, b)
+  if r > 0 then f = f + 1 end
+  return q * w + f
+end
+
+local HDR = '<i8i8i8I4I4'
+local rec = redis.call('GET', key)
+local head, hw, len, nb0, total
+local counts = {}
+if rec then
+  head, hw, len, nb0, total = struct.unpack(HDR, rec)
+  local old = nb0 + 1
+  local v = {struct.unpack('<' .. string.rep('I4', old), rec, 33)}
+  if len ~= T or nb0 ~= B then
+    -- Re-cut for a new length (or bucket count): the counts stay, all
+    -- in the newest bucket, so they expire no earlier than before.
+    if hw > now then now = hw end
+    local nb = bucketOf(now, B, T)
+    local keep = bucketOf(bucketStart(head + 1, nb0, len) - 1, B, T)
+    if keep > nb then nb = keep end
+    for i = 1, S do counts[i] = 0 end
+    head = nb
+    counts[(nb % S) + 1] = total
+  else
+    for i = 1, S do counts[i] = v[i] end
+  end
+else
+  if not count then
+    return {0, 0, limit, 0}
+  end
+  head = bucketOf(now, B, T)
+  hw = now
+  total = 0
+  for i = 1, S do counts[i] = 0 end
+end
+if hw > now then now = hw end
+hw = now
+
+local nb = bucketOf(now, B, T)
+if nb < head then
+  -- Only after a re-cut into a later bucket: decide as of the head.
+  nb = head
+  local s = bucketStart(head, B, T)
+  if s > now then now = s end
+else
+  local gap = nb - head
+  if gap >= S then
+    for i = 1, S do counts[i] = 0 end
+    total = 0
+  else
+    local slot = head % S
+    for _ = 1, gap do
+      slot = slot + 1
+      if slot == S then slot = 0 end
+      total = total - counts[slot + 1]
+      counts[slot + 1] = 0
+    end
+  end
+  head = nb
+end
+
+local slot = nb % S
+local allowed, remaining, retry = 0, 0, 0
+if total < limit then
+  if count then
+    counts[slot + 1] = counts[slot + 1] + 1
+    total = total + 1
+    allowed = 1
+  end
+  remaining = limit - total
+else
+  -- The oldest bucket whose expiry brings the total below the limit,
+  -- walking from the oldest slot (the one after the newest).
+  local excess = total - limit
+  local oldest = slot + 1
+  if oldest == S then oldest = 0 end
+  local prefix, pos = 0, 0
+  for i = 0, S - 1 do
+    local s = oldest + i
+    if s >= S then s = s - S end
+    prefix = prefix + counts[s + 1]
+    if prefix > excess then pos = i; break end
+  end
+  retry = bucketStart(nb - B + pos + S, B, T) - now
+end
+
+if count then
+  local ttl = bucketStart(head + S, B, T) - now
+  local ms = math.floor(ttl / 1000) + 1
+  redis.call('SET', key, struct.pack(HDR, head, hw, T, B, total) .. struct.pack('<' .. string.rep('I4', S), unpack(counts)), 'PX', ms)
+end
+return {allowed, total, remaining, retry}
+`
+
+var windowScript = redis.NewScript(windowLua)
