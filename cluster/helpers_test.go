@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -27,3 +28,5 @@ func newLimiter(t testing.TB, srv *redistest.Server, buckets int, policy Policy,
 	t.Cleanup(l.Close)
 	return l, tab
 }
+
+func gomaxprocs() int { return runtime.GOMAXPROCS(0) }

@@ -23,10 +23,12 @@ const (
 )
 
 // Sizing of the pipelines: up to maxBatch decisions that arrive
-// together go to Redis in one round trip; pipelines workers at a time.
+// together go to Redis in one round trip. One pipeline at a time makes
+// the largest batches: on a 2-core machine that beat 2 and 4 (55k
+// against 50k and 44k decisions/s at 16 callers).
 const (
 	maxBatch = 128
-	workers  = 4
+	workers  = 1
 )
 
 // Options configure a Limiter. Client and Local are required.

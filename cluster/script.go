@@ -20,7 +20,12 @@ import "github.com/redis/go-redis/v9"
 // is a whole number of microseconds.
 //
 // The record is one string: head bucket, clock high-water, T (int64
-// each), B and total (uint32), then B+1 uint32 counts. The high-water
+// each), B, total and limit (uint32), the instant the window admits
+// again after a refusal under that limit (int64, 0 when not full), then
+// B+1 uint32 counts: 44 + 4(B+1) bytes. A refusal before that instant
+// reads only the header and writes nothing; its Count is the window's
+// count when it was last written, at least the limit (the exact count
+// needs the ring, which is the costly part of the script). The high-water
 // is the latest time the window was decided at; a decision never runs
 // earlier, so a Redis clock stepped back cannot empty a window. The key
 // expires when its newest bucket leaves the window: idle devices cost
@@ -72,26 +77,34 @@ local function bucketStart(k, b, w)
   return q * w + f
 end
 
-local HDR = '<i8i8i8I4I4'
+local HDR = '<i8i8i8I4I4I4i8'
+-- The counts stay a string: slot i is the 4 bytes at 4i+1. Reading and
+-- rewriting a few slots costs less than a Lua table of them all.
+local body
+local function getc(i) return (struct.unpack('<I4', body, 4 * i + 1)) end
+local function setc(i, v) body = string.sub(body, 1, 4 * i) .. struct.pack('<I4', v) .. string.sub(body, 4 * i + 5) end
+local function zeros() body = string.rep('\0', 4 * S) end
+
 local rec = redis.call('GET', key)
-local head, hw, len, nb0, total
-local counts = {}
+local head, hw, len, nb0, total, ulimit, untilT
 if rec then
-  head, hw, len, nb0, total = struct.unpack(HDR, rec)
-  local old = nb0 + 1
-  local v = {struct.unpack('<' .. string.rep('I4', old), rec, 33)}
+  head, hw, len, nb0, total, ulimit, untilT = struct.unpack(HDR, rec)
+  if hw > now then now = hw end
+  if count and now < untilT and ulimit == limit and len == T and nb0 == B then
+    -- Still full: nothing expires before untilT, refusals add nothing.
+    return {0, total, 0, untilT - now}
+  end
   if len ~= T or nb0 ~= B then
     -- Re-cut for a new length (or bucket count): the counts stay, all
     -- in the newest bucket, so they expire no earlier than before.
-    if hw > now then now = hw end
     local nb = bucketOf(now, B, T)
     local keep = bucketOf(bucketStart(head + 1, nb0, len) - 1, B, T)
     if keep > nb then nb = keep end
-    for i = 1, S do counts[i] = 0 end
+    zeros()
     head = nb
-    counts[(nb % S) + 1] = total
+    setc(nb % S, total)
   else
-    for i = 1, S do counts[i] = v[i] end
+    body = string.sub(rec, 45)
   end
 else
   if not count then
@@ -100,7 +113,7 @@ else
   head = bucketOf(now, B, T)
   hw = now
   total = 0
-  for i = 1, S do counts[i] = 0 end
+  zeros()
 end
 if hw > now then now = hw end
 hw = now
@@ -111,18 +124,21 @@ if nb < head then
   nb = head
   local s = bucketStart(head, B, T)
   if s > now then now = s end
-else
+elseif nb > head then
   local gap = nb - head
   if gap >= S then
-    for i = 1, S do counts[i] = 0 end
+    zeros()
     total = 0
   else
     local slot = head % S
     for _ = 1, gap do
       slot = slot + 1
       if slot == S then slot = 0 end
-      total = total - counts[slot + 1]
-      counts[slot + 1] = 0
+      local c = getc(slot)
+      if c > 0 then
+        total = total - c
+        setc(slot, 0)
+      end
     end
   end
   head = nb
@@ -130,9 +146,10 @@ end
 
 local slot = nb % S
 local allowed, remaining, retry = 0, 0, 0
+untilT = 0
 if total < limit then
   if count then
-    counts[slot + 1] = counts[slot + 1] + 1
+    setc(slot, getc(slot) + 1)
     total = total + 1
     allowed = 1
   end
@@ -147,16 +164,17 @@ else
   for i = 0, S - 1 do
     local s = oldest + i
     if s >= S then s = s - S end
-    prefix = prefix + counts[s + 1]
+    prefix = prefix + getc(s)
     if prefix > excess then pos = i; break end
   end
-  retry = bucketStart(nb - B + pos + S, B, T) - now
+  untilT = bucketStart(nb - B + pos + S, B, T)
+  retry = untilT - now
 end
 
 if count then
   local ttl = bucketStart(head + S, B, T) - now
   local ms = math.floor(ttl / 1000) + 1
-  redis.call('SET', key, struct.pack(HDR, head, hw, T, B, total) .. struct.pack('<' .. string.rep('I4', S), unpack(counts)), 'PX', ms)
+  redis.call('SET', key, struct.pack(HDR, head, hw, T, B, total, limit, untilT) .. body, 'PX', ms)
 end
 return {allowed, total, remaining, retry}
 `
