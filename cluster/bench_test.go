@@ -15,11 +15,12 @@ import (
 )
 
 // BenchmarkDecisions compares, on one redis-server in one run, our
-// shared window (one Lua script per decision, concurrent decisions
-// pipelined) with github.com/go-redis/redis_rate/v10 (GCRA, one EVALSHA
+// shared window (a Lua script call decides the decisions that arrived
+// together) with github.com/go-redis/redis_rate/v10 (GCRA, one EVALSHA
 // round trip per decision), at 1 and 16 concurrent callers. Both enforce
 // 100 messages per 10 s on the same 10 000 devices asked in the same
-// order, so most decisions are refusals after the first round.
+// order, so each device is asked about every 10 000 decisions: admissions
+// for the first 100 rounds, refusals after.
 //
 //	go test -run '^$' -bench Decisions -benchmem -count 6 ./cluster/ > cluster.bench
 //	benchstat -col /impl cluster.bench

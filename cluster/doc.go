@@ -3,9 +3,9 @@
 // it connects to.
 //
 // Limiter decides like devicelimit.Table, but on a window kept in Redis
-// and updated by one atomic Lua script per decision (see windowLua), on
-// Redis's clock. Decisions that arrive together are sent in one
-// pipeline. When Redis is unreachable or slower than the timeout, a
+// and updated by a Lua script (see windowLua), on Redis's clock. A
+// script call runs atomically; decisions that arrive together go in one
+// call to a single server, or in one pipeline of calls to Redis Cluster. When Redis is unreachable or slower than the timeout, a
 // failure policy decides instead (Policy), and Redis is tried again
 // after a short pause: recovery needs nothing from the operator.
 //

@@ -69,6 +69,11 @@ type Limiter struct {
 	prefix  string
 	health  health
 
+	// multi is set for a single Redis server: a batch is one script
+	// call. Redis Cluster needs a call per decision (keys in one call
+	// must share a slot), pipelined.
+	multi bool
+
 	reqs chan *request
 	pool sync.Pool
 	stop chan struct{}
@@ -110,6 +115,7 @@ func New(opts Options) (*Limiter, error) {
 		reqs:   make(chan *request, workers*maxBatch),
 		stop:   make(chan struct{}),
 	}
+	_, l.multi = opts.Client.(*redis.Client)
 	l.pool.New = func() any {
 		t := time.NewTimer(time.Hour)
 		t.Stop()
@@ -223,6 +229,7 @@ func (l *Limiter) decide(device string, q devicelimit.Quota, now devicelimit.Tic
 func (l *Limiter) worker() {
 	defer l.wg.Done()
 	batch := make([]*request, 0, maxBatch)
+	var buf batchBuf
 	for {
 		select {
 		case r := <-l.reqs:
@@ -239,12 +246,19 @@ func (l *Limiter) worker() {
 				break drain
 			}
 		}
-		l.run(batch)
+		l.run(batch, &buf)
 	}
 }
 
+// batchBuf holds a worker's keys and arguments of one script call for
+// many decisions, reused from batch to batch.
+type batchBuf struct {
+	keys []string
+	args []any
+}
+
 // run sends batch in one pipeline and hands out the results.
-func (l *Limiter) run(batch []*request) {
+func (l *Limiter) run(batch []*request, buf *batchBuf) {
 	live := batch[:0]
 	for _, r := range batch {
 		if r.state.CompareAndSwap(pending, taken) {
@@ -256,15 +270,45 @@ func (l *Limiter) run(batch []*request) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
+	if l.multi {
+		l.runMulti(ctx, live, buf)
+		return
+	}
 	cmds := l.eval(ctx, live, false)
 	if err := cmds[0].Err(); err != nil && isNoScript(err) {
 		// Redis restarted or flushed its scripts: EVAL loads it again.
 		cmds = l.eval(ctx, live, true)
 	}
 	for i, r := range live {
-		r.res, r.err = decodeResult(cmds[i])
+		var v []int64
+		if v, r.err = cmds[i].Int64Slice(); r.err == nil {
+			r.res, r.err = decodeResult(v)
+		}
 		r.done <- struct{}{}
 	}
+}
+
+// runMulti decides the whole batch in one script call.
+func (l *Limiter) runMulti(ctx context.Context, live []*request, buf *batchBuf) {
+	buf.keys, buf.args = buf.keys[:0], buf.args[:0]
+	for _, r := range live {
+		buf.keys = append(buf.keys, r.key[0])
+		buf.args = append(buf.args, r.args[:]...)
+	}
+	v, err := windowScript.EvalSha(ctx, l.rdb, buf.keys, buf.args...).Int64Slice()
+	if err != nil && isNoScript(err) {
+		v, err = windowScript.Eval(ctx, l.rdb, buf.keys, buf.args...).Int64Slice()
+	}
+	if err == nil && len(v) != 4*len(live) {
+		err = errBadReply
+	}
+	for i, r := range live {
+		if r.err = err; err == nil {
+			r.res, r.err = decodeResult(v[4*i : 4*i+4])
+		}
+		r.done <- struct{}{}
+	}
+	clear(buf.args) // drop the references to the requests' values
 }
 
 func (l *Limiter) eval(ctx context.Context, live []*request, full bool) []*redis.Cmd {
@@ -283,14 +327,13 @@ func (l *Limiter) eval(ctx context.Context, live []*request, full bool) []*redis
 
 func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
-// decodeResult reads the script's {allowed, count, remaining, retry µs}.
-func decodeResult(cmd *redis.Cmd) (devicelimit.Decision, error) {
-	v, err := cmd.Int64Slice()
-	if err != nil {
-		return devicelimit.Decision{}, err
-	}
+var errBadReply = errors.New("window script: unexpected reply")
+
+// decodeResult reads one decision of the script's reply: allowed,
+// count, remaining, retry-after in microseconds.
+func decodeResult(v []int64) (devicelimit.Decision, error) {
 	if len(v) != 4 {
-		return devicelimit.Decision{}, errors.New("window script: unexpected reply")
+		return devicelimit.Decision{}, errBadReply
 	}
 	return devicelimit.Decision{Allowed: v[0] == 1, Count: int(v[1]), Remaining: int(v[2]), RetryAfter: time.Duration(v[3]) * time.Microsecond}, nil
 }
@@ -303,7 +346,11 @@ func (l *Limiter) evalAt(ctx context.Context, device string, q devicelimit.Quota
 	if count {
 		c = "1"
 	}
-	d, err := decodeResult(windowScript.Run(ctx, l.rdb, []string{l.windowKey(device)}, q.Limit, int64(q.Window/time.Microsecond), l.buckets, c, micros))
+	v, err := windowScript.Run(ctx, l.rdb, []string{l.windowKey(device)}, q.Limit, int64(q.Window/time.Microsecond), l.buckets, c, micros).Int64Slice()
+	if err != nil {
+		return devicelimit.Decision{}, err
+	}
+	d, err := decodeResult(v)
 	d.Limit = q.Limit
 	return d, err
 }

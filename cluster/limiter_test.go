@@ -10,11 +10,21 @@ import (
 	"devicegate/devicelimit"
 )
 
-// TestLimiterConcurrentExactlyN: 16 goroutines on one device, through
-// the pipelines, on Redis's clock: exactly N admitted.
+// TestLimiterConcurrentExactlyN: 16 goroutines on one device, on
+// Redis's clock: exactly N admitted, with batches decided in one script
+// call (a single server) and as a pipeline of calls (Redis Cluster).
 func TestLimiterConcurrentExactlyN(t *testing.T) {
+	for _, multi := range []bool{true, false} {
+		t.Run(map[bool]string{true: "one-call", false: "pipelined"}[multi], func(t *testing.T) {
+			testConcurrentExactlyN(t, multi)
+		})
+	}
+}
+
+func testConcurrentExactlyN(t *testing.T, multi bool) {
 	srv := redistest.Start(t)
 	l, _ := newLimiter(t, srv, 20, PolicyFailClosed, time.Second)
+	l.multi = multi
 	q := devicelimit.Quota{Limit: 500, Window: time.Hour}
 	var allowed, refused atomic.Int64
 	var wg sync.WaitGroup

@@ -2,15 +2,19 @@ package cluster
 
 import "github.com/redis/go-redis/v9"
 
-// windowScript is one decision on a device's shared window, the same
+// windowLua decides on devices' shared windows, the same
 // ring-array sliding window as devicelimit's (see devicelimit/window.go
 // for the invariant and its proof), run atomically inside Redis.
 //
-// KEYS[1] is the device's window key. ARGV: limit, window length T in
-// microseconds, bucket count B, "1" to count (AllowAt) or "0" to look
-// (PeekAt), and an explicit time in microseconds that only tests pass;
-// empty in production, where the clock is Redis's TIME. It returns
-// {allowed 0|1, count, remaining, retry-after in microseconds}.
+// KEYS are the windows of one or more decisions, each its own; ARGV has
+// four values per key: limit, window length T in microseconds, bucket
+// count B, "1" to count (AllowAt) or "0" to look (PeekAt); then an
+// explicit time in microseconds that only tests pass, empty in
+// production, where the clock is Redis's TIME (read once per call). It
+// returns four integers per key: allowed 0|1, count, remaining,
+// retry-after in microseconds. Several decisions in one call save the
+// script's fixed costs; on Redis Cluster, where one call's keys must
+// share a slot, each decision is a call of its own.
 //
 // Time is in microseconds since the Unix epoch, about 1.8e15 today:
 // Lua numbers are doubles, exact below 2^53 (9.0e15), and every product
@@ -31,19 +35,13 @@ import "github.com/redis/go-redis/v9"
 // expires when its newest bucket leaves the window: idle devices cost
 // nothing.
 const windowLua = `
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local T = tonumber(ARGV[2])
-local B = tonumber(ARGV[3])
-local count = ARGV[4] == '1'
-local S = B + 1
-
-local now
-if ARGV[5] ~= nil and ARGV[5] ~= '' then
-  now = tonumber(ARGV[5])
+local n = #KEYS
+local clock
+if ARGV[4 * n + 1] ~= nil and ARGV[4 * n + 1] ~= '' then
+  clock = tonumber(ARGV[4 * n + 1])
 else
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 -- divmod returns floor(a/b) and a - floor(a/b)*b exactly for integers
@@ -83,100 +81,111 @@ local HDR = '<i8i8i8I4I4I4i8'
 local body
 local function getc(i) return (struct.unpack('<I4', body, 4 * i + 1)) end
 local function setc(i, v) body = string.sub(body, 1, 4 * i) .. struct.pack('<I4', v) .. string.sub(body, 4 * i + 5) end
-local function zeros() body = string.rep('\0', 4 * S) end
 
-local rec = redis.call('GET', key)
-local head, hw, len, nb0, total, ulimit, untilT
-if rec then
-  head, hw, len, nb0, total, ulimit, untilT = struct.unpack(HDR, rec)
-  if hw > now then now = hw end
-  if count and now < untilT and ulimit == limit and len == T and nb0 == B then
-    -- Still full: nothing expires before untilT, refusals add nothing.
-    return {0, total, 0, untilT - now}
-  end
-  if len ~= T or nb0 ~= B then
-    -- Re-cut for a new length (or bucket count): the counts stay, all
-    -- in the newest bucket, so they expire no earlier than before.
-    local nb = bucketOf(now, B, T)
-    local keep = bucketOf(bucketStart(head + 1, nb0, len) - 1, B, T)
-    if keep > nb then nb = keep end
-    zeros()
-    head = nb
-    setc(nb % S, total)
+-- decide is one decision on the window at key; it returns allowed,
+-- count, remaining and retry-after.
+local function decide(key, limit, T, B, count, now)
+  local S = B + 1
+  local rec = redis.call('GET', key)
+  local head, hw, len, nb0, total, ulimit, untilT
+  if rec then
+    head, hw, len, nb0, total, ulimit, untilT = struct.unpack(HDR, rec)
+    if hw > now then now = hw end
+    if count and now < untilT and ulimit == limit and len == T and nb0 == B then
+      -- Still full: nothing expires before untilT, refusals add nothing.
+      return 0, total, 0, untilT - now
+    end
+    if len ~= T or nb0 ~= B then
+      -- Re-cut for a new length (or bucket count): the counts stay, all
+      -- in the newest bucket, so they expire no earlier than before.
+      local nb = bucketOf(now, B, T)
+      local keep = bucketOf(bucketStart(head + 1, nb0, len) - 1, B, T)
+      if keep > nb then nb = keep end
+      body = string.rep('\0', 4 * S)
+      head = nb
+      setc(nb % S, total)
+    else
+      body = string.sub(rec, 45)
+    end
   else
-    body = string.sub(rec, 45)
-  end
-else
-  if not count then
-    return {0, 0, limit, 0}
-  end
-  head = bucketOf(now, B, T)
-  hw = now
-  total = 0
-  zeros()
-end
-if hw > now then now = hw end
-hw = now
-
-local nb = bucketOf(now, B, T)
-if nb < head then
-  -- Only after a re-cut into a later bucket: decide as of the head.
-  nb = head
-  local s = bucketStart(head, B, T)
-  if s > now then now = s end
-elseif nb > head then
-  local gap = nb - head
-  if gap >= S then
-    zeros()
+    if not count then
+      return 0, 0, limit, 0
+    end
+    head = bucketOf(now, B, T)
+    hw = now
     total = 0
-  else
-    local slot = head % S
-    for _ = 1, gap do
-      slot = slot + 1
-      if slot == S then slot = 0 end
-      local c = getc(slot)
-      if c > 0 then
-        total = total - c
-        setc(slot, 0)
+    body = string.rep('\0', 4 * S)
+  end
+  if hw > now then now = hw end
+  hw = now
+
+  local nb = bucketOf(now, B, T)
+  if nb < head then
+    -- Only after a re-cut into a later bucket: decide as of the head.
+    nb = head
+    local s = bucketStart(head, B, T)
+    if s > now then now = s end
+  elseif nb > head then
+    local gap = nb - head
+    if gap >= S then
+      body = string.rep('\0', 4 * S)
+      total = 0
+    else
+      local slot = head % S
+      for _ = 1, gap do
+        slot = slot + 1
+        if slot == S then slot = 0 end
+        local c = getc(slot)
+        if c > 0 then
+          total = total - c
+          setc(slot, 0)
+        end
       end
     end
+    head = nb
   end
-  head = nb
-end
 
-local slot = nb % S
-local allowed, remaining, retry = 0, 0, 0
-untilT = 0
-if total < limit then
+  local slot = nb % S
+  local allowed, remaining, retry = 0, 0, 0
+  untilT = 0
+  if total < limit then
+    if count then
+      setc(slot, getc(slot) + 1)
+      total = total + 1
+      allowed = 1
+    end
+    remaining = limit - total
+  else
+    -- The oldest bucket whose expiry brings the total below the limit,
+    -- walking from the oldest slot (the one after the newest).
+    local excess = total - limit
+    local oldest = slot + 1
+    if oldest == S then oldest = 0 end
+    local prefix, pos = 0, 0
+    for i = 0, S - 1 do
+      local s = oldest + i
+      if s >= S then s = s - S end
+      prefix = prefix + getc(s)
+      if prefix > excess then pos = i; break end
+    end
+    untilT = bucketStart(nb - B + pos + S, B, T)
+    retry = untilT - now
+  end
+
   if count then
-    setc(slot, getc(slot) + 1)
-    total = total + 1
-    allowed = 1
+    local ttl = bucketStart(head + S, B, T) - now
+    local ms = math.floor(ttl / 1000) + 1
+    redis.call('SET', key, struct.pack(HDR, head, hw, T, B, total, limit, untilT) .. body, 'PX', ms)
   end
-  remaining = limit - total
-else
-  -- The oldest bucket whose expiry brings the total below the limit,
-  -- walking from the oldest slot (the one after the newest).
-  local excess = total - limit
-  local oldest = slot + 1
-  if oldest == S then oldest = 0 end
-  local prefix, pos = 0, 0
-  for i = 0, S - 1 do
-    local s = oldest + i
-    if s >= S then s = s - S end
-    prefix = prefix + getc(s)
-    if prefix > excess then pos = i; break end
-  end
-  untilT = bucketStart(nb - B + pos + S, B, T)
-  retry = untilT - now
+  return allowed, total, remaining, retry
 end
 
-if count then
-  local ttl = bucketStart(head + S, B, T) - now
-  local ms = math.floor(ttl / 1000) + 1
-  redis.call('SET', key, struct.pack(HDR, head, hw, T, B, total, limit, untilT) .. body, 'PX', ms)
+local out = {}
+for i = 1, n do
+  local a = 4 * i
+  out[a - 3], out[a - 2], out[a - 1], out[a] = decide(KEYS[i], tonumber(ARGV[a - 3]), tonumber(ARGV[a - 2]), tonumber(ARGV[a - 1]), ARGV[a] == '1', clock)
 end
-return {allowed, total, remaining, retry}
+return out
 `
 
 var windowScript = redis.NewScript(windowLua)
