@@ -74,6 +74,10 @@ type Limiter struct {
 	// must share a slot), pipelined.
 	multi bool
 
+	// inflight counts the decisions under way: one alone calls Redis
+	// itself, without the hand-off to a pipeline worker.
+	inflight atomic.Int64
+
 	reqs chan *request
 	pool sync.Pool
 	stop chan struct{}
@@ -197,6 +201,10 @@ func (l *Limiter) decide(device string, q devicelimit.Quota, now devicelimit.Tic
 	if count {
 		r.args[3] = "1"
 	}
+	defer l.inflight.Add(-1)
+	if l.inflight.Add(1) == 1 {
+		return l.direct(r, device, q, now, count)
+	}
 	r.timer.Reset(l.timeout)
 	select {
 	case l.reqs <- r:
@@ -222,6 +230,28 @@ func (l *Limiter) decide(device string, q devicelimit.Quota, now devicelimit.Tic
 		l.health.failed(ErrTimeout)
 		return l.fallback(device, q, now, count)
 	}
+}
+
+// direct takes r's decision with a call of its own.
+func (l *Limiter) direct(r *request, device string, q devicelimit.Quota, now devicelimit.Tick, count bool) devicelimit.Decision {
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	v, err := windowScript.EvalSha(ctx, l.rdb, r.key[:], r.args[:]...).Int64Slice()
+	if err != nil && isNoScript(err) {
+		v, err = windowScript.Eval(ctx, l.rdb, r.key[:], r.args[:]...).Int64Slice()
+	}
+	var d devicelimit.Decision
+	if err == nil {
+		d, err = decodeResult(v)
+	}
+	l.pool.Put(r)
+	if err != nil {
+		l.health.failed(err)
+		return l.fallback(device, q, now, count)
+	}
+	l.health.ok()
+	d.Limit = q.Limit
+	return d
 }
 
 // worker sends the decisions waiting in reqs, as many as are there (up
