@@ -14,6 +14,7 @@ import (
 	"devicegate/broker"
 	"devicegate/cluster"
 	"devicegate/config"
+	"devicegate/devicelimit"
 	"devicegate/persist"
 )
 
@@ -124,4 +125,35 @@ func (g *gateway) closeCluster(context.Context) error {
 		return fmt.Errorf("close redis clients: %w", err)
 	}
 	return nil
+}
+
+// adminWindows returns the windows the admin API reads and resets: nil
+// (the table) unless they are shared.
+func (g *gateway) adminWindows() admin.Windows {
+	if g.cluster == nil {
+		return nil
+	}
+	return sharedWindows{g.cluster.limiter, g.table}
+}
+
+// sharedWindows are the windows in Redis, as the admin API sees them.
+type sharedWindows struct {
+	l     *cluster.Limiter
+	local *devicelimit.Table
+}
+
+func (w sharedWindows) PeekAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
+	return w.l.PeekAt(device, q, now)
+}
+
+// Reset empties the shared window, and this gateway's own, which the
+// failure policy local decides on.
+func (w sharedWindows) Reset(device string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	had, err := w.l.Reset(ctx, device)
+	if err != nil {
+		return false, err
+	}
+	return w.local.Reset(device) || had, nil
 }

@@ -45,6 +45,17 @@ func TestClusterSharedWindowProcess(t *testing.T) {
 	c.close()
 	c = dial5(t, b.mqtt, "dev-1") // the load balancer sends it elsewhere
 	c.mustPublish(t, "t", "4th on B", codeQuotaExceeded)
+	// B's admin API shows the shared window; a reset through it empties
+	// the window for every gateway.
+	if m := b.mustCall(t, 200, "GET", devicePath("dev-1"), ""); m["used"] != 3.0 || m["remaining"] != 0.0 {
+		t.Fatalf("GET dev-1 on B = %v, want used 3, remaining 0", m)
+	}
+	if m := b.mustCall(t, 200, "POST", devicePath("dev-1")+"/reset", ""); m["reset"] != true {
+		t.Fatalf("reset on B = %v", m)
+	}
+	c.close()
+	c = dial5(t, a.mqtt, "dev-1")
+	c.mustPublish(t, "t", "after the reset on B", codeSuccess)
 	c.close()
 
 	d := dial5(t, a.mqtt, "dev-2")

@@ -218,6 +218,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		Identity:  identity,
 		Clock:     g.clock,
 		Overrides: g.adminOverrides(),
+		Windows:   g.adminWindows(),
 		Devices:   brokerDevices{srv},
 		Throttled: topThrottled{g.topk, g.clock},
 		Registry:  reg,
