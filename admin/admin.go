@@ -75,6 +75,9 @@ type Options struct {
 	Throttled Throttled
 	Registry  *prometheus.Registry // served at /metrics
 	Logger    *slog.Logger
+	// Windows, when not nil, is where device status and reset read
+	// and empty windows instead of Table (windows shared in Redis).
+	Windows Windows
 }
 
 // Server is the admin HTTP server. Create it with New; Handler serves

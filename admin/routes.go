@@ -217,7 +217,7 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	} else {
 		q, src = s.opts.Resolver.Rule(clientID, username)
 	}
-	d := s.opts.Table.PeekAt(id, q, now)
+	d := s.windows().PeekAt(id, q, now)
 	out := deviceJSON{
 		Device:     id,
 		Quota:      quotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()},
@@ -360,7 +360,12 @@ func (s *Server) resetDevice(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	reset := s.opts.Table.Reset(id)
+	reset, err := s.windows().Reset(id)
+	if err != nil {
+		s.log.Error("device window reset failed", "device", id, "err", err.Error())
+		writeError(w, http.StatusServiceUnavailable, "reset failed; see the gateway's log")
+		return
+	}
 	if reset {
 		s.log.Info("device window reset", "device", id)
 	}

@@ -50,6 +50,12 @@ type Options struct {
 	// at its decision instant. Admitted and deferred publishes are not
 	// recorded.
 	Throttled *devicelimit.TopK
+	// Limiter, when not nil, takes the publish and release decisions
+	// instead of Table, for example windows shared in Redis
+	// (cluster.Limiter). Table still holds this process's windows
+	// (snapshots, the admin API, a limiter's local fallback). Its bucket
+	// count must be Table's.
+	Limiter Limiter
 }
 
 func (o *Options) validate() error {
@@ -66,6 +72,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: Identity: unknown identity %d", ErrInvalidOptions, o.Identity)
 	case o.SweepInterval < 0:
 		return fmt.Errorf("%w: SweepInterval must be >= 0 (got %q)", ErrInvalidOptions, o.SweepInterval.String())
+	case o.Limiter != nil && o.Limiter.Buckets() != o.Table.Buckets():
+		return fmt.Errorf("%w: Limiter has %d buckets but Table has %d", ErrInvalidOptions, o.Limiter.Buckets(), o.Table.Buckets())
 	case o.Table.Buckets() != o.Resolver.Buckets():
 		// A quota valid for fewer buckets may give buckets shorter than
 		// the table accepts, and the table refuses every message.
@@ -133,6 +141,7 @@ func New(opts Options) (*Server, error) {
 	h := &throttle{
 		srv:      srv,
 		table:    opts.Table,
+		limiter:  limiterOf(&opts),
 		resolver: opts.Resolver,
 		clock:    opts.Clock,
 		identity: opts.Identity,

@@ -134,7 +134,7 @@ const (
 type deferrer struct {
 	store    DeferStore
 	limits   DeferLimits
-	table    *devicelimit.Table
+	table    Limiter // the throttle's limiter: releases decide on the same windows
 	resolver *devicelimit.Resolver
 	clock    devicelimit.Clock
 	log      *slog.Logger
@@ -211,7 +211,7 @@ func newDeferrer(store DeferStore, limits DeferLimits, h *throttle) *deferrer {
 	d := &deferrer{
 		store:    store,
 		limits:   limits.withDefaults(),
-		table:    h.table,
+		table:    h.limiter,
 		resolver: h.resolver,
 		clock:    h.clock,
 		log:      h.log,

@@ -110,6 +110,7 @@ type throttle struct {
 
 	srv      *mqtt.Server // to refuse a CONNECT
 	table    *devicelimit.Table
+	limiter  Limiter // decides publishes: Options.Limiter, else table
 	resolver *devicelimit.Resolver
 	clock    devicelimit.Clock
 	identity devicelimit.Identity
@@ -372,7 +373,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	if q.Policy == devicelimit.PolicyDefer && h.def != nil {
 		return pk, h.deferPublish(cl, &pk, c, q, now)
 	}
-	d := h.table.AllowAt(c.device, q, now)
+	d := h.limiter.AllowAt(c.device, q, now)
 	if d.Allowed {
 		h.allowed.Add(1)
 		return pk, nil

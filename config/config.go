@@ -35,6 +35,15 @@
 //	    restore_delay: 5s          # after a start, queued messages wait this long for consumers to reconnect
 //	log:
 //	  level: info                  # debug, info, warn or error
+//	cluster:                       # absent: one gateway, state in data_dir only
+//	  redis:
+//	    addrs: ["10.0.0.5:6379"]   # host:port, one or more (several: Redis Cluster)
+//	    username: ""               # ACL user, optional
+//	    password: ""               # or GATEWAY_REDIS_PASSWORD
+//	    tls: false                 # TLS to Redis, verified against the system roots
+//	    db: 0                      # database number, 0..15; must be 0 with several addrs
+//	    timeout: 50ms              # longest a decision waits for Redis
+//	  failure_policy: local        # Redis down or slow: fail-open, fail-closed or local
 //
 // A rule's quota keys that are left out take their value from
 // limits.default in the same file. Policies are drop, defer and
@@ -67,6 +76,9 @@ type Config struct {
 	Persist Persist `yaml:"persist"`
 	Limits  Limits  `yaml:"limits"`
 	Log     Log     `yaml:"log"`
+	// Cluster, when cluster.redis.addrs is set, shares device windows
+	// and quota overrides between gateways in Redis.
+	Cluster Cluster `yaml:"cluster"`
 }
 
 // MQTT configures the MQTT listeners.
@@ -189,6 +201,10 @@ func Default() Config {
 			},
 		},
 		Log: Log{Level: "info"},
+		Cluster: Cluster{
+			Redis:         Redis{Timeout: Duration(DefaultRedisTimeout)},
+			FailurePolicy: "local",
+		},
 	}
 }
 

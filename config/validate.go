@@ -78,6 +78,7 @@ func (c Config) Validate() error {
 	if _, err := parseLevel(c.Log.Level); err != nil {
 		v.add("log.level", err.Error())
 	}
+	v.cluster(c.Cluster)
 	if len(v.errs) == 0 {
 		return nil
 	}

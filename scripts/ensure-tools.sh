@@ -11,6 +11,7 @@ TOOLS=(
 	"mosquitto_pub mosquitto-clients"
 	"mosquitto_sub mosquitto-clients"
 	"mosquitto mosquitto"
+	"redis-server redis-server"
 )
 
 # have reports whether a program is on PATH or in an sbin directory,

@@ -64,6 +64,7 @@ type gateway struct {
 	srv      *broker.Server
 	topk     *devicelimit.TopK
 	admin    *admin.Server
+	cluster  *clusterParts // nil unless cluster.redis is configured
 
 	// started is set once startGateway has succeeded; prevUnclean when
 	// the previous run had not shut down cleanly. Close keeps the file
@@ -156,9 +157,13 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	g.snap = persist.NewSnapshotter(store, table, g.clock, interval, log)
 	g.snap.Start()
 
+	if err := g.startCluster(cfg); err != nil {
+		return nil, err
+	}
 	g.topk = devicelimit.NewTopK(throttledK, throttledPeriod)
 	srv, err := broker.New(broker.Options{
 		Throttled: g.topk,
+		Limiter:   g.brokerLimiter(),
 		TCPAddr:   cfg.MQTT.TCP,
 		Table:     table,
 		Resolver:  resolver,
@@ -204,6 +209,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.NewCollector(statsSource{srv: srv, table: table, snap: g.snap, rollbacks: rollbacks}),
 	)
+	g.registerClusterMetrics(reg)
 	g.admin, err = admin.New(admin.Options{
 		Addr:      cfg.Admin.Addr,
 		Token:     token,
@@ -211,7 +217,8 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		Resolver:  resolver,
 		Identity:  identity,
 		Clock:     g.clock,
-		Overrides: persist.BoundOverrides{Store: store, Resolver: resolver},
+		Overrides: g.adminOverrides(),
+		Windows:   g.adminWindows(),
 		Devices:   brokerDevices{srv},
 		Throttled: topThrottled{g.topk, g.clock},
 		Registry:  reg,
@@ -276,6 +283,9 @@ func (g *gateway) close(ctx context.Context) error {
 		}
 	}
 	stopFailed := len(errs) > 0 // MQTT or admin may still have changed state
+	if err := within(ctx, g.closeCluster); err != nil {
+		errs = append(errs, err)
+	}
 	if g.snap != nil {
 		if err := within(ctx, g.snap.Close); err != nil {
 			errs = append(errs, fmt.Errorf("final snapshot: %w", err))

@@ -1,0 +1,30 @@
+package broker
+
+import "devicegate/devicelimit"
+
+// Limiter takes the throttle's decisions: every device publish, and
+// every release of a deferred message, goes through AllowAt. A
+// *devicelimit.Table is one (the default: windows in this process);
+// cluster.Limiter is another (windows shared by several gateways in
+// Redis). Implementations must be safe for concurrent use and must not
+// block the publish path for long: a slow backend decides by its own
+// failure policy.
+type Limiter interface {
+	// AllowAt decides whether device may publish one message at now
+	// under q, and counts it when allowed.
+	AllowAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision
+	// PeekAt returns the decision AllowAt would make, without counting.
+	PeekAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision
+	// Buckets returns the number of buckets per window, which quotas
+	// are validated against.
+	Buckets() int
+}
+
+// limiterOf returns the limiter Options asks for: Options.Limiter, or
+// the table when there is none.
+func limiterOf(o *Options) Limiter {
+	if o.Limiter != nil {
+		return o.Limiter
+	}
+	return o.Table
+}

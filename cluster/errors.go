@@ -1,0 +1,16 @@
+package cluster
+
+import "errors"
+
+// Sentinel errors.
+var (
+	// ErrInvalidOptions reports Options New cannot use.
+	ErrInvalidOptions = errors.New("invalid cluster options")
+	// ErrInvalidPolicy reports an unknown failure policy name.
+	ErrInvalidPolicy = errors.New("invalid failure policy")
+	// ErrTimeout reports a decision Redis did not answer in time.
+	ErrTimeout = errors.New("redis did not answer within the timeout")
+	// ErrBadOverride reports an override record in Redis that cannot be
+	// decoded.
+	ErrBadOverride = errors.New("invalid override record")
+)

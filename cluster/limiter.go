@@ -1,0 +1,393 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"devicegate/devicelimit"
+)
+
+// Defaults of Options' zero fields.
+const (
+	DefaultTimeout       = 50 * time.Millisecond
+	DefaultRetryInterval = 250 * time.Millisecond
+	DefaultPrefix        = "devicegate:"
+)
+
+// Sizing of the pipelines: up to maxBatch decisions that arrive
+// together go to Redis in one round trip. One pipeline at a time makes
+// the largest batches: on a 2-core machine that beat 2 and 4 (55k
+// against 50k and 44k decisions/s at 16 callers).
+const (
+	maxBatch = 128
+	workers  = 1
+)
+
+// Options configure a Limiter. Client and Local are required.
+type Options struct {
+	// Client reaches Redis; a *redis.ClusterClient for Redis Cluster.
+	// Its read and write timeouts should not exceed Timeout.
+	Client redis.UniversalClient
+	// Local is this gateway's own table: its bucket count is the shared
+	// windows', and PolicyLocal decides on it while Redis is down.
+	Local *devicelimit.Table
+	// Timeout is the longest a decision waits for Redis
+	// (DefaultTimeout when 0).
+	Timeout time.Duration
+	// Policy decides while Redis is unreachable or slow.
+	Policy Policy
+	// RetryInterval is how long decisions go straight to the policy
+	// after a failure before Redis is tried again
+	// (DefaultRetryInterval when 0).
+	RetryInterval time.Duration
+	// Prefix starts every key and channel name (DefaultPrefix when "").
+	// Gateways sharing windows must use the same prefix.
+	Prefix string
+	// Logger receives the failure and recovery lines; nil discards.
+	Logger *slog.Logger
+}
+
+// Limiter decides on device windows shared in Redis; it has the
+// decision contract of devicelimit.Table (AllowAt, PeekAt). The now
+// argument is used only by the failure policy: shared windows run on
+// Redis's clock (TIME), the one clock every gateway sees. Use New; Close
+// stops its goroutines. Safe for concurrent use.
+type Limiter struct {
+	rdb     redis.UniversalClient
+	local   *devicelimit.Table
+	buckets int
+	timeout time.Duration
+	policy  Policy
+	prefix  string
+	health  health
+
+	// multi is set for a single Redis server: a batch is one script
+	// call. Redis Cluster needs a call per decision (keys in one call
+	// must share a slot), pipelined.
+	multi bool
+
+	// inflight counts the decisions under way: one alone calls Redis
+	// itself, without the hand-off to a pipeline worker.
+	inflight atomic.Int64
+
+	reqs chan *request
+	pool sync.Pool
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// New builds a limiter and starts its pipeline workers. It does not
+// contact Redis: a Redis down at start-up is handled like one that
+// fails later.
+func New(opts Options) (*Limiter, error) {
+	switch {
+	case opts.Client == nil:
+		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidOptions)
+	case opts.Local == nil:
+		return nil, fmt.Errorf("%w: Local is nil", ErrInvalidOptions)
+	case opts.Timeout < 0 || opts.RetryInterval < 0:
+		return nil, fmt.Errorf("%w: Timeout and RetryInterval must be >= 0", ErrInvalidOptions)
+	case int(opts.Policy) >= len(policyNames):
+		return nil, fmt.Errorf("%w: %d", ErrInvalidPolicy, uint8(opts.Policy))
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.RetryInterval == 0 {
+		opts.RetryInterval = DefaultRetryInterval
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &Limiter{
+		rdb: opts.Client, local: opts.Local, buckets: opts.Local.Buckets(),
+		timeout: opts.Timeout, policy: opts.Policy, prefix: opts.Prefix,
+		health: health{log: log, policy: opts.Policy, retry: opts.RetryInterval, logEvery: 10 * time.Second, start: time.Now()},
+		reqs:   make(chan *request, workers*maxBatch),
+		stop:   make(chan struct{}),
+	}
+	_, l.multi = opts.Client.(*redis.Client)
+	l.pool.New = func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return &request{done: make(chan struct{}, 1), timer: t}
+	}
+	l.wg.Add(workers)
+	for range workers {
+		go l.worker()
+	}
+	return l, nil
+}
+
+// Buckets returns the number of buckets per window.
+func (l *Limiter) Buckets() int { return l.buckets }
+
+// Policy returns the failure policy.
+func (l *Limiter) Policy() Policy { return l.policy }
+
+// windowKey returns the device's window key. The braces make the device
+// ID the key's hash tag, so on Redis Cluster a device's keys share a
+// slot.
+func (l *Limiter) windowKey(device string) string {
+	return l.prefix + "w:{" + device + "}"
+}
+
+// AllowAt decides whether device may publish one message under quota q,
+// and counts it in the shared window when allowed. An invalid quota is
+// refused, as by devicelimit.Table.
+func (l *Limiter) AllowAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
+	return l.decide(device, q, now, true)
+}
+
+// PeekAt returns the decision AllowAt would make, without counting.
+func (l *Limiter) PeekAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
+	return l.decide(device, q, now, false)
+}
+
+// Reset empties the device's shared window and reports whether it had
+// one.
+func (l *Limiter) Reset(ctx context.Context, device string) (bool, error) {
+	n, err := l.rdb.Del(ctx, l.windowKey(device)).Result()
+	if err != nil {
+		return false, fmt.Errorf("reset window of %q: %w", device, err)
+	}
+	return n > 0, nil
+}
+
+const (
+	pending   uint32 = iota
+	taken            // a worker sends it
+	abandoned        // its caller stopped waiting first
+)
+
+// request is one decision on its way through a pipeline. Requests are
+// pooled; one whose caller gave up is left to the garbage collector,
+// since its worker may still write to it.
+type request struct {
+	key   [1]string
+	args  [4]any
+	state atomic.Uint32
+	res   devicelimit.Decision
+	err   error
+	done  chan struct{} // capacity 1, signalled once the result is set
+	timer *time.Timer
+}
+
+func (l *Limiter) decide(device string, q devicelimit.Quota, now devicelimit.Tick, count bool) devicelimit.Decision {
+	if q.Limit < 1 || q.Limit > devicelimit.MaxLimit || q.Window < time.Duration(l.buckets)*devicelimit.MinBucketWidth || q.Window > devicelimit.MaxWindow {
+		return devicelimit.Decision{Limit: q.Limit}
+	}
+	if l.health.skip() {
+		return l.fallback(device, q, now, count)
+	}
+	r := l.pool.Get().(*request)
+	r.state.Store(pending)
+	r.key[0] = l.windowKey(device)
+	r.args[0], r.args[1], r.args[2] = q.Limit, int64(q.Window/time.Microsecond), l.buckets
+	r.args[3] = "0"
+	if count {
+		r.args[3] = "1"
+	}
+	defer l.inflight.Add(-1)
+	if l.inflight.Add(1) == 1 {
+		return l.direct(r, device, q, now, count)
+	}
+	r.timer.Reset(l.timeout)
+	select {
+	case l.reqs <- r:
+	case <-r.timer.C:
+		l.health.failed(ErrTimeout)
+		return l.fallback(device, q, now, count)
+	}
+	select {
+	case <-r.done:
+		r.timer.Stop()
+		if r.err != nil {
+			l.health.failed(r.err)
+			l.pool.Put(r)
+			return l.fallback(device, q, now, count)
+		}
+		l.health.ok()
+		d := r.res
+		d.Limit = q.Limit
+		l.pool.Put(r)
+		return d
+	case <-r.timer.C:
+		r.state.CompareAndSwap(pending, abandoned)
+		l.health.failed(ErrTimeout)
+		return l.fallback(device, q, now, count)
+	}
+}
+
+// direct takes r's decision with a call of its own.
+func (l *Limiter) direct(r *request, device string, q devicelimit.Quota, now devicelimit.Tick, count bool) devicelimit.Decision {
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	v, err := windowScript.EvalSha(ctx, l.rdb, r.key[:], r.args[:]...).Int64Slice()
+	if err != nil && isNoScript(err) {
+		v, err = windowScript.Eval(ctx, l.rdb, r.key[:], r.args[:]...).Int64Slice()
+	}
+	var d devicelimit.Decision
+	if err == nil {
+		d, err = decodeResult(v)
+	}
+	l.pool.Put(r)
+	if err != nil {
+		l.health.failed(err)
+		return l.fallback(device, q, now, count)
+	}
+	l.health.ok()
+	d.Limit = q.Limit
+	return d
+}
+
+// worker sends the decisions waiting in reqs, as many as are there (up
+// to maxBatch), in one pipeline.
+func (l *Limiter) worker() {
+	defer l.wg.Done()
+	batch := make([]*request, 0, maxBatch)
+	var buf batchBuf
+	for {
+		select {
+		case r := <-l.reqs:
+			batch = append(batch[:0], r)
+		case <-l.stop:
+			return
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-l.reqs:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		l.run(batch, &buf)
+	}
+}
+
+// batchBuf holds a worker's keys and arguments of one script call for
+// many decisions, reused from batch to batch.
+type batchBuf struct {
+	keys []string
+	args []any
+}
+
+// run sends batch in one pipeline and hands out the results.
+func (l *Limiter) run(batch []*request, buf *batchBuf) {
+	live := batch[:0]
+	for _, r := range batch {
+		if r.state.CompareAndSwap(pending, taken) {
+			live = append(live, r)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	if l.multi {
+		l.runMulti(ctx, live, buf)
+		return
+	}
+	cmds := l.eval(ctx, live, false)
+	if err := cmds[0].Err(); err != nil && isNoScript(err) {
+		// Redis restarted or flushed its scripts: EVAL loads it again.
+		cmds = l.eval(ctx, live, true)
+	}
+	for i, r := range live {
+		var v []int64
+		if v, r.err = cmds[i].Int64Slice(); r.err == nil {
+			r.res, r.err = decodeResult(v)
+		}
+		r.done <- struct{}{}
+	}
+}
+
+// runMulti decides the whole batch in one script call.
+func (l *Limiter) runMulti(ctx context.Context, live []*request, buf *batchBuf) {
+	buf.keys, buf.args = buf.keys[:0], buf.args[:0]
+	for _, r := range live {
+		buf.keys = append(buf.keys, r.key[0])
+		buf.args = append(buf.args, r.args[:]...)
+	}
+	v, err := windowScript.EvalSha(ctx, l.rdb, buf.keys, buf.args...).Int64Slice()
+	if err != nil && isNoScript(err) {
+		v, err = windowScript.Eval(ctx, l.rdb, buf.keys, buf.args...).Int64Slice()
+	}
+	if err == nil && len(v) != 4*len(live) {
+		err = errBadReply
+	}
+	for i, r := range live {
+		if r.err = err; err == nil {
+			r.res, r.err = decodeResult(v[4*i : 4*i+4])
+		}
+		r.done <- struct{}{}
+	}
+	clear(buf.args) // drop the references to the requests' values
+}
+
+func (l *Limiter) eval(ctx context.Context, live []*request, full bool) []*redis.Cmd {
+	pipe := l.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(live))
+	for i, r := range live {
+		if full {
+			cmds[i] = windowScript.Eval(ctx, pipe, r.key[:], r.args[:]...)
+		} else {
+			cmds[i] = windowScript.EvalSha(ctx, pipe, r.key[:], r.args[:]...)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	return cmds
+}
+
+func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+var errBadReply = errors.New("window script: unexpected reply")
+
+// decodeResult reads one decision of the script's reply: allowed,
+// count, remaining, retry-after in microseconds.
+func decodeResult(v []int64) (devicelimit.Decision, error) {
+	if len(v) != 4 {
+		return devicelimit.Decision{}, errBadReply
+	}
+	return devicelimit.Decision{Allowed: v[0] == 1, Count: int(v[1]), Remaining: int(v[2]), RetryAfter: time.Duration(v[3]) * time.Microsecond}, nil
+}
+
+// evalAt runs one decision synchronously at an explicit time in
+// microseconds instead of Redis's TIME: for tests, which cannot move
+// Redis's clock.
+func (l *Limiter) evalAt(ctx context.Context, device string, q devicelimit.Quota, count bool, micros int64) (devicelimit.Decision, error) {
+	c := "0"
+	if count {
+		c = "1"
+	}
+	v, err := windowScript.Run(ctx, l.rdb, []string{l.windowKey(device)}, q.Limit, int64(q.Window/time.Microsecond), l.buckets, c, micros).Int64Slice()
+	if err != nil {
+		return devicelimit.Decision{}, err
+	}
+	d, err := decodeResult(v)
+	d.Limit = q.Limit
+	return d, err
+}
+
+// Close stops the pipeline workers; decisions after Close wait for
+// Timeout and take the failure policy. It does not close the Client.
+func (l *Limiter) Close() {
+	l.once.Do(func() { close(l.stop) })
+	l.wg.Wait()
+}

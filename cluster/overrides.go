@@ -1,0 +1,237 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"devicegate/devicelimit"
+)
+
+// Overrides keeps runtime quota overrides in Redis, shared by every
+// gateway: one hash (device → record) and a pub/sub channel that names
+// the device of each change. Each gateway mirrors the hash in its own
+// Resolver: a change made through any gateway's admin API is in force
+// on every gateway from the device's next message after the
+// notification arrives (normally a millisecond or so). After a lost
+// connection to Redis the whole hash is read again, so changes missed
+// meanwhile are not lost. It implements admin.Overrides. Use
+// NewOverrides, then Start; Close stops it. Safe for concurrent use.
+type Overrides struct {
+	rdb      redis.UniversalClient
+	resolver *devicelimit.Resolver
+	clock    devicelimit.Clock
+	log      *slog.Logger
+	hash     string
+	channel  string
+
+	sub    *redis.PubSub
+	synced chan struct{} // closed after the first full read
+	once   sync.Once
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewOverrides returns overrides shared through rdb (the control client
+// of NewClients) and mirrored in resolver. prefix must be the Limiter's.
+func NewOverrides(rdb redis.UniversalClient, resolver *devicelimit.Resolver, clock devicelimit.Clock, prefix string, log *slog.Logger) *Overrides {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Overrides{
+		rdb: rdb, resolver: resolver, clock: clock, log: log,
+		hash: prefix + "overrides", channel: prefix + "overrides:changed",
+		synced: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// Start subscribes to changes and starts mirroring. It returns without
+// waiting for Redis; Synced tells when the first full read is done.
+func (o *Overrides) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	o.cancel = cancel
+	o.sub = o.rdb.Subscribe(ctx, o.channel)
+	go o.run(ctx)
+}
+
+// Synced is closed once the overrides in Redis have been read in full.
+func (o *Overrides) Synced() <-chan struct{} { return o.synced }
+
+// Close stops mirroring. Safe after Start only, once.
+func (o *Overrides) Close() error {
+	o.cancel()
+	err := o.sub.Close()
+	<-o.done
+	return err
+}
+
+// run applies notifications. Each (re)subscription, the first one and
+// those after a lost connection, starts with a full read.
+func (o *Overrides) run(ctx context.Context) {
+	defer close(o.done)
+	backoff := 50 * time.Millisecond
+	var lastLog time.Time
+	for {
+		msg, err := o.sub.Receive(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if time.Since(lastLog) > 10*time.Second {
+				o.log.Warn("quota override notifications from redis interrupted; retrying", "err", err.Error())
+				lastLog = time.Now()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff): // reconnect pause, not a test sleep
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				if err := o.sync(ctx); err != nil {
+					o.log.Warn("quota overrides not read from redis; retrying", "err", err.Error())
+					_ = o.sub.Unsubscribe(ctx, o.channel) // resubscribe: a fresh full read
+					_ = o.sub.Subscribe(ctx, o.channel)
+					continue
+				}
+				o.once.Do(func() { close(o.synced) })
+			}
+		case *redis.Message:
+			if err := o.apply(ctx, m.Payload); err != nil {
+				o.log.Warn("quota override change not applied", "device", m.Payload, "err", err.Error())
+			}
+		}
+	}
+}
+
+// sync makes the resolver's overrides those of the hash.
+func (o *Overrides) sync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	all, err := o.rdb.HGetAll(ctx, o.hash).Result()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", o.hash, err)
+	}
+	for device, rec := range all {
+		o.set(device, rec)
+	}
+	for _, d := range o.resolver.Overrides(o.clock.Now()) {
+		if _, ok := all[d.Device]; !ok {
+			o.resolver.DeleteOverride(d.Device)
+		}
+	}
+	o.log.Info("quota overrides read from redis", "overrides", len(all))
+	return nil
+}
+
+// apply re-reads one device's override after a notification.
+func (o *Overrides) apply(ctx context.Context, device string) error {
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	rec, err := o.rdb.HGet(ctx, o.hash, device).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		o.resolver.DeleteOverride(device)
+		return nil
+	case err != nil:
+		return err
+	}
+	o.set(device, rec)
+	return nil
+}
+
+func (o *Overrides) set(device, rec string) {
+	ov, err := decodeOverride(rec)
+	if err == nil {
+		err = o.resolver.SetOverride(device, ov)
+	}
+	if err != nil {
+		o.log.Warn("quota override in redis ignored", "device", device, "err", err.Error())
+	}
+}
+
+// SetOverride validates ov, stores it in Redis, notifies every gateway
+// and puts it in force here. Bad input wraps devicelimit's sentinels and
+// changes nothing.
+func (o *Overrides) SetOverride(device string, ov devicelimit.Override) error {
+	if err := devicelimit.ValidDeviceID(device); err != nil {
+		return err
+	}
+	if err := ov.Quota.Validate(o.resolver.Buckets()); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
+	if _, err := o.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, o.hash, device, encodeOverride(ov))
+		p.Publish(ctx, o.channel, device)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("store override of %q in redis: %w", device, err)
+	}
+	return o.resolver.SetOverride(device, ov)
+}
+
+// DeleteOverride removes the device's override from Redis, notifies
+// every gateway, and reports whether there was one.
+func (o *Overrides) DeleteOverride(device string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
+	var del *redis.IntCmd
+	if _, err := o.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		del = p.HDel(ctx, o.hash, device)
+		p.Publish(ctx, o.channel, device)
+		return nil
+	}); err != nil {
+		return false, fmt.Errorf("delete override of %q in redis: %w", device, err)
+	}
+	o.resolver.DeleteOverride(device)
+	return del.Val() > 0, nil
+}
+
+// encodeOverride writes "v1 LIMIT WINDOW_NS POLICY EXPIRES_NS".
+func encodeOverride(ov devicelimit.Override) string {
+	return fmt.Sprintf("v1 %d %d %s %d", ov.Quota.Limit, int64(ov.Quota.Window), ov.Quota.Policy, int64(ov.ExpiresAt))
+}
+
+// decodeOverride reads encodeOverride's format; anything else is an
+// error wrapping ErrBadOverride.
+func decodeOverride(s string) (devicelimit.Override, error) {
+	f := strings.Split(s, " ")
+	if len(f) != 5 || f[0] != "v1" {
+		return devicelimit.Override{}, fmt.Errorf("%w: %q", ErrBadOverride, trim(s))
+	}
+	limit, err1 := strconv.Atoi(f[1])
+	window, err2 := strconv.ParseInt(f[2], 10, 64)
+	policy, err3 := devicelimit.ParsePolicy(f[3])
+	expires, err4 := strconv.ParseInt(f[4], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return devicelimit.Override{}, fmt.Errorf("%w: %q: %v", ErrBadOverride, trim(s), err)
+	}
+	return devicelimit.Override{
+		Quota:     devicelimit.Quota{Limit: limit, Window: time.Duration(window), Policy: policy},
+		ExpiresAt: devicelimit.Tick(expires),
+	}, nil
+}
+
+func trim(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}

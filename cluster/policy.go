@@ -1,0 +1,136 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// Policy says how a decision is taken when Redis is unreachable or
+// slower than the timeout.
+type Policy uint8
+
+// The failure policies. The zero value is PolicyLocal.
+const (
+	// PolicyLocal decides on this gateway's own in-memory window: each
+	// gateway then enforces the quota on what it sees alone.
+	PolicyLocal Policy = iota
+	// PolicyFailOpen admits every message.
+	PolicyFailOpen
+	// PolicyFailClosed refuses every message as over the limit.
+	PolicyFailClosed
+)
+
+var policyNames = [...]string{PolicyLocal: "local", PolicyFailOpen: "fail-open", PolicyFailClosed: "fail-closed"}
+
+// String returns the policy's configuration name.
+func (p Policy) String() string {
+	if int(p) < len(policyNames) {
+		return policyNames[p]
+	}
+	return fmt.Sprintf("policy(%d)", uint8(p))
+}
+
+// ParsePolicy returns the policy named s: local, fail-open or fail-closed.
+func ParsePolicy(s string) (Policy, error) {
+	for i, name := range policyNames {
+		if s == name {
+			return Policy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: must be fail-open, fail-closed or local (got %q)", ErrInvalidPolicy, s)
+}
+
+// failRetryAfter is the RetryAfter of a refusal by PolicyFailClosed.
+const failRetryAfter = time.Second
+
+// fallback decides under the failure policy.
+func (l *Limiter) fallback(device string, q devicelimit.Quota, now devicelimit.Tick, count bool) devicelimit.Decision {
+	l.health.fallbacks.Add(1)
+	switch l.policy {
+	case PolicyFailOpen:
+		return devicelimit.Decision{Allowed: count, Limit: q.Limit, Remaining: q.Limit}
+	case PolicyFailClosed:
+		return devicelimit.Decision{Limit: q.Limit, Count: q.Limit, RetryAfter: failRetryAfter}
+	}
+	if count {
+		return l.local.AllowAt(device, q, now)
+	}
+	return l.local.PeekAt(device, q, now)
+}
+
+// health tracks whether Redis answers. After a failure, decisions go
+// straight to the failure policy for retryInterval, so a dead Redis
+// costs the publish path nothing; then Redis is tried again.
+type health struct {
+	log      *slog.Logger
+	policy   Policy
+	retry    time.Duration
+	logEvery time.Duration
+	start    time.Time
+
+	downUntil atomic.Int64 // time.Since(start) in ns until which Redis is not tried
+	down      atomic.Bool
+	fallbacks atomic.Uint64
+
+	mu           sync.Mutex // guards the log state
+	lastLog      time.Duration
+	loggedFallbk uint64
+}
+
+// skip reports whether Redis is resting after a failure.
+func (h *health) skip() bool {
+	return h.down.Load() && int64(time.Since(h.start)) < h.downUntil.Load()
+}
+
+// failed records a failed decision. The first failure after success is
+// logged at once; while Redis stays down, one line per logEvery.
+func (h *health) failed(err error) {
+	now := time.Since(h.start)
+	h.downUntil.Store(int64(now + h.retry))
+	first := !h.down.Swap(true)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !first && now-h.lastLog < h.logEvery {
+		return
+	}
+	h.lastLog = now
+	n := h.fallbacks.Load()
+	if first {
+		h.log.Warn("redis unavailable; decisions follow the failure policy until it answers again",
+			"policy", h.policy.String(), "err", err.Error())
+	} else {
+		h.log.Warn("redis still unavailable", "policy", h.policy.String(), "fallbacks", n-h.loggedFallbk, "err", err.Error())
+	}
+	h.loggedFallbk = n
+}
+
+// ok records a decision Redis answered.
+func (h *health) ok() {
+	if h.down.Load() && h.down.Swap(false) {
+		h.mu.Lock()
+		n := h.fallbacks.Load() - h.loggedFallbk
+		h.loggedFallbk = h.fallbacks.Load()
+		h.mu.Unlock()
+		h.log.Info("redis available again; decisions use the shared windows", "fallbacks", n)
+	}
+}
+
+// Stats is what a Limiter has done since New.
+type Stats struct {
+	// Policy is the failure policy.
+	Policy Policy
+	// Fallbacks counts the decisions taken by the failure policy.
+	Fallbacks uint64
+	// Up is false from a failed decision until one succeeds again.
+	Up bool
+}
+
+// Stats returns the limiter's counters.
+func (l *Limiter) Stats() Stats {
+	return Stats{Policy: l.policy, Fallbacks: l.health.fallbacks.Load(), Up: !l.health.down.Load()}
+}

@@ -1,0 +1,191 @@
+package cluster
+
+import "github.com/redis/go-redis/v9"
+
+// windowLua decides on devices' shared windows, the same
+// ring-array sliding window as devicelimit's (see devicelimit/window.go
+// for the invariant and its proof), run atomically inside Redis.
+//
+// KEYS are the windows of one or more decisions, each its own; ARGV has
+// four values per key: limit, window length T in microseconds, bucket
+// count B, "1" to count (AllowAt) or "0" to look (PeekAt); then an
+// explicit time in microseconds that only tests pass, empty in
+// production, where the clock is Redis's TIME (read once per call). It
+// returns four integers per key: allowed 0|1, count, remaining,
+// retry-after in microseconds. Several decisions in one call save the
+// script's fixed costs; on Redis Cluster, where one call's keys must
+// share a slot, each decision is a call of its own.
+//
+// Time is in microseconds since the Unix epoch, about 1.8e15 today:
+// Lua numbers are doubles, exact below 2^53 (9.0e15), and every product
+// below stays under that bound (t*B would not, so floor(t*B/T) is taken
+// as q*B + floor(r*B/T) with t = q*T + r). Bucket k covers the
+// microseconds t with floor(t*B/T) = k, devicelimit's boundaries when T
+// is a whole number of microseconds.
+//
+// The record is one string: head bucket, clock high-water, T (int64
+// each), B, total and limit (uint32), the instant the window admits
+// again after a refusal under that limit (int64, 0 when not full), then
+// B+1 uint32 counts: 44 + 4(B+1) bytes. A refusal before that instant
+// reads only the header and writes nothing; its Count is the window's
+// count when it was last written, at least the limit (the exact count
+// needs the ring, which is the costly part of the script). The high-water
+// is the latest time the window was decided at; a decision never runs
+// earlier, so a Redis clock stepped back cannot empty a window. The key
+// expires when its newest bucket leaves the window: idle devices cost
+// nothing.
+const windowLua = `
+local n = #KEYS
+local clock
+if ARGV[4 * n + 1] ~= nil and ARGV[4 * n + 1] ~= '' then
+  clock = tonumber(ARGV[4 * n + 1])
+else
+  local t = redis.call('TIME')
+  clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- divmod returns floor(a/b) and a - floor(a/b)*b exactly for integers
+-- a >= 0, b > 0 below 2^53: the double division may round across an
+-- integer, which the remainder's sign corrects.
+local function divmod(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1; r = r + b
+  elseif r >= b then
+    q = q + 1; r = r - b
+  end
+  return q, r
+end
+
+-- bucketOf returns floor(t*b/w).
+local function bucketOf(t, b, w)
+  if t <= 0 then return 0 end
+  local q, r = divmod(t, w)
+  local q2 = divmod(r * b, w)
+  return q * b + q2
+end
+
+-- bucketStart returns ceil(k*w/b), the first microsecond of bucket k.
+local function bucketStart(k, b, w)
+  if k <= 0 then return 0 end
+  local q, c = divmod(k, b)
+  local f, r = divmod(c * w, b)
+  if r > 0 then f = f + 1 end
+  return q * w + f
+end
+
+local HDR = '<i8i8i8I4I4I4i8'
+-- The counts stay a string: slot i is the 4 bytes at 4i+1. Reading and
+-- rewriting a few slots costs less than a Lua table of them all.
+local body
+local function getc(i) return (struct.unpack('<I4', body, 4 * i + 1)) end
+local function setc(i, v) body = string.sub(body, 1, 4 * i) .. struct.pack('<I4', v) .. string.sub(body, 4 * i + 5) end
+
+-- decide is one decision on the window at key; it returns allowed,
+-- count, remaining and retry-after.
+local function decide(key, limit, T, B, count, now)
+  local S = B + 1
+  local rec = redis.call('GET', key)
+  local head, hw, len, nb0, total, ulimit, untilT
+  if rec then
+    head, hw, len, nb0, total, ulimit, untilT = struct.unpack(HDR, rec)
+    if hw > now then now = hw end
+    if count and now < untilT and ulimit == limit and len == T and nb0 == B then
+      -- Still full: nothing expires before untilT, refusals add nothing.
+      return 0, total, 0, untilT - now
+    end
+    if len ~= T or nb0 ~= B then
+      -- Re-cut for a new length (or bucket count): the counts stay, all
+      -- in the newest bucket, so they expire no earlier than before.
+      local nb = bucketOf(now, B, T)
+      local keep = bucketOf(bucketStart(head + 1, nb0, len) - 1, B, T)
+      if keep > nb then nb = keep end
+      body = string.rep('\0', 4 * S)
+      head = nb
+      setc(nb % S, total)
+    else
+      body = string.sub(rec, 45)
+    end
+  else
+    if not count then
+      return 0, 0, limit, 0
+    end
+    head = bucketOf(now, B, T)
+    hw = now
+    total = 0
+    body = string.rep('\0', 4 * S)
+  end
+  if hw > now then now = hw end
+  hw = now
+
+  local nb = bucketOf(now, B, T)
+  if nb < head then
+    -- Only after a re-cut into a later bucket: decide as of the head.
+    nb = head
+    local s = bucketStart(head, B, T)
+    if s > now then now = s end
+  elseif nb > head then
+    local gap = nb - head
+    if gap >= S then
+      body = string.rep('\0', 4 * S)
+      total = 0
+    else
+      local slot = head % S
+      for _ = 1, gap do
+        slot = slot + 1
+        if slot == S then slot = 0 end
+        local c = getc(slot)
+        if c > 0 then
+          total = total - c
+          setc(slot, 0)
+        end
+      end
+    end
+    head = nb
+  end
+
+  local slot = nb % S
+  local allowed, remaining, retry = 0, 0, 0
+  untilT = 0
+  if total < limit then
+    if count then
+      setc(slot, getc(slot) + 1)
+      total = total + 1
+      allowed = 1
+    end
+    remaining = limit - total
+  else
+    -- The oldest bucket whose expiry brings the total below the limit,
+    -- walking from the oldest slot (the one after the newest).
+    local excess = total - limit
+    local oldest = slot + 1
+    if oldest == S then oldest = 0 end
+    local prefix, pos = 0, 0
+    for i = 0, S - 1 do
+      local s = oldest + i
+      if s >= S then s = s - S end
+      prefix = prefix + getc(s)
+      if prefix > excess then pos = i; break end
+    end
+    untilT = bucketStart(nb - B + pos + S, B, T)
+    retry = untilT - now
+  end
+
+  if count then
+    local ttl = bucketStart(head + S, B, T) - now
+    local ms = math.floor(ttl / 1000) + 1
+    redis.call('SET', key, struct.pack(HDR, head, hw, T, B, total, limit, untilT) .. body, 'PX', ms)
+  end
+  return allowed, total, remaining, retry
+end
+
+local out = {}
+for i = 1, n do
+  local a = 4 * i
+  out[a - 3], out[a - 2], out[a - 1], out[a] = decide(KEYS[i], tonumber(ARGV[a - 3]), tonumber(ARGV[a - 2]), tonumber(ARGV[a - 1]), ARGV[a] == '1', clock)
+end
+return out
+`
+
+var windowScript = redis.NewScript(windowLua)

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"devicegate/admin"
+	"devicegate/broker"
+	"devicegate/cluster"
+	"devicegate/config"
+	"devicegate/devicelimit"
+	"devicegate/persist"
+)
+
+// RedisPasswordEnv is where the Redis password comes from when
+// cluster.redis.password is empty.
+const RedisPasswordEnv = "GATEWAY_REDIS_PASSWORD"
+
+// overrideSyncWait bounds how long start-up waits for the first read
+// of the shared overrides before it serves anyway (they apply as soon
+// as Redis answers).
+const overrideSyncWait = 5 * time.Second
+
+// clusterParts are a gateway's shared-state parts, when cluster.redis is
+// configured: the Redis clients, the limiter deciding on the shared
+// windows and the mirror of the shared overrides.
+type clusterParts struct {
+	decisions, control redis.UniversalClient
+	limiter            *cluster.Limiter
+	overrides          *cluster.Overrides
+}
+
+// startCluster connects the gateway to Redis when cfg asks for it; the
+// gateway runs alone otherwise. It needs the table, resolver and clock.
+func (g *gateway) startCluster(cfg config.Config) error {
+	if !cfg.Cluster.Enabled() {
+		return nil
+	}
+	policy, err := cluster.ParsePolicy(cfg.Cluster.FailurePolicy) // Validate has checked it
+	if err != nil {
+		return fmt.Errorf("cluster.failure_policy: %w", err)
+	}
+	r := cfg.Cluster.Redis
+	password := r.Password
+	if password == "" {
+		password = os.Getenv(RedisPasswordEnv)
+	}
+	timeout := time.Duration(r.Timeout)
+	c := &clusterParts{}
+	c.decisions, c.control = cluster.NewClients(cluster.Config{
+		Addrs: r.Addrs, Username: r.Username, Password: password, TLS: r.TLS, DB: r.DB, Timeout: timeout,
+	})
+	g.cluster = c
+	log := g.log.With("component", "cluster")
+	c.limiter, err = cluster.New(cluster.Options{Client: c.decisions, Local: g.table, Timeout: timeout, Policy: policy, Logger: log})
+	if err != nil {
+		return err
+	}
+	c.overrides = cluster.NewOverrides(c.control, g.resolver, g.clock, cluster.DefaultPrefix, log)
+	c.overrides.Start()
+	select {
+	case <-c.overrides.Synced():
+	case <-time.After(overrideSyncWait):
+		log.Warn("quota overrides not yet read from redis; serving with the local ones until it answers", "waited", overrideSyncWait.String())
+	}
+	log.Info("sharing device windows and quota overrides in redis", "addrs", r.Addrs, "db", r.DB, "tls", r.TLS,
+		"timeout", timeout.String(), "failure_policy", policy.String())
+	return nil
+}
+
+// brokerLimiter returns the limiter of the publish decisions: the shared
+// one, or nil for the broker's own table.
+func (g *gateway) brokerLimiter() broker.Limiter {
+	if g.cluster == nil {
+		return nil
+	}
+	return g.cluster.limiter
+}
+
+// adminOverrides returns where the admin API changes overrides: Redis
+// when shared, else the state file.
+func (g *gateway) adminOverrides() admin.Overrides {
+	if g.cluster == nil {
+		return persist.BoundOverrides{Store: g.store, Resolver: g.resolver}
+	}
+	return g.cluster.overrides
+}
+
+// registerClusterMetrics adds the shared-window metrics to reg.
+func (g *gateway) registerClusterMetrics(reg *prometheus.Registry) {
+	if g.cluster != nil {
+		reg.MustRegister(admin.NewClusterCollector(clusterStats{g.cluster.limiter}))
+	}
+}
+
+type clusterStats struct{ l *cluster.Limiter }
+
+func (s clusterStats) ClusterStats() admin.ClusterStats {
+	st := s.l.Stats()
+	return admin.ClusterStats{Policy: st.Policy.String(), Fallbacks: st.Fallbacks, Up: st.Up}
+}
+
+// closeCluster stops the shared-state parts; call it once MQTT and the
+// admin API have stopped.
+func (g *gateway) closeCluster(context.Context) error {
+	c := g.cluster
+	if c == nil {
+		return nil
+	}
+	var errs []error
+	if c.limiter != nil {
+		c.limiter.Close()
+	}
+	if c.overrides != nil {
+		errs = append(errs, c.overrides.Close())
+	}
+	errs = append(errs, c.decisions.Close(), c.control.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close redis clients: %w", err)
+	}
+	return nil
+}
+
+// adminWindows returns the windows the admin API reads and resets: nil
+// (the table) unless they are shared.
+func (g *gateway) adminWindows() admin.Windows {
+	if g.cluster == nil {
+		return nil
+	}
+	return sharedWindows{g.cluster.limiter, g.table}
+}
+
+// sharedWindows are the windows in Redis, as the admin API sees them.
+type sharedWindows struct {
+	l     *cluster.Limiter
+	local *devicelimit.Table
+}
+
+func (w sharedWindows) PeekAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
+	return w.l.PeekAt(device, q, now)
+}
+
+// Reset empties the shared window, and this gateway's own, which the
+// failure policy local decides on.
+func (w sharedWindows) Reset(device string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	had, err := w.l.Reset(ctx, device)
+	if err != nil {
+		return false, err
+	}
+	return w.local.Reset(device) || had, nil
+}

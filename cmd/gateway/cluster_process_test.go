@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"devicegate/cluster/redistest"
+)
+
+// The process tests of several gateways sharing their state in one real
+// redis-server: real gateway child processes, real MQTT 5 clients.
+
+// clusterConfig writes a config file sharing state in srv.
+func clusterConfig(t *testing.T, srv *redistest.Server, policy string) string {
+	t.Helper()
+	return writeConfig(t, fmt.Sprintf("cluster:\n  redis:\n    addrs: [%q]\n    timeout: 50ms\n  failure_policy: %s\n", srv.Addr, policy))
+}
+
+func startClusterGW(t *testing.T, cfg string, args ...string) *gw {
+	t.Helper()
+	g := startGW(t, t.TempDir(), append([]string{"--config", cfg}, args...)...)
+	if !strings.Contains(g.stderr(), `msg="sharing device windows and quota overrides in redis"`) {
+		t.Fatalf("gateway does not say it shares its state in redis; stderr:\n%s", g.stderr())
+	}
+	return g
+}
+
+// TestClusterSharedWindowProcess: a device that used its quota on
+// gateway A is refused on gateway B; an override set through B's admin
+// API judges the device's next message on A, and A's admin API shows it.
+func TestClusterSharedWindowProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := clusterConfig(t, srv, "local")
+	a := startClusterGW(t, cfg, "--limit", "3", "--window", "1h")
+	b := startClusterGW(t, cfg, "--limit", "3", "--window", "1h")
+
+	c := dial5(t, a.mqtt, "dev-1")
+	for i := range 3 {
+		c.mustPublish(t, "t", fmt.Sprint(i), codeSuccess)
+	}
+	c.mustPublish(t, "t", "4th on A", codeQuotaExceeded)
+	c.close()
+	c = dial5(t, b.mqtt, "dev-1") // the load balancer sends it elsewhere
+	c.mustPublish(t, "t", "4th on B", codeQuotaExceeded)
+	// B's admin API shows the shared window; a reset through it empties
+	// the window for every gateway.
+	if m := b.mustCall(t, 200, "GET", devicePath("dev-1"), ""); m["used"] != 3.0 || m["remaining"] != 0.0 {
+		t.Fatalf("GET dev-1 on B = %v, want used 3, remaining 0", m)
+	}
+	if m := b.mustCall(t, 200, "POST", devicePath("dev-1")+"/reset", ""); m["reset"] != true {
+		t.Fatalf("reset on B = %v", m)
+	}
+	c.close()
+	c = dial5(t, a.mqtt, "dev-1")
+	c.mustPublish(t, "t", "after the reset on B", codeSuccess)
+	c.close()
+
+	d := dial5(t, a.mqtt, "dev-2")
+	d.mustPublish(t, "t", "1st on A", codeSuccess)
+	b.mustCall(t, 200, "PUT", devicePath("dev-2")+"/quota", `{"limit":1,"window":"1h"}`)
+	waitUntil(t, "the override set on B shows on A", 5*time.Second, func() bool {
+		m := a.mustCall(t, 200, "GET", devicePath("dev-2"), "")
+		return m["source"] == "override"
+	})
+	d.mustPublish(t, "t", "2nd on A, over the override", codeQuotaExceeded)
+	if q := a.mustCall(t, 200, "GET", "/api/v1/quotas", ""); fmt.Sprint(q) == "" {
+		t.Fatal("no quota list")
+	}
+	a.mustCall(t, 200, "DELETE", devicePath("dev-2")+"/quota", "")
+	waitUntil(t, "the override deleted on A is gone on B", 5*time.Second, func() bool {
+		m := b.mustCall(t, 200, "GET", devicePath("dev-2"), "")
+		return m["source"] == "default"
+	})
+	d.mustPublish(t, "t", "2nd on A, default quota again", codeSuccess)
+	d.close()
+	a.stop()
+	b.stop()
+}
+
+// TestClusterRedisKilledProcess: with failure_policy fail-closed, a
+// gateway whose Redis is killed refuses (0x97) within the timeout,
+// keeps serving MQTT and its admin API, counts the fallbacks, and
+// decides on the shared window again once Redis is back.
+func TestClusterRedisKilledProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	g := startClusterGW(t, clusterConfig(t, srv, "fail-closed"), "--limit", "100", "--window", "1h")
+	c := dial5(t, g.mqtt, "dev-1")
+	c.mustPublish(t, "t", "with redis", codeSuccess)
+
+	srv.Kill()
+	for i := range 5 {
+		begin := time.Now()
+		c.mustPublish(t, "t", fmt.Sprint("without redis ", i), codeQuotaExceeded)
+		if took := time.Since(begin); took > 500*time.Millisecond {
+			t.Errorf("publish %d took %v with Redis dead (timeout 50ms)", i, took)
+		}
+	}
+	c2 := dial5(t, g.mqtt, "dev-2") // still accepting connections
+	c2.mustPublish(t, "t", "without redis", codeQuotaExceeded)
+	samples, _ := g.scrape(t)
+	if n := samples[`devicegate_cluster_fallbacks_total{policy="fail-closed"}`]; n < 6 {
+		t.Fatalf("fallbacks %v, want >= 6; metrics: %v", n, samples)
+	}
+	if up := samples["devicegate_cluster_redis_up"]; up != 0 {
+		t.Fatalf("redis_up %v with Redis dead", up)
+	}
+	g.waitLine(regexp.MustCompile(`level=WARN msg="redis unavailable; decisions follow the failure policy`), 5*time.Second)
+
+	srv.Restart()
+	waitUntil(t, "publishes admitted again after Redis came back", 10*time.Second, func() bool {
+		code, err := c.publish("t", "redis back?")
+		return err == nil && code == codeSuccess
+	})
+	samples, _ = g.scrape(t)
+	if up := samples["devicegate_cluster_redis_up"]; up != 1 {
+		t.Fatalf("redis_up %v after recovery", up)
+	}
+	g.waitLine(regexp.MustCompile(`msg="redis available again`), 5*time.Second)
+	c.close()
+	c2.close()
+	g.stop()
+}

@@ -1,0 +1,80 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultRedisTimeout is cluster.redis.timeout when the file does not
+// set it: the longest a publish waits for a shared-window decision.
+const DefaultRedisTimeout = 50 * time.Millisecond
+
+// MaxRedisTimeout bounds cluster.redis.timeout: a publish never waits
+// longer for Redis.
+const MaxRedisTimeout = 5 * time.Second
+
+// Cluster configures several gateways sharing device windows and quota
+// overrides in Redis. Without cluster.redis.addrs the gateway runs
+// alone, with its state in data_dir only (the default).
+type Cluster struct {
+	Redis Redis `yaml:"redis"`
+	// FailurePolicy says what a decision does when Redis is unreachable
+	// or slower than Redis.Timeout: "fail-open" admits, "fail-closed"
+	// refuses as over the limit, "local" decides on this gateway's own
+	// in-memory window.
+	FailurePolicy string `yaml:"failure_policy"`
+}
+
+// Redis is how to reach the Redis server (or Redis Cluster) that holds
+// the shared state.
+type Redis struct {
+	// Addrs are host:port addresses; one for a single server, several
+	// for the seed nodes of a Redis Cluster.
+	Addrs    []string `yaml:"addrs,omitempty"`
+	Username string   `yaml:"username,omitempty"`
+	// Password is the Redis password; when empty the gateway takes
+	// GATEWAY_REDIS_PASSWORD.
+	Password string   `yaml:"password,omitempty"`
+	TLS      bool     `yaml:"tls,omitempty"`
+	DB       int      `yaml:"db,omitempty"`
+	Timeout  Duration `yaml:"timeout"`
+}
+
+// Enabled reports whether the gateway shares its state in Redis.
+func (c Cluster) Enabled() bool { return len(c.Redis.Addrs) > 0 }
+
+// FailurePolicies are the values of cluster.failure_policy.
+var FailurePolicies = []string{"fail-open", "fail-closed", "local"}
+
+func (v *validator) cluster(c Cluster) {
+	r := c.Redis
+	switch {
+	case !c.Enabled() && (r.Username != "" || r.Password != "" || r.TLS || r.DB != 0):
+		v.add("cluster.redis.addrs", "must list at least one host:port when other cluster.redis keys are set (got none)")
+	case len(r.Addrs) > 1 && r.DB != 0:
+		v.add("cluster.redis.db", fmt.Sprintf("must be 0 with several addrs: Redis Cluster has only database 0 (got %d)", r.DB))
+	}
+	seen := make(map[string]int, len(r.Addrs))
+	for i, a := range r.Addrs {
+		key := fmt.Sprintf("cluster.redis.addrs[%d]", i)
+		if j, dup := seen[a]; dup {
+			v.add(key, fmt.Sprintf("%q is also cluster.redis.addrs[%d]", a, j))
+			continue
+		}
+		seen[a] = i
+		v.tcp(key, a)
+	}
+	if r.DB < 0 || r.DB > 15 {
+		v.add("cluster.redis.db", fmt.Sprintf("must be between 0 and 15 (got %d)", r.DB))
+	}
+	if t := time.Duration(r.Timeout); t < time.Millisecond || t > MaxRedisTimeout {
+		v.add("cluster.redis.timeout", fmt.Sprintf("must be between 1ms and %s (got %q)", MaxRedisTimeout, t.String()))
+	}
+	ok := false
+	for _, p := range FailurePolicies {
+		ok = ok || c.FailurePolicy == p
+	}
+	if !ok {
+		v.add("cluster.failure_policy", fmt.Sprintf("must be fail-open, fail-closed or local (got %q)", c.FailurePolicy))
+	}
+}
