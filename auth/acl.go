@@ -109,3 +109,6 @@ func within(filter string, tmpl []string, device string) bool {
 	}
 	return !more // filter has no levels beyond the template
 }
+
+// IsZero reports whether a is the zero ACL, not built by NewACL.
+func (a ACL) IsZero() bool { return a.publish == nil }
