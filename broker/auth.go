@@ -289,7 +289,7 @@ func (h *authHook) authenticate(cl *mqtt.Client, pk packets.Packet) (*session, *
 		return nil, refuse(refusedClientID, packets.ErrClientIdentifierNotValid,
 			"client identifier not allowed for this username", packets.Err3ClientIdentifierNotValid)
 	}
-	return nil, refuse(refusedCredentials, packets.ErrBadUsernameOrPassword, "bad username or password", packets.ErrBadUsernameOrPassword)
+	return nil, refuse(refusedCredentials, packets.ErrBadUsernameOrPassword, "bad username or password", packets.ErrMalformedUsernameOrPassword) // 3.1.1: 0x04 bad user name or password
 }
 
 // OnDisconnect forgets the client's session.

@@ -209,7 +209,8 @@ func (a admitListener) Accept() (net.Conn, error) {
 type wsConn struct {
 	net.Conn // the underlying connection, for addresses and deadlines
 	c        *websocket.Conn
-	r        io.Reader // the current message; nil between messages
+	r        io.Reader  // the current message; nil between messages
+	wmu      sync.Mutex // websocket.Conn takes one writer at a time
 }
 
 func (ws *wsConn) Read(p []byte) (int, error) {
@@ -236,6 +237,8 @@ func (ws *wsConn) Read(p []byte) (int, error) {
 }
 
 func (ws *wsConn) Write(p []byte) (int, error) {
+	ws.wmu.Lock()
+	defer ws.wmu.Unlock()
 	if err := ws.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
 		return 0, err
 	}
