@@ -239,3 +239,7 @@ func (f *fixture) dial3(t *testing.T, id, username, password string) (mqtt3.Clie
 	t.Cleanup(func() { c.Disconnect(0) })
 	return c, nil
 }
+
+func contextTimeout() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), waitTimeout)
+}
