@@ -69,7 +69,7 @@ func TestConnectRate(t *testing.T) {
 	if got := f.srv.AuthStats().ConnectsRefused["rate"]; got != 1 {
 		t.Errorf("rate refusals %d, want 1", got)
 	}
-	f.clock.Advance(1100 * time.Millisecond) // the window's RetryAfter: T plus one bucket
+	f.clock.Advance(1100 * time.Millisecond)                 // the window's RetryAfter: T plus one bucket
 	mustConnect5(t, dialTCP(t, f.addr), login{id: "r"}, nil) // DBG
 }
 
