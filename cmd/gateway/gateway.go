@@ -105,6 +105,11 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
+	sec, err := loadSecurity(cfg)
+	if err != nil {
+		return nil, err
+	}
+	logSecurity(log, cfg, sec)
 
 	g := &gateway{log: log, table: table, resolver: resolver}
 	defer func() {
@@ -173,6 +178,12 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 			MaxAge:               time.Duration(cfg.Limits.Defer.MaxAge),
 			RestoreDelay:         time.Duration(cfg.Limits.Defer.RestoreDelay),
 		},
+		TLSAddr:       cfg.MQTT.TLS.Addr,
+		TLS:           sec.tls,
+		WebSocketAddr: cfg.MQTT.WebSocket.Addr,
+		WebSocketTLS:  cfg.MQTT.WebSocket.TLS,
+		Auth:          sec.auth,
+		Limits:        sec.limits,
 	})
 	if err != nil {
 		return nil, err
@@ -216,6 +227,9 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		Throttled: topThrottled{g.topk, g.clock},
 		Registry:  reg,
 		Logger:    log,
+
+		TLSCertFile: cfg.Admin.TLS.CertFile,
+		TLSKeyFile:  cfg.Admin.TLS.KeyFile,
 	})
 	if err != nil {
 		return nil, err
@@ -385,6 +399,7 @@ type statsSource struct {
 
 func (s statsSource) MetricsSnapshot() admin.Snapshot {
 	st := s.srv.Stats()
+	as := s.srv.AuthStats()
 	last, written := s.snap.Stats()
 	return admin.Snapshot{
 		Allowed:          st.Allowed,
@@ -402,5 +417,9 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		SnapshotSeconds:  last.Took.Seconds(),
 		SnapshotBytes:    int64(last.Bytes),
 		Snapshots:        written,
+
+		ACLPublishDenied:   as.PublishDenied,
+		ACLSubscribeDenied: as.SubscribeDenied,
+		ConnectsRefused:    as.ConnectsRefused,
 	}
 }
