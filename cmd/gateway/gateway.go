@@ -109,7 +109,6 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
-	logSecurity(log, cfg, sec)
 
 	g := &gateway{log: log, table: table, resolver: resolver}
 	defer func() {
@@ -237,6 +236,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	if err := g.admin.Start(); err != nil {
 		return nil, fmt.Errorf("admin api: %w", err)
 	}
+	logSecurity(log, cfg, sec)
 	g.started = true
 	return g, nil
 }
