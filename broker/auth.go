@@ -104,8 +104,9 @@ type AuthStats struct {
 	SubscribeDenied uint64
 	// ConnectsRefused counts refused CONNECTs by reason: "credentials"
 	// (unknown user or wrong password), "client_id" (not allowed or not
-	// valid), "certificate", "devices" (MaxDevices reached), and
-	// "rate" (connections closed by the per-address rate limit).
+	// valid), "certificate", "devices" (MaxDevices reached), "rate"
+	// (connections closed by the per-address rate limit) and "will" (a
+	// will on a topic the client may not publish to).
 	ConnectsRefused map[string]uint64
 }
 
@@ -116,10 +117,11 @@ const (
 	refusedCertificate
 	refusedDevices
 	refusedRate
+	refusedWill
 	refusedReasons
 )
 
-var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate"}
+var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will"}
 
 // authHook is the mochi hook that authenticates clients at CONNECT,
 // applies the connection limits and enforces the topic ACL. It is added
@@ -247,6 +249,15 @@ func (h *authHook) admit(cl *mqtt.Client, pk packets.Packet) (*session, *refusal
 		if s.role == auth.RoleDevice && !auth.ValidDevice(device) {
 			return nil, refuse(refusedClientID, packets.ErrClientIdentifierNotValid,
 				"device identity must not be empty or contain '/', '+' or '#' (topic ACL)", packets.Err3ClientIdentifierNotValid)
+		}
+		// mochi publishes a will without asking the ACL: check it now.
+		if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
+			topic := cl.Properties.Will.TopicName
+			if s.role == auth.RoleConsumer || !h.opts.ACL.CanPublish(device, topic) {
+				h.pubDenied.Add(1)
+				return nil, refuse(refusedWill, packets.ErrNotAuthorized,
+					"will topic "+strconv.Quote(topic)+" is outside the topics this client may publish to", packets.Err3NotAuthorized)
+			}
 		}
 	}
 	if h.limits.MaxDevices > 0 && device != "" && (s == nil || s.role == auth.RoleDevice) {

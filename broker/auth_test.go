@@ -82,9 +82,18 @@ func TestAuthCredentials(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "bad user name or password") {
 		t.Fatalf("MQTT 3.1.1 with a wrong password: %v, %v; want refused", p3, err)
 	}
+	// A will is a publish too: one outside the prefix refuses the CONNECT.
+	wc := paho.NewClient(paho.ClientConfig{Conn: dialTCP(t, f.addr)})
+	ctx, cancel := contextTimeout()
+	ca, err := wc.Connect(ctx, &paho.Connect{ClientID: "dev-1", CleanStart: true, Username: "dev-1", UsernameFlag: true,
+		Password: []byte("dev-1-pw"), PasswordFlag: true, WillMessage: &paho.WillMessage{Topic: "devices/dev-2/status", Payload: []byte("gone")}})
+	cancel()
+	if err == nil || ca == nil || ca.ReasonCode != packets.ErrNotAuthorized.Code {
+		t.Fatalf("will on another device's topic: %v, connack %+v; want 0x87", err, ca)
+	}
 	refused := f.srv.AuthStats().ConnectsRefused
-	if refused["credentials"] != 4 || refused["client_id"] != 2 {
-		t.Errorf("refusals %v, want credentials 4, client_id 2", refused)
+	if refused["credentials"] != 4 || refused["client_id"] != 2 || refused["will"] != 1 {
+		t.Errorf("refusals %v, want credentials 4, client_id 2, will 1", refused)
 	}
 
 	backend := new(sink)
@@ -113,8 +122,8 @@ func TestAuthCredentials(t *testing.T) {
 		}
 	}
 	st := f.srv.AuthStats()
-	if st.PublishDenied != 4 || st.SubscribeDenied != 3 {
-		t.Errorf("denied publishes %d, subscriptions %d; want 4 and 3", st.PublishDenied, st.SubscribeDenied)
+	if st.PublishDenied != 5 || st.SubscribeDenied != 3 {
+		t.Errorf("denied publishes %d (will included), subscriptions %d; want 5 and 3", st.PublishDenied, st.SubscribeDenied)
 	}
 	if got := f.srv.Stats().Dropped + f.srv.Stats().Allowed; got != 0 {
 		t.Errorf("ACL-refused publishes reached the throttle: %d decisions", got)

@@ -84,3 +84,10 @@ func TestMaxPacketSize(t *testing.T) {
 	p.send("t", strings.Repeat("x", 2000), 1)
 	receive(t, "connection closed", p.lost())
 }
+
+// TestMaxConnections: beyond MaxConnections a client gets 0x89.
+func TestMaxConnections(t *testing.T) {
+	f := start(t, fixtureOpts{options: func(o *Options) { o.Limits = Limits{MaxConnections: 1} }})
+	mustConnect5(t, dialTCP(t, f.addr), login{id: "c-1"}, nil)
+	refusedWith(t, dialTCP(t, f.addr), login{id: "c-2"}, 0x89)
+}
