@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,9 @@ type Limits struct {
 	// a connection over it is closed before it is read. Zero Limit: no
 	// bound.
 	ConnectRate devicelimit.Quota
+	// ConnectRateExempt lists the source addresses ConnectRate does not
+	// apply to: a load balancer, a NAT gateway, a local simulator.
+	ConnectRateExempt []netip.Prefix
 	// KeepaliveMin and KeepaliveMax bound the keepalive a client may
 	// ask for; one outside (or 0, none) is set to the bound, and an
 	// MQTT 5 client is told so in its CONNACK (server keep alive).
@@ -342,8 +346,16 @@ func (h *authHook) admitConn(remote net.Addr) bool {
 	if h.rate == nil {
 		return true
 	}
-	host := remoteHost(remote.String())
-	if h.rate.AllowAt(host, h.limits.ConnectRate, h.clock.Now()).Allowed {
+	var ip netip.Addr
+	if tcp, ok := remote.(*net.TCPAddr); ok {
+		ip = tcp.AddrPort().Addr().Unmap()
+	}
+	for _, p := range h.limits.ConnectRateExempt {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	if h.rate.AllowAt(remoteHost(remote.String()), h.limits.ConnectRate, h.clock.Now()).Allowed {
 		return true
 	}
 	h.refused[refusedRate].Add(1)

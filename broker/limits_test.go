@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -69,8 +70,22 @@ func TestConnectRate(t *testing.T) {
 	if got := f.srv.AuthStats().ConnectsRefused["rate"]; got != 1 {
 		t.Errorf("rate refusals %d, want 1", got)
 	}
-	f.clock.Advance(1100 * time.Millisecond)                 // the window's RetryAfter: T plus one bucket
-	mustConnect5(t, dialTCP(t, f.addr), login{id: "r"}, nil) // DBG
+	f.clock.Advance(1100 * time.Millisecond) // the window's RetryAfter: T plus one bucket
+	mustConnect5(t, dialTCP(t, f.addr), login{id: "r"}, nil)
+}
+
+// TestConnectRateExempt: an exempt address is not counted.
+func TestConnectRateExempt(t *testing.T) {
+	f := start(t, fixtureOpts{options: func(o *Options) {
+		o.Limits = Limits{ConnectRate: devicelimit.Quota{Limit: 1, Window: time.Second},
+			ConnectRateExempt: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	}})
+	for i := range 5 {
+		mustConnect5(t, dialTCP(t, f.addr), login{id: fmt.Sprint("e", i)}, nil)
+	}
+	if got := f.srv.AuthStats().ConnectsRefused["rate"]; got != 0 {
+		t.Errorf("rate refusals %d, want 0", got)
+	}
 }
 
 // TestMaxPacketSize: a publish over the limit ends the connection; one

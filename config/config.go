@@ -24,7 +24,7 @@
 //	  max_packet_size: 256KiB      # larger packets end the connection before they are read
 //	  max_client_id_length: 256    # bytes
 //	  max_connections: 50000       # clients connected at once; 0: no bound
-//	  connect_rate: {limit: 100, window: 1s}  # new connections per source IP; limit 0: off
+//	  connect_rate: {limit: 100, window: 1s, exempt: ["127.0.0.0/8", "::1/128"]}  # new connections per source IP (limit 0: off); exempt: CIDR prefixes not limited
 //	  keepalive: {min: 0s, max: 1h}           # a keepalive outside is set to the bound; 0s: no bound
 //	admin:
 //	  addr: "127.0.0.1:8080"       # host:port of the admin HTTP API and /metrics

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -44,10 +45,12 @@ type WebSocket struct {
 	TLS bool `yaml:"tls"`
 }
 
-// Rate is "Limit events per Window".
+// Rate is "Limit events per Window" per source address, except for the
+// addresses in Exempt (CIDR prefixes such as "10.0.0.0/8").
 type Rate struct {
 	Limit  int      `yaml:"limit"`
 	Window Duration `yaml:"window"`
+	Exempt []string `yaml:"exempt"`
 }
 
 // Keepalive bounds the keepalive a client may ask for; 0s is no bound.
@@ -87,7 +90,7 @@ func defaultMQTT() MQTT {
 		MaxPacketSize:     DefaultMaxPacketSize,
 		MaxClientIDLength: DefaultMaxClientIDLength,
 		MaxConnections:    DefaultMaxConnections,
-		ConnectRate:       Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second)},
+		ConnectRate:       Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}},
 		Keepalive:         Keepalive{Max: Duration(DefaultKeepaliveMax)},
 	}
 }
@@ -102,9 +105,27 @@ func (c Config) AllowAll() bool {
 	return c.Auth.CredentialsFile == "" && c.MQTT.TLS.ClientCAFile == ""
 }
 
-// ConnectRate returns mqtt.connect_rate as a quota; Limit 0 when off.
+// ConnectRate returns mqtt.connect_rate as a quota; the zero Quota when
+// its limit is 0 (off).
 func (c Config) ConnectRate() devicelimit.Quota {
+	if c.MQTT.ConnectRate.Limit == 0 {
+		return devicelimit.Quota{}
+	}
 	return devicelimit.Quota{Limit: c.MQTT.ConnectRate.Limit, Window: time.Duration(c.MQTT.ConnectRate.Window)}
+}
+
+// ConnectRateExempt returns mqtt.connect_rate.exempt, which must be
+// valid (see Validate).
+func (c Config) ConnectRateExempt() ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(c.MQTT.ConnectRate.Exempt))
+	for i, s := range c.MQTT.ConnectRate.Exempt {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt.connect_rate.exempt[%d]: must be an address prefix such as \"10.0.0.0/8\" or \"::1/128\" (got %q)", i, s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // validateSecurity checks the listener, auth and resource keys.
@@ -143,7 +164,7 @@ func (c Config) validateSecurity(v *validator) {
 	if m.MaxConnections < 0 {
 		v.add("mqtt.max_connections", fmt.Sprintf("must be >= 0, 0 for no bound (got %d)", m.MaxConnections))
 	}
-	if r := m.ConnectRate; r.Limit != 0 || r.Window != 0 {
+	if r := m.ConnectRate; r.Limit != 0 { // 0 turns the rate off
 		q := devicelimit.Quota{Limit: r.Limit, Window: time.Duration(r.Window)}
 		if err := q.Validate(connectRateBuckets); err != nil {
 			msg := trimSentinel(err, devicelimit.ErrInvalidQuota)
@@ -153,11 +174,13 @@ func (c Config) validateSecurity(v *validator) {
 					key, msg = key+"."+field, rest
 				}
 			}
-			if r.Limit == 0 {
-				key, msg = "mqtt.connect_rate.limit", "must be > 0, or the whole key left out to turn the rate off"
-			}
 			v.add(key, msg)
 		}
+	}
+	if _, err := c.ConnectRateExempt(); err != nil {
+		msg := err.Error()
+		key, rest, _ := strings.Cut(msg, ": ")
+		v.add(key, rest)
 	}
 	lo, hi := time.Duration(m.Keepalive.Min), time.Duration(m.Keepalive.Max)
 	for key, d := range map[string]time.Duration{"mqtt.keepalive.min": lo, "mqtt.keepalive.max": hi} {

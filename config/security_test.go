@@ -15,7 +15,7 @@ mqtt:
   max_packet_size: 1MiB
   max_client_id_length: 64
   max_connections: 10
-  connect_rate: {limit: 5, window: 10s}
+  connect_rate: {limit: 5, window: 10s, exempt: ["10.0.0.0/8"]}
   keepalive: {min: 5s, max: 10m}
 admin: {tls: {cert_file: a.pem, key_file: b.pem}}
 limits: {max_devices: 7}
@@ -33,6 +33,9 @@ auth:
 		t.Fatalf("parsed %+v", c)
 	}
 	roundTrip(t, c)
+	if off, err := load(`mqtt: {connect_rate: {limit: 0, window: 0s}}`); err != nil || off.ConnectRate().Limit != 0 {
+		t.Fatalf("connect_rate limit 0: %v, %v; want off", err, off.ConnectRate())
+	}
 	if !Default().AllowAll() {
 		t.Fatal("the default is not allow-all")
 	}
@@ -44,8 +47,9 @@ auth:
 		{`mqtt: {websocket: {tls: true, addr: ":1"}}`, `mqtt.tls.key_file: must name`},
 		{`mqtt: {max_packet_size: 10}`, `mqtt.max_packet_size: must be between 64B and 256MiB (got 10B)`},
 		{`mqtt: {max_client_id_length: 0}`, `mqtt.max_client_id_length: must be between 1 and 65535 (got 0)`},
-		{`mqtt: {connect_rate: {limit: 0}}`, `mqtt.connect_rate.limit: must be > 0`},
+		{`mqtt: {connect_rate: {limit: -1}}`, `mqtt.connect_rate.limit: must be between 1 and`},
 		{`mqtt: {connect_rate: {window: 0s}}`, `mqtt.connect_rate.window: must be > 0`},
+		{`mqtt: {connect_rate: {exempt: ["10.0.0.0/33"]}}`, `mqtt.connect_rate.exempt[0]: must be an address prefix`},
 		{`mqtt: {keepalive: {min: 1500ms}}`, `mqtt.keepalive.min: must be whole seconds`},
 		{`mqtt: {keepalive: {min: 2h}}`, `mqtt.keepalive.min: must be at most mqtt.keepalive.max, 1h0m0s (got "2h0m0s")`},
 		{`limits: {max_devices: -1}`, `limits.max_devices: must be >= 0`},

@@ -49,7 +49,12 @@ func loadSecurity(cfg config.Config) (security, error) {
 			}
 		}
 	}
+	exempt, err := cfg.ConnectRateExempt()
+	if err != nil {
+		return security{}, err
+	}
 	s.limits = broker.Limits{
+		ConnectRateExempt: exempt,
 		MaxPacketSize:     uint32(m.MaxPacketSize),
 		MaxClientIDLength: m.MaxClientIDLength,
 		MaxConnections:    m.MaxConnections,
