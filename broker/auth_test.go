@@ -256,3 +256,22 @@ func TestWebSocket(t *testing.T) {
 		t.Fatalf("publish over WebSocket: 0x%02x %v", a.code, err)
 	}
 }
+
+// TestACLCheckAllocs: the ACL check runs on every publish and every
+// delivery; it allocates nothing.
+func TestACLCheckAllocs(t *testing.T) {
+	f := start(t, fixtureOpts{options: func(o *Options) {
+		o.Auth = Auth{Credentials: credentials(t), ACL: defaultACL(t)}
+	}})
+	cl := f.srv.mqtt.NewClient(nil, "test", "dev-1", true)
+	f.srv.auth.sessions.Store(cl, &session{device: "dev-1", role: auth.RoleDevice})
+	if !f.srv.auth.OnACLCheck(cl, "devices/dev-1/a/b", true) || f.srv.auth.OnACLCheck(cl, "devices/dev-2/a", true) {
+		t.Fatal("ACL check answers wrong")
+	}
+	if n := testing.AllocsPerRun(1000, func() {
+		f.srv.auth.OnACLCheck(cl, "devices/dev-1/a/b", true)
+		f.srv.auth.OnACLCheck(cl, "devices/dev-1/cmd/x", false)
+	}); n != 0 {
+		t.Errorf("OnACLCheck allocates %v times per call pair", n)
+	}
+}
