@@ -276,7 +276,7 @@ func (h *authHook) admit(cl *mqtt.Client, pk packets.Packet) (*session, *refusal
 // authenticate checks a client's certificate or password.
 func (h *authHook) authenticate(cl *mqtt.Client, pk packets.Packet) (*session, *refusal) {
 	if h.opts.Certificates {
-		if tc, ok := cl.Net.Conn.(*tls.Conn); ok {
+		if tc := tlsConn(cl.Net.Conn); tc != nil {
 			if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 {
 				// The listener verified the chain (tls.Config.ClientCAs).
 				id, err := h.opts.CertField.Identity(certs[0])
@@ -305,6 +305,16 @@ func (h *authHook) authenticate(cl *mqtt.Client, pk packets.Packet) (*session, *
 			"client identifier not allowed for this username", packets.Err3ClientIdentifierNotValid)
 	}
 	return nil, refuse(refusedCredentials, packets.ErrBadUsernameOrPassword, "bad username or password", packets.ErrMalformedUsernameOrPassword) // 3.1.1: 0x04 bad user name or password
+}
+
+// tlsConn returns the TLS connection under a client's connection (TLS
+// listener, or WebSocket over TLS), or nil.
+func tlsConn(c net.Conn) *tls.Conn {
+	if ws, ok := c.(*wsConn); ok {
+		c = ws.Conn
+	}
+	tc, _ := c.(*tls.Conn)
+	return tc
 }
 
 // OnDisconnect forgets the client's session.

@@ -275,3 +275,27 @@ func TestACLCheckAllocs(t *testing.T) {
 		t.Errorf("OnACLCheck allocates %v times per call pair", n)
 	}
 }
+
+// TestWebSocketTLSCertificates: over wss a client certificate
+// authenticates as on the TLS listener.
+func TestWebSocketTLSCertificates(t *testing.T) {
+	ca := newCA(t, "fleet CA")
+	f := start(t, fixtureOpts{options: func(o *Options) {
+		o.TCPAddr = ""
+		o.WebSocketAddr, o.WebSocketTLS = "127.0.0.1:0", true
+		o.TLS = serverTLS(t, ca, true)
+		o.Auth = Auth{Certificates: true, CertField: auth.CertCN, ACL: defaultACL(t)}
+	}})
+	addr := f.srv.WebSocketAddr().String()
+	conn, err := dialWSS(t, addr, clientTLS(ca, ca.issue(t, "wss-dev", nil, false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := mustConnect5(t, conn, login{id: "wss-dev"}, nil)
+	if a, err := dev.publish(t, "devices/wss-dev/t", "x", 1); err != nil || a.code != 0 {
+		t.Fatalf("publish over wss: 0x%02x %v", a.code, err)
+	}
+	if _, err := dialWSS(t, addr, clientTLS(ca)); err == nil {
+		t.Fatal("wss without a client certificate connected")
+	}
+}

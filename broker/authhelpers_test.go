@@ -243,3 +243,14 @@ func (f *fixture) dial3(t *testing.T, id, username, password string) (mqtt3.Clie
 func contextTimeout() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), waitTimeout)
 }
+
+// dialWSS opens an MQTT WebSocket connection over TLS to addr.
+func dialWSS(t *testing.T, addr string, cfg *tls.Config) (net.Conn, error) {
+	t.Helper()
+	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, HandshakeTimeout: waitTimeout, TLSClientConfig: cfg}
+	c, _, err := d.Dial("wss://"+addr+"/mqtt", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &wsConn{Conn: c.NetConn(), c: c}, nil
+}
