@@ -11,7 +11,7 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 SHELL       := bash
 .SHELLFLAGS := -eu -o pipefail -c
 
-.PHONY: test build bench fuzz tools vet
+.PHONY: test build bench fuzz tools vet hostile
 .PHONY: bench-e2e
 
 # test: vet, every test with the race detector, then a short fuzz pass.
@@ -49,3 +49,7 @@ fuzz:
 BENCH_E2E_FLAGS ?=
 bench-e2e: tools
 	$(GO) run ./bench/harness $(BENCH_E2E_FLAGS)
+# hostile runs the hostile-client test at full size: 100k distinct client
+# IDs (make test runs 10k).
+hostile:
+	DEVICEGATE_HOSTILE_IDS=100000 $(GO) test -count=1 -run '^TestHostileClients$$' -v ./broker
