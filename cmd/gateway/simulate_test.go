@@ -1,15 +1,11 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"devicegate/simulator"
 )
 
 // TestSimulateProcess runs `gateway simulate` against a gateway child
@@ -47,21 +43,11 @@ func TestSimulateProcess(t *testing.T) {
 	if !strings.Contains(ok.stdout, "OK: 0 devices over quota") {
 		t.Errorf("summary lacks the OK verdict:\n%s", ok.stdout)
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep simulator.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("--json: %v", err)
-	}
+	rep := readReport(t, jsonPath)
+	checkAddsUp(t, rep)
 	tot := rep.Result.Totals
 	if tot.Devices != 20 || tot.Sent == 0 {
 		t.Errorf("totals %+v: want 20 devices that sent", tot)
-	}
-	if sum := tot.Accepted + tot.Refused + tot.Deferred + tot.Lost + tot.Unacked; sum != tot.Sent {
-		t.Errorf("accepted %d + refused %d + deferred %d + lost %d + unacked %d = %d, want sent %d",
-			tot.Accepted, tot.Refused, tot.Deferred, tot.Lost, tot.Unacked, sum, tot.Sent)
 	}
 	if tot.Refused == 0 {
 		t.Errorf("no message refused at 10/s against 5/1s: %+v", tot)
@@ -90,7 +76,19 @@ func TestSimulateBadFlagsProcess(t *testing.T) {
 		{[]string{"--devices", "x"}, "-devices"},
 		{[]string{"--rate", "fast"}, "-rate"},
 		{[]string{"--rate", "0/s"}, "-rate"},
-		{[]string{"--qos", "2"}, "--qos: must be 0 or 1"},
+		{[]string{"--qos", "3"}, "--qos: must be 0, 1 or 2"},
+		{[]string{"--mix", "70%:50/10s"}, "--mix: the shares add up to 70%"},
+		{[]string{"--mix", "70%:50/10s:queue,30%:1/1s"}, "the policy must be drop, defer or disconnect"},
+		{[]string{"--embedded", "--spawn"}, "choose one"},
+		{[]string{"--embedded", "--addr", "127.0.0.1:1"}, "--addr: not with --embedded"},
+		{[]string{"--data-dir", "x"}, "--data-dir: only with --embedded or --spawn"},
+		{[]string{"--restart-at", "1s"}, "--restart-at: needs a gateway the simulator starts"},
+		{[]string{"--embedded", "--restart-at", "1s", "--restart", "kill"}, "--restart kill: only with --spawn"},
+		{[]string{"--spawn", "--restart-at", "1s", "--restart", "hup"}, "--restart: must be sigterm or kill"},
+		{[]string{"--spawn", "--restart-at", "20s"}, "--restart-at: must be within --duration"},
+		{[]string{"--storm-at", "1h"}, "--storm-at: must be within --duration"},
+		{[]string{"--spawn", "--restart-at", "1s", "--clock-step", "-1h"}, "--clock-step: only with --embedded"},
+		{[]string{"--admin-token", "x"}, "--admin-token: only with --admin-addr"},
 		{[]string{"--protocol", "3"}, "-protocol"},
 		{[]string{"--pattern", "zigzag"}, "--pattern"},
 		{[]string{"--pattern", "burst"}, "--burst"},
@@ -107,6 +105,9 @@ func TestSimulateBadFlagsProcess(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, tc.want) || stdout != "" {
 			t.Errorf("simulate %v: exit %d, stderr %q, stdout %q; want exit 2 naming %q", tc.args, code, stderr, stdout, tc.want)
 		}
+	}
+	if code, _, stderr := runBinary(t, "simulate", "--embedded", "--config", "/nonexistent.yaml"); code != 1 || !strings.Contains(stderr, "/nonexistent.yaml") {
+		t.Errorf("embedded with a missing config file: exit %d, stderr %q", code, stderr)
 	}
 	code, stdout, _ := runBinary(t, "help", "simulate")
 	if code != 0 || !strings.Contains(stdout, "--limit") || !strings.Contains(stdout, "--json") {
