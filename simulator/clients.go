@@ -23,6 +23,11 @@ type publisher interface {
 type client5 struct {
 	c   *paho.Client
 	qos byte
+	// alive ends with the connection: paho.golang keeps an in-flight
+	// publish waiting for its ack after the connection is gone (for a
+	// resend on a later session), and the device must learn of the loss
+	// now.
+	alive context.Context
 }
 
 func dial5(ctx context.Context, addr, id string, qos byte) (*client5, error) {
@@ -38,13 +43,18 @@ func dial5(ctx context.Context, addr, id string, qos byte) (*client5, error) {
 		conn.Close()
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	return &client5{c: c, qos: qos}, nil
+	alive, gone := context.WithCancel(context.Background())
+	go func() {
+		<-c.Done()
+		gone()
+	}()
+	return &client5{c: c, qos: qos, alive: alive}, nil
 }
 
-func (c *client5) publish(ctx context.Context, topic string, payload []byte) (Ack, byte, error) {
+func (c *client5) publish(_ context.Context, topic string, payload []byte) (Ack, byte, error) {
 	// A PUBACK must come within 5 s even as the run ends, so that the
 	// outcome of the last message is known.
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	pctx, cancel := context.WithTimeout(c.alive, 5*time.Second)
 	defer cancel()
 	resp, err := c.c.Publish(pctx, &paho.Publish{Topic: topic, QoS: c.qos, Payload: payload})
 	if c.qos == 0 {
