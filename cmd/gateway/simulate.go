@@ -92,13 +92,17 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 func printSimulateUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage: gateway simulate [flags]
 
-Connects --devices simulated devices to a running gateway at --addr,
+Connects --devices simulated devices to a gateway: a running one at
+--addr, one in this process (--embedded), or a child process (--spawn);
 publishes for --duration, then waits for messages still in flight. A
 subscriber on the devices' topics sees what the gateway let through,
-and the checker judges every device against the quota --limit/--window.
-Prints a summary; exits 0 when no device exceeded the quota and nothing
-was lost, leaked or made up, 1 otherwise, naming the worst devices.
-SIGINT or SIGTERM ends publishing early and reports what was seen.
+and the checker judges every device against its quota (--limit/--window,
+or its class of --mix). Faults: --storm-at, --restart-at (--restart
+sigterm|kill), --clock-step. Prints a summary (and a progress line on a
+terminal); --json and --report write the details. Exits 0 when no device
+exceeded its quota and nothing was lost, leaked or made up, 1 otherwise,
+naming the worst devices. SIGINT or SIGTERM ends publishing early and
+reports what was seen.
 
 Flags:
 `)

@@ -67,6 +67,14 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err != nil {
 		return err
 	}
+	// Each device holds a socket, and an embedded gateway one more.
+	need := uint64(cfg.Devices) + 64
+	if f.target.embedded {
+		need += uint64(cfg.Devices)
+	}
+	if limit, err := raiseFileLimit(); err == nil && limit < need {
+		fmt.Fprintf(stderr, "gateway: simulate: warning: %d devices need about %d open files, the limit is %d (ulimit -n); some will fail to connect\n", cfg.Devices, need, limit)
+	}
 	target, def, err := startTarget(f, set)
 	if err != nil {
 		return err
