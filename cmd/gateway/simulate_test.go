@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"devicegate/simulator"
 )
 
 // TestSimulateProcess runs `gateway simulate` against a gateway child
@@ -112,5 +114,55 @@ func TestSimulateBadFlagsProcess(t *testing.T) {
 	code, stdout, _ := runBinary(t, "help", "simulate")
 	if code != 0 || !strings.Contains(stdout, "--limit") || !strings.Contains(stdout, "--json") {
 		t.Errorf("help simulate: exit %d\n%s", code, stdout)
+	}
+}
+
+// TestSimulateMixThroughAdminAPI runs a mix against a running gateway:
+// the devices of the stricter class get their overrides through the
+// admin API, and each device is judged against its own class's quota.
+// Stdout is a pipe, so there is no progress line.
+func TestSimulateMixThroughAdminAPI(t *testing.T) {
+	g := startGW(t, t.TempDir(), "--limit", "20", "--window", "1s")
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	code, stdout, stderr := runBinary(t, "simulate", "--addr", g.mqtt, "--admin-addr", g.admin, "--admin-token", g.token,
+		"--devices", "10", "--rate", "10/s", "--duration", "2s", "--limit", "20", "--window", "1s",
+		"--mix", "50%:20/1s,50%:3/1s", "--tolerance", "100ms", "--json", jsonPath)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if strings.ContainsAny(stdout, "\r\033") {
+		t.Errorf("progress line on a pipe:\n%q", stdout)
+	}
+	rep := readReport(t, jsonPath)
+	checkAddsUp(t, rep)
+	for _, d := range rep.Result.Devices {
+		want := 20
+		if d.Device >= "dev-00005" {
+			want = 3
+		}
+		if d.Limit != want || d.MaxInWindow > want || (want == 3 && d.Refused == 0) || (want == 20 && d.Refused != 0) {
+			t.Errorf("%s: %+v, want limit %d", d.Device, d, want)
+		}
+	}
+	if st, m := g.call(t, "GET", "/api/v1/devices/dev-00007", ""); st != 200 || m["source"] != "override" {
+		t.Errorf("dev-00007 after the run: HTTP %d %v, want its override", st, m)
+	}
+	// A wrong token fails before any device connects, naming the API.
+	code, _, stderr = runBinary(t, "simulate", "--addr", g.mqtt, "--admin-addr", g.admin, "--admin-token", "wrong",
+		"--devices", "2", "--duration", "1s", "--mix", "50%:20/1s,50%:3/1s")
+	if code != 1 || !strings.Contains(stderr, "--mix: set the quota of dev-00000") || !strings.Contains(stderr, "401") {
+		t.Errorf("wrong token: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	var b strings.Builder
+	p := progressLine(&b)
+	p(simulator.Progress{Elapsed: time.Second, Connected: 10, Sent: 100, Refused: 20, Over: 0})
+	p(simulator.Progress{Elapsed: 3 * time.Second, Connected: 9, Sent: 300, Refused: 60, Over: 2})
+	want := "\r\033[K    1s  connected 10  sent/s 100  refused/s 20  over quota 0" +
+		"\r\033[K    3s  connected 9  sent/s 100  refused/s 20  over quota 2"
+	if b.String() != want {
+		t.Fatalf("got %q\nwant %q", b.String(), want)
 	}
 }
