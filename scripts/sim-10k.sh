@@ -33,7 +33,7 @@ trap 'kill -TERM "$gwpid" 2>/dev/null || true' EXIT
 
 status=0
 "$TIME" -v -o "$out/10k-simulator.time" ./gateway simulate --addr "127.0.0.1:$port" --devices "$devices" \
-	--rate "$rate" --duration "$duration" --ramp-up 1000 --limit 5 --window 10s \
+	--rate "$rate" --duration "$duration" --ramp-up 500 --drain 10s --limit 5 --window 10s ${SIM_ARGS:-} \
 	--json "$out/10k.json" --report "$out/10k.html" || status=$?
 kill -TERM "$gwpid"
 wait "$timepid" || true

@@ -223,12 +223,20 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 		return
 	}
 	gen := f.gate.generation()
-	p, err := f.dial(ctx, id)
-	if err != nil {
-		if ctx.Err() == nil {
-			rec.fail(fmt.Errorf("device %s: %w", id, err), true)
+	var p publisher
+	var err error
+	for attempt := 0; ; attempt++ {
+		if p, err = f.dial(ctx, id); err == nil {
+			break
 		}
-		return
+		// Thousands of connects at once can meet refusals and
+		// timeouts on a busy machine: try again a few times.
+		if ctx.Err() != nil || attempt == connectAttempts-1 || !sleepUntil(ctx, time.Now().Add(backoff(attempt))) {
+			if ctx.Err() == nil {
+				rec.fail(fmt.Errorf("device %s: %w", id, err), true)
+			}
+			return
+		}
 	}
 	rec.connection(1, false)
 	defer func() {
@@ -268,7 +276,7 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 				return false
 			}
 			// A storm of thousands of connects can meet refusals: back off.
-			if !sleepUntil(ctx, time.Now().Add(min(50*time.Millisecond<<attempt, 2*time.Second))) {
+			if !sleepUntil(ctx, time.Now().Add(backoff(attempt))) {
 				return false
 			}
 		}
@@ -306,10 +314,28 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 	}
 }
 
+// connectAttempts is how often a device tries its first connection.
+const connectAttempts = 5
+
+// backoff is the pause after the attempt'th failed connect: 50 ms,
+// doubling, at most 2 s.
+func backoff(attempt int) time.Duration {
+	return min(50*time.Millisecond<<min(attempt, 8), 2*time.Second)
+}
+
 // dial connects device id with the configured protocol.
 func (f *fleet) dial(ctx context.Context, id string) (publisher, error) {
+	// A failed dial returns a nil interface, not a nil *client.
 	if f.cfg.Protocol == 4 {
-		return dial4(ctx, f.cfg.Addr, id, f.cfg.QoS)
+		c, err := dial4(ctx, f.cfg.Addr, id, f.cfg.QoS)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
-	return dial5(ctx, f.cfg.Addr, id, f.cfg.QoS)
+	c, err := dial5(ctx, f.cfg.Addr, id, f.cfg.QoS)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }

@@ -37,6 +37,7 @@ type simulateFlags struct {
 	tolerance   durationValue
 	jsonFile    string
 	reportFile  string
+	drain       durationValue
 	mix         string
 	stormAt     durationValue
 	restartAt   durationValue
@@ -72,6 +73,7 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	fs.StringVar(&f.policy, "policy", "drop", "quota `policy` the gateway applies: drop, defer or disconnect")
 	fs.Var(&f.tolerance, "tolerance", "slack in `duration` allowed to the checker's window edges (default 50ms)")
 	fs.StringVar(&f.jsonFile, "json", "", `write the whole report as JSON to `+"`file`"+`; "-" for stdout`)
+	fs.Var(&f.drain, "drain", "after publishing, wait up to `duration` for acked messages still on their way (default 2s)")
 	fs.StringVar(&f.reportFile, "report", "", "write a self-contained HTML report with charts to `file`")
 	fs.StringVar(&f.mix, "mix", "", `quota `+"`mix`"+` across the fleet, "SHARE%:LIMIT/WINDOW[:POLICY],...", e.g. "70%:50/10s:drop,30%:5/1s:defer"; devices not on the default quota get overrides (embedded, spawned, or --addr with --admin-addr)`)
 	fs.BoolVar(&f.target.embedded, "embedded", false, "run the gateway in this process on a free loopback port (temporary data directory unless --data-dir)")
@@ -147,6 +149,8 @@ func simulateConfig(args []string, stdout io.Writer) (simulator.Config, *simulat
 		return bad("limit", "must be > 0", f.limit.v)
 	case f.window.v <= 0:
 		return bad("window", "must be > 0", f.window.v)
+	case f.drain.v < 0:
+		return bad("drain", "must be >= 0", f.drain.v)
 	case f.tolerance.v < 0:
 		return bad("tolerance", "must be >= 0", f.tolerance.v)
 	case f.rampUp.v < 0:
@@ -172,6 +176,7 @@ func simulateConfig(args []string, stdout io.Writer) (simulator.Config, *simulat
 		RampUp:      f.rampUp.v,
 		Quota:       devicelimit.Quota{Limit: f.limit.v, Window: f.window.v, Policy: policy},
 		Tolerance:   f.tolerance.v,
+		Drain:       f.drain.v,
 	}
 	if cfg.Tolerance == 0 {
 		// The simulator treats 0 as "default"; a tiny slack is the
@@ -196,7 +201,7 @@ var simFieldFlags = map[string]string{
 	"addr": "addr", "devices": "devices", "id_pattern": "id-pattern", "topic": "topic",
 	"duration": "duration", "qos": "qos", "protocol": "protocol", "ramp_up": "ramp-up",
 	"quota": "limit/--window", "rate": "rate", "burst": "burst", "period": "period",
-	"pattern": "pattern", "payload_size": "payload-size",
+	"pattern": "pattern", "payload_size": "payload-size", "drain": "drain", "mix": "mix",
 }
 
 // blameSimFlags turns a simulator config error into a usage error that
