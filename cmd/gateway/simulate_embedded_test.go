@@ -72,7 +72,10 @@ func TestSimulateMixDefer(t *testing.T) {
 	for _, d := range rep.Result.Devices {
 		deferClass := d.Device >= "dev-00010"
 		switch {
-		case deferClass && (d.Limit != 5 || d.Policy != "defer" || d.Released == 0 || d.Accepted > 5+1):
+		// A message deferred only briefly arrives within 250 ms and
+		// counts as accepted, so the split between accepted and released
+		// is not fixed; that some were released is.
+		case deferClass && (d.Limit != 5 || d.Policy != "defer" || d.Released == 0 || d.Refused != 0):
 			t.Errorf("%s in the defer class: %+v", d.Device, d)
 		case !deferClass && (d.Limit != 20 || d.Policy != "drop" || d.Deferred != 0 || d.Accepted != d.Sent):
 			t.Errorf("%s in the drop class: %+v", d.Device, d)
