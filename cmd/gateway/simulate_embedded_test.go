@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"devicegate/simulator"
 )
@@ -109,5 +110,36 @@ func TestSimulateClockStepAcrossRestart(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "gateway restart (sigterm, wall clock -1h0m0s)") {
 		t.Errorf("summary:\n%s", stdout)
+	}
+}
+
+// TestSimulateEmbeddedConfigFile takes the embedded gateway's quota from
+// a config file, and judges the run against it when no quota flag is
+// given.
+func TestSimulateEmbeddedConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(cfgPath, []byte("limits:\n  default:\n    limit: 3\n    window: 1s\n    policy: drop\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	jsonPath := filepath.Join(dir, "r.json")
+	// "--data-dir=DIR" in one argument: runBinary gives a separate
+	// "--data-dir" an --admin-addr, meant for serve.
+	code, stdout, stderr := runBinary(t, "simulate", "--embedded", "--config", cfgPath, "--data-dir="+filepath.Join(dir, "data"),
+		"--devices", "10", "--rate", "10/s", "--duration", "1500ms", "--tolerance", "100ms", "--json", jsonPath)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	rep := readReport(t, jsonPath)
+	checkAddsUp(t, rep)
+	if q := rep.Config.Quota; q.Limit != 3 || q.Window != time.Second {
+		t.Fatalf("judged against %v, want the file's 3/1s", q)
+	}
+	if tot := rep.Result.Totals; tot.Refused == 0 || tot.Violations != 0 {
+		t.Fatalf("totals %+v", tot)
+	}
+	// --data-dir is the user's: kept after the run.
+	if _, err := os.Stat(filepath.Join(dir, "data", "devicegate.db")); err != nil {
+		t.Fatalf("data directory: %v", err)
 	}
 }
