@@ -62,3 +62,37 @@ func TestWriteHTMLSelfContained(t *testing.T) {
 		t.Fatal("page lacks the verdict or the latency chart")
 	}
 }
+
+// TestTimelineSumsToTotals checks every sent message lands in one bin of
+// the series of its outcome.
+func TestTimelineSumsToTotals(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	q := devicelimit.Quota{Limit: 2, Window: time.Second, Policy: devicelimit.PolicyDefer}
+	l := DeviceLog{Device: "a", Quota: q}
+	for i := range 40 {
+		at := t0.Add(time.Duration(i) * 500 * time.Millisecond)
+		s := Sent{Seq: uint64(i), At: at, Ack: Ack(i % 3)}
+		l.Sent = append(l.Sent, s)
+		if i%5 == 1 {
+			l.Arrivals = append(l.Arrivals, Arrival{Seq: uint64(i), At: at.Add(time.Duration(i%2) * time.Second)})
+		}
+	}
+	res := Check([]DeviceLog{l}, CheckOptions{Immediate: 250 * time.Millisecond})
+	tl, tot := res.Timeline, res.Totals
+	sum := func(s []int) (n int) {
+		for _, v := range s {
+			n += v
+		}
+		return n
+	}
+	if tl.BinNS != 250*time.Millisecond || len(tl.Accepted) != 79 || !tl.Start.Equal(t0) {
+		t.Fatalf("timeline over 19.5 s: start %v, bin %v, %d bins", tl.Start, tl.BinNS, len(tl.Accepted))
+	}
+	if sum(tl.Accepted) != tot.Accepted || sum(tl.Refused) != tot.Refused || sum(tl.Deferred) != tot.Deferred ||
+		sum(tl.Lost) != tot.Lost || sum(tl.Unacked) != tot.Unacked {
+		t.Fatalf("timeline %+v does not match totals %+v", tl, tot.Counts)
+	}
+	if Check(nil, CheckOptions{}).Timeline != nil {
+		t.Fatal("no messages: want no timeline")
+	}
+}
