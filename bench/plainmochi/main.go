@@ -40,6 +40,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("plainmochi", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "MQTT TCP listen `address`")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on `address` (for bench-e2e -profile)")
+	writeBuf := fs.Int("write-buffer", 0, "mochi's ClientNetWriteBufferSize in `bytes` (0: mochi's default, 2 KiB)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,7 +52,10 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := mqtt.New(&mqtt.Options{
+		Logger:                   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ClientNetWriteBufferSize: *writeBuf,
+	})
 	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
 		return err
 	}
