@@ -104,9 +104,11 @@ func populate(key string, mk func() limiter, ids []string) *populated {
 	if p, ok := benchState[key]; ok {
 		return p
 	}
-	for k := range benchState { // one population alive at a time
-		benchState[k].clk.Close()
-		delete(benchState, k)
+	for k, p := range benchState { // the populations of one size alive at a time
+		if p.devCount != len(ids) {
+			p.clk.Close()
+			delete(benchState, k)
+		}
 	}
 	clk := devicelimit.NewSystemClock(0, 0)
 	before := heapInUse()
@@ -124,11 +126,14 @@ func populate(key string, mk func() limiter, ids []string) *populated {
 // stride walks the devices in an order the hardware cannot predict.
 const stride = 7919
 
+// BenchmarkAllowAt runs the implementations back to back for each size
+// and mode, so that a ratio compares runs made under the same load of a
+// shared machine.
 func BenchmarkAllowAt(b *testing.B) {
-	for _, impl := range benchImpls {
-		for _, size := range benchSizes {
-			ids := deviceIDs(size.n)
-			for _, mode := range []string{"serial", "parallel"} {
+	for _, size := range benchSizes {
+		ids := deviceIDs(size.n)
+		for _, mode := range []string{"serial", "parallel"} {
+			for _, impl := range benchImpls {
 				name := fmt.Sprintf("impl=%s/devices=%s/mode=%s", impl.name, size.name, mode)
 				b.Run(name, func(b *testing.B) {
 					p := populate(impl.name+size.name, impl.make, ids)

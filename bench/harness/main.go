@@ -12,7 +12,7 @@
 // and max of received and delivered messages/s and the ratios, and stops
 // every process it started, by PID.
 //
-//	go run ./bench/harness -rounds 3 -duration 3s
+//	go run ./bench/harness -rounds 5 -duration 3s
 //	go run ./bench/harness -profile DIR   # also CPU and allocation profiles of the gateway and plain mochi
 package main
 
@@ -71,7 +71,7 @@ func main() {
 func mainErr(args []string) error {
 	var o options
 	fs := flag.NewFlagSet("harness", flag.ContinueOnError)
-	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds per target and QoS")
+	fs.IntVar(&o.rounds, "rounds", 5, "interleaved rounds per target and QoS")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "publishing time of one round")
 	fs.IntVar(&o.publishers, "publishers", 50, "publishing clients")
 	fs.IntVar(&o.subscribers, "subscribers", 5, "subscribing clients")

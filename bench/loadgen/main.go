@@ -6,7 +6,8 @@
 //
 // Publisher i publishes 64-byte payloads to bench/i as fast as the
 // broker takes them (QoS 1: up to -inflight unacknowledged each; QoS 0:
-// as fast as the connection is written). Subscriber k subscribes, with
+// as fast as the connection is written, with a QoS 1 sync message every
+// 1000 that keeps at most 2000 queued). Subscriber k subscribes, with
 // the same QoS, to the topics of publishers i with i mod subscribers ==
 // k, so every message goes to one subscriber and no single subscriber
 // carries all. The first -hot publishers are named hot-i, the others
@@ -181,21 +182,41 @@ func round(c config) (Result, error) {
 	return res, nil
 }
 
+// qos0Sync bounds the QoS 0 messages of a publisher in flight; see
+// publish.
+const qos0Sync = 1000
+
 // publish publishes until deadline, then sends the QoS 1 end marker and
 // waits for every ack.
 func publish(cl paho.Client, i int, c config, payload []byte, deadline time.Time, published *atomic.Int64) error {
 	topic := "bench/" + strconv.Itoa(i)
 	var window []paho.Token // unacknowledged QoS 1 publishes, oldest first
 	wait := func(t paho.Token) error {
-		if !t.WaitTimeout(30*time.Second) || t.Error() != nil {
-			return fmt.Errorf("publisher %d: ack: %v", i, t.Error())
+		if !t.WaitTimeout(60 * time.Second) {
+			return fmt.Errorf("publisher %d: no ack within 60 s", i)
+		}
+		if t.Error() != nil {
+			return fmt.Errorf("publisher %d: ack: %w", i, t.Error())
 		}
 		return nil
 	}
 	n := int64(0)
+	var sync paho.Token // QoS 0: the last sync message, not yet waited for
 	for ; n%64 != 0 || time.Now().Before(deadline); n++ {
 		t := cl.Publish(topic, c.qos, false, payload)
 		if c.qos == 0 {
+			// Every qos0Sync messages a QoS 1 message to an unsubscribed
+			// topic; wait for the one before: at most 2*qos0Sync
+			// messages are queued in the connection, so the round does
+			// not end with seconds of backlog in socket buffers.
+			if (n+1)%qos0Sync == 0 {
+				if sync != nil {
+					if err := wait(sync); err != nil {
+						return err
+					}
+				}
+				sync = cl.Publish(topic+"/end", 1, false, payload)
+			}
 			continue
 		}
 		window = append(window, t)
@@ -205,6 +226,9 @@ func publish(cl paho.Client, i int, c config, payload []byte, deadline time.Time
 			}
 			window = window[1:]
 		}
+	}
+	if sync != nil {
+		window = append(window, sync)
 	}
 	window = append(window, cl.Publish(topic+"/end", 1, false, payload))
 	for _, t := range window {
