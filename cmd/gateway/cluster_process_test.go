@@ -123,3 +123,27 @@ func TestClusterRedisKilledProcess(t *testing.T) {
 	c2.close()
 	g.stop()
 }
+
+// TestClusterStartWithoutRedisProcess: a gateway whose Redis is down at
+// start-up starts all the same, says so, and applies its failure
+// policy; it shares its state once Redis runs.
+func TestClusterStartWithoutRedisProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := clusterConfig(t, srv, "fail-open")
+	srv.Kill()
+	g := startClusterGW(t, cfg, "--limit", "1", "--window", "1h")
+	if !strings.Contains(g.stderr(), "quota overrides not yet read from redis") {
+		t.Fatalf("no warning about the overrides; stderr:\n%s", g.stderr())
+	}
+	c := dial5(t, g.mqtt, "dev-1")
+	for i := range 3 { // fail-open: over the limit of 1, admitted
+		c.mustPublish(t, "t", fmt.Sprint("without redis ", i), codeSuccess)
+	}
+	srv.Restart()
+	waitUntil(t, "the shared window refuses again after Redis came up", 15*time.Second, func() bool {
+		code, err := c.publish("t", "redis up?")
+		return err == nil && code == codeQuotaExceeded
+	})
+	c.close()
+	g.stop()
+}
