@@ -11,7 +11,8 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 SHELL       := bash
 .SHELLFLAGS := -eu -o pipefail -c
 
-.PHONY: test build bench fuzz tools vet
+.PHONY: test build bench fuzz tools vet hostile
+.PHONY: bench-e2e
 
 # test: vet, every test with the race detector, then a short fuzz pass.
 test: tools vet
@@ -41,3 +42,32 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
+
+# bench-e2e runs the gateway, plain mochi and Mosquitto side by side under
+# one paho load (bench/harness; a few minutes) and prints the table.
+# BENCH_E2E_FLAGS passes options, e.g. -rounds 5 or -profile DIR.
+BENCH_E2E_FLAGS ?=
+bench-e2e: tools
+	$(GO) run ./bench/harness $(BENCH_E2E_FLAGS)
+# hostile runs the hostile-client test at full size: 100k distinct client
+# IDs (make test runs 10k).
+hostile:
+	DEVICEGATE_HOSTILE_IDS=100000 $(GO) test -count=1 -run '^TestHostileClients$$' -v ./broker
+# Simulator runs too long for `make test`; reports go to SIM_OUT (gitignored).
+SIM_OUT ?= sim-out
+.PHONY: sim-acceptance sim-10k report-png
+
+# sim-acceptance: issue 6's acceptance run, 1000 devices on an embedded gateway.
+sim-acceptance: build
+	mkdir -p $(SIM_OUT)
+	./gateway simulate --embedded --devices 1000 --rate 5/s --duration 30s --limit 50 --window 10s \
+		--json $(SIM_OUT)/acceptance.json --report $(SIM_OUT)/acceptance.html
+
+# sim-10k: 10,000 devices at 0.2/s for 60 s against a separate gateway, with CPU and memory of both.
+sim-10k: build
+	./scripts/sim-10k.sh $(SIM_OUT)
+
+# report-png: render REPORT (default: the acceptance run's) to a PNG in headless Chromium.
+REPORT ?= $(SIM_OUT)/acceptance.html
+report-png:
+	./scripts/report-png.sh $(REPORT) $(REPORT:.html=.png)

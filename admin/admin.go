@@ -8,6 +8,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,6 +79,9 @@ type Options struct {
 	// Windows, when not nil, is where device status and reset read
 	// and empty windows instead of Table (windows shared in Redis).
 	Windows Windows
+	// TLSCertFile and TLSKeyFile, when both set, serve HTTPS (TLS 1.2
+	// at least) with that PEM certificate and key.
+	TLSCertFile, TLSKeyFile string
 }
 
 // Server is the admin HTTP server. Create it with New; Handler serves
@@ -147,9 +151,20 @@ func (s *Server) Start() error {
 	if s.srv != nil {
 		return errors.New("admin: already started")
 	}
+	var tlsConfig *tls.Config
+	if s.opts.TLSCertFile != "" || s.opts.TLSKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.opts.TLSCertFile, s.opts.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("admin: tls: %w", err)
+		}
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
 	ln, err := net.Listen("tcp", s.opts.Addr)
 	if err != nil {
 		return fmt.Errorf("admin: listen on %q: %w", s.opts.Addr, err)
+	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
 	}
 	s.ln = ln
 	s.srv = &http.Server{

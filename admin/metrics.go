@@ -14,6 +14,11 @@ type Snapshot struct {
 	SnapshotBytes                                        int64   // size of the last window snapshot
 	Snapshots                                            uint64  // window snapshots written
 	ClockRollbacks                                       uint64
+	// ACLPublishDenied and ACLSubscribeDenied count what the topic ACL
+	// refused.
+	ACLPublishDenied, ACLSubscribeDenied uint64
+	// ConnectsRefused counts refused connections by reason.
+	ConnectsRefused map[string]uint64
 }
 
 // StatsSource reports the gateway's counters; main adapts the broker's,
@@ -34,6 +39,8 @@ var (
 	descSnapBytes     = prometheus.NewDesc("devicegate_snapshot_bytes", "Size of the last window snapshot.", nil, nil)
 	descSnapshots     = prometheus.NewDesc("devicegate_snapshots_total", "Window snapshots written.", nil, nil)
 	descRollbacks     = prometheus.NewDesc("devicegate_clock_rollbacks_total", "Wall-clock rollbacks detected.", nil, nil)
+	descACLDenied     = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
+	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
 )
 
 // collector reads a StatsSource at each scrape, so the domain types
@@ -47,7 +54,8 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
-		descTracked, descConnected, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks} {
+		descTracked, descConnected, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
+		descACLDenied, descRefused} {
 		ch <- d
 	}
 }
@@ -75,4 +83,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSnapBytes, float64(s.SnapshotBytes))
 	counter(descSnapshots, s.Snapshots)
 	counter(descRollbacks, s.ClockRollbacks)
+	counter(descACLDenied, s.ACLPublishDenied, "publish")
+	counter(descACLDenied, s.ACLSubscribeDenied, "subscribe")
+	for reason, n := range s.ConnectsRefused {
+		counter(descRefused, n, reason)
+	}
 }

@@ -13,17 +13,26 @@ func TestCollector(t *testing.T) {
 		Allowed: 10, Dropped: 2, Disconnected: 1, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
 		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11,
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
+		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 	}}
 	reg := prometheus.NewRegistry()
 	c := NewCollector(src)
 	reg.MustRegister(c)
 	want := `
+# HELP devicegate_acl_denied_total Publishes and subscriptions (or deliveries) refused by the topic ACL.
+# TYPE devicegate_acl_denied_total counter
+devicegate_acl_denied_total{action="publish"} 13
+devicegate_acl_denied_total{action="subscribe"} 14
 # HELP devicegate_clock_rollbacks_total Wall-clock rollbacks detected.
 # TYPE devicegate_clock_rollbacks_total counter
 devicegate_clock_rollbacks_total 1
 # HELP devicegate_connected_clients Connected MQTT clients.
 # TYPE devicegate_connected_clients gauge
 devicegate_connected_clients 11
+# HELP devicegate_connects_refused_total Connections refused, by reason.
+# TYPE devicegate_connects_refused_total counter
+devicegate_connects_refused_total{reason="credentials"} 15
+devicegate_connects_refused_total{reason="rate"} 16
 # HELP devicegate_deferred_expired_total Deferred messages discarded after their maximum age.
 # TYPE devicegate_deferred_expired_total counter
 devicegate_deferred_expired_total 6
@@ -59,8 +68,8 @@ devicegate_snapshots_total 12
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 15 {
-		t.Fatalf("%d series, want 15", n)
+	if n := testutil.CollectAndCount(c); n != 19 {
+		t.Fatalf("%d series, want 19", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"devicegate/devicelimit"
@@ -56,12 +56,26 @@ type Options struct {
 	// (snapshots, the admin API, a limiter's local fallback). Its bucket
 	// count must be Table's.
 	Limiter Limiter
+	// TLSAddr, when not empty, is the address of an MQTT listener over
+	// TLS with the configuration TLS (TLS 1.2 at least).
+	TLSAddr string
+	TLS     *tls.Config
+	// WebSocketAddr, when not empty, is the address of an MQTT over
+	// WebSocket listener; over TLS (wss) when WebSocketTLS is set, with
+	// the configuration TLS.
+	WebSocketAddr string
+	WebSocketTLS  bool
+	// Auth authenticates clients and sets the topic ACL; the zero value
+	// is allow-all.
+	Auth Auth
+	// Limits bound what clients can take; zero fields are no bound.
+	Limits Limits
 }
 
 func (o *Options) validate() error {
 	switch {
-	case o.TCPAddr == "":
-		return fmt.Errorf("%w: TCPAddr is empty", ErrInvalidOptions)
+	case o.TCPAddr == "" && o.TLSAddr == "" && o.WebSocketAddr == "":
+		return fmt.Errorf("%w: TCPAddr, TLSAddr and WebSocketAddr are all empty", ErrInvalidOptions)
 	case o.Table == nil:
 		return fmt.Errorf("%w: Table is nil", ErrInvalidOptions)
 	case o.Resolver == nil:
@@ -80,6 +94,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: Table has %d buckets but Resolver validates quotas for %d",
 			ErrInvalidOptions, o.Table.Buckets(), o.Resolver.Buckets())
 	}
+	if err := o.validateListeners(); err != nil {
+		return err
+	}
 	return o.DeferLimits.validate()
 }
 
@@ -94,8 +111,12 @@ type Server struct {
 	// as their device. Only release rounds use it, one at a time.
 	releaser *mqtt.Client
 
+	auth *authHook
+
 	mu       sync.Mutex
 	tcp      *tcpListener // set once the listener is bound
+	tls      *tcpListener // the TLS listener, when bound
+	ws       *wsListener  // the WebSocket listener, when bound
 	started  bool
 	closing  bool
 	stop     chan struct{} // closed to end the sweep loop
@@ -137,6 +158,7 @@ func New(opts Options) (*Server, error) {
 		// the throttle hook never counts its messages.
 		InlineClient: true,
 		Logger:       slog.New(mochiHandler{log.Handler()}).With("component", "mochi"),
+		Capabilities: opts.Limits.capabilities(),
 	})
 	h := &throttle{
 		srv:      srv,
@@ -151,13 +173,17 @@ func New(opts Options) (*Server, error) {
 		devices:   make(map[string]*devState),
 		throttled: opts.Throttled,
 	}
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
+	ah, err := newAuthHook(srv, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.AddHook(ah, nil); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}
 	if err := srv.AddHook(h, nil); err != nil {
 		return nil, fmt.Errorf("add throttle hook: %w", err)
 	}
-	s := &Server{opts: opts, mqtt: srv, hook: h, closed: make(chan struct{})}
+	s := &Server{opts: opts, mqtt: srv, hook: h, auth: ah, closed: make(chan struct{})}
 	if opts.Defer != nil {
 		s.def = newDeferrer(opts.Defer, opts.DeferLimits, h)
 		s.def.publish = s.publishDeferred
@@ -230,22 +256,9 @@ func (s *Server) Start() error {
 			s.logger().Info("deferred messages restored", "messages", msgs, "devices", devices)
 		}
 	}
-	l := newTCPListener("tcp", s.opts.TCPAddr)
-	if s.connectTimeout > 0 {
-		l.connectTimeout = s.connectTimeout
+	if err := s.startListeners(); err != nil {
+		return err
 	}
-	l.disconnect = s.disconnectClients
-	if err := s.mqtt.AddListener(l); err != nil { // binds (Init)
-		return fmt.Errorf("start mqtt: %w", err)
-	}
-	if err := s.mqtt.Serve(); err != nil {
-		// Serve fails only on configured stores, hooks or listeners,
-		// which this server has none of; undo the bind all the same.
-		l.Close(func(string) {})
-		s.mqtt.Listeners.Delete(l.ID())
-		return fmt.Errorf("start mqtt: %w", err)
-	}
-	s.tcp = l
 	s.startSweep()
 	if s.def != nil {
 		s.startDeferral()
@@ -297,7 +310,10 @@ func (s *Server) startSweep() {
 }
 
 // tick does the periodic housekeeping at now.
-func (s *Server) tick(now devicelimit.Tick) { s.hook.sweep(now) }
+func (s *Server) tick(now devicelimit.Tick) {
+	s.hook.sweep(now)
+	s.auth.sweep(now)
+}
 
 // disconnectClients ends every client of the listener on shutdown. MQTT 5
 // clients get DISCONNECT 0x8B first; 3.1.1 has no server DISCONNECT

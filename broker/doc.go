@@ -1,6 +1,7 @@
 // Package broker is the gateway's MQTT side: an embedded mochi-mqtt
-// server with a TCP listener, device authentication (allow-all for now),
-// the throttle hook that checks every device publish against its quota
+// server with TCP, TLS and WebSocket listeners, device authentication
+// and the topic ACL (the auth hook; allow-all by default), the throttle
+// hook that checks every device publish against its quota
 // in a devicelimit.Table, and the deferral queue.
 //
 // Decisions, per DESIGN.md "Data flow of one publish":
@@ -51,6 +52,20 @@
 // 100 ms. Release is at-least-once: a crash between a release and its
 // deletion releases the message again after the restart. Start restores
 // the queue from the store before it listens.
+//
+// # Authentication and limits
+//
+// The auth hook runs before the throttle. At CONNECT it applies the
+// connection limits (Limits: client-ID length, keepalive bounds,
+// MaxDevices), authenticates the client by password (auth.Credentials)
+// or by its verified TLS client certificate, and refuses with a reason
+// code and string of its own; a refused client never reaches the
+// throttle. Afterwards it answers mochi's ACL checks: a device publishes
+// within its publish template and subscribes within its subscribe
+// template, a consumer subscribes anywhere and publishes nowhere, so a
+// publish outside the device's prefix is refused before it is counted.
+// The listeners close connections over the per-address connect rate
+// before reading them.
 //
 // It is the only package that imports mochi.
 package broker

@@ -53,6 +53,9 @@ type fixtureOpts struct {
 	clock       *devicelimit.ManualClock // a fresh one at t0 when nil
 	table       *devicelimit.Table       // a fresh one when nil
 	throttled   *devicelimit.TopK        // Options.Throttled
+	// options, when set, changes the Options before New (auth, TLS,
+	// limits).
+	options func(*Options)
 }
 
 // start runs a real broker on 127.0.0.1:0 with a manual clock.
@@ -76,7 +79,7 @@ func start(t *testing.T, fo fixtureOpts) *fixture {
 	if clock == nil {
 		clock = devicelimit.NewManualClock(t0)
 	}
-	srv, err := New(Options{
+	o := Options{
 		TCPAddr:     "127.0.0.1:0",
 		Table:       table,
 		Resolver:    resolver,
@@ -86,7 +89,11 @@ func start(t *testing.T, fo fixtureOpts) *fixture {
 		Defer:       fo.store,
 		DeferLimits: fo.limits,
 		Throttled:   fo.throttled,
-	})
+	}
+	if fo.options != nil {
+		fo.options(&o)
+	}
+	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +110,11 @@ func start(t *testing.T, fo fixtureOpts) *fixture {
 			t.Errorf("close: %v\n%s", err, b.String())
 		}
 	})
-	return &fixture{srv: srv, clock: clock, table: table, resolver: resolver, addr: srv.Addr().String()}
+	f := &fixture{srv: srv, clock: clock, table: table, resolver: resolver}
+	if a := srv.Addr(); a != nil {
+		f.addr = a.String()
+	}
+	return f
 }
 
 // rule returns a rule giving client IDs matching pattern limit messages

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +32,12 @@ type tcpListener struct {
 	connectTimeout time.Duration
 	// disconnect ends the established clients of this listener on Close.
 	disconnect func(listenerID string)
+	// tlsConfig, when set, makes this a TLS listener; the handshake runs
+	// within connectTimeout, on the connection's own goroutine.
+	tlsConfig *tls.Config
+	// admit, when set, decides each accepted connection before anything
+	// is read from it; a refused one is closed at once.
+	admit func(remote net.Addr) bool
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -54,8 +61,13 @@ func newTCPListener(id, address string) *tcpListener {
 // ID returns the listener's ID.
 func (l *tcpListener) ID() string { return l.id }
 
-// Protocol returns "tcp".
-func (l *tcpListener) Protocol() string { return "tcp" }
+// Protocol returns "tcp", or "tls" for a TLS listener.
+func (l *tcpListener) Protocol() string {
+	if l.tlsConfig != nil {
+		return "tls"
+	}
+	return "tcp"
+}
 
 // Address returns the bound address once Init succeeded, else the
 // configured one.
@@ -84,6 +96,9 @@ func (l *tcpListener) Init(log *slog.Logger) error {
 	ln, err := net.Listen("tcp", l.address)
 	if err != nil {
 		return fmt.Errorf("listen on %q: %w", l.address, err)
+	}
+	if l.tlsConfig != nil {
+		ln = tls.NewListener(ln, l.tlsConfig)
 	}
 	l.mu.Lock()
 	l.ln = ln
@@ -125,6 +140,10 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 			continue
 		}
 		delay = 0
+		if l.admit != nil && !l.admit(conn.RemoteAddr()) {
+			_ = conn.Close()
+			continue
+		}
 		if !l.track(conn) {
 			_ = conn.Close()
 			return

@@ -170,6 +170,29 @@ type connInfo struct {
 	// dev is the device's entry in throttle.devices; nil for a
 	// connInfo computed for an uncached client.
 	dev *devState
+
+	// Touched only by OnPublish, which mochi runs in order per client,
+	// so without a lock: caches that spare a refusal flood the work of
+	// a refusal already seen.
+	// quietUntil is when the log limiter could next admit a "device
+	// throttled" line for the device; before it, no need to ask.
+	quietUntil devicelimit.Tick
+	// reason is the last MQTT 5 refusal reason string, for
+	// reasonQuota and reasonRetry.
+	reason      string
+	reasonQuota devicelimit.Quota
+	reasonRetry time.Duration
+}
+
+// refusalReason returns the MQTT 5 reason string of a refusal under q
+// with the given retry-after, formatting it only when it differs from
+// the connection's last one (a flood repeats it for a millisecond).
+func (c *connInfo) refusalReason(q devicelimit.Quota, retry time.Duration) string {
+	if c.reason == "" || c.reasonQuota != q || c.reasonRetry != retry {
+		c.reason = fmt.Sprintf("quota exceeded: %d messages per %s, retry after %s", q.Limit, q.Window, retry)
+		c.reasonQuota, c.reasonRetry = q, retry
+	}
+	return c.reason
 }
 
 // ID returns the hook's ID.
@@ -365,7 +388,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo, q devicelimit.Quota, now devicelimit.Tick) error {
 	out, d := h.def.deferPublish(cl, pk, c.device, c.rule, q, now)
 	if !d.Allowed && d.Limit > 0 { // the window refused it (else it queued behind others)
-		h.logThrottled(cl, c.device, q, d, now)
+		h.logThrottled(cl, c, q, d, now)
 	}
 	switch out {
 	case outAllowed:
@@ -385,7 +408,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 // for mochi.
 func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
 	retry := ceilMillisecond(d.RetryAfter)
-	h.logThrottled(cl, c.device, q, d, now)
+	h.logThrottled(cl, c, q, d, now)
 	h.refused(c.device, now)
 	v5 := cl.Properties.ProtocolVersion == 5
 
@@ -413,13 +436,21 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q dev
 
 	// PolicyDrop, and PolicyDefer without a store.
 	h.dropped.Add(1)
-	return h.quotaExceeded(cl, pk, fmt.Sprintf("quota exceeded: %d messages per %s, retry after %s", q.Limit, q.Window, retry))
+	if !wantsRefusal(cl, pk) {
+		return errIgnore // as quotaExceeded would, without the reason string
+	}
+	return h.quotaExceeded(cl, pk, c.refusalReason(q, retry))
 }
 
 // logThrottled logs a refusal by the window, at most once per window per
 // device.
-func (h *throttle) logThrottled(cl *mqtt.Client, device string, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) {
-	if !h.logs.AllowAt(device, devicelimit.Quota{Limit: 1, Window: q.Window}, now).Allowed {
+func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) {
+	if now < c.quietUntil {
+		return // the limiter would refuse: skip its lookup
+	}
+	device := c.device
+	if ld := h.logs.AllowAt(device, devicelimit.Quota{Limit: 1, Window: q.Window}, now); !ld.Allowed {
+		c.quietUntil = now.Add(ld.RetryAfter)
 		return
 	}
 	level := slog.LevelInfo
@@ -435,7 +466,7 @@ func (h *throttle) logThrottled(cl *mqtt.Client, device string, q devicelimit.Qu
 // error for mochi: MQTT 5 QoS 1/2 publishers get PUBACK/PUBREC 0x97 with
 // reason; others an ordinary ack (3.1.1 cannot say no) or nothing (QoS 0).
 func (h *throttle) quotaExceeded(cl *mqtt.Client, pk packets.Packet, reason string) error {
-	if cl.Properties.ProtocolVersion != 5 || pk.FixedHeader.Qos == 0 {
+	if !wantsRefusal(cl, pk) {
 		// QoS 0: nothing to ack. MQTT 3.1.1 QoS 1/2: mochi acks 0x00 and
 		// forwards nothing; 3.1.1 has no way to say no.
 		return errIgnore
@@ -455,6 +486,12 @@ func (h *throttle) quotaExceeded(cl *mqtt.Client, pk packets.Packet, reason stri
 	// packet in flight, so the client can go on publishing.
 	_ = cl.WritePacket(ack)
 	return errReject
+}
+
+// wantsRefusal reports whether a refused publish gets PUBACK/PUBREC 0x97:
+// MQTT 5 with QoS 1 or 2.
+func wantsRefusal(cl *mqtt.Client, pk packets.Packet) bool {
+	return cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0
 }
 
 // disconnectGrace is how long a device disconnected by policy has to

@@ -93,6 +93,13 @@ func TestRetryAfterReason(t *testing.T) {
 	if want := "quota exceeded: 10 messages per 1s, retry after 450ms"; a.code != 0x97 || a.reason != want {
 		t.Fatalf("got 0x%02x %q, want 0x97 %q", a.code, a.reason, want)
 	}
+	// The connection reuses its last reason string only while it is
+	// still true.
+	f.clock.Advance(100 * time.Millisecond)
+	a, _ = p.publish(t, "t/a", "y", 1)
+	if want := "quota exceeded: 10 messages per 1s, retry after 350ms"; a.code != 0x97 || a.reason != want {
+		t.Fatalf("100ms later: got 0x%02x %q, want 0x97 %q", a.code, a.reason, want)
+	}
 }
 
 // The decision table, policy disconnect: MQTT 5 gets DISCONNECT 0x96 with

@@ -12,10 +12,24 @@
 // The schema:
 //
 //	mqtt:
-//	  tcp: ":1883"                 # host:port of the MQTT TCP listener
+//	  tcp: ":1883"                 # host:port of the MQTT TCP listener; "" turns it off
+//	  tls:                         # MQTT over TLS (1.2 or later); off while addr is ""
+//	    addr: ""                   # e.g. ":8883"
+//	    cert_file: ""              # PEM certificate (chain) and key of the gateway
+//	    key_file: ""
+//	    client_ca_file: ""         # PEM CAs that sign device certificates: turns on certificate auth
+//	  websocket:
+//	    addr: ""                   # e.g. ":8083"; MQTT over WebSocket, off while ""
+//	    tls: false                 # serve wss with mqtt.tls's certificate
+//	  max_packet_size: 256KiB      # larger packets end the connection before they are read
+//	  max_client_id_length: 256    # bytes
+//	  max_connections: 50000       # clients connected at once; 0: no bound
+//	  connect_rate: {limit: 100, window: 1s, exempt: ["127.0.0.0/8", "::1/128"]}  # new connections per source IP (limit 0: off); exempt: CIDR prefixes not limited
+//	  keepalive: {min: 0s, max: 1h}           # a keepalive outside is set to the bound; 0s: no bound
 //	admin:
 //	  addr: "127.0.0.1:8080"       # host:port of the admin HTTP API and /metrics
 //	  token: ""                    # bearer token; empty: GATEWAY_ADMIN_TOKEN, else a token file in data_dir
+//	  tls: {cert_file: "", key_file: ""}  # both set: HTTPS
 //	data_dir: "./data"             # where the state file lives (created if missing)
 //	persist:
 //	  snapshot_interval: 1s        # how often changed windows are written, > 0 and <= 1h
@@ -23,6 +37,7 @@
 //	  default: {limit: 100, window: 10s, policy: drop}
 //	  buckets: 20                  # buckets per window, 1..1000
 //	  identity: client_id          # or username: which MQTT field names a device
+//	  max_devices: 1000000         # devices with a live window; new ones beyond are refused at CONNECT
 //	  rules:                       # first match wins, after runtime overrides
 //	    - name: sensors            # optional, "#1", "#2"... by position
 //	      match: {client_id: "sensor-*", username: "..."}  # globs, at least one
@@ -44,6 +59,12 @@
 //	    db: 0                      # database number, 0..15; must be 0 with several addrs
 //	    timeout: 50ms              # longest a decision waits for Redis
 //	  failure_policy: local        # Redis down or slow: fail-open, fail-closed or local
+//	auth:                          # allow-all while neither credentials_file nor mqtt.tls.client_ca_file is set
+//	  credentials_file: ""         # accounts made with "gateway passwd"
+//	  certificate_identity: cn     # cn, dns, email or uri: where a client certificate names its device
+//	  acl:                         # topic templates of devices, {device} a whole level
+//	    publish: "devices/{device}/#"
+//	    subscribe: "devices/{device}/cmd/#"
 //
 // A rule's quota keys that are left out take their value from
 // limits.default in the same file. Policies are drop, defer and
@@ -79,13 +100,33 @@ type Config struct {
 	// Cluster, when cluster.redis.addrs is set, shares device windows
 	// and quota overrides between gateways in Redis.
 	Cluster Cluster `yaml:"cluster"`
+	// Auth turns on device authentication and the topic ACL; its zero
+	// value lets every client in (allow-all).
+	Auth Auth `yaml:"auth"`
 }
 
 // MQTT configures the MQTT listeners.
 type MQTT struct {
 	// TCP is the host:port of the plain TCP listener; port 0 picks a
-	// free port.
+	// free port. Empty turns the plain listener off (then tls.addr or
+	// websocket.addr must be set).
 	TCP string `yaml:"tcp"`
+	// TLS configures the MQTT over TLS listener.
+	TLS TLS `yaml:"tls"`
+	// WebSocket configures the MQTT over WebSocket listener.
+	WebSocket WebSocket `yaml:"websocket"`
+	// MaxPacketSize is the largest MQTT packet accepted; a client
+	// announcing a larger one is disconnected before it is read.
+	MaxPacketSize Size `yaml:"max_packet_size"`
+	// MaxClientIDLength is the longest client ID accepted, in bytes.
+	MaxClientIDLength int `yaml:"max_client_id_length"`
+	// MaxConnections bounds the clients connected at once; 0: no bound.
+	MaxConnections int `yaml:"max_connections"`
+	// ConnectRate bounds new connections per source IP address; a limit
+	// of 0 turns it off.
+	ConnectRate Rate `yaml:"connect_rate"`
+	// Keepalive bounds the keepalive clients may ask for.
+	Keepalive Keepalive `yaml:"keepalive"`
 }
 
 // Admin configures the admin HTTP API, which also serves /metrics.
@@ -97,6 +138,8 @@ type Admin struct {
 	// the gateway takes GATEWAY_ADMIN_TOKEN, or else reads (creating it
 	// on first start) a token file in the data directory.
 	Token string `yaml:"token"`
+	// TLS, when its files are set, serves the admin API over HTTPS.
+	TLS AdminTLS `yaml:"tls"`
 }
 
 // Persist configures how state reaches the data directory.
@@ -125,6 +168,9 @@ type Limits struct {
 	Rules []Rule `yaml:"rules,omitempty"`
 	// Defer bounds the queues of devices with policy defer.
 	Defer Defer `yaml:"defer"`
+	// MaxDevices bounds the devices with a live window; beyond it, new
+	// devices are refused at CONNECT. 0: no bound.
+	MaxDevices int `yaml:"max_devices"`
 }
 
 // Defer bounds the deferral queues: what is over a bound is handled as
@@ -184,14 +230,15 @@ type Log struct {
 // devices named by client ID, info logging.
 func Default() Config {
 	return Config{
-		MQTT:    MQTT{TCP: ":1883"},
+		MQTT:    defaultMQTT(),
 		Admin:   Admin{Addr: "127.0.0.1:8080"},
 		DataDir: "./data",
 		Persist: Persist{SnapshotInterval: Duration(time.Second)},
 		Limits: Limits{
-			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
-			Buckets:  devicelimit.DefaultBuckets,
-			Identity: "client_id",
+			Default:    Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
+			Buckets:    devicelimit.DefaultBuckets,
+			Identity:   "client_id",
+			MaxDevices: DefaultMaxDevices,
 			Defer: Defer{
 				MaxMessagesPerDevice: 1000,
 				MaxBytesPerDevice:    1 << 20,
@@ -205,6 +252,7 @@ func Default() Config {
 			Redis:         Redis{Timeout: Duration(DefaultRedisTimeout)},
 			FailurePolicy: "local",
 		},
+		Auth: defaultAuth(),
 	}
 }
 

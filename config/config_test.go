@@ -69,7 +69,7 @@ func TestKeys(t *testing.T) {
 		{name: "admin token newline", yaml: `admin: {token: "s3\ncret"}`, err: []string{`admin.token: must not contain control characters`}},
 		{name: "admin addr no port", yaml: `admin: {addr: "localhost"}`, err: []string{`admin.addr: must be host:port`, `(got "localhost")`}},
 		{name: "admin addr port range", yaml: `admin: {addr: ":70000"}`, err: []string{`admin.addr:`, `(got ":70000")`}},
-		{name: "admin unknown", yaml: `admin: {tls: true}`, err: []string{`admin.tls: unknown key; expected one of addr, token`}},
+		{name: "admin unknown", yaml: `admin: {tsl: true}`, err: []string{`admin.tsl: unknown key; expected one of addr, token, tls`}},
 
 		// mqtt.tcp
 		{name: "tcp any host", yaml: `mqtt: {tcp: ":1884"}`, want: func(c Config) bool { return c.MQTT.TCP == ":1884" }},
@@ -230,7 +230,7 @@ limits:
 		{name: "level empty", yaml: `log: {level: ""}`, err: []string{`log.level: must be debug, info, warn or error (got "")`}},
 
 		// unknown keys, at every depth
-		{name: "unknown top", yaml: "mqtt: {}\nauth: {}\n", err: []string{`line 2: auth: unknown key; expected one of mqtt, admin, data_dir, persist, limits, log`}},
+		{name: "unknown top", yaml: "mqtt: {}\nauthz: {}\n", err: []string{`line 2: authz: unknown key; expected one of mqtt, admin, data_dir, persist, limits, log, cluster, auth`}},
 		{name: "unknown nested", yaml: "limits:\n  default:\n    burst: 5\n", err: []string{`line 3: limits.default.burst: unknown key; expected one of limit, window, policy`}},
 		{name: "unknown in rule", yaml: `limits: {rules: [{match: {ip: "10.*"}}]}`, err: []string{`limits.rules[0].match.ip: unknown key; expected one of client_id, username`}},
 		{name: "unknown odd key", yaml: "\"a.b\": 1\n", err: []string{`line 1: "a.b": unknown key`}},

@@ -25,6 +25,9 @@ func FuzzParse(f *testing.F) {
 		"limits: {default: &q {limit: 3}, rules: [{match: {username: u}, quota: *q}]}\n",
 		"limits:\n  default: {policy: defer}\n  defer: {max_messages_per_device: 5, max_bytes_per_device: 64KiB, max_total_bytes: 1048576, max_age: 5m}\n",
 		"limits: {defer: {max_total_bytes: 1GB, max_bytes_per_device: -3}}\n",
+		"mqtt: {tcp: \"\", tls: {addr: \":8883\", cert_file: c, key_file: k, client_ca_file: ca}, max_packet_size: 1KiB}\n",
+		"mqtt: {connect_rate: {limit: 5, window: 1s}, keepalive: {min: 5s, max: 1m}, websocket: {addr: \":0\", tls: false}}\n",
+		"auth: {credentials_file: f, certificate_identity: uri, acl: {publish: \"a/+/{device}/#\", subscribe: \"{device}\"}}\nlimits: {max_devices: 3}\n",
 	} {
 		f.Add(s)
 	}

@@ -16,7 +16,9 @@ import (
 // quota ranges are devicelimit's (Quota.Validate).
 func (c Config) Validate() error {
 	var v validator
-	v.tcp("mqtt.tcp", c.MQTT.TCP)
+	if c.MQTT.TCP != "" {
+		v.tcp("mqtt.tcp", c.MQTT.TCP)
+	}
 	v.tcp("admin.addr", c.Admin.Addr)
 	v.token("admin.token", c.Admin.Token)
 	switch {
@@ -79,6 +81,7 @@ func (c Config) Validate() error {
 		v.add("log.level", err.Error())
 	}
 	v.cluster(c.Cluster)
+	c.validateSecurity(&v)
 	if len(v.errs) == 0 {
 		return nil
 	}

@@ -28,7 +28,7 @@ func (t *Table) Collect(fn func(device string, enc []byte)) int {
 		clear(s.gone)
 		s.gone = s.gone[:0]
 		for _, device := range s.dirty {
-			ref, ok := s.index[device]
+			ref, ok := s.index.get(device, hashString(device))
 			if !ok {
 				continue // evicted since: it is in gone, or never stored
 			}

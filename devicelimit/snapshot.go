@@ -141,10 +141,10 @@ func decodeWindow(b []byte, buf []uint32) (Window, error) {
 
 // Snapshot returns a copy of the device's window, if it has one.
 func (t *Table) Snapshot(device string) (Window, bool) {
-	s := t.shard(device)
+	s, h := t.shard(device)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ref, ok := s.index[device]
+	ref, ok := s.index.get(device, h)
 	if !ok {
 		return Window{}, false
 	}
@@ -194,16 +194,16 @@ func (t *Table) RestoreBinary(device string, enc []byte) error {
 // restore installs the valid window w.
 func (t *Table) restore(device string, w Window) {
 	total := w.Total()
-	s := t.shard(device)
+	s, h := t.shard(device)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ref, ok := s.index[device]; ok {
-		s.evict(device, ref)
+	if i := s.index.find(device, h); i >= 0 {
+		s.evict(i)
 	}
 	if total == 0 {
 		return
 	}
-	r, _ := s.lookup(device, total, true)
+	r, _ := s.lookup(device, h, total, true)
 	r.setFlags(flagStored)
 	slots := t.buckets + 1
 	r.setLength(w.Length)

@@ -24,10 +24,10 @@ type Table struct {
 
 type shard struct {
 	mu    sync.Mutex
-	index map[string]uint32 // class<<30 | record index
+	index index // device -> ref: class<<30 | record index
 	slabs [numClasses]slab
-	peak  int // most windows held since the last compaction
 	cut   cut
+	peak  int // most windows held since the last compaction
 	// dirty lists the devices whose windows gained a count since the
 	// last Collect, gone those evicted or reset after a Collect handed
 	// them out. See Collect.
@@ -91,7 +91,7 @@ func NewTable(buckets int) (*Table, error) {
 
 func (s *shard) init(slots int) {
 	s.cut = cut{buckets: slots - 1, ofTick: -1, startK: -1}
-	s.index = make(map[string]uint32)
+	s.index = index{}
 	for c := range s.slabs {
 		s.slabs[c] = newSlab(c, slots)
 	}
@@ -101,8 +101,10 @@ func (s *shard) init(slots int) {
 // Buckets returns the number of buckets per window.
 func (t *Table) Buckets() int { return t.buckets }
 
-func (t *Table) shard(device string) *shard {
-	return &t.shards[hashString(device)%numShards]
+// shard returns the device's shard and the device ID's hash.
+func (t *Table) shard(device string) (*shard, uint64) {
+	h := hashString(device)
+	return &t.shards[h%numShards], h
 }
 
 func (s *shard) rec(ref uint32) rec {
@@ -111,21 +113,26 @@ func (s *shard) rec(ref uint32) rec {
 
 // lookup returns the device's record, creating it (when create is set) or
 // widening it so its counters can hold limit. Called with s.mu held.
-func (s *shard) lookup(device string, limit int, create bool) (rec, bool) {
+// h is hashString(device).
+func (s *shard) lookup(device string, h uint64, limit int, create bool) (rec, bool) {
 	class := classFor(limit)
-	ref, ok := s.index[device]
+	i := s.index.find(device, h)
 	switch {
-	case !ok && !create:
+	case i < 0 && !create:
 		return rec{}, false
-	case !ok:
-		ref = uint32(class)<<refClassShift | s.slabs[class].alloc()
-		s.index[device] = ref
-		s.peak = max(s.peak, len(s.index))
-	case int(ref>>refClassShift) < class:
+	case i < 0:
+		ref := uint32(class)<<refClassShift | s.slabs[class].alloc()
+		s.index.insert(device, h, ref)
+		s.peak = max(s.peak, s.index.n)
+		return s.rec(ref), true
+	}
+	slot := &s.index.slots[i]
+	ref := slot.ref()
+	if int(ref>>refClassShift) < class {
 		old := s.rec(ref)
 		s.free(ref)
 		ref = uint32(class)<<refClassShift | s.slabs[class].alloc()
-		s.index[device] = ref
+		slot.setRef(ref)
 		r := s.rec(ref)
 		copyRec(r, old)
 		return r, true
@@ -167,9 +174,9 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 	if q.Limit < 1 || q.Limit > MaxLimit || q.Window < t.minWindow || q.Window > MaxWindow {
 		return Decision{Limit: q.Limit}
 	}
-	s := t.shard(device)
+	s, h := t.shard(device)
 	s.mu.Lock()
-	r, ok := s.lookup(device, q.Limit, count)
+	r, ok := s.lookup(device, h, q.Limit, count)
 	if !ok {
 		s.mu.Unlock()
 		return Decision{Limit: q.Limit, Remaining: q.Limit}
@@ -185,24 +192,26 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 
 // Reset empties the device's window and reports whether it had one.
 func (t *Table) Reset(device string) bool {
-	s := t.shard(device)
+	s, h := t.shard(device)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ref, ok := s.index[device]
-	if ok {
-		s.evict(device, ref)
+	i := s.index.find(device, h)
+	if i >= 0 {
+		s.evict(i)
 	}
-	return ok
+	return i >= 0
 }
 
-// evict removes the device's window, remembering it for Collect if a
-// store may hold it. Called with s.mu held.
-func (s *shard) evict(device string, ref uint32) {
+// evict removes the window in index slot i, remembering its device for
+// Collect if a store may hold it. Called with s.mu held.
+func (s *shard) evict(i int) {
+	slot := &s.index.slots[i]
+	ref := slot.ref()
 	if s.rec(ref).flags()&flagStored != 0 {
-		s.gone = append(s.gone, device)
+		s.gone = append(s.gone, slot.keyString())
 	}
-	delete(s.index, device)
 	s.free(ref)
+	s.index.deleteAt(i)
 }
 
 // Len returns the number of windows held.
@@ -211,7 +220,7 @@ func (t *Table) Len() int {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		n += len(s.index)
+		n += s.index.n
 		s.mu.Unlock()
 	}
 	return n
@@ -229,17 +238,27 @@ func (t *Table) Sweep(now Tick) int {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		for device, ref := range s.index {
-			r := s.rec(ref)
+		for i := 0; i < len(s.index.slots); {
+			slot := &s.index.slots[i]
+			if slot.meta == 0 {
+				i++
+				continue
+			}
+			r := s.rec(slot.ref())
 			if nb := bucketOf(now, t.buckets, r.length()); nb > r.head() {
 				r.advance(nb, t.buckets+1)
 			}
-			if r.total() == 0 {
-				s.evict(device, ref)
-				evicted++
+			if r.total() != 0 {
+				i++
+				continue
 			}
+			// Eviction shifts a later entry into slot i: look at it
+			// next. (One from the wrapped start of the array may come
+			// twice; a second look changes nothing.)
+			s.evict(i)
+			evicted++
 		}
-		if s.peak >= compactBelow && len(s.index)*4 <= s.peak {
+		if s.peak >= compactBelow && s.index.n*4 <= s.peak {
 			s.compact(t.buckets + 1)
 		}
 		s.mu.Unlock()
@@ -247,21 +266,33 @@ func (t *Table) Sweep(now Tick) int {
 	return evicted
 }
 
-// compact rebuilds the shard's map and slabs at their live size.
+// compact rebuilds the shard's index and slabs at their live size.
 func (s *shard) compact(slots int) {
-	oldIndex, oldSlabs := s.index, s.slabs
-	s.index = make(map[string]uint32, len(oldIndex))
+	oldSlots, oldSlabs := s.index.slots, s.slabs
+	s.index = index{slots: make([]islot, slotsFor(s.index.n))}
 	for c := range s.slabs {
 		s.slabs[c] = newSlab(c, slots)
 	}
-	for device, ref := range oldIndex {
+	for i := range oldSlots {
+		old := &oldSlots[i]
+		if old.meta == 0 {
+			continue
+		}
+		ref := old.ref()
 		class := ref >> refClassShift
 		nref := class<<refClassShift | s.slabs[class].alloc()
 		copy(s.rec(nref).b, oldSlabs[class].rec(ref&refIndexMask).b)
-		s.index[device] = nref
+		moved := *old
+		moved.setRef(nref)
+		s.index.put(moved, hashString(old.keyString()))
+		s.index.n++
 	}
-	s.peak = len(s.index)
+	s.peak = s.index.n
 }
+
+// slotsFor returns an index size that holds n entries below the maximum
+// load.
+func slotsFor(n int) int { return max(minSlots, n*maxLoadDen/maxLoadNum+1) }
 
 // Grow makes room for about n windows, so that restoring n windows at
 // start-up does not rehash and regrow as it goes. It only affects empty
@@ -271,8 +302,8 @@ func (t *Table) Grow(n int) {
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		if len(s.index) == 0 {
-			s.index = make(map[string]uint32, per)
+		if s.index.n == 0 {
+			s.index = index{slots: make([]islot, slotsFor(per))}
 			// No window is live, so every record is free: the free list
 			// goes with the old records, or alloc would hand out one
 			// index twice.

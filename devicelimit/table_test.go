@@ -293,8 +293,9 @@ func TestGrowAfterEviction(t *testing.T) {
 	short := Quota{Limit: 1, Window: 100 * ms}
 	// Three devices in one shard.
 	devs := []string{"d0"}
+	s0, _ := tab.shard(devs[0])
 	for i := 1; len(devs) < 3; i++ {
-		if d := fmt.Sprintf("d%d", i); tab.shard(d) == tab.shard(devs[0]) {
+		if d := fmt.Sprintf("d%d", i); shardOf(tab, d) == s0 {
 			devs = append(devs, d)
 		}
 	}
@@ -314,4 +315,9 @@ func TestGrowAfterEviction(t *testing.T) {
 	if d := tab.AllowAt(devs[1], q, t0.Add(500*ms)); d.Allowed {
 		t.Fatalf("%s: second message within %v admitted with limit 1: %+v", devs[1], q.Window, d)
 	}
+}
+
+func shardOf(tab *Table, device string) *shard {
+	s, _ := tab.shard(device)
+	return s
 }

@@ -79,6 +79,10 @@ type DeviceLog struct {
 	Quota    devicelimit.Quota
 	Sent     []Sent
 	Arrivals []Arrival
+	// Allowance is the excess over Quota the durability contract
+	// allows this device: the admissions a crashed gateway may have
+	// forgotten. 0 without a crash.
+	Allowance int
 }
 
 // CheckOptions tune the checker. The zero value checks exact windows
@@ -123,7 +127,14 @@ type DeviceResult struct {
 	MaxInWindow    int       `json:"max_in_window"`
 	MaxWindowStart time.Time `json:"max_window_start,omitzero"`
 	Excess         int       `json:"excess"`
+	// Allowance is DeviceLog.Allowance: excess up to it is within the
+	// persistence bound of a crash, not a violation.
+	Allowance int `json:"allowance,omitempty"`
 }
+
+// Violation reports whether the device's excess is beyond its
+// allowance.
+func (r DeviceResult) Violation() bool { return r.Excess > r.Allowance }
 
 // UnackedMissing is the number of unacknowledged messages that never
 // arrived.
@@ -135,7 +146,7 @@ func (r DeviceResult) Unexpected() int { return r.Lost + r.Leaked + r.Phantom }
 
 // Failed reports whether the device shows a violation or an unexpected
 // fault.
-func (r DeviceResult) Failed() bool { return r.Excess > 0 || r.Unexpected() > 0 }
+func (r DeviceResult) Failed() bool { return r.Violation() || r.Unexpected() > 0 }
 
 // Totals sums the counters over all devices. The Max and Excess fields
 // are the largest of any device; Violations counts the devices with
@@ -143,9 +154,12 @@ func (r DeviceResult) Failed() bool { return r.Excess > 0 || r.Unexpected() > 0 
 type Totals struct {
 	Devices int `json:"devices"`
 	Counts
-	// Violations is the number of devices with Excess > 0;
-	// ExcessTotal sums their excess; MaxExcess is the largest.
+	// Violations is the number of devices with Excess beyond their
+	// Allowance; WithinBound the number with excess, all of it within
+	// the allowance of a crash. ExcessTotal sums the excess of both;
+	// MaxExcess is the largest.
 	Violations  int `json:"violations"`
+	WithinBound int `json:"within_bound"`
 	ExcessTotal int `json:"excess_total"`
 	MaxExcess   int `json:"max_excess"`
 	Latency
@@ -214,15 +228,17 @@ type Result struct {
 	Tolerance time.Duration  `json:"tolerance_ns"`
 	Totals    Totals         `json:"totals"`
 	Devices   []DeviceResult `json:"devices"`
+	// Timeline is nil when nothing was sent.
+	Timeline *Timeline `json:"timeline,omitempty"`
 }
 
 // Check runs the checker over logs. It is pure: the same logs give the
 // same result, and the logs are not modified.
 func Check(logs []DeviceLog, opts CheckOptions) Result {
-	res := Result{Tolerance: opts.Tolerance, Devices: make([]DeviceResult, 0, len(logs))}
+	res := Result{Tolerance: opts.Tolerance, Devices: make([]DeviceResult, 0, len(logs)), Timeline: newTimeline(logs)}
 	var all []time.Duration
 	for _, l := range logs {
-		d, lat := checkDevice(l, opts)
+		d, lat := checkDevice(l, opts, res.Timeline)
 		res.Devices = append(res.Devices, d)
 		all = append(all, lat...)
 	}
@@ -232,7 +248,11 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 		t.Devices++
 		t.Counts.add(d.Counts)
 		if d.Excess > 0 {
-			t.Violations++
+			if d.Violation() {
+				t.Violations++
+			} else {
+				t.WithinBound++
+			}
 			t.ExcessTotal += d.Excess
 			t.MaxExcess = max(t.MaxExcess, d.Excess)
 		}
@@ -243,13 +263,14 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 }
 
 // checkDevice returns the device's result and its sorted latencies.
-func checkDevice(l DeviceLog, opts CheckOptions) (DeviceResult, []time.Duration) {
+func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []time.Duration) {
 	r := DeviceResult{
-		Device:   l.Device,
-		Limit:    l.Quota.Limit,
-		WindowNS: l.Quota.Window,
-		Policy:   l.Quota.Policy.String(),
-		Counts:   Counts{Sent: len(l.Sent)},
+		Device:    l.Device,
+		Limit:     l.Quota.Limit,
+		WindowNS:  l.Quota.Window,
+		Policy:    l.Quota.Policy.String(),
+		Counts:    Counts{Sent: len(l.Sent)},
+		Allowance: l.Allowance,
 	}
 	first := make(map[uint64]time.Time, len(l.Arrivals))
 	for _, a := range l.Arrivals {
@@ -277,6 +298,7 @@ func checkDevice(l DeviceLog, opts CheckOptions) (DeviceResult, []time.Duration)
 		switch s.Ack {
 		case AckRefused:
 			r.Refused++
+			tl.add(s.At, outRefused)
 			if arrived {
 				r.Leaked++
 			}
@@ -285,16 +307,21 @@ func checkDevice(l DeviceLog, opts CheckOptions) (DeviceResult, []time.Duration)
 			case deferPolicy && !arrived:
 				r.Deferred++
 				r.Pending++
+				tl.add(s.At, outDeferred)
 			case deferPolicy && at.Sub(s.At) > opts.Immediate:
 				r.Deferred++
 				r.Released++
+				tl.add(s.At, outDeferred)
 			case arrived:
 				r.Accepted++
+				tl.add(s.At, outAccepted)
 			default:
 				r.Lost++
+				tl.add(s.At, outLost)
 			}
 		default:
 			r.Unacked++
+			tl.add(s.At, outUnacked)
 			if arrived {
 				r.UnackedArrived++
 			}

@@ -35,5 +35,16 @@
 // (paho.golang for MQTT 5, paho.mqtt.golang for 3.1.1) and one MQTT 5
 // subscriber, publishes payloads that start with a Header (device, seq,
 // send time), waits a drain period for messages in flight, and checks.
-// It refuses any target that is not a loopback address.
+// It refuses any target that is not a loopback address. Config.Mix
+// gives classes of devices their own quota (ParseMix reads
+// "70%:50/10s:drop,30%:5/1s:defer"); each device is judged against its
+// own. Faults inject a reconnect storm and a gateway restart through a
+// callback: devices are held back while the gateway is down, and after
+// a crash each device's DeviceLog.Allowance is the excess the
+// persistence bound allows. Report.WriteSummary writes a text table,
+// Report.WriteHTML a self-contained page with SVG charts; Result.Timeline
+// holds the fleet's messages over time by outcome.
+//
+// Starting a gateway (embedded, or as a child process) is the caller's
+// business: see cmd/gateway's simulate command.
 package simulator

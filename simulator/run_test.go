@@ -150,7 +150,10 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{"no rate", func(c *Config) { c.Rate = 0 }, ErrInvalidConfig},
 		{"burst without period", func(c *Config) { c.Pattern = PatternBurst; c.Burst = 3 }, ErrInvalidConfig},
 		{"unknown pattern", func(c *Config) { c.Pattern = "random" }, ErrInvalidConfig},
-		{"qos 2", func(c *Config) { c.QoS = 2 }, ErrInvalidConfig},
+		{"qos 3", func(c *Config) { c.QoS = 3 }, ErrInvalidConfig},
+		{"mix not 100%", func(c *Config) { c.Mix = []Class{{Share: 60, Quota: c.Quota}} }, ErrInvalidConfig},
+		{"storm after the end", func(c *Config) { c.Faults.StormAt = time.Hour }, ErrInvalidConfig},
+		{"restart without a way", func(c *Config) { c.Faults.RestartAt = time.Millisecond }, ErrInvalidConfig},
 		{"protocol 3", func(c *Config) { c.Protocol = 3 }, ErrInvalidConfig},
 		{"topic without %s", func(c *Config) { c.Topic = "devices" }, ErrInvalidConfig},
 		{"no duration", func(c *Config) { c.Duration = 0 }, ErrInvalidConfig},
@@ -192,11 +195,13 @@ func TestRunReportsViolationAgainstAStricterQuota(t *testing.T) {
 	// device that published shows excess, and the run fails. Bursts are
 	// 1.2 s apart: the gateway's bucketed window reaches back a little
 	// more than T, so a burst exactly T after the last is still refused.
+	// The run lasts 2.3 s: two bursts, with time for the second to be
+	// acked on a loaded machine.
 	gw := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDrop}
 	addr := startGateway(t, gw)
 	rep, err := Run(context.Background(), Config{
 		Addr: addr, Devices: 12, Pattern: PatternBurst, Burst: 8, Period: 1200 * time.Millisecond, QoS: 1,
-		Duration: 1500 * time.Millisecond, Quota: devicelimit.Quota{Limit: 3, Window: time.Second},
+		Duration: 2300 * time.Millisecond, Quota: devicelimit.Quota{Limit: 3, Window: time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +243,7 @@ func TestRunPoissonWithinQuota(t *testing.T) {
 func TestRunStopsWhenCancelled(t *testing.T) {
 	q := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDrop}
 	addr := startGateway(t, q)
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	before := runtime.NumGoroutine()
@@ -250,7 +255,7 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 	}
 	waitGoroutines(t, before)
 	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("run took %v after its context ended at 500ms", d)
+		t.Fatalf("run took %v after its context ended at 1.5s", d)
 	}
 	if rep.Result.Totals.Sent == 0 {
 		t.Fatalf("nothing sent: %+v", rep.Result.Totals)

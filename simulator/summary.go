@@ -20,6 +20,22 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintf(w, "\nsent %d = accepted %d + refused %d + deferred %d (released %d, pending %d) + lost %d + unacked %d (arrived %d)\n",
+		t.Sent, t.Accepted, t.Refused, t.Deferred, t.Released, t.Pending, t.Lost, t.Unacked, t.UnackedArrived)
+	if r.Reconnects > 0 {
+		fmt.Fprintf(w, "%d reconnections\n", r.Reconnects)
+	}
+	for _, ev := range r.Restarts {
+		fmt.Fprintf(w, "gateway restart (%s) at %s, back after %s", ev.Mode, fmtMS(ev.At.Sub(r.Started)), fmtMS(ev.Took))
+		if ev.Err != "" {
+			fmt.Fprintf(w, ": %s", ev.Err)
+		}
+		fmt.Fprintln(w)
+	}
+	if r.Config.CrashLoss > 0 {
+		fmt.Fprintf(w, "persistence bound: a device may exceed its quota by what reached the subscriber in the %s before a crash; %d devices exceeded it within that bound, %d beyond it\n",
+			r.Config.CrashLoss+r.Result.Tolerance, t.WithinBound, t.Violations)
+	}
 	verdict := "OK"
 	if !r.Verdict.OK {
 		verdict = "FAIL"
@@ -35,10 +51,10 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\nworst devices:\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "device\tquota\tmax in T\texcess\tlost\tleaked\tphantom\tsent\tp99\t\n")
+	fmt.Fprintf(tw, "device\tquota\tmax in T\texcess\tallowed\tlost\tleaked\tphantom\tsent\tp99\t\n")
 	for _, d := range worst {
-		fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n",
-			d.Device, d.Limit, d.WindowNS, d.MaxInWindow, d.Excess, d.Lost, d.Leaked, d.Phantom, d.Sent, fmtMS(d.LatencyP99))
+		fmt.Fprintf(tw, "%s\t%d/%s:%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n",
+			d.Device, d.Limit, d.WindowNS, d.Policy, d.MaxInWindow, d.Excess, d.Allowance, d.Lost, d.Leaked, d.Phantom, d.Sent, fmtMS(d.LatencyP99))
 	}
 	return tw.Flush()
 }

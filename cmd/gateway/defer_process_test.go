@@ -71,7 +71,7 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 // TestDeferKillProcess: a device with policy defer has 50 messages
 // acked; the gateway is killed with about 40 still queued; after a
 // restart on the same data directory every message arrives, in order,
-// and a message repeated is only one in flight at the kill.
+// and the messages repeated are the newest released before the kill.
 func TestDeferKillProcess(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--limit", "5", "--window", "1s", "--policy", "defer", "--snapshot-interval", "100ms",
@@ -123,8 +123,17 @@ func TestDeferKillProcess(t *testing.T) {
 			repeats++
 		}
 	}
-	if repeats > 1 {
-		t.Fatalf("%d messages repeated after the restart, want at most the one in flight: %q", repeats, all)
+	// Only messages released but not yet deleted repeat: the newest ones
+	// before the kill. Deletes are batched every 100 ms, and on a loaded
+	// machine a batch's fsync can lag; a whole window's releases (5) is
+	// the bound asked for.
+	if repeats > 5 {
+		t.Fatalf("%d messages repeated after the restart, want at most one window's releases (5): %q", repeats, all)
+	}
+	for i := len(before) - repeats; i < len(before); i++ {
+		if v, _ := strconv.Atoi(before[i]); seen[v] != 2 {
+			t.Fatalf("repeated messages are not the newest before the kill: before %q, after %q", before, after)
+		}
 	}
 	t.Logf("%d through before the kill, %d after the restart, %d repeated", len(before), len(after), repeats)
 	p2.stop()

@@ -106,6 +106,10 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
+	sec, err := loadSecurity(cfg)
+	if err != nil {
+		return nil, err
+	}
 
 	g := &gateway{log: log, table: table, resolver: resolver}
 	defer func() {
@@ -178,6 +182,12 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 			MaxAge:               time.Duration(cfg.Limits.Defer.MaxAge),
 			RestoreDelay:         time.Duration(cfg.Limits.Defer.RestoreDelay),
 		},
+		TLSAddr:       cfg.MQTT.TLS.Addr,
+		TLS:           sec.tls,
+		WebSocketAddr: cfg.MQTT.WebSocket.Addr,
+		WebSocketTLS:  cfg.MQTT.WebSocket.TLS,
+		Auth:          sec.auth,
+		Limits:        sec.limits,
 	})
 	if err != nil {
 		return nil, err
@@ -223,6 +233,9 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		Throttled: topThrottled{g.topk, g.clock},
 		Registry:  reg,
 		Logger:    log,
+
+		TLSCertFile: cfg.Admin.TLS.CertFile,
+		TLSKeyFile:  cfg.Admin.TLS.KeyFile,
 	})
 	if err != nil {
 		return nil, err
@@ -230,6 +243,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	if err := g.admin.Start(); err != nil {
 		return nil, fmt.Errorf("admin api: %w", err)
 	}
+	logSecurity(log, cfg, sec)
 	g.started = true
 	return g, nil
 }
@@ -395,6 +409,7 @@ type statsSource struct {
 
 func (s statsSource) MetricsSnapshot() admin.Snapshot {
 	st := s.srv.Stats()
+	as := s.srv.AuthStats()
 	last, written := s.snap.Stats()
 	return admin.Snapshot{
 		Allowed:          st.Allowed,
@@ -412,5 +427,9 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		SnapshotSeconds:  last.Took.Seconds(),
 		SnapshotBytes:    int64(last.Bytes),
 		Snapshots:        written,
+
+		ACLPublishDenied:   as.PublishDenied,
+		ACLSubscribeDenied: as.SubscribeDenied,
+		ConnectsRefused:    as.ConnectsRefused,
 	}
 }

@@ -6,6 +6,7 @@
 //	gateway [serve] [flags]   run the gateway (the default command)
 //	gateway quota ...         read and change device quotas through the admin API
 //	gateway simulate [flags]  drive a simulated fleet at a running gateway and judge it
+//	gateway passwd ...        add or replace an account in a credentials file
 //	gateway version           print the version
 //	gateway help [command]    show help
 package main
@@ -67,7 +68,7 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-const commands = "serve, quota, simulate, version, help"
+const commands = "serve, quota, simulate, passwd, version, help"
 
 // run runs the command named by args (without the program name) until it
 // finishes or ctx is cancelled; serve treats cancellation as the signal
@@ -84,6 +85,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return quota(ctx, rest, stdout)
 	case "simulate":
 		return simulate(ctx, rest, stdout, stderr)
+	case "passwd":
+		return passwd(rest, os.Stdin, stdout)
 	case "version":
 		if len(rest) > 0 {
 			return usagef("version takes no arguments (got %q)", rest)
@@ -106,6 +109,7 @@ Usage:
   gateway [serve] [flags]   run the gateway (the default command)
   gateway quota SUBCOMMAND  read and change device quotas through the admin API
   gateway simulate [flags]  drive a simulated fleet at a running gateway and judge it
+  gateway passwd [flags] USERNAME  add or replace an account in a credentials file
   gateway version           print the version
   gateway help [command]    show this help, or a command's flags
 
@@ -121,6 +125,9 @@ for the quota subcommands, "gateway help simulate" for the simulator's.
 		return nil
 	case len(args) == 1 && args[0] == "simulate":
 		printSimulateUsage(stdout, newSimulateFlags(new(simulateFlags)))
+		return nil
+	case len(args) == 1 && args[0] == "passwd":
+		printPasswdUsage(stdout, newPasswdFlags(new(passwdFlags)))
 		return nil
 	case len(args) == 1 && args[0] == "version":
 		fmt.Fprintln(stdout, "Usage: gateway version\n\nPrints the version of devicegate and of the Go toolchain that built it.")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -37,6 +36,12 @@ type simulateFlags struct {
 	policy      string
 	tolerance   durationValue
 	jsonFile    string
+	reportFile  string
+	drain       durationValue
+	mix         string
+	stormAt     durationValue
+	restartAt   durationValue
+	target      targetFlags
 }
 
 func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
@@ -57,7 +62,7 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	fs.StringVar(&f.pattern, "pattern", simulator.PatternSteady, "publishing `pattern`: steady, burst or poisson")
 	fs.Var(&f.burst, "burst", "burst pattern: `N` messages back to back every --period")
 	fs.Var(&f.period, "period", "burst pattern: a burst every `duration`")
-	fs.Var(&f.qos, "qos", "QoS of device publishes, 0 or 1; at QoS 0 there is no PUBACK, so no verdict per message (default 1)")
+	fs.Var(&f.qos, "qos", "QoS of device publishes, 0, 1 or 2; at QoS 0 there is no PUBACK, so no verdict per message (default 1)")
 	fs.Var(&f.protocol, "protocol", `MQTT `+"`version`"+`: 5, or 4 (also "3.1.1"); 3.1.1 acks carry no verdict (default 5)`)
 	fs.Var(&f.payloadSize, "payload-size", "pad payloads to `N` bytes (default 0: the header only)")
 	fs.StringVar(&f.topic, "topic", "devices/%s", "device topic `pattern`; %s is the client ID")
@@ -68,19 +73,38 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	fs.StringVar(&f.policy, "policy", "drop", "quota `policy` the gateway applies: drop, defer or disconnect")
 	fs.Var(&f.tolerance, "tolerance", "slack in `duration` allowed to the checker's window edges (default 50ms)")
 	fs.StringVar(&f.jsonFile, "json", "", `write the whole report as JSON to `+"`file`"+`; "-" for stdout`)
+	fs.Var(&f.drain, "drain", "after publishing, wait up to `duration` for acked messages still on their way (default 2s)")
+	fs.StringVar(&f.reportFile, "report", "", "write a self-contained HTML report with charts to `file`")
+	fs.StringVar(&f.mix, "mix", "", `quota `+"`mix`"+` across the fleet, "SHARE%:LIMIT/WINDOW[:POLICY],...", e.g. "70%:50/10s:drop,30%:5/1s:defer"; devices not on the default quota get overrides (embedded, spawned, or --addr with --admin-addr)`)
+	fs.BoolVar(&f.target.embedded, "embedded", false, "run the gateway in this process on a free loopback port (temporary data directory unless --data-dir)")
+	fs.BoolVar(&f.target.spawn, "spawn", false, "start `gateway serve` as a child process on a free loopback port (temporary data directory unless --data-dir)")
+	fs.StringVar(&f.target.gatewayBin, "gateway-bin", "", "with --spawn: the gateway `binary` (default: this one)")
+	fs.StringVar(&f.target.dataDir, "data-dir", "", "with --embedded or --spawn: the gateway's data `directory` (default: a temporary one, removed after)")
+	fs.StringVar(&f.target.config, "config", "", "with --embedded or --spawn: the gateway's YAML config `file`; --limit, --window and --policy override its default quota only when given")
+	fs.Var(&f.target.snapshotInterval, "snapshot-interval", "with --embedded or --spawn: the gateway's snapshot `duration`, also the crash bound for --restart kill (default 1s)")
+	fs.Var(&f.stormAt, "storm-at", "at `offset` into the run every device drops its connection and reconnects at once")
+	fs.Var(&f.restartAt, "restart-at", "at `offset` into the run restart the gateway (--embedded or --spawn)")
+	fs.StringVar(&f.target.restart, "restart", "sigterm", "how --restart-at restarts: sigterm (graceful), or kill (kill -9, --spawn only)")
+	fs.Var(&f.target.clockStep, "clock-step", "with --embedded and --restart-at: the restarted gateway's wall clock is moved by `duration` (negative: backwards)")
+	fs.StringVar(&f.target.adminAddr, "admin-addr", "", "with --addr and --mix: the gateway's admin API `address`, to set the mix's overrides")
+	fs.StringVar(&f.target.adminToken, "admin-token", "", "with --admin-addr: the admin API bearer `token` (default $GATEWAY_ADMIN_TOKEN)")
 	return fs
 }
 
 func printSimulateUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage: gateway simulate [flags]
 
-Connects --devices simulated devices to a running gateway at --addr,
+Connects --devices simulated devices to a gateway: a running one at
+--addr, one in this process (--embedded), or a child process (--spawn);
 publishes for --duration, then waits for messages still in flight. A
 subscriber on the devices' topics sees what the gateway let through,
-and the checker judges every device against the quota --limit/--window.
-Prints a summary; exits 0 when no device exceeded the quota and nothing
-was lost, leaked or made up, 1 otherwise, naming the worst devices.
-SIGINT or SIGTERM ends publishing early and reports what was seen.
+and the checker judges every device against its quota (--limit/--window,
+or its class of --mix). Faults: --storm-at, --restart-at (--restart
+sigterm|kill), --clock-step. Prints a summary (and a progress line on a
+terminal); --json and --report write the details. Exits 0 when no device
+exceeded its quota and nothing was lost, leaked or made up, 1 otherwise,
+naming the worst devices. SIGINT or SIGTERM ends publishing early and
+reports what was seen.
 
 Flags:
 `)
@@ -90,23 +114,23 @@ Flags:
 	})
 }
 
-// simulateConfig parses args into a simulator.Config and the --json
-// destination.
-func simulateConfig(args []string, stdout io.Writer) (simulator.Config, string, error) {
-	var f simulateFlags
-	fs := newSimulateFlags(&f)
+// simulateConfig parses args into a simulator.Config, the flags and the
+// names of those given.
+func simulateConfig(args []string, stdout io.Writer) (simulator.Config, *simulateFlags, map[string]bool, error) {
+	f := new(simulateFlags)
+	fs := newSimulateFlags(f)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printSimulateUsage(stdout, fs)
-			return simulator.Config{}, "", err
+			return simulator.Config{}, nil, nil, err
 		}
-		return simulator.Config{}, "", usagef("simulate: %v (run \"gateway help simulate\")", err)
+		return simulator.Config{}, nil, nil, usagef("simulate: %v (run \"gateway help simulate\")", err)
 	}
 	if fs.NArg() > 0 {
-		return simulator.Config{}, "", usagef("simulate: unexpected argument %q (run \"gateway help simulate\")", fs.Arg(0))
+		return simulator.Config{}, nil, nil, usagef("simulate: unexpected argument %q (run \"gateway help simulate\")", fs.Arg(0))
 	}
-	bad := func(name, why string, v any) (simulator.Config, string, error) {
-		return simulator.Config{}, "", usagef("simulate: --%s: %s (got %v)", name, why, v)
+	bad := func(name, why string, v any) (simulator.Config, *simulateFlags, map[string]bool, error) {
+		return simulator.Config{}, nil, nil, usagef("simulate: --%s: %s (got %v)", name, why, v)
 	}
 	policy, err := devicelimit.ParsePolicy(f.policy)
 	if err != nil {
@@ -115,8 +139,8 @@ func simulateConfig(args []string, stdout io.Writer) (simulator.Config, string, 
 	switch {
 	case f.devices.v <= 0:
 		return bad("devices", "must be > 0", f.devices.v)
-	case f.qos.v != 0 && f.qos.v != 1:
-		return bad("qos", "must be 0 or 1", f.qos.v)
+	case f.qos.v < 0 || f.qos.v > 2:
+		return bad("qos", "must be 0, 1 or 2", f.qos.v)
 	case f.payloadSize.v < 0:
 		return bad("payload-size", "must be >= 0", f.payloadSize.v)
 	case f.duration.v <= 0:
@@ -125,6 +149,8 @@ func simulateConfig(args []string, stdout io.Writer) (simulator.Config, string, 
 		return bad("limit", "must be > 0", f.limit.v)
 	case f.window.v <= 0:
 		return bad("window", "must be > 0", f.window.v)
+	case f.drain.v < 0:
+		return bad("drain", "must be >= 0", f.drain.v)
 	case f.tolerance.v < 0:
 		return bad("tolerance", "must be >= 0", f.tolerance.v)
 	case f.rampUp.v < 0:
@@ -150,13 +176,23 @@ func simulateConfig(args []string, stdout io.Writer) (simulator.Config, string, 
 		RampUp:      f.rampUp.v,
 		Quota:       devicelimit.Quota{Limit: f.limit.v, Window: f.window.v, Policy: policy},
 		Tolerance:   f.tolerance.v,
+		Drain:       f.drain.v,
 	}
 	if cfg.Tolerance == 0 {
 		// The simulator treats 0 as "default"; a tiny slack is the
 		// nearest thing to none it can express.
 		cfg.Tolerance = time.Nanosecond
 	}
-	return cfg, f.jsonFile, nil
+	set := make(map[string]bool)
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if cfg.Mix, err = simulator.ParseMix(f.mix, policy); err != nil {
+		return bad("mix", err.Error(), strconv.Quote(f.mix))
+	}
+	if err := f.checkTarget(set); err != nil {
+		return simulator.Config{}, nil, nil, err
+	}
+	cfg.StormAt, cfg.RestartAt = f.stormAt.v, f.restartAt.v
+	return cfg, f, set, nil
 }
 
 // simFieldFlags maps simulator.Config field names, as its validation
@@ -165,7 +201,7 @@ var simFieldFlags = map[string]string{
 	"addr": "addr", "devices": "devices", "id_pattern": "id-pattern", "topic": "topic",
 	"duration": "duration", "qos": "qos", "protocol": "protocol", "ramp_up": "ramp-up",
 	"quota": "limit/--window", "rate": "rate", "burst": "burst", "period": "period",
-	"pattern": "pattern", "payload_size": "payload-size",
+	"pattern": "pattern", "payload_size": "payload-size", "drain": "drain", "mix": "mix",
 }
 
 // blameSimFlags turns a simulator config error into a usage error that
@@ -190,42 +226,6 @@ func blameSimFlags(err error) error {
 		}
 	}
 	return usageError{fmt.Errorf("simulate: %w", err)}
-}
-
-// simulate runs a simulated fleet against a running gateway until the
-// run ends or ctx is cancelled, prints the summary and judges it.
-func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, jsonFile, err := simulateConfig(args, stdout)
-	if err != nil {
-		return err
-	}
-	rep, err := simulator.Run(ctx, cfg)
-	if err != nil {
-		return blameSimFlags(err)
-	}
-	if jsonFile != "-" {
-		if err := rep.WriteSummary(stdout); err != nil {
-			return err
-		}
-	}
-	if jsonFile != "" {
-		if err := writeReportJSON(jsonFile, rep, stdout); err != nil {
-			return err
-		}
-	}
-	for _, e := range rep.Errors {
-		fmt.Fprintf(stderr, "gateway: simulate: %s\n", e)
-	}
-	if ctx.Err() != nil {
-		fmt.Fprintln(stderr, "gateway: simulate: interrupted; the report covers the run so far")
-	}
-	if rep.Verdict.OK {
-		return nil
-	}
-	if len(rep.Verdict.Worst) > 0 {
-		return fmt.Errorf("simulate: FAIL: worst devices: %s", strings.Join(rep.Verdict.Worst, ", "))
-	}
-	return errors.New("simulate: FAIL: the subscriber lost its connection, so arrivals could not all be seen")
 }
 
 // writeReportJSON writes rep as indented JSON to the file name, or to

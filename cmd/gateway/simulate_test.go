@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -47,21 +45,11 @@ func TestSimulateProcess(t *testing.T) {
 	if !strings.Contains(ok.stdout, "OK: 0 devices over quota") {
 		t.Errorf("summary lacks the OK verdict:\n%s", ok.stdout)
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep simulator.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("--json: %v", err)
-	}
+	rep := readReport(t, jsonPath)
+	checkAddsUp(t, rep)
 	tot := rep.Result.Totals
 	if tot.Devices != 20 || tot.Sent == 0 {
 		t.Errorf("totals %+v: want 20 devices that sent", tot)
-	}
-	if sum := tot.Accepted + tot.Refused + tot.Deferred + tot.Lost + tot.Unacked; sum != tot.Sent {
-		t.Errorf("accepted %d + refused %d + deferred %d + lost %d + unacked %d = %d, want sent %d",
-			tot.Accepted, tot.Refused, tot.Deferred, tot.Lost, tot.Unacked, sum, tot.Sent)
 	}
 	if tot.Refused == 0 {
 		t.Errorf("no message refused at 10/s against 5/1s: %+v", tot)
@@ -90,7 +78,19 @@ func TestSimulateBadFlagsProcess(t *testing.T) {
 		{[]string{"--devices", "x"}, "-devices"},
 		{[]string{"--rate", "fast"}, "-rate"},
 		{[]string{"--rate", "0/s"}, "-rate"},
-		{[]string{"--qos", "2"}, "--qos: must be 0 or 1"},
+		{[]string{"--qos", "3"}, "--qos: must be 0, 1 or 2"},
+		{[]string{"--mix", "70%:50/10s"}, "--mix: the shares add up to 70%"},
+		{[]string{"--mix", "70%:50/10s:queue,30%:1/1s"}, "the policy must be drop, defer or disconnect"},
+		{[]string{"--embedded", "--spawn"}, "choose one"},
+		{[]string{"--embedded", "--addr", "127.0.0.1:1"}, "--addr: not with --embedded"},
+		{[]string{"--data-dir", "x"}, "--data-dir: only with --embedded or --spawn"},
+		{[]string{"--restart-at", "1s"}, "--restart-at: needs a gateway the simulator starts"},
+		{[]string{"--embedded", "--restart-at", "1s", "--restart", "kill"}, "--restart kill: only with --spawn"},
+		{[]string{"--spawn", "--restart-at", "1s", "--restart", "hup"}, "--restart: must be sigterm or kill"},
+		{[]string{"--spawn", "--restart-at", "20s"}, "--restart-at: must be within --duration"},
+		{[]string{"--storm-at", "1h"}, "--storm-at: must be within --duration"},
+		{[]string{"--spawn", "--restart-at", "1s", "--clock-step", "-1h"}, "--clock-step: only with --embedded"},
+		{[]string{"--admin-token", "x"}, "--admin-token: only with --admin-addr"},
 		{[]string{"--protocol", "3"}, "-protocol"},
 		{[]string{"--pattern", "zigzag"}, "--pattern"},
 		{[]string{"--pattern", "burst"}, "--burst"},
@@ -108,8 +108,61 @@ func TestSimulateBadFlagsProcess(t *testing.T) {
 			t.Errorf("simulate %v: exit %d, stderr %q, stdout %q; want exit 2 naming %q", tc.args, code, stderr, stdout, tc.want)
 		}
 	}
+	if code, _, stderr := runBinary(t, "simulate", "--embedded", "--config", "/nonexistent.yaml"); code != 1 || !strings.Contains(stderr, "/nonexistent.yaml") {
+		t.Errorf("embedded with a missing config file: exit %d, stderr %q", code, stderr)
+	}
 	code, stdout, _ := runBinary(t, "help", "simulate")
 	if code != 0 || !strings.Contains(stdout, "--limit") || !strings.Contains(stdout, "--json") {
 		t.Errorf("help simulate: exit %d\n%s", code, stdout)
+	}
+}
+
+// TestSimulateMixThroughAdminAPI runs a mix against a running gateway:
+// the devices of the stricter class get their overrides through the
+// admin API, and each device is judged against its own class's quota.
+// Stdout is a pipe, so there is no progress line.
+func TestSimulateMixThroughAdminAPI(t *testing.T) {
+	g := startGW(t, t.TempDir(), "--limit", "20", "--window", "1s")
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	code, stdout, stderr := runBinary(t, "simulate", "--addr", g.mqtt, "--admin-addr", g.admin, "--admin-token", g.token,
+		"--devices", "10", "--rate", "10/s", "--duration", "2s", "--limit", "20", "--window", "1s",
+		"--mix", "50%:20/1s,50%:3/1s", "--tolerance", "100ms", "--json", jsonPath)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if strings.ContainsAny(stdout, "\r\033") {
+		t.Errorf("progress line on a pipe:\n%q", stdout)
+	}
+	rep := readReport(t, jsonPath)
+	checkAddsUp(t, rep)
+	for _, d := range rep.Result.Devices {
+		want := 20
+		if d.Device >= "dev-00005" {
+			want = 3
+		}
+		if d.Limit != want || d.MaxInWindow > want || (want == 3 && d.Refused == 0) || (want == 20 && d.Refused != 0) {
+			t.Errorf("%s: %+v, want limit %d", d.Device, d, want)
+		}
+	}
+	if st, m := g.call(t, "GET", "/api/v1/devices/dev-00007", ""); st != 200 || m["source"] != "override" {
+		t.Errorf("dev-00007 after the run: HTTP %d %v, want its override", st, m)
+	}
+	// A wrong token fails before any device connects, naming the API.
+	code, _, stderr = runBinary(t, "simulate", "--addr", g.mqtt, "--admin-addr", g.admin, "--admin-token", "wrong",
+		"--devices", "2", "--duration", "1s", "--mix", "50%:20/1s,50%:3/1s")
+	if code != 1 || !strings.Contains(stderr, "--mix: set the quota of dev-00000") || !strings.Contains(stderr, "401") {
+		t.Errorf("wrong token: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	var b strings.Builder
+	p := progressLine(&b)
+	p(simulator.Progress{Elapsed: time.Second, Connected: 10, Sent: 100, Refused: 20, Over: 0})
+	p(simulator.Progress{Elapsed: 3 * time.Second, Connected: 9, Sent: 300, Refused: 60, Over: 2})
+	want := "\r\033[K    1s  connected 10  sent/s 100  refused/s 20  over quota 0" +
+		"\r\033[K    3s  connected 9  sent/s 100  refused/s 20  over quota 2"
+	if b.String() != want {
+		t.Fatalf("got %q\nwant %q", b.String(), want)
 	}
 }

@@ -1,0 +1,396 @@
+package broker
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"devicegate/auth"
+	"devicegate/devicelimit"
+)
+
+// Auth configures client authentication and the topic ACL. The zero
+// value allows every client and every topic (allow-all).
+type Auth struct {
+	// Credentials, when not nil, authenticate clients by username and
+	// password, and say which client IDs each username may use.
+	Credentials *auth.Credentials
+	// Certificates, when set, authenticates a client that presents a
+	// verified certificate on the TLS listener (see Options.TLS): its
+	// identity is taken from the certificate's CertField, the client ID
+	// must equal it, and the connection's username is set to it.
+	Certificates bool
+	CertField    auth.CertField
+	// ACL holds the devices' topic templates; required (auth.NewACL)
+	// when Credentials or Certificates is set.
+	ACL auth.ACL
+}
+
+// AllowAll reports whether a is the allow-all mode.
+func (a Auth) AllowAll() bool { return a.Credentials == nil && !a.Certificates }
+
+// Limits bound what clients can take of the broker. Zero fields leave
+// that bound off.
+type Limits struct {
+	// MaxPacketSize is the largest MQTT packet accepted, in bytes
+	// (fixed header included); a larger one ends the connection before
+	// its body is read. Without it a client can make the broker
+	// allocate 256 MiB by announcing that length.
+	MaxPacketSize uint32
+	// MaxClientIDLength is the longest client ID accepted at CONNECT.
+	MaxClientIDLength int
+	// MaxConnections bounds the clients connected at once.
+	MaxConnections int
+	// MaxDevices bounds the devices with a window: a device without one
+	// is refused at CONNECT (MQTT 5: 0x97 quota exceeded; 3.1.1: 0x03
+	// server unavailable) while the table holds that many.
+	MaxDevices int
+	// ConnectRate bounds the new connections per source IP address;
+	// a connection over it is closed before it is read. Zero Limit: no
+	// bound.
+	ConnectRate devicelimit.Quota
+	// ConnectRateExempt lists the source addresses ConnectRate does not
+	// apply to: a load balancer, a NAT gateway, a local simulator.
+	ConnectRateExempt []netip.Prefix
+	// KeepaliveMin and KeepaliveMax bound the keepalive a client may
+	// ask for; one outside (or 0, none) is set to the bound, and an
+	// MQTT 5 client is told so in its CONNACK (server keep alive).
+	KeepaliveMin, KeepaliveMax time.Duration
+}
+
+// connectRateBuckets is the bucket count of the per-address window.
+const connectRateBuckets = 10
+
+func (l Limits) validate() error {
+	switch {
+	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxDevices < 0:
+		return fmt.Errorf("%w: Limits: negative bound", ErrInvalidOptions)
+	case l.KeepaliveMin < 0 || l.KeepaliveMax < 0 || l.KeepaliveMax > 0 && l.KeepaliveMin > l.KeepaliveMax:
+		return fmt.Errorf("%w: Limits: keepalive bounds must be >= 0 and min <= max", ErrInvalidOptions)
+	case l.KeepaliveMax > 65535*time.Second:
+		return fmt.Errorf("%w: Limits: KeepaliveMax must be at most 65535s", ErrInvalidOptions)
+	case l.MaxPacketSize != 0 && l.MaxPacketSize < 64:
+		return fmt.Errorf("%w: Limits: MaxPacketSize must be 0 or at least 64 bytes", ErrInvalidOptions)
+	}
+	if l.ConnectRate.Limit != 0 {
+		if err := l.ConnectRate.Validate(connectRateBuckets); err != nil {
+			return fmt.Errorf("%w: Limits.ConnectRate: %v", ErrInvalidOptions, err)
+		}
+	}
+	return nil
+}
+
+// capabilities returns mochi's capabilities with the limits applied.
+func (l Limits) capabilities() *mqtt.Capabilities {
+	c := mqtt.NewDefaultServerCapabilities()
+	c.MaximumPacketSize = l.MaxPacketSize
+	if l.MaxConnections > 0 {
+		c.MaximumClients = int64(l.MaxConnections)
+	}
+	return c
+}
+
+// AuthStats counts refusals by the auth hook and the listeners since New.
+type AuthStats struct {
+	// PublishDenied counts publishes refused by the topic ACL (MQTT 5
+	// QoS>0 gets 0x87; 3.1.1 QoS>0 is disconnected; QoS 0 is dropped).
+	PublishDenied uint64
+	// SubscribeDenied counts subscriptions refused by the topic ACL.
+	SubscribeDenied uint64
+	// ConnectsRefused counts refused CONNECTs by reason: "credentials"
+	// (unknown user or wrong password), "client_id" (not allowed or not
+	// valid), "certificate", "devices" (MaxDevices reached), "rate"
+	// (connections closed by the per-address rate limit) and "will" (a
+	// will on a topic the client may not publish to).
+	ConnectsRefused map[string]uint64
+}
+
+// Refusal reasons, the keys of AuthStats.ConnectsRefused.
+const (
+	refusedCredentials = iota
+	refusedClientID
+	refusedCertificate
+	refusedDevices
+	refusedRate
+	refusedWill
+	refusedReasons
+)
+
+var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will"}
+
+// authHook is the mochi hook that authenticates clients at CONNECT,
+// applies the connection limits and enforces the topic ACL. It is added
+// before the throttle, so a refused client never reaches it, and a
+// publish the ACL refuses is never counted against a quota.
+type authHook struct {
+	mqtt.HookBase
+
+	srv      *mqtt.Server
+	opts     Auth
+	limits   Limits
+	table    *devicelimit.Table
+	identity devicelimit.Identity
+	clock    devicelimit.Clock
+	log      *slog.Logger
+	logs     *devicelimit.Table // one log line per key per refusalLogWindow
+
+	// sessions maps *mqtt.Client to *session for authenticated clients
+	// (not in allow-all mode). Removed at disconnect, and by sweep for
+	// clients whose CONNACK failed (mochi then skips OnDisconnect).
+	sessions sync.Map
+
+	// rate counts new connections per source address; nil without
+	// Limits.ConnectRate.
+	rate *devicelimit.Table
+
+	pubDenied, subDenied atomic.Uint64
+	refused              [refusedReasons]atomic.Uint64
+}
+
+// session is an authenticated connection's device and role.
+type session struct {
+	device string
+	role   auth.Role
+}
+
+// ID returns the hook's ID.
+func (h *authHook) ID() string { return "devicegate-auth" }
+
+// Provides reports the hook methods authHook implements.
+func (h *authHook) Provides(b byte) bool {
+	switch b {
+	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect:
+		return true
+	}
+	return false
+}
+
+// OnConnectAuthenticate lets in every client OnConnect has not refused.
+func (h *authHook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
+
+// refusal is why a CONNECT is refused: the MQTT 5 reason code with its
+// reason string, and the MQTT 3.1.1 return code.
+type refusal struct {
+	reason int
+	v5, v3 packets.Code
+}
+
+func refuse(reason int, v5 packets.Code, msg string, v3 packets.Code) *refusal {
+	v5.Reason = msg
+	return &refusal{reason: reason, v5: v5, v3: v3}
+}
+
+// OnConnect applies the client-ID and keepalive limits, authenticates
+// the client and applies MaxDevices. It sends the refusal's CONNACK
+// itself: mochi closes the connection without one when OnConnect fails.
+func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	h.boundKeepalive(cl)
+	s, r := h.admit(cl, pk)
+	if r == nil {
+		if s != nil {
+			h.sessions.Store(cl, s)
+		}
+		return nil
+	}
+	h.refused[r.reason].Add(1)
+	key := "\x00refused\x00" + refusedNames[r.reason] + "\x00" + remoteHost(cl.Net.Remote)
+	if h.logs.AllowAt(key, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
+		h.log.Warn("connection refused", "client", cl.ID, "username", string(cl.Properties.Username),
+			"remote", cl.Net.Remote, "listener", cl.Net.Listener, "reason", r.v5.Reason)
+	}
+	code := r.v5
+	if cl.Properties.ProtocolVersion < 5 {
+		code = r.v3
+	}
+	if err := h.srv.SendConnack(cl, code, false, nil); err != nil {
+		return fmt.Errorf("refuse connection: %w", err)
+	}
+	return code
+}
+
+// boundKeepalive clamps the client's keepalive into the limits.
+func (h *authHook) boundKeepalive(cl *mqtt.Client) {
+	ka := time.Duration(cl.State.Keepalive) * time.Second
+	switch {
+	case h.limits.KeepaliveMax > 0 && (ka == 0 || ka > h.limits.KeepaliveMax):
+		ka = h.limits.KeepaliveMax
+	case h.limits.KeepaliveMin > 0 && ka < h.limits.KeepaliveMin:
+		ka = h.limits.KeepaliveMin
+	default:
+		return
+	}
+	cl.State.Keepalive = uint16(ka / time.Second)
+	cl.State.ServerKeepalive = true
+}
+
+// admit decides a CONNECT: the session of an authenticated client (nil
+// in allow-all mode), or why it is refused.
+func (h *authHook) admit(cl *mqtt.Client, pk packets.Packet) (*session, *refusal) {
+	clientID := pk.Connect.ClientIdentifier
+	if n := h.limits.MaxClientIDLength; n > 0 && len(clientID) > n {
+		return nil, refuse(refusedClientID, packets.ErrClientIdentifierNotValid,
+			"client identifier longer than "+strconv.Itoa(n)+" bytes", packets.Err3ClientIdentifierNotValid)
+	}
+	var s *session
+	if !h.opts.AllowAll() {
+		var r *refusal
+		if s, r = h.authenticate(cl, pk); r != nil {
+			return nil, r
+		}
+	}
+	device := h.identity.Of(cl.ID, string(cl.Properties.Username))
+	if s != nil {
+		s.device = device
+		if s.role == auth.RoleDevice && !auth.ValidDevice(device) {
+			return nil, refuse(refusedClientID, packets.ErrClientIdentifierNotValid,
+				"device identity must not be empty or contain '/', '+' or '#' (topic ACL)", packets.Err3ClientIdentifierNotValid)
+		}
+		// mochi publishes a will without asking the ACL: check it now.
+		if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
+			topic := cl.Properties.Will.TopicName
+			if s.role == auth.RoleConsumer || !h.opts.ACL.CanPublish(device, topic) {
+				h.pubDenied.Add(1)
+				return nil, refuse(refusedWill, packets.ErrNotAuthorized,
+					"will topic "+strconv.Quote(topic)+" is outside the topics this client may publish to", packets.Err3NotAuthorized)
+			}
+		}
+	}
+	if h.limits.MaxDevices > 0 && device != "" && (s == nil || s.role == auth.RoleDevice) {
+		if _, known := h.table.Snapshot(device); !known && h.table.Len() >= h.limits.MaxDevices {
+			return nil, refuse(refusedDevices, packets.ErrQuotaExceeded,
+				"gateway tracks its maximum of "+strconv.Itoa(h.limits.MaxDevices)+" devices; retry later", packets.Err3ServerUnavailable)
+		}
+	}
+	return s, nil
+}
+
+// authenticate checks a client's certificate or password.
+func (h *authHook) authenticate(cl *mqtt.Client, pk packets.Packet) (*session, *refusal) {
+	if h.opts.Certificates {
+		if tc := tlsConn(cl.Net.Conn); tc != nil {
+			if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 {
+				// The listener verified the chain (tls.Config.ClientCAs).
+				id, err := h.opts.CertField.Identity(certs[0])
+				if err != nil {
+					return nil, refuse(refusedCertificate, packets.ErrNotAuthorized, err.Error(), packets.Err3NotAuthorized)
+				}
+				if pk.Connect.ClientIdentifier != id {
+					return nil, refuse(refusedClientID, packets.ErrClientIdentifierNotValid,
+						"client identifier must be the certificate's "+h.opts.CertField.String()+" "+strconv.Quote(id), packets.Err3ClientIdentifierNotValid)
+				}
+				cl.Properties.Username = []byte(id)
+				return &session{role: auth.RoleDevice}, nil
+			}
+		}
+	}
+	if h.opts.Credentials == nil {
+		return nil, refuse(refusedCertificate, packets.ErrNotAuthorized,
+			"a client certificate is required (TLS listener)", packets.Err3NotAuthorized)
+	}
+	role, login := h.opts.Credentials.Check(string(cl.Properties.Username), pk.Connect.Password, pk.Connect.ClientIdentifier)
+	switch login {
+	case auth.LoginOK:
+		return &session{role: role}, nil
+	case auth.LoginClientIDNotAllowed:
+		return nil, refuse(refusedClientID, packets.ErrClientIdentifierNotValid,
+			"client identifier not allowed for this username", packets.Err3ClientIdentifierNotValid)
+	}
+	return nil, refuse(refusedCredentials, packets.ErrBadUsernameOrPassword, "bad username or password", packets.ErrMalformedUsernameOrPassword) // 3.1.1: 0x04 bad user name or password
+}
+
+// tlsConn returns the TLS connection under a client's connection (TLS
+// listener, or WebSocket over TLS), or nil.
+func tlsConn(c net.Conn) *tls.Conn {
+	if ws, ok := c.(*wsConn); ok {
+		c = ws.Conn
+	}
+	tc, _ := c.(*tls.Conn)
+	return tc
+}
+
+// OnDisconnect forgets the client's session.
+func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) { h.sessions.Delete(cl) }
+
+// OnACLCheck enforces the topic ACL: a device publishes within its
+// publish template and subscribes (and receives) within its subscribe
+// template; a consumer subscribes to anything and publishes nothing.
+// mochi calls it for every publish received (write), every subscription
+// filter and every delivery (read). It does not allocate.
+func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	if h.opts.AllowAll() {
+		return true
+	}
+	var ok bool
+	if v, found := h.sessions.Load(cl); found {
+		s := v.(*session)
+		switch {
+		case s.role == auth.RoleConsumer:
+			ok = !write
+		case write:
+			ok = h.opts.ACL.CanPublish(s.device, topic)
+		default:
+			ok = h.opts.ACL.CanSubscribe(s.device, topic)
+		}
+	}
+	if !ok {
+		if write {
+			h.pubDenied.Add(1)
+		} else {
+			h.subDenied.Add(1)
+		}
+	}
+	return ok
+}
+
+// admitConn applies the per-address connection rate to a new connection.
+func (h *authHook) admitConn(remote net.Addr) bool {
+	if h.rate == nil {
+		return true
+	}
+	var ip netip.Addr
+	if tcp, ok := remote.(*net.TCPAddr); ok {
+		ip = tcp.AddrPort().Addr().Unmap()
+	}
+	for _, p := range h.limits.ConnectRateExempt {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	if h.rate.AllowAt(remoteHost(remote.String()), h.limits.ConnectRate, h.clock.Now()).Allowed {
+		return true
+	}
+	h.refused[refusedRate].Add(1)
+	return false
+}
+
+// sweep forgets the sessions of closed clients and the rate windows of
+// addresses that have gone quiet.
+func (h *authHook) sweep(now devicelimit.Tick) {
+	h.sessions.Range(func(k, _ any) bool {
+		if k.(*mqtt.Client).Closed() {
+			h.sessions.Delete(k)
+		}
+		return true
+	})
+	if h.rate != nil {
+		h.rate.Sweep(now)
+	}
+}
+
+func (h *authHook) stats() AuthStats {
+	st := AuthStats{PublishDenied: h.pubDenied.Load(), SubscribeDenied: h.subDenied.Load(),
+		ConnectsRefused: make(map[string]uint64, refusedReasons)}
+	for i, name := range refusedNames {
+		st.ConnectsRefused[name] = h.refused[i].Load()
+	}
+	return st
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"devicegate/auth"
+	"devicegate/broker"
+	"devicegate/config"
+)
+
+// security is what the broker takes from the auth, TLS and resource
+// keys of the configuration.
+type security struct {
+	auth   broker.Auth
+	tls    *tls.Config // nil without a TLS listener
+	limits broker.Limits
+}
+
+// loadSecurity reads the credentials file and the TLS files that cfg
+// names. cfg must have passed Validate.
+func loadSecurity(cfg config.Config) (security, error) {
+	var s security
+	m := cfg.MQTT
+	if m.TLS.Addr != "" || m.WebSocket.TLS {
+		// Without a credentials file, a certificate is the only way in:
+		// ask for it in the handshake. With one, a client may use either.
+		var err error
+		s.tls, err = auth.ServerTLS(m.TLS.CertFile, m.TLS.KeyFile, m.TLS.ClientCAFile, cfg.Auth.CredentialsFile == "")
+		if err != nil {
+			return security{}, fmt.Errorf("mqtt.tls: %w", err)
+		}
+	}
+	if !cfg.AllowAll() {
+		acl, err := auth.NewACL(cfg.Auth.ACL.Publish, cfg.Auth.ACL.Subscribe)
+		if err != nil {
+			return security{}, fmt.Errorf("auth.acl: %w", err)
+		}
+		field, err := auth.ParseCertField(cfg.Auth.CertificateIdentity)
+		if err != nil {
+			return security{}, fmt.Errorf("auth.certificate_identity: %w", err)
+		}
+		s.auth = broker.Auth{Certificates: m.TLS.ClientCAFile != "", CertField: field, ACL: acl}
+		if cfg.Auth.CredentialsFile != "" {
+			if s.auth.Credentials, err = auth.LoadFile(cfg.Auth.CredentialsFile); err != nil {
+				return security{}, fmt.Errorf("auth.credentials_file: %w", err)
+			}
+		}
+	}
+	exempt, err := cfg.ConnectRateExempt()
+	if err != nil {
+		return security{}, err
+	}
+	s.limits = broker.Limits{
+		ConnectRateExempt: exempt,
+		MaxPacketSize:     uint32(m.MaxPacketSize),
+		MaxClientIDLength: m.MaxClientIDLength,
+		MaxConnections:    m.MaxConnections,
+		MaxDevices:        cfg.Limits.MaxDevices,
+		ConnectRate:       cfg.ConnectRate(),
+		KeepaliveMin:      time.Duration(m.Keepalive.Min),
+		KeepaliveMax:      time.Duration(m.Keepalive.Max),
+	}
+	return s, nil
+}
+
+// logSecurity says at start-up which auth mode is on; allow-all gets a
+// warning.
+func logSecurity(log *slog.Logger, cfg config.Config, s security) {
+	if cfg.AllowAll() {
+		log.Warn("authentication is off (allow-all): any client may connect as any device and publish to any topic; set auth.credentials_file or mqtt.tls.client_ca_file")
+		return
+	}
+	args := []any{"acl_publish", cfg.Auth.ACL.Publish, "acl_subscribe", cfg.Auth.ACL.Subscribe}
+	if s.auth.Credentials != nil {
+		args = append(args, "credentials_file", cfg.Auth.CredentialsFile, "accounts", s.auth.Credentials.Len())
+	}
+	if s.auth.Certificates {
+		args = append(args, "client_ca_file", cfg.MQTT.TLS.ClientCAFile, "certificate_identity", cfg.Auth.CertificateIdentity)
+	}
+	log.Info("authentication on", args...)
+}
+
+// logListeners logs the address of each MQTT listener.
+func logListeners(log *slog.Logger, g *gateway) {
+	if a := g.Addr(); a != nil {
+		log.Info("mqtt listening", "addr", a.String())
+	}
+	if a := g.srv.TLSAddr(); a != nil {
+		log.Info("mqtt tls listening", "addr", a.String())
+	}
+	if a := g.srv.WebSocketAddr(); a != nil {
+		log.Info("mqtt websocket listening", "addr", a.String())
+	}
+}

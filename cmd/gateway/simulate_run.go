@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"devicegate/config"
+	"devicegate/devicelimit"
+	"devicegate/simulator"
+)
+
+// crashSlack is added to the snapshot interval for the persistence
+// bound of a kill -9: a snapshot killed while it writes is lost with
+// the admissions since the one before, and on a loaded machine the
+// write and the snapshot tick itself are late by a few hundred ms.
+const crashSlack = 250 * time.Millisecond
+
+// checkTarget refuses flag combinations that make no sense together.
+func (f *simulateFlags) checkTarget(set map[string]bool) error {
+	t := &f.target
+	own := t.embedded || t.spawn
+	for _, name := range []string{"data-dir", "config", "snapshot-interval"} {
+		if set[name] && !own {
+			return usagef("simulate: --%s: only with --embedded or --spawn", name)
+		}
+	}
+	switch {
+	case t.embedded && t.spawn:
+		return usagef("simulate: --embedded and --spawn: choose one")
+	case own && set["addr"]:
+		return usagef("simulate: --addr: not with --embedded or --spawn, which pick their own address")
+	case set["gateway-bin"] && !t.spawn:
+		return usagef("simulate: --gateway-bin: only with --spawn")
+	case set["admin-addr"] && own:
+		return usagef("simulate: --admin-addr: only with --addr; an embedded or spawned gateway is set up directly")
+	case set["admin-token"] && !set["admin-addr"]:
+		return usagef("simulate: --admin-token: only with --admin-addr")
+	case t.snapshotInterval.v < 0:
+		return usagef("simulate: --snapshot-interval: must be > 0 (got %s)", t.snapshotInterval.v)
+	case f.stormAt.v < 0 || f.stormAt.v >= f.duration.v:
+		return usagef("simulate: --storm-at: must be within --duration (got %s)", f.stormAt.v)
+	case f.restartAt.v < 0 || f.restartAt.v >= f.duration.v:
+		return usagef("simulate: --restart-at: must be within --duration (got %s)", f.restartAt.v)
+	case f.restartAt.v > 0 && !own:
+		return usagef("simulate: --restart-at: needs a gateway the simulator starts (--embedded or --spawn)")
+	case t.restart != "sigterm" && t.restart != "kill":
+		return usagef("simulate: --restart: must be sigterm or kill (got %q)", t.restart)
+	case t.restart == "kill" && !t.spawn:
+		return usagef("simulate: --restart kill: only with --spawn; an embedded gateway cannot be killed apart from the simulator")
+	case set["restart"] && f.restartAt.v == 0:
+		return usagef("simulate: --restart: only with --restart-at")
+	case set["clock-step"] && (!t.embedded || f.restartAt.v == 0):
+		return usagef("simulate: --clock-step: only with --embedded and --restart-at")
+	}
+	return nil
+}
+
+// simulate runs a simulated fleet against a gateway until the run ends
+// or ctx is cancelled, prints the summary and judges it.
+func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	cfg, f, set, err := simulateConfig(args, stdout)
+	if err != nil {
+		return err
+	}
+	// Each device holds a socket, and an embedded gateway one more.
+	need := uint64(cfg.Devices) + 64
+	if f.target.embedded {
+		need += uint64(cfg.Devices)
+	}
+	if limit, err := raiseFileLimit(); err == nil && limit < need {
+		fmt.Fprintf(stderr, "gateway: simulate: warning: %d devices need about %d open files, the limit is %d (ulimit -n); some will fail to connect\n", cfg.Devices, need, limit)
+	}
+	target, def, err := startTarget(f, set)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*shutdownTimeout)
+		defer cancel()
+		if cerr := target.close(cctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("simulate: stop the gateway: %w", cerr))
+		}
+	}()
+	cfg.Addr = target.mqttAddr()
+	if def != nil && !set["limit"] && !set["window"] && !set["policy"] {
+		cfg.Quota = *def // the config file's default quota
+	}
+	if len(cfg.Mix) > 0 {
+		gwDefault := cfg.Quota
+		if def != nil {
+			gwDefault = *def
+		}
+		if _, err := applyMix(ctx, target, cfg, gwDefault); err != nil {
+			return err
+		}
+	}
+	if cfg.RestartAt > 0 {
+		cfg.Restart = target.restarter()
+		cfg.RestartMode = f.target.restart
+		if f.target.restart == "kill" {
+			cfg.RestartMode = "kill -9"
+			interval := f.target.snapshotInterval.v
+			if interval == 0 {
+				interval = time.Duration(config.Default().Persist.SnapshotInterval)
+			}
+			cfg.CrashLoss = interval + crashSlack
+		}
+		if f.target.clockStep.v != 0 {
+			cfg.RestartMode += ", wall clock " + signed(f.target.clockStep.v)
+		}
+	}
+	if isTerminal(stdout) && f.jsonFile != "-" {
+		cfg.Progress = progressLine(stdout)
+	}
+	rep, err := simulator.Run(ctx, cfg)
+	if cfg.Progress != nil {
+		fmt.Fprint(stdout, "\r\033[K")
+	}
+	if err != nil {
+		return blameSimFlags(err)
+	}
+	return simulateOutput(ctx, rep, f, stdout, stderr)
+}
+
+// simulateOutput writes the summary, JSON and HTML reports, and turns
+// the verdict into an error.
+func simulateOutput(ctx context.Context, rep *simulator.Report, f *simulateFlags, stdout, stderr io.Writer) error {
+	if f.jsonFile != "-" {
+		if err := rep.WriteSummary(stdout); err != nil {
+			return err
+		}
+	}
+	if f.jsonFile != "" {
+		if err := writeReportJSON(f.jsonFile, rep, stdout); err != nil {
+			return err
+		}
+	}
+	if f.reportFile != "" {
+		if err := writeReportHTML(f.reportFile, rep); err != nil {
+			return err
+		}
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintf(stderr, "gateway: simulate: %s\n", e)
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "gateway: simulate: interrupted; the report covers the run so far")
+	}
+	if rep.Verdict.OK {
+		return nil
+	}
+	if len(rep.Verdict.Worst) > 0 {
+		return fmt.Errorf("simulate: FAIL: worst devices: %s", strings.Join(rep.Verdict.Worst, ", "))
+	}
+	return errors.New("simulate: FAIL: the subscriber lost its connection, so arrivals could not all be seen")
+}
+
+// writeReportHTML writes the HTML report to the file name.
+func writeReportHTML(name string, rep *simulator.Report) error {
+	file, err := os.Create(name)
+	if err != nil {
+		return fmt.Errorf("simulate: --report: %w", err)
+	}
+	err = rep.WriteHTML(file)
+	if cerr := file.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("simulate: --report: %w", err)
+	}
+	return nil
+}
+
+// startTarget starts the gateway the flags ask for, or describes the
+// running one at --addr. def is the started gateway's default quota.
+func startTarget(f *simulateFlags, set map[string]bool) (simTarget, *devicelimit.Quota, error) {
+	t := &f.target
+	if !t.embedded && !t.spawn {
+		r := &remote{addr: f.addr}
+		if t.adminAddr != "" {
+			token := t.adminToken
+			if token == "" {
+				token = os.Getenv("GATEWAY_ADMIN_TOKEN")
+			}
+			if token == "" {
+				return nil, nil, usagef("simulate: --admin-addr: needs --admin-token or $GATEWAY_ADMIN_TOKEN")
+			}
+			r.admin = &quotaClient{addr: t.adminAddr, token: token, out: io.Discard, http: &http.Client{Timeout: quotaTimeout}}
+		}
+		return r, nil, nil
+	}
+	dataDir, tmp := t.dataDir, ""
+	if dataDir == "" {
+		var err error
+		if tmp, err = newTempDataDir(); err != nil {
+			return nil, nil, err
+		}
+		dataDir = tmp
+	}
+	fail := func(err error) (simTarget, *devicelimit.Quota, error) {
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+		return nil, nil, err
+	}
+	mqttAddr := "127.0.0.1:0"
+	if t.spawn {
+		// A restarted child must come back on the same port.
+		var err error
+		if mqttAddr, err = freeLoopbackAddr(); err != nil {
+			return fail(fmt.Errorf("simulate: pick a port: %w", err))
+		}
+	}
+	args := f.serveArgs(dataDir, mqttAddr, set)
+	gcfg, err := serveConfig(args, io.Discard)
+	if err != nil {
+		return fail(fmt.Errorf("simulate: gateway settings: %w", err))
+	}
+	def, err := gcfg.Limits.Default.Quota()
+	if err != nil {
+		return fail(err)
+	}
+	if t.embedded {
+		e, err := startEmbedded(gcfg, tmp, t.clockStep.v)
+		if err != nil {
+			return fail(err)
+		}
+		return e, &def, nil
+	}
+	bin := t.gatewayBin
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return fail(fmt.Errorf("simulate: --spawn: find this binary: %w", err))
+		}
+	}
+	c, err := startChild(bin, args, dataDir, tmp, t.restart == "kill")
+	if err != nil {
+		return nil, nil, fmt.Errorf("simulate: --spawn: %w", err)
+	}
+	return c, &def, nil
+}
+
+// signed formats d with its sign.
+func signed(d time.Duration) string {
+	if d > 0 {
+		return "+" + d.String()
+	}
+	return d.String()
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	file, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := file.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressLine returns a Progress callback that redraws one line on w:
+// connected devices, messages and refusals per second since the last
+// call, devices over quota so far.
+func progressLine(w io.Writer) func(simulator.Progress) {
+	var last simulator.Progress
+	return func(p simulator.Progress) {
+		dt := (p.Elapsed - last.Elapsed).Seconds()
+		if dt <= 0 {
+			dt = 1
+		}
+		fmt.Fprintf(w, "\r\033[K%5.0fs  connected %s  sent/s %s  refused/s %s  over quota %d",
+			p.Elapsed.Seconds(), strconv.Itoa(p.Connected),
+			strconv.FormatFloat(float64(p.Sent-last.Sent)/dt, 'f', 0, 64),
+			strconv.FormatFloat(float64(p.Refused-last.Refused)/dt, 'f', 0, 64), p.Over)
+		last = p
+	}
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"devicegate/config"
+	"devicegate/devicelimit"
+	"devicegate/persist"
+	"devicegate/simulator"
+)
+
+// simTarget is the gateway a simulation runs against.
+type simTarget interface {
+	// mqttAddr is where devices connect.
+	mqttAddr() string
+	// setQuota sets an override for one device.
+	setQuota(ctx context.Context, device string, q devicelimit.Quota) error
+	// restart stops the gateway and starts it again on the same
+	// address and data directory; nil when it cannot be restarted.
+	restarter() func(ctx context.Context) error
+	// close stops a gateway the simulator started.
+	close(ctx context.Context) error
+}
+
+// targetFlags are the simulate flags that choose and shape the target.
+type targetFlags struct {
+	embedded         bool
+	spawn            bool
+	gatewayBin       string
+	dataDir          string
+	config           string
+	snapshotInterval durationValue
+	restart          string
+	clockStep        durationValue
+	adminAddr        string
+	adminToken       string
+}
+
+// serveArgs are the serve flags for a gateway the simulator starts:
+// loopback listeners on free ports, the data directory, the config file,
+// and the quota flags the user gave (set names them).
+func (f *simulateFlags) serveArgs(dataDir, mqttAddr string, set map[string]bool) []string {
+	args := []string{"--mqtt-addr", mqttAddr, "--admin-addr", "127.0.0.1:0", "--data-dir", dataDir}
+	if f.target.config != "" {
+		args = append(args, "--config", f.target.config)
+	}
+	if set["snapshot-interval"] {
+		args = append(args, "--snapshot-interval", f.target.snapshotInterval.v.String())
+	}
+	// Without a config file the flags' defaults are the quota; with one,
+	// only the flags given override it.
+	if f.target.config == "" || set["limit"] {
+		args = append(args, "--limit", fmt.Sprint(f.limit.v))
+	}
+	if f.target.config == "" || set["window"] {
+		args = append(args, "--window", f.window.v.String())
+	}
+	if f.target.config == "" || set["policy"] {
+		args = append(args, "--policy", f.policy)
+	}
+	return args
+}
+
+// embedded is a gateway in this process.
+type embedded struct {
+	cfg  config.Config
+	g    *gateway
+	tmp  string // removed at close; "" when the data directory is the user's
+	step time.Duration
+}
+
+// startEmbedded starts a gateway in this process with cfg (from
+// serveConfig), in a temporary data directory unless cfg names one.
+func startEmbedded(cfg config.Config, tmp string, step time.Duration) (*embedded, error) {
+	g, err := startGateway(cfg, deps{})
+	if err != nil {
+		return nil, fmt.Errorf("embedded gateway: %w", err)
+	}
+	// Restarts reuse the ports the first start picked.
+	cfg.MQTT.TCP = g.Addr().String()
+	cfg.Admin.Addr = g.AdminAddr().String()
+	return &embedded{cfg: cfg, g: g, tmp: tmp, step: step}, nil
+}
+
+func (e *embedded) mqttAddr() string { return e.g.Addr().String() }
+
+func (e *embedded) setQuota(_ context.Context, device string, q devicelimit.Quota) error {
+	return persist.BoundOverrides{Store: e.g.store, Resolver: e.g.resolver}.SetOverride(device, devicelimit.Override{Quota: q})
+}
+
+// restarter closes the gateway gracefully and starts it again on the
+// same data directory; the new one reads a wall clock stepped by
+// e.step (--clock-step), as after an operator's `date` or an NTP step
+// while the gateway was down.
+func (e *embedded) restarter() func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		sctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+		defer cancel()
+		if err := e.g.Close(context.WithoutCancel(sctx)); err != nil {
+			return fmt.Errorf("stop the embedded gateway: %w", err)
+		}
+		g, err := startGateway(e.cfg, deps{time: steppedTime{e.step}})
+		if err != nil {
+			return fmt.Errorf("start the embedded gateway again: %w", err)
+		}
+		e.g = g
+		return nil
+	}
+}
+
+func (e *embedded) close(ctx context.Context) error {
+	err := e.g.Close(ctx)
+	if e.tmp != "" {
+		os.RemoveAll(e.tmp)
+	}
+	return err
+}
+
+// steppedTime is the real clock with the wall clock moved by step.
+type steppedTime struct{ step time.Duration }
+
+func (s steppedTime) Wall() time.Time     { return devicelimit.RealTime.Wall().Add(s.step) }
+func (s steppedTime) Mono() time.Duration { return devicelimit.RealTime.Mono() }
+
+// remote is a gateway the simulator did not start; quotas go through
+// its admin API when an address and a token are given.
+type remote struct {
+	addr  string
+	admin *quotaClient // nil without --admin-addr
+}
+
+func (r *remote) mqttAddr() string                           { return r.addr }
+func (r *remote) restarter() func(ctx context.Context) error { return nil }
+func (r *remote) close(context.Context) error                { return nil }
+
+func (r *remote) setQuota(ctx context.Context, device string, q devicelimit.Quota) error {
+	if r.admin == nil {
+		return nil
+	}
+	return r.admin.put(ctx, device, q)
+}
+
+// put sets device's override through the admin API.
+func (c *quotaClient) put(ctx context.Context, device string, q devicelimit.Quota) error {
+	body := map[string]any{"limit": q.Limit, "window": q.Window.String(), "policy": q.Policy.String()}
+	_, err := c.do(ctx, "set", http.MethodPut, "/api/v1/devices/"+url.PathEscape(device)+"/quota", body)
+	return err
+}
+
+// applyMix gives every device of a class whose quota is not the
+// gateway's default an override with the class's quota.
+func applyMix(ctx context.Context, t simTarget, cfg simulator.Config, def devicelimit.Quota) (int, error) {
+	n := 0
+	for i := range cfg.Devices {
+		q := cfg.QuotaOf(i)
+		if q == def {
+			continue
+		}
+		if err := t.setQuota(ctx, cfg.DeviceID(i), q); err != nil {
+			return n, fmt.Errorf("simulate: --mix: set the quota of %s: %w", cfg.DeviceID(i), err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// newTempDataDir makes a data directory removed when the run ends.
+func newTempDataDir() (string, error) {
+	dir, err := os.MkdirTemp("", "devicegate-simulate-")
+	if err != nil {
+		return "", fmt.Errorf("simulate: temporary data directory: %w", err)
+	}
+	return dir, nil
+}

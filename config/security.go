@@ -1,0 +1,209 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"devicegate/auth"
+	"devicegate/devicelimit"
+)
+
+// Defaults of the security and resource keys.
+const (
+	DefaultMaxPacketSize     = 256 << 10
+	DefaultMaxClientIDLength = 256
+	DefaultMaxConnections    = 50000
+	DefaultMaxDevices        = 1_000_000
+	DefaultConnectRateLimit  = 100
+	DefaultKeepaliveMax      = time.Hour
+)
+
+// connectRateBuckets is the bucket count the broker divides the
+// per-address connect window into.
+const connectRateBuckets = 10
+
+// TLS configures the MQTT over TLS listener.
+type TLS struct {
+	// Addr is the listener's host:port; empty: no TLS listener.
+	Addr string `yaml:"addr"`
+	// CertFile and KeyFile are the gateway's PEM certificate (chain)
+	// and private key.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile holds the PEM CAs whose client certificates
+	// authenticate devices; setting it turns certificate auth on.
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// WebSocket configures the MQTT over WebSocket listener.
+type WebSocket struct {
+	// Addr is the listener's host:port; empty: no WebSocket listener.
+	Addr string `yaml:"addr"`
+	// TLS serves WebSocket over TLS (wss) with mqtt.tls's certificate.
+	TLS bool `yaml:"tls"`
+}
+
+// Rate is "Limit events per Window" per source address, except for the
+// addresses in Exempt (CIDR prefixes such as "10.0.0.0/8").
+type Rate struct {
+	Limit  int      `yaml:"limit"`
+	Window Duration `yaml:"window"`
+	Exempt []string `yaml:"exempt"`
+}
+
+// Keepalive bounds the keepalive a client may ask for; 0s is no bound.
+type Keepalive struct {
+	Min Duration `yaml:"min"`
+	Max Duration `yaml:"max"`
+}
+
+// AdminTLS serves the admin API over HTTPS when both files are set.
+type AdminTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Auth configures device authentication and the topic ACL.
+type Auth struct {
+	// CredentialsFile is the accounts file "gateway passwd" writes;
+	// setting it turns password auth on.
+	CredentialsFile string `yaml:"credentials_file"`
+	// CertificateIdentity is the part of a client certificate that
+	// names the device: cn, dns, email or uri.
+	CertificateIdentity string `yaml:"certificate_identity"`
+	// ACL holds the devices' topic templates.
+	ACL ACL `yaml:"acl"`
+}
+
+// ACL holds the topic templates of devices; {device} stands for the
+// device as a whole topic level.
+type ACL struct {
+	Publish   string `yaml:"publish"`
+	Subscribe string `yaml:"subscribe"`
+}
+
+func defaultMQTT() MQTT {
+	return MQTT{
+		TCP:               ":1883",
+		MaxPacketSize:     DefaultMaxPacketSize,
+		MaxClientIDLength: DefaultMaxClientIDLength,
+		MaxConnections:    DefaultMaxConnections,
+		ConnectRate:       Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}},
+		Keepalive:         Keepalive{Max: Duration(DefaultKeepaliveMax)},
+	}
+}
+
+func defaultAuth() Auth {
+	return Auth{CertificateIdentity: "cn", ACL: ACL{Publish: auth.DefaultPublish, Subscribe: auth.DefaultSubscribe}}
+}
+
+// AllowAll reports whether no authentication is configured: every
+// client gets in and may use every topic.
+func (c Config) AllowAll() bool {
+	return c.Auth.CredentialsFile == "" && c.MQTT.TLS.ClientCAFile == ""
+}
+
+// ConnectRate returns mqtt.connect_rate as a quota; the zero Quota when
+// its limit is 0 (off).
+func (c Config) ConnectRate() devicelimit.Quota {
+	if c.MQTT.ConnectRate.Limit == 0 {
+		return devicelimit.Quota{}
+	}
+	return devicelimit.Quota{Limit: c.MQTT.ConnectRate.Limit, Window: time.Duration(c.MQTT.ConnectRate.Window)}
+}
+
+// ConnectRateExempt returns mqtt.connect_rate.exempt, which must be
+// valid (see Validate).
+func (c Config) ConnectRateExempt() ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(c.MQTT.ConnectRate.Exempt))
+	for i, s := range c.MQTT.ConnectRate.Exempt {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt.connect_rate.exempt[%d]: must be an address prefix such as \"10.0.0.0/8\" or \"::1/128\" (got %q)", i, s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// validateSecurity checks the listener, auth and resource keys.
+func (c Config) validateSecurity(v *validator) {
+	m := c.MQTT
+	if m.TCP == "" && m.TLS.Addr == "" && m.WebSocket.Addr == "" {
+		v.add("mqtt.tcp", `must be host:port such as ":1883" when neither mqtt.tls.addr nor mqtt.websocket.addr is set (got "")`)
+	}
+	if m.TLS.Addr != "" {
+		v.tcp("mqtt.tls.addr", m.TLS.Addr)
+	}
+	if m.WebSocket.Addr != "" {
+		v.tcp("mqtt.websocket.addr", m.WebSocket.Addr)
+	}
+	needCert := m.TLS.Addr != "" || m.WebSocket.TLS
+	if needCert {
+		if m.TLS.CertFile == "" {
+			v.add("mqtt.tls.cert_file", "must name the gateway's PEM certificate when a TLS listener is on")
+		}
+		if m.TLS.KeyFile == "" {
+			v.add("mqtt.tls.key_file", "must name the gateway's PEM private key when a TLS listener is on")
+		}
+	}
+	if m.TLS.ClientCAFile != "" && m.TLS.Addr == "" && !m.WebSocket.TLS {
+		v.add("mqtt.tls.client_ca_file", "client certificates need a TLS listener: set mqtt.tls.addr")
+	}
+	if m.WebSocket.TLS && m.WebSocket.Addr == "" {
+		v.add("mqtt.websocket.tls", "needs mqtt.websocket.addr")
+	}
+	if m.MaxPacketSize < 64 || m.MaxPacketSize > 256<<20 {
+		v.add("mqtt.max_packet_size", fmt.Sprintf("must be between 64B and 256MiB (got %s)", m.MaxPacketSize))
+	}
+	if m.MaxClientIDLength < 1 || m.MaxClientIDLength > devicelimit.MaxDeviceID {
+		v.add("mqtt.max_client_id_length", fmt.Sprintf("must be between 1 and %d (got %d)", devicelimit.MaxDeviceID, m.MaxClientIDLength))
+	}
+	if m.MaxConnections < 0 {
+		v.add("mqtt.max_connections", fmt.Sprintf("must be >= 0, 0 for no bound (got %d)", m.MaxConnections))
+	}
+	if r := m.ConnectRate; r.Limit != 0 { // 0 turns the rate off
+		q := devicelimit.Quota{Limit: r.Limit, Window: time.Duration(r.Window)}
+		if err := q.Validate(connectRateBuckets); err != nil {
+			msg := trimSentinel(err, devicelimit.ErrInvalidQuota)
+			key := "mqtt.connect_rate"
+			for _, field := range []string{"limit", "window"} {
+				if rest, ok := strings.CutPrefix(msg, field+" "); ok {
+					key, msg = key+"."+field, rest
+				}
+			}
+			v.add(key, msg)
+		}
+	}
+	if _, err := c.ConnectRateExempt(); err != nil {
+		msg := err.Error()
+		key, rest, _ := strings.Cut(msg, ": ")
+		v.add(key, rest)
+	}
+	lo, hi := time.Duration(m.Keepalive.Min), time.Duration(m.Keepalive.Max)
+	for key, d := range map[string]time.Duration{"mqtt.keepalive.min": lo, "mqtt.keepalive.max": hi} {
+		if d < 0 || d > 65535*time.Second || d%time.Second != 0 {
+			v.add(key, fmt.Sprintf("must be whole seconds between 0s and 65535s (got %q)", d.String()))
+		}
+	}
+	if hi > 0 && lo > hi {
+		v.add("mqtt.keepalive.min", fmt.Sprintf("must be at most mqtt.keepalive.max, %s (got %q)", hi, lo.String()))
+	}
+	if c.Limits.MaxDevices < 0 {
+		v.add("limits.max_devices", fmt.Sprintf("must be >= 0, 0 for no bound (got %d)", c.Limits.MaxDevices))
+	}
+	if (c.Admin.TLS.CertFile == "") != (c.Admin.TLS.KeyFile == "") {
+		v.add("admin.tls", "needs both cert_file and key_file, or neither")
+	}
+	if _, err := auth.ParseCertField(c.Auth.CertificateIdentity); err != nil {
+		v.add("auth.certificate_identity", err.Error())
+	}
+	if err := auth.CheckTemplate(c.Auth.ACL.Publish); err != nil {
+		v.add("auth.acl.publish", trimSentinel(err, auth.ErrInvalidTemplate))
+	}
+	if err := auth.CheckTemplate(c.Auth.ACL.Subscribe); err != nil {
+		v.add("auth.acl.subscribe", trimSentinel(err, auth.ErrInvalidTemplate))
+	}
+}

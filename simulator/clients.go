@@ -1,0 +1,124 @@
+package simulator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	paho "github.com/eclipse/paho.golang/paho"
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+// ackTimeout bounds the wait for a PUBACK (or PUBREC, PUBCOMP). On an
+// overloaded machine acks can take seconds; a device that gives up on
+// one counts as disconnected, so the bound is generous.
+const ackTimeout = 30 * time.Second
+
+// publisher is one device's connection.
+type publisher interface {
+	// publish sends payload and returns what the gateway said. An error
+	// means the connection is gone.
+	publish(ctx context.Context, topic string, payload []byte) (Ack, byte, error)
+	close()
+}
+
+// client5 is an MQTT 5 device (paho.golang).
+type client5 struct {
+	c   *paho.Client
+	qos byte
+	// alive ends with the connection: paho.golang keeps an in-flight
+	// publish waiting for its ack after the connection is gone (for a
+	// resend on a later session), and the device must learn of the loss
+	// now.
+	alive context.Context
+}
+
+func dial5(ctx context.Context, addr, id string, qos byte) (*client5, error) {
+	d := net.Dialer{Timeout: 10 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	c := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn, PacketTimeout: ackTimeout})
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := c.Connect(cctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	alive, gone := context.WithCancel(context.Background())
+	go func() {
+		<-c.Done()
+		gone()
+	}()
+	return &client5{c: c, qos: qos, alive: alive}, nil
+}
+
+func (c *client5) publish(_ context.Context, topic string, payload []byte) (Ack, byte, error) {
+	// The wait for the ack outlives the run's end, so that the outcome
+	// of the last message is known, but not the connection.
+	pctx, cancel := context.WithTimeout(c.alive, ackTimeout)
+	defer cancel()
+	resp, err := c.c.Publish(pctx, &paho.Publish{Topic: topic, QoS: c.qos, Payload: payload})
+	if c.qos == 0 {
+		return AckNone, 0, err
+	}
+	if resp == nil {
+		if err == nil {
+			err = errors.New("publish: no response")
+		}
+		return AckNone, 0, err
+	}
+	if resp.ReasonCode >= 0x80 {
+		return AckRefused, resp.ReasonCode, nil // paho reports it as an error too
+	}
+	return AckSuccess, resp.ReasonCode, nil
+}
+
+func (c *client5) close() {
+	_ = c.c.Disconnect(&paho.Disconnect{ReasonCode: 0})
+	<-c.c.Done()
+}
+
+// client4 is an MQTT 3.1.1 device (paho.mqtt.golang).
+type client4 struct {
+	c   mqtt.Client
+	qos byte
+}
+
+func dial4(ctx context.Context, addr, id string, qos byte) (*client4, error) {
+	opts := mqtt.NewClientOptions().
+		AddBroker("tcp://" + addr).
+		SetClientID(id).
+		SetProtocolVersion(4).
+		SetCleanSession(true).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetConnectTimeout(10 * time.Second)
+	c := mqtt.NewClient(opts)
+	tok := c.Connect()
+	select {
+	case <-tok.Done():
+	case <-ctx.Done():
+		c.Disconnect(0)
+		return nil, ctx.Err()
+	}
+	if err := tok.Error(); err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return &client4{c: c, qos: qos}, nil
+}
+
+func (c *client4) publish(ctx context.Context, topic string, payload []byte) (Ack, byte, error) {
+	tok := c.c.Publish(topic, c.qos, false, payload)
+	if !tok.WaitTimeout(ackTimeout) {
+		return AckNone, 0, fmt.Errorf("publish: no PUBACK within %s", ackTimeout)
+	}
+	// A 3.1.1 PUBACK has no reason code: the client learns nothing
+	// about the gateway's verdict.
+	return AckNone, 0, tok.Error()
+}
+
+func (c *client4) close() { c.c.Disconnect(100) }

@@ -1,0 +1,187 @@
+package simulator
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// Patterns a device can publish in.
+const (
+	PatternSteady  = "steady"  // one message every 1/Rate
+	PatternBurst   = "burst"   // Burst messages back to back every Period
+	PatternPoisson = "poisson" // exponential gaps of mean 1/Rate
+)
+
+// Config describes a simulated fleet. Fill it, then call Run; zero
+// fields take the defaults documented on them.
+type Config struct {
+	// Addr is the gateway's MQTT address, host:port. Only loopback
+	// hosts (127.0.0.0/8, ::1, localhost) are allowed.
+	Addr string `json:"addr"`
+	// Devices is the fleet size (> 0).
+	Devices int `json:"devices"`
+	// IDPattern makes device i's client ID with fmt.Sprintf; default
+	// "dev-%05d".
+	IDPattern string `json:"id_pattern"`
+	// Rate is messages per second per device for steady and poisson.
+	Rate float64 `json:"rate"`
+	// Pattern is steady (default), burst or poisson.
+	Pattern string `json:"pattern"`
+	// Burst and Period shape the burst pattern.
+	Burst  int           `json:"burst,omitempty"`
+	Period time.Duration `json:"period_ns,omitempty"`
+	// QoS is 0, 1 or 2 for device publishes; the subscriber uses 1, or
+	// 2 when devices do.
+	QoS byte `json:"qos"`
+	// Protocol is 5 (default, paho.golang) or 4 (MQTT 3.1.1,
+	// paho.mqtt.golang). A 3.1.1 PUBACK carries no verdict, so its
+	// messages are recorded with AckNone, like QoS 0.
+	Protocol int `json:"protocol"`
+	// PayloadSize pads payloads to this many bytes; the header is never
+	// cut.
+	PayloadSize int `json:"payload_size"`
+	// Topic makes a device's topic from its ID; default
+	// "sim/RUNID/%s", RUNID a random 8-hex-digit ID of this run, so that
+	// runs at the same time against one gateway do not see each other's
+	// messages. The subscriber's filter is Topic with %s replaced by "+".
+	Topic string `json:"topic"`
+	// RunID is the run's ID in the default Topic; random by default.
+	RunID string `json:"run_id"`
+	// Duration is how long devices publish, counted from the start of
+	// the run (> 0).
+	Duration time.Duration `json:"duration_ns"`
+	// RampUp is connections started per second; 0 connects all at once.
+	RampUp float64 `json:"ramp_up"`
+	// Drain is how long to wait after publishing stops for success-acked
+	// messages still in flight; default 2 s.
+	Drain time.Duration `json:"drain_ns"`
+	// Quota is what the gateway is expected to enforce on every device;
+	// the checker judges arrivals against it.
+	Quota devicelimit.Quota `json:"quota"`
+	// Mix, when not empty, replaces Quota: each device is judged
+	// against its class's quota (see ClassOf). Shares add up to 100.
+	Mix []Class `json:"mix,omitempty"`
+	// Tolerance and Immediate are passed to the checker (CheckOptions).
+	// Tolerance defaults to 50 ms; Immediate to 250 ms.
+	Tolerance time.Duration `json:"tolerance_ns"`
+	Immediate time.Duration `json:"immediate_ns"`
+	// Seed seeds the poisson pattern; runs with the same seed publish
+	// the same gaps.
+	Seed uint64 `json:"seed"`
+
+	// Faults: see faults.go.
+	Faults
+	// Progress, when not nil, is called about every ProgressEvery
+	// (default 1 s) while devices publish, from one goroutine.
+	Progress      func(Progress) `json:"-"`
+	ProgressEvery time.Duration  `json:"-"`
+}
+
+// withDefaults returns c with zero fields defaulted, validated.
+func (c Config) withDefaults() (Config, error) {
+	if c.IDPattern == "" {
+		c.IDPattern = "dev-%05d"
+	}
+	if c.Pattern == "" {
+		c.Pattern = PatternSteady
+	}
+	if c.Protocol == 0 {
+		c.Protocol = 5
+	}
+	if c.RunID == "" {
+		c.RunID = fmt.Sprintf("%08x", rand.Uint32())
+	}
+	if c.Topic == "" {
+		c.Topic = "sim/" + c.RunID + "/%s"
+	}
+	if c.ProgressEvery <= 0 {
+		c.ProgressEvery = time.Second
+	}
+	if c.Drain == 0 {
+		c.Drain = 2 * time.Second
+	}
+	if c.Tolerance == 0 {
+		c.Tolerance = 50 * time.Millisecond
+	}
+	if c.Immediate == 0 {
+		c.Immediate = 250 * time.Millisecond
+	}
+	bad := func(field string, v any, why string) (Config, error) {
+		return c, fmt.Errorf("%w: %s: %s (got %v)", ErrInvalidConfig, field, why, v)
+	}
+	if err := checkLoopback(c.Addr); err != nil {
+		return c, err
+	}
+	switch {
+	case c.Devices <= 0:
+		return bad("devices", c.Devices, "must be > 0")
+	case !strings.Contains(c.IDPattern, "%"):
+		return bad("id_pattern", c.IDPattern, "must contain a verb for the device number")
+	case strings.Count(c.Topic, "%s") != 1:
+		return bad("topic", c.Topic, "must contain %s exactly once")
+	case c.Duration <= 0:
+		return bad("duration", c.Duration, "must be > 0")
+	case c.QoS > 2:
+		return bad("qos", c.QoS, "must be 0, 1 or 2")
+	case c.Protocol != 4 && c.Protocol != 5:
+		return bad("protocol", c.Protocol, "must be 4 or 5")
+	case c.RampUp < 0 || math.IsNaN(c.RampUp):
+		return bad("ramp_up", c.RampUp, "must be >= 0")
+	case c.Drain < 0:
+		return bad("drain", c.Drain, "must be >= 0")
+	case len(c.Mix) == 0 && (c.Quota.Limit <= 0 || c.Quota.Window <= 0):
+		return bad("quota", c.Quota, "must have a limit and a window > 0")
+	}
+	if len(c.Mix) > 0 {
+		total := 0.0
+		for _, cl := range c.Mix {
+			if !(cl.Share > 0) || cl.Quota.Limit <= 0 || cl.Quota.Window <= 0 {
+				return bad("mix", FormatMix(c.Mix), "every class needs a share > 0, a limit and a window > 0")
+			}
+			total += cl.Share
+		}
+		if math.Abs(total-100) > 1e-6 {
+			return bad("mix", FormatMix(c.Mix), "shares must add up to 100%")
+		}
+	}
+	if err := c.Faults.validate(c.Duration); err != nil {
+		return c, err
+	}
+	switch c.Pattern {
+	case PatternSteady, PatternPoisson:
+		if !(c.Rate > 0) || math.IsInf(c.Rate, 0) {
+			return bad("rate", c.Rate, "must be > 0")
+		}
+	case PatternBurst:
+		if c.Burst <= 0 {
+			return bad("burst", c.Burst, "must be > 0")
+		}
+		if c.Period <= 0 {
+			return bad("period", c.Period, "must be > 0")
+		}
+	default:
+		return bad("pattern", c.Pattern, "must be steady, burst or poisson")
+	}
+	return c, nil
+}
+
+// checkLoopback refuses any target that is not on this machine.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: addr: %v (got %q)", ErrInvalidConfig, err, addr)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%w: addr %q: only 127.0.0.0/8, ::1 or localhost", ErrNotLoopback, addr)
+}

@@ -1,0 +1,231 @@
+package simulator
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// Report is the outcome of a run. Every field has a JSON name, so the
+// report can be written with encoding/json as is.
+type Report struct {
+	Config   Config    `json:"config"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	// ConnectFailures counts devices that never connected;
+	// Disconnects counts device connections that ended before the run
+	// did (policy disconnect, or a fault).
+	ConnectFailures int `json:"connect_failures"`
+	Disconnects     int `json:"disconnects"`
+	// SubscriberLost is true when the subscriber's connection ended
+	// before the run did: arrivals after that were not seen, so lost
+	// counts are not to be trusted.
+	SubscriberLost bool `json:"subscriber_lost"`
+	// BadPayloads counts arrivals on the topic filter that do not start
+	// with a Header: another publisher shares the topics.
+	BadPayloads int `json:"bad_payloads"`
+	// Reconnects counts device connections made again after a
+	// reconnect storm or a gateway restart.
+	Reconnects int `json:"reconnects"`
+	// Restarts lists the gateway restarts of the run.
+	Restarts []RestartEvent `json:"restarts,omitempty"`
+	// Errors holds the first few distinct error messages seen.
+	Errors []string `json:"errors,omitempty"`
+	Result Result   `json:"result"`
+	// Verdict is Decide's on Result, and not OK when SubscriberLost.
+	Verdict Verdict `json:"verdict"`
+}
+
+// maxErrors bounds Report.Errors.
+const maxErrors = 10
+
+// recorder collects observations from every goroutine of a run. Safe
+// for concurrent use.
+type recorder struct {
+	mu          sync.Mutex
+	logs        map[string]*DeviceLog
+	connFails   int
+	disconnects int
+	errs        []string
+	// seen tracks, per device and seq, a success ack not yet matched by
+	// an arrival (true) or an arrival not yet matched by its ack
+	// (false): the ack and the arrival race.
+	seen        map[seqKey]bool
+	outstanding int  // success-acked messages not yet arrived
+	blind       bool // some message had no ack: drain runs in full
+	badPayloads int
+	subLost     bool
+	closing     bool // the subscriber is being closed on purpose
+	restarting  bool // the gateway is restarting: losing the subscriber is expected
+	reconnects  int
+
+	// For progress: live counters, and the devices over quota so far
+	// by a quick check of each arrival against the ones before it.
+	quotas    map[string]devicelimit.Quota
+	tolerance time.Duration
+	connected int
+	nSent     int
+	nRefused  int
+	nArrived  int
+	over      map[string]bool
+}
+
+func newRecorder(cfg Config) *recorder {
+	r := &recorder{
+		logs:      make(map[string]*DeviceLog, cfg.Devices),
+		seen:      make(map[seqKey]bool),
+		quotas:    make(map[string]devicelimit.Quota, cfg.Devices),
+		tolerance: cfg.Tolerance,
+		over:      make(map[string]bool),
+	}
+	for i := range cfg.Devices {
+		r.quotas[cfg.DeviceID(i)] = cfg.QuotaOf(i)
+	}
+	return r
+}
+
+type seqKey struct {
+	dev string
+	seq uint64
+}
+
+func (r *recorder) log(dev string) *DeviceLog {
+	l := r.logs[dev]
+	if l == nil {
+		l = &DeviceLog{Device: dev}
+		r.logs[dev] = l
+	}
+	return l
+}
+
+func (r *recorder) sent(dev string, s Sent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.log(dev)
+	l.Sent = append(l.Sent, s)
+	r.nSent++
+	if s.Ack == AckRefused {
+		r.nRefused++
+	}
+	k := seqKey{dev, s.Seq}
+	v, ok := r.seen[k]
+	switch {
+	case s.Ack == AckNone:
+		r.blind = true
+		delete(r.seen, k)
+	case ok && !v:
+		delete(r.seen, k) // arrived before its ack
+	case s.Ack == AckSuccess:
+		r.seen[k] = true
+		r.outstanding++
+	}
+}
+
+func (r *recorder) arrival(dev string, a Arrival) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.log(dev)
+	l.Arrivals = append(l.Arrivals, a)
+	r.nArrived++
+	if q, ok := r.quotas[dev]; ok && !r.over[dev] {
+		// Arrivals come in time order from the one subscriber: the
+		// ones within T - tolerance before this one are a suffix.
+		from := a.At.Add(-(q.Window - r.tolerance))
+		k := sort.Search(len(l.Arrivals), func(i int) bool { return l.Arrivals[i].At.After(from) })
+		if len(l.Arrivals)-k > q.Limit {
+			r.over[dev] = true
+		}
+	}
+	k := seqKey{dev, a.Seq}
+	v, ok := r.seen[k]
+	switch {
+	case ok && v:
+		delete(r.seen, k)
+		r.outstanding--
+	case !ok && !r.acked(dev, a.Seq):
+		r.seen[k] = false
+	}
+}
+
+func (r *recorder) fail(err error, connect bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if connect {
+		r.connFails++
+	} else {
+		r.disconnects++
+	}
+	r.note(err)
+}
+
+// connection counts a device connection made (+1) or ended (-1);
+// again marks a reconnection.
+func (r *recorder) connection(delta int, again bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.connected += delta
+	if again {
+		r.reconnects++
+	}
+}
+
+func (r *recorder) setRestarting(v bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.restarting = v
+}
+
+// Progress is a run's state while devices publish, for a live display.
+type Progress struct {
+	Elapsed   time.Duration
+	Connected int
+	// Sent, Refused and Arrived count since the start of the run.
+	Sent, Refused, Arrived int
+	// Over is the number of devices seen over quota so far by a quick
+	// check of each arrival (the final verdict is Check's).
+	Over int
+}
+
+func (r *recorder) progress() Progress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Progress{Connected: r.connected, Sent: r.nSent, Refused: r.nRefused, Arrived: r.nArrived, Over: len(r.over)}
+}
+
+// badPayload records an arrival that is not a simulator message.
+func (r *recorder) badPayload(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.badPayloads++
+	r.note(err)
+}
+
+// note keeps err's message among the first few distinct ones.
+func (r *recorder) note(err error) {
+	msg := err.Error()
+	for _, e := range r.errs {
+		if e == msg {
+			return
+		}
+	}
+	if len(r.errs) < maxErrors {
+		r.errs = append(r.errs, msg)
+	}
+}
+
+// acked reports whether dev's message seq has its outcome recorded;
+// devices send in seq order, so that is seq < len(Sent).
+func (r *recorder) acked(dev string, seq uint64) bool {
+	return seq < uint64(len(r.logs[dev].Sent))
+}
+
+// drained reports whether every success-acked message has arrived and
+// every message had an ack; a message without an ack may still come,
+// so then only the drain period ends the wait.
+func (r *recorder) drained() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.outstanding == 0 && !r.blind
+}
