@@ -15,19 +15,26 @@ import (
 
 func newOverrides(t *testing.T, srv *redistest.Server) (*Overrides, *devicelimit.Resolver) {
 	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	return mirror(t, c)
+}
+
+// mirror starts overrides shared through c, mirrored in a new resolver,
+// and waits for their first full read.
+func mirror(t *testing.T, c redis.UniversalClient) (*Overrides, *devicelimit.Resolver) {
+	t.Helper()
 	res, err := devicelimit.NewResolver(devicelimit.Quota{Limit: 10, Window: time.Second}, nil, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { c.Close() })
 	o := NewOverrides(c, res, devicelimit.NewManualClock(t0), "", slog.New(slog.NewTextHandler(t.Output(), nil)))
 	o.Start()
 	t.Cleanup(func() { o.Close() })
 	select {
 	case <-o.Synced():
-	case <-time.After(5 * time.Second):
-		t.Fatal("overrides not synced within 5s")
+	case <-time.After(10 * time.Second):
+		t.Fatal("overrides not synced within 10s")
 	}
 	return o, res
 }
