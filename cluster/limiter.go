@@ -385,8 +385,8 @@ func (l *Limiter) evalAt(ctx context.Context, device string, q devicelimit.Quota
 	return d, err
 }
 
-// Close stops the pipeline workers; decisions after Close wait for
-// Timeout and take the failure policy. It does not close the Client.
+// Close stops the pipeline workers: a decision after Close may wait up
+// to Timeout and take the failure policy. It does not close the Client.
 func (l *Limiter) Close() {
 	l.once.Do(func() { close(l.stop) })
 	l.wg.Wait()

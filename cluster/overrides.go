@@ -127,10 +127,22 @@ func (o *Overrides) sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", o.hash, err)
 	}
+	now := o.clock.Now()
+	var expired []string
 	for device, rec := range all {
+		if ov, err := decodeOverride(rec); err == nil && ov.Expired(now) {
+			expired = append(expired, device)
+			delete(all, device)
+			continue
+		}
 		o.set(device, rec)
 	}
-	for _, d := range o.resolver.Overrides(o.clock.Now()) {
+	if len(expired) > 0 {
+		// Lapsed everywhere: without this the hash would only grow.
+		// Best effort; the next full read tries again.
+		_ = o.rdb.HDel(ctx, o.hash, expired...).Err()
+	}
+	for _, d := range o.resolver.Overrides(now) {
 		if _, ok := all[d.Device]; !ok {
 			o.resolver.DeleteOverride(d.Device)
 		}

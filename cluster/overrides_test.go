@@ -15,19 +15,26 @@ import (
 
 func newOverrides(t *testing.T, srv *redistest.Server) (*Overrides, *devicelimit.Resolver) {
 	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	return mirror(t, c)
+}
+
+// mirror starts overrides shared through c, mirrored in a new resolver,
+// and waits for their first full read.
+func mirror(t *testing.T, c redis.UniversalClient) (*Overrides, *devicelimit.Resolver) {
+	t.Helper()
 	res, err := devicelimit.NewResolver(devicelimit.Quota{Limit: 10, Window: time.Second}, nil, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { c.Close() })
 	o := NewOverrides(c, res, devicelimit.NewManualClock(t0), "", slog.New(slog.NewTextHandler(t.Output(), nil)))
 	o.Start()
 	t.Cleanup(func() { o.Close() })
 	select {
 	case <-o.Synced():
-	case <-time.After(5 * time.Second):
-		t.Fatal("overrides not synced within 5s")
+	case <-time.After(10 * time.Second):
+		t.Fatal("overrides not synced within 10s")
 	}
 	return o, res
 }
@@ -112,6 +119,10 @@ func TestOverridesResyncAfterLostConnection(t *testing.T) {
 	if err := c.HDel(ctx, a.hash, "dev-2").Err(); err != nil {
 		t.Fatal(err)
 	}
+	lapsed := devicelimit.Override{Quota: ov2.Quota, ExpiresAt: t0.Add(-time.Second)}
+	if err := c.HSet(ctx, a.hash, "dev-old", encodeOverride(lapsed)).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := resB.Override("dev-3", t0); ok {
 		t.Fatal("dev-3 seen without a notification or a resync")
 	}
@@ -121,6 +132,9 @@ func TestOverridesResyncAfterLostConnection(t *testing.T) {
 	}
 	waitOverride(t, resB, "dev-3", &ov2)
 	waitOverride(t, resB, "dev-2", nil)
+	waitUntil(t, "the lapsed override is removed from the hash", func() bool {
+		return c.HExists(ctx, a.hash, "dev-old").Val() == false
+	})
 }
 
 func FuzzDecodeOverride(f *testing.F) {
@@ -139,4 +153,16 @@ func FuzzDecodeOverride(f *testing.F) {
 			t.Fatalf("round trip of %+v: %+v, %v", ov, again, err)
 		}
 	})
+}
+
+// waitUntil polls cond for up to 5 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 5s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling for an asynchronous change
+	}
 }

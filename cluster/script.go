@@ -23,10 +23,12 @@ import "github.com/redis/go-redis/v9"
 // microseconds t with floor(t*B/T) = k, devicelimit's boundaries when T
 // is a whole number of microseconds.
 //
-// The record is one string: head bucket, clock high-water, T (int64
-// each), B, total and limit (uint32), the instant the window admits
-// again after a refusal under that limit (int64, 0 when not full), then
-// B+1 uint32 counts: 44 + 4(B+1) bytes. A refusal before that instant
+// The record is one string: head bucket, clock high-water, T and the
+// instant the window admits again after a refusal under the recorded
+// limit (0 when not full), int64 each; total and that limit (uint32), B
+// (uint16), the counter width W (1, 2 or 4 bytes, as the largest limit
+// or count held needs); then B+1 counters of W bytes: 43 + W(B+1)
+// bytes, 64 for 20 buckets and limits under 256. A refusal before that instant
 // reads only the header and writes nothing; its Count is the window's
 // count when it was last written, at least the limit (the exact count
 // needs the ring, which is the costly part of the script). The high-water
@@ -75,21 +77,30 @@ local function bucketStart(k, b, w)
   return q * w + f
 end
 
-local HDR = '<i8i8i8I4I4I4i8'
--- The counts stay a string: slot i is the 4 bytes at 4i+1. Reading and
--- rewriting a few slots costs less than a Lua table of them all.
-local body
-local function getc(i) return (struct.unpack('<I4', body, 4 * i + 1)) end
-local function setc(i, v) body = string.sub(body, 1, 4 * i) .. struct.pack('<I4', v) .. string.sub(body, 4 * i + 5) end
+local HDR = '<i8i8i8i8I4I4I2B'
+local HDRLEN = 43
+-- The counts stay a string: slot i is the W bytes at W*i+1. Reading and
+-- rewriting a few slots costs less than a Lua table of them all. W is
+-- 1, 2 or 4 bytes, as the largest limit or count the window has held
+-- needs.
+local body, W, F
+local FMT = {[1] = '<B', [2] = '<H', [4] = '<I4'}
+local function getc(i) return (struct.unpack(F, body, W * i + 1)) end
+local function setc(i, v) body = string.sub(body, 1, W * i) .. struct.pack(F, v) .. string.sub(body, W * i + W + 1) end
+local function widthFor(n)
+  if n < 256 then return 1 elseif n < 65536 then return 2 end
+  return 4
+end
+local function setWidth(w) W = w; F = FMT[w] end
 
 -- decide is one decision on the window at key; it returns allowed,
 -- count, remaining and retry-after.
 local function decide(key, limit, T, B, count, now)
   local S = B + 1
   local rec = redis.call('GET', key)
-  local head, hw, len, nb0, total, ulimit, untilT
+  local head, hw, len, nb0, total, ulimit, untilT, w
   if rec then
-    head, hw, len, nb0, total, ulimit, untilT = struct.unpack(HDR, rec)
+    head, hw, len, untilT, total, ulimit, nb0, w = struct.unpack(HDR, rec)
     if hw > now then now = hw end
     if count and now < untilT and ulimit == limit and len == T and nb0 == B then
       -- Still full: nothing expires before untilT, refusals add nothing.
@@ -101,11 +112,24 @@ local function decide(key, limit, T, B, count, now)
       local nb = bucketOf(now, B, T)
       local keep = bucketOf(bucketStart(head + 1, nb0, len) - 1, B, T)
       if keep > nb then nb = keep end
-      body = string.rep('\0', 4 * S)
+      setWidth(math.max(w, widthFor(limit), widthFor(total)))
+      body = string.rep('\0', W * S)
       head = nb
       setc(nb % S, total)
     else
-      body = string.sub(rec, 45)
+      body = string.sub(rec, HDRLEN + 1)
+      setWidth(w)
+      local need = widthFor(limit)
+      if need > w then
+        -- Widen the counters for a larger limit.
+        local old = {}
+        for i = 0, S - 1 do old[i] = getc(i) end
+        setWidth(need)
+        body = string.rep('\0', W * S)
+        for i = 0, S - 1 do
+          if old[i] > 0 then setc(i, old[i]) end
+        end
+      end
     end
   else
     if not count then
@@ -114,7 +138,8 @@ local function decide(key, limit, T, B, count, now)
     head = bucketOf(now, B, T)
     hw = now
     total = 0
-    body = string.rep('\0', 4 * S)
+    setWidth(widthFor(limit))
+    body = string.rep('\0', W * S)
   end
   if hw > now then now = hw end
   hw = now
@@ -128,7 +153,7 @@ local function decide(key, limit, T, B, count, now)
   elseif nb > head then
     local gap = nb - head
     if gap >= S then
-      body = string.rep('\0', 4 * S)
+      body = string.rep('\0', W * S)
       total = 0
     else
       local slot = head % S
@@ -175,7 +200,7 @@ local function decide(key, limit, T, B, count, now)
   if count then
     local ttl = bucketStart(head + S, B, T) - now
     local ms = math.floor(ttl / 1000) + 1
-    redis.call('SET', key, struct.pack(HDR, head, hw, T, B, total, limit, untilT) .. body, 'PX', ms)
+    redis.call('SET', key, struct.pack(HDR, head, hw, T, untilT, total, limit, B, W) .. body, 'PX', ms)
   end
   return allowed, total, remaining, retry
 end

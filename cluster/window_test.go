@@ -100,12 +100,17 @@ func TestScriptMatchesTable(t *testing.T) {
 }
 
 // randomQuota returns a quota of whole milliseconds (the script counts
-// whole microseconds) and a bucket count.
+// whole microseconds) and a bucket count; most limits need 1-byte
+// counters, some 2 or 4 bytes.
 func randomQuota(r *rand.Rand) (devicelimit.Quota, int) {
 	buckets := 1 + r.IntN(100)
 	minW := max(10*time.Millisecond, time.Duration(buckets)*devicelimit.MinBucketWidth)
 	w := time.Duration(float64(minW) * math.Pow(float64(time.Hour)/float64(minW), r.Float64()))
-	return devicelimit.Quota{Limit: 1 + r.IntN(60), Window: w.Round(time.Millisecond)}, buckets
+	limit := 1 + r.IntN(60)
+	if r.IntN(5) == 0 { // 2- and 4-byte counters, and widening on a re-cut
+		limit = []int{300, 70_000}[r.IntN(2)]
+	}
+	return devicelimit.Quota{Limit: limit, Window: w.Round(time.Millisecond)}, buckets
 }
 
 // arrivals generates whole-microsecond ticks in several shapes.
@@ -195,10 +200,48 @@ func TestScriptKeyExpires(t *testing.T) {
 		t.Fatalf("PTTL %s = %v, %v; want about %v", key, ttl, err, q.Window)
 	}
 	n, err := c.StrLen(context.Background(), key).Result()
-	if err != nil || n != 44+21*4 {
-		t.Fatalf("record is %d bytes (%v), want %d", n, err, 44+21*4)
+	if err != nil || n != 43+21 {
+		t.Fatalf("record is %d bytes (%v), want %d", n, err, 43+21)
 	}
 	if key != "devicegate:w:{dev-1}" {
 		t.Fatalf("key %q: want the device as hash tag", key)
 	}
+}
+
+// TestScriptCounterWidths: counters are 1, 2 or 4 bytes as the limit
+// needs, widened in place when a larger limit comes; counts above 255
+// and 65535 in one bucket stay exact, decision by decision equal to the
+// table's.
+func TestScriptCounterWidths(t *testing.T) {
+	srv := redistest.Start(t)
+	l, tab := newLimiter(t, srv, 20, PolicyFailClosed, time.Second)
+	ctx := context.Background()
+	c := srv.Client()
+	at := t0.Add(123 * time.Millisecond)
+	n := 0
+	for _, step := range []struct {
+		limit, sends, width int
+	}{{200, 210, 1}, {1000, 810, 2}, {70_000, 69_100, 4}} {
+		q := devicelimit.Quota{Limit: step.limit, Window: time.Hour}
+		for i := range step.sends {
+			got, err := l.evalAt(ctx, "wide", q, true, int64(at)/1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tab.AllowAt("wide", q, at)
+			if !got.Allowed && !want.Allowed && got.Count >= want.Count {
+				got.Count = want.Count // a refusal from the header alone
+			}
+			if got != want {
+				t.Fatalf("limit %d send %d: script %+v, table %+v", step.limit, i, got, want)
+			}
+			n++
+			at = at.Add(time.Microsecond)
+		}
+		size, err := c.StrLen(ctx, l.windowKey("wide")).Result()
+		if err != nil || size != int64(43+21*step.width) {
+			t.Fatalf("limit %d: record of %d bytes (%v), want %d-byte counters", step.limit, size, err, step.width)
+		}
+	}
+	t.Logf("%d decisions equal to the table's", n)
 }

@@ -12,6 +12,7 @@ TOOLS=(
 	"mosquitto_sub mosquitto-clients"
 	"mosquitto mosquitto"
 	"redis-server redis-server"
+	"redis-cli redis-tools"
 )
 
 # have reports whether a program is on PATH or in an sbin directory,

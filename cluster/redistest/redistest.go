@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +27,9 @@ type Server struct {
 	port int
 	cmd  *exec.Cmd
 	out  *bytes.Buffer
+	// cluster, when set, is the directory of the node's cluster
+	// config file: the server runs in cluster mode.
+	cluster string
 }
 
 // Start runs redis-server on a free loopback port and waits until it
@@ -56,8 +61,12 @@ func freePort(t testing.TB) int {
 func (s *Server) start() {
 	s.t.Helper()
 	s.out = new(bytes.Buffer)
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--loglevel", "warning")
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--loglevel", "warning"}
+	if s.cluster != "" {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.cluster, "nodes.conf"))
+	}
+	s.cmd = exec.Command("redis-server", args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
@@ -123,3 +132,54 @@ func (s *Server) Client() *redis.Client {
 
 // String returns the address.
 func (s *Server) String() string { return fmt.Sprintf("redis-server %s", s.Addr) }
+
+// Cluster is a Redis Cluster of redis-server processes started by
+// StartCluster, every one a master.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// Addrs returns the nodes' addresses.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.Addr
+	}
+	return out
+}
+
+// StartCluster runs n (at least 3) redis-server processes in cluster
+// mode on free loopback ports, joins them with redis-cli --cluster
+// create, and waits until the cluster serves every slot.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("redis-cli not found (run scripts/ensure-tools.sh): %v", err)
+	}
+	c := &Cluster{}
+	for range n {
+		s := &Server{t: t, port: freePort(t), cluster: t.TempDir()}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+		s.start()
+		t.Cleanup(s.Kill)
+		c.Nodes = append(c.Nodes, s)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
+	}
+	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr})
+	defer cl.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := cl.ClusterInfo(context.Background()).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis cluster not ok after 20s: %v\n%s", err, info)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for readiness
+	}
+}

@@ -123,3 +123,69 @@ func TestClusterRedisKilledProcess(t *testing.T) {
 	c2.close()
 	g.stop()
 }
+
+// TestClusterStartWithoutRedisProcess: a gateway whose Redis is down at
+// start-up starts all the same, says so, and applies its failure
+// policy; it shares its state once Redis runs.
+func TestClusterStartWithoutRedisProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := clusterConfig(t, srv, "fail-open")
+	srv.Kill()
+	g := startClusterGW(t, cfg, "--limit", "1", "--window", "1h")
+	if !strings.Contains(g.stderr(), "quota overrides not yet read from redis") {
+		t.Fatalf("no warning about the overrides; stderr:\n%s", g.stderr())
+	}
+	c := dial5(t, g.mqtt, "dev-1")
+	for i := range 3 { // fail-open: over the limit of 1, admitted
+		c.mustPublish(t, "t", fmt.Sprint("without redis ", i), codeSuccess)
+	}
+	srv.Restart()
+	waitUntil(t, "the shared window refuses again after Redis came up", 15*time.Second, func() bool {
+		code, err := c.publish("t", "redis up?")
+		return err == nil && code == codeQuotaExceeded
+	})
+	c.close()
+	g.stop()
+}
+
+// TestClusterDeferReleaseProcess: policy defer across two gateways. A
+// device fills its shared window on A, then publishes on B: B queues
+// the messages (its own window would have room) and releases them only
+// when the shared window admits, about T after the first message on A.
+func TestClusterDeferReleaseProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := clusterConfig(t, srv, "fail-closed")
+	const window = 2 * time.Second
+	args := []string{"--limit", "3", "--window", window.String(), "--policy", "defer", "--defer-restore-delay", "0s"}
+	a := startClusterGW(t, cfg, args...)
+	b := startClusterGW(t, cfg, args...)
+	subA := subscribe5(t, a.mqtt, "backend-a", "t/#") // no bridge: consumers subscribe to every gateway
+	subB := subscribe5(t, b.mqtt, "backend-b", "t/#")
+
+	first := time.Now()
+	c := dial5(t, a.mqtt, "dev-1")
+	for i := range 3 {
+		c.mustPublish(t, "t/1", fmt.Sprint("a", i), codeSuccess)
+	}
+	c.close()
+	c = dial5(t, b.mqtt, "dev-1")
+	for i := range 3 {
+		c.mustPublish(t, "t/1", fmt.Sprint("b", i), codeSuccess) // acked once stored
+	}
+	waitUntil(t, "A's three messages delivered", 5*time.Second, func() bool { return len(subA.payloads()) == 3 })
+	if got := subB.payloads(); len(got) != 0 {
+		t.Fatalf("B forwarded %v at once: its messages should wait for the shared window", got)
+	}
+	waitUntil(t, "B's deferred messages released", 10*time.Second, func() bool { return len(subB.payloads()) == 3 })
+	// The shared window admits again when A's bucket leaves it: no
+	// earlier than T - T/buckets after the first message on A.
+	if took := time.Since(first); took < window-window/20 {
+		t.Fatalf("B released its messages %v after the first on A, before the window of %v had passed", took, window)
+	}
+	if got := subB.payloads(); fmt.Sprint(got) != "[b0 b1 b2]" {
+		t.Fatalf("B delivered %v, want b0 b1 b2 in order", got)
+	}
+	c.close()
+	a.stop()
+	b.stop()
+}

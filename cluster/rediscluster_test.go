@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"devicegate/cluster/redistest"
+	"devicegate/devicelimit"
+)
+
+// TestRedisCluster runs the limiter and the shared overrides on a real
+// three-master Redis Cluster: windows of devices spread over the slots
+// admit exactly N each, and an override set through one gateway's
+// client reaches another's.
+func TestRedisCluster(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	cfg := Config{Addrs: rc.Addrs(), Timeout: time.Second}
+	decisions, control := NewClients(cfg)
+	t.Cleanup(func() { decisions.Close(); control.Close() })
+	tab, err := devicelimit.NewTable(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(Options{Client: decisions, Local: tab, Timeout: time.Second, Policy: PolicyFailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	if l.multi {
+		t.Fatal("a cluster client must send one call per decision")
+	}
+	const devices, limit = 60, 5
+	q := devicelimit.Quota{Limit: limit, Window: time.Hour}
+	var mu sync.Mutex
+	allowed := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range devices * 2 {
+				dev := fmt.Sprint("dev-", (i+g)%devices)
+				if l.AllowAt(dev, q, 0).Allowed {
+					mu.Lock()
+					allowed[dev]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range devices {
+		if n := allowed[fmt.Sprint("dev-", i)]; n != limit {
+			t.Fatalf("dev-%d: %d admitted, want %d", i, n, limit)
+		}
+	}
+	if st := l.Stats(); st.Fallbacks != 0 {
+		t.Fatalf("%d decisions fell back: %+v", st.Fallbacks, st)
+	}
+
+	newMirror := func() (*Overrides, *devicelimit.Resolver) {
+		_, c := NewClients(cfg)
+		t.Cleanup(func() { c.Close() })
+		return mirror(t, c)
+	}
+	a, _ := newMirror()
+	_, resB := newMirror()
+	ov := devicelimit.Override{Quota: devicelimit.Quota{Limit: 2, Window: time.Minute}}
+	if err := a.SetOverride("dev-7", ov); err != nil {
+		t.Fatal(err)
+	}
+	waitOverride(t, resB, "dev-7", &ov)
+	if had, err := a.DeleteOverride("dev-7"); err != nil || !had {
+		t.Fatalf("delete: %v, %v", had, err)
+	}
+	waitOverride(t, resB, "dev-7", nil)
+}

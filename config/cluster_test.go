@@ -1,0 +1,70 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestClusterDefaultIsEmbedded(t *testing.T) {
+	c := Default()
+	if c.Cluster.Enabled() {
+		t.Fatal("default config shares state in redis")
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Cluster.Redis.Timeout != Duration(50*time.Millisecond) || c.Cluster.FailurePolicy != "local" {
+		t.Fatalf("defaults %+v", c.Cluster)
+	}
+}
+
+func TestClusterParse(t *testing.T) {
+	c, err := Parse(strings.NewReader(`
+cluster:
+  redis:
+    addrs: ["127.0.0.1:6379"]
+    username: gw
+    password: secret
+    tls: true
+    db: 3
+    timeout: 20ms
+  failure_policy: fail-closed
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := c.Cluster.Redis
+	if !c.Cluster.Enabled() || r.Addrs[0] != "127.0.0.1:6379" || r.Username != "gw" || r.Password != "secret" || !r.TLS || r.DB != 3 ||
+		r.Timeout != Duration(20*time.Millisecond) || c.Cluster.FailurePolicy != "fail-closed" {
+		t.Fatalf("parsed %+v", c.Cluster)
+	}
+}
+
+// TestClusterBadValues: each bad value is named by its key and value.
+func TestClusterBadValues(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"cluster: {redis: {addrs: [\"redis\"]}}", `cluster.redis.addrs[0]: must be host:port such as ":1883" or "127.0.0.1:1883" (got "redis")`},
+		{"cluster: {redis: {addrs: [\"a:1\", \"a:1\"]}}", `cluster.redis.addrs[1]: "a:1" is also cluster.redis.addrs[0]`},
+		{"cluster: {redis: {addrs: [\"a:1\"], db: 16}}", `cluster.redis.db: must be between 0 and 15 (got 16)`},
+		{"cluster: {redis: {addrs: [\"a:1\", \"b:1\"], db: 1}}", `cluster.redis.db: must be 0 with several addrs`},
+		{"cluster: {redis: {addrs: [\"a:1\"], timeout: 0s}}", `cluster.redis.timeout: must be between 1ms and 5s (got "0s")`},
+		{"cluster: {redis: {addrs: [\"a:1\"], timeout: 1m}}", `cluster.redis.timeout: must be between 1ms and 5s (got "1m0s")`},
+		{"cluster: {redis: {addrs: [\"a:1\"]}, failure_policy: open}", `cluster.failure_policy: must be fail-open, fail-closed or local (got "open")`},
+		{"cluster: {redis: {password: x}}", `cluster.redis.addrs: must list at least one host:port when other cluster.redis keys are set`},
+	} {
+		c, err := Parse(strings.NewReader(tc.yaml))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	if _, err := Parse(strings.NewReader("cluster: {redis: {addr: \"a:1\"}}")); err == nil || !strings.Contains(err.Error(), `cluster.redis.addr: unknown key`) {
+		t.Errorf("unknown key: %v", err)
+	}
+}
