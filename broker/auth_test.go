@@ -2,11 +2,16 @@ package broker
 
 import (
 	"crypto/tls"
+	"encoding/base64"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"golang.org/x/crypto/argon2"
+	"golang.org/x/crypto/bcrypt"
 
 	"devicegate/auth"
 	"devicegate/devicelimit"
@@ -17,22 +22,9 @@ import (
 // consumer. Every password is the username + "-pw".
 func credentials(t *testing.T) *auth.Credentials {
 	t.Helper()
-	var entries []auth.Entry
-	for _, e := range []auth.Entry{
-		{Username: "dev-1"}, {Username: "dev-2"},
-		{Username: "fleet", ClientIDs: []string{"fleet-*"}},
-		{Username: "backend", Role: auth.RoleConsumer},
-	} {
-		algo := auth.Bcrypt
-		if e.Username == "fleet" {
-			algo = auth.Argon2id
-		}
-		h, err := auth.HashPassword(algo, []byte(e.Username+"-pw"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.Hash = h
-		entries = append(entries, e)
+	entries, err := testEntries()
+	if err != nil {
+		t.Fatal(err)
 	}
 	c, err := auth.New(entries)
 	if err != nil {
@@ -40,6 +32,34 @@ func credentials(t *testing.T) *auth.Credentials {
 	}
 	return c
 }
+
+// testEntries hashes the test accounts' passwords once, at the lowest
+// costs the formats allow: hashing is slow by design, the more so under
+// the race detector, and each login verifies one. (The gateway's own
+// costs are auth.HashPassword's.)
+var testEntries = sync.OnceValues(func() ([]auth.Entry, error) {
+	var entries []auth.Entry
+	for _, e := range []auth.Entry{
+		{Username: "dev-1"}, {Username: "dev-2"},
+		{Username: "fleet", ClientIDs: []string{"fleet-*"}},
+		{Username: "backend", Role: auth.RoleConsumer},
+	} {
+		pw := []byte(e.Username + "-pw")
+		if e.Username == "fleet" {
+			salt := []byte("0123456789abcdef")
+			e.Hash = fmt.Sprintf("$argon2id$v=19$m=64,t=1,p=1$%s$%s", base64.RawStdEncoding.EncodeToString(salt),
+				base64.RawStdEncoding.EncodeToString(argon2.IDKey(pw, salt, 1, 64, 1, 32)))
+		} else {
+			h, err := bcrypt.GenerateFromPassword(pw, bcrypt.MinCost)
+			if err != nil {
+				return nil, err
+			}
+			e.Hash = string(h)
+		}
+		entries = append(entries, e)
+	}
+	return entries, nil
+})
 
 func defaultACL(t *testing.T) auth.ACL {
 	t.Helper()

@@ -217,16 +217,15 @@ type Log struct {
 // second, 100 messages per 10 s per device (dropped above), 20 buckets,
 // devices named by client ID, info logging.
 func Default() Config {
-	return Config{
-		MQTT:    defaultMQTT(),
+	return withSecurityDefaults(Config{
+		MQTT:    MQTT{TCP: ":1883"},
 		Admin:   Admin{Addr: "127.0.0.1:8080"},
 		DataDir: "./data",
 		Persist: Persist{SnapshotInterval: Duration(time.Second)},
 		Limits: Limits{
-			Default:    Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
-			Buckets:    devicelimit.DefaultBuckets,
-			Identity:   "client_id",
-			MaxDevices: DefaultMaxDevices,
+			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
+			Buckets:  devicelimit.DefaultBuckets,
+			Identity: "client_id",
 			Defer: Defer{
 				MaxMessagesPerDevice: 1000,
 				MaxBytesPerDevice:    1 << 20,
@@ -235,9 +234,8 @@ func Default() Config {
 				RestoreDelay:         Duration(5 * time.Second),
 			},
 		},
-		Log:  Log{Level: "info"},
-		Auth: defaultAuth(),
-	}
+		Log: Log{Level: "info"},
+	})
 }
 
 // Duration is a time.Duration written in YAML as a string that

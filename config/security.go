@@ -84,19 +84,17 @@ type ACL struct {
 	Subscribe string `yaml:"subscribe"`
 }
 
-func defaultMQTT() MQTT {
-	return MQTT{
-		TCP:               ":1883",
-		MaxPacketSize:     DefaultMaxPacketSize,
-		MaxClientIDLength: DefaultMaxClientIDLength,
-		MaxConnections:    DefaultMaxConnections,
-		ConnectRate:       Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}},
-		Keepalive:         Keepalive{Max: Duration(DefaultKeepaliveMax)},
-	}
-}
-
-func defaultAuth() Auth {
-	return Auth{CertificateIdentity: "cn", ACL: ACL{Publish: auth.DefaultPublish, Subscribe: auth.DefaultSubscribe}}
+// withSecurityDefaults sets the defaults of the listener, auth and
+// resource keys in c.
+func withSecurityDefaults(c Config) Config {
+	c.MQTT.MaxPacketSize = DefaultMaxPacketSize
+	c.MQTT.MaxClientIDLength = DefaultMaxClientIDLength
+	c.MQTT.MaxConnections = DefaultMaxConnections
+	c.MQTT.ConnectRate = Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}}
+	c.MQTT.Keepalive = Keepalive{Max: Duration(DefaultKeepaliveMax)}
+	c.Limits.MaxDevices = DefaultMaxDevices
+	c.Auth = Auth{CertificateIdentity: "cn", ACL: ACL{Publish: auth.DefaultPublish, Subscribe: auth.DefaultSubscribe}}
+	return c
 }
 
 // AllowAll reports whether no authentication is configured: every
