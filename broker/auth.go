@@ -152,6 +152,10 @@ type authHook struct {
 	// Limits.ConnectRate.
 	rate *devicelimit.Table
 
+	// creds are the accounts in force: Auth.Credentials, or those of
+	// the latest SetCredentials.
+	creds atomic.Pointer[auth.Credentials]
+
 	pubDenied, subDenied atomic.Uint64
 	refused              [refusedReasons]atomic.Uint64
 }
@@ -292,11 +296,12 @@ func (h *authHook) authenticate(cl *mqtt.Client, pk packets.Packet) (*session, *
 			}
 		}
 	}
-	if h.opts.Credentials == nil {
+	creds := h.creds.Load()
+	if creds == nil {
 		return nil, refuse(refusedCertificate, packets.ErrNotAuthorized,
 			"a client certificate is required (TLS listener)", packets.Err3NotAuthorized)
 	}
-	role, login := h.opts.Credentials.Check(string(cl.Properties.Username), pk.Connect.Password, pk.Connect.ClientIdentifier)
+	role, login := creds.Check(string(cl.Properties.Username), pk.Connect.Password, pk.Connect.ClientIdentifier)
 	switch login {
 	case auth.LoginOK:
 		return &session{role: role}, nil

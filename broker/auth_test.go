@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -317,5 +318,44 @@ func TestWebSocketTLSCertificates(t *testing.T) {
 	}
 	if _, err := dialWSS(t, addr, clientTLS(ca)); err == nil {
 		t.Fatal("wss without a client certificate connected")
+	}
+}
+
+// TestSetCredentials: new accounts authenticate after SetCredentials;
+// a connected client stays connected.
+func TestSetCredentials(t *testing.T) {
+	entries, err := testEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	only := func(names ...string) *auth.Credentials {
+		var es []auth.Entry
+		for _, e := range entries {
+			if slices.Contains(names, e.Username) {
+				es = append(es, e)
+			}
+		}
+		c, err := auth.New(es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	f := start(t, fixtureOpts{options: func(o *Options) {
+		o.Auth = Auth{Credentials: only("dev-1"), ACL: defaultACL(t)}
+	}})
+	dev1 := mustConnect5(t, dialTCP(t, f.addr), login{"dev-1", "dev-1", "dev-1-pw"}, nil)
+	refusedWith(t, dialTCP(t, f.addr), login{"dev-2", "dev-2", "dev-2-pw"}, 0x86)
+	if err := f.srv.SetCredentials(only("dev-2")); err != nil {
+		t.Fatal(err)
+	}
+	mustConnect5(t, dialTCP(t, f.addr), login{"dev-2", "dev-2", "dev-2-pw"}, nil)
+	refusedWith(t, dialTCP(t, f.addr), login{"dev-1b", "dev-1", "dev-1-pw"}, 0x86)
+	if a, err := dev1.publish(t, "devices/dev-1/t", "still here", 1); err != nil || a.code != 0 {
+		t.Fatalf("connected dev-1 after the change: 0x%02x %v", a.code, err)
+	}
+	allowAll := start(t, fixtureOpts{})
+	if err := allowAll.srv.SetCredentials(only("dev-1")); err == nil {
+		t.Fatal("SetCredentials on an allow-all server succeeded")
 	}
 }
