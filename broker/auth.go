@@ -208,7 +208,7 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	h.refused[r.reason].Add(1)
 	key := "\x00refused\x00" + refusedNames[r.reason] + "\x00" + remoteHost(cl.Net.Remote)
 	if h.logs.AllowAt(key, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
-		h.log.Warn("connection refused", "client", cl.ID, "username", string(cl.Properties.Username),
+		h.log.Warn("connection refused", "client", clip(cl.ID), "username", clip(string(cl.Properties.Username)),
 			"remote", cl.Net.Remote, "listener", cl.Net.Listener, "reason", r.v5.Reason)
 	}
 	code := r.v5
@@ -219,6 +219,16 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		return fmt.Errorf("refuse connection: %w", err)
 	}
 	return code
+}
+
+// clip shortens what a client sent for a log line: a client ID may be
+// 64 KiB.
+func clip(s string) string {
+	const n = 128
+	if len(s) <= n {
+		return s
+	}
+	return strconv.Quote(s[:n]) + "..."
 }
 
 // boundKeepalive clamps the client's keepalive into the limits.
@@ -389,6 +399,7 @@ func (h *authHook) sweep(now devicelimit.Tick) {
 	if h.rate != nil {
 		h.rate.Sweep(now)
 	}
+	h.logs.Sweep(now)
 }
 
 func (h *authHook) stats() AuthStats {

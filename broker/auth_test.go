@@ -3,11 +3,13 @@ package broker
 import (
 	"crypto/tls"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -357,5 +359,40 @@ func TestSetCredentials(t *testing.T) {
 	allowAll := start(t, fixtureOpts{})
 	if err := allowAll.srv.SetCredentials(only("dev-1")); err == nil {
 		t.Fatal("SetCredentials on an allow-all server succeeded")
+	}
+}
+
+// TestAuthSweep: sweep forgets the sessions of closed clients (mochi
+// skips OnDisconnect when a CONNACK write fails) and the rate windows
+// of quiet addresses.
+func TestAuthSweep(t *testing.T) {
+	f := start(t, fixtureOpts{options: func(o *Options) {
+		o.Auth = Auth{Credentials: credentials(t), ACL: defaultACL(t)}
+		o.Limits = Limits{ConnectRate: devicelimit.Quota{Limit: 10, Window: time.Second}}
+	}})
+	live := mustConnect5(t, dialTCP(t, f.addr), login{"dev-1", "dev-1", "dev-1-pw"}, nil)
+	dead := f.srv.mqtt.NewClient(nil, "test", "dev-2", true)
+	f.srv.auth.sessions.Store(dead, &session{device: "dev-2"})
+	dead.Stop(errors.New("test"))
+	sessions := func() (n int) {
+		f.srv.auth.sessions.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	if n := sessions(); n != 2 {
+		t.Fatalf("%d sessions before the sweep, want 2", n)
+	}
+	f.srv.tick(f.clock.Now())
+	if n := sessions(); n != 1 {
+		t.Fatalf("%d sessions after the sweep, want 1 (the live client)", n)
+	}
+	if f.srv.auth.rate.Len() != 1 {
+		t.Fatalf("rate table holds %d addresses, want 1", f.srv.auth.rate.Len())
+	}
+	f.srv.tick(f.clock.Advance(2 * time.Second))
+	if f.srv.auth.rate.Len() != 0 {
+		t.Fatalf("rate table holds %d addresses after the window, want 0", f.srv.auth.rate.Len())
+	}
+	if a, err := live.publish(t, "devices/dev-1/t", "x", 1); err != nil || a.code != 0 {
+		t.Fatalf("live client after the sweeps: 0x%02x %v", a.code, err)
 	}
 }
