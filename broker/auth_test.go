@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"golang.org/x/crypto/argon2"
 	"golang.org/x/crypto/bcrypt"
@@ -394,5 +395,36 @@ func TestAuthSweep(t *testing.T) {
 	}
 	if a, err := live.publish(t, "devices/dev-1/t", "x", 1); err != nil || a.code != 0 {
 		t.Fatalf("live client after the sweeps: 0x%02x %v", a.code, err)
+	}
+}
+
+// TestACLMQTT311: MQTT 3.1.1 cannot be told no to a publish: one
+// outside the prefix ends the connection, uncounted; a refused
+// subscription gets SUBACK 0x80.
+func TestACLMQTT311(t *testing.T) {
+	f := start(t, fixtureOpts{options: func(o *Options) {
+		o.Auth = Auth{Credentials: credentials(t), ACL: defaultACL(t)}
+	}})
+	c, err := f.dial3(t, "dev-1", "dev-1", "dev-1-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := c.Subscribe("devices/dev-2/cmd/#", 1, nil)
+	if !tok.WaitTimeout(waitTimeout) {
+		t.Fatal("no SUBACK")
+	}
+	if got := tok.(*mqtt3.SubscribeToken).Result()["devices/dev-2/cmd/#"]; got != 0x80 {
+		t.Errorf("SUBACK 0x%02x, want 0x80", got)
+	}
+	if tok := c.Publish("devices/dev-1/t", 1, false, "ok"); !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
+		t.Fatalf("publish under the prefix: %v", tok.Error())
+	}
+	c.Publish("devices/dev-2/t", 1, false, "forged")
+	eventually(t, "connection closed", func() bool { return !c.IsConnected() })
+	if st := f.srv.AuthStats(); st.PublishDenied != 1 || st.SubscribeDenied != 1 {
+		t.Errorf("denied: %+v", st)
+	}
+	if st := f.srv.Stats(); st.Allowed != 1 || st.Dropped != 0 {
+		t.Errorf("throttle saw %+v, want only the one allowed publish", st)
 	}
 }
