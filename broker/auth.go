@@ -50,6 +50,11 @@ type Limits struct {
 	MaxClientIDLength int
 	// MaxConnections bounds the clients connected at once.
 	MaxConnections int
+	// MaxPendingWrites bounds the messages queued for one client that
+	// does not read fast enough; beyond it, messages to that client are
+	// dropped. Each connection reserves 8 bytes per slot. 0 means
+	// mochi's default, 8192.
+	MaxPendingWrites int
 	// MaxDevices bounds the devices with a window: a device without one
 	// is refused at CONNECT (MQTT 5: 0x97 quota exceeded; 3.1.1: 0x03
 	// server unavailable) while the table holds that many.
@@ -72,8 +77,8 @@ const connectRateBuckets = 10
 
 func (l Limits) validate() error {
 	switch {
-	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxDevices < 0:
-		return fmt.Errorf("%w: Limits: negative bound", ErrInvalidOptions)
+	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxDevices < 0 || l.MaxPendingWrites < 0 || l.MaxPendingWrites > 1<<20:
+		return fmt.Errorf("%w: Limits: negative bound, or MaxPendingWrites over 1Mi", ErrInvalidOptions)
 	case l.KeepaliveMin < 0 || l.KeepaliveMax < 0 || l.KeepaliveMax > 0 && l.KeepaliveMin > l.KeepaliveMax:
 		return fmt.Errorf("%w: Limits: keepalive bounds must be >= 0 and min <= max", ErrInvalidOptions)
 	case l.KeepaliveMax > 65535*time.Second:
@@ -95,6 +100,9 @@ func (l Limits) capabilities() *mqtt.Capabilities {
 	c.MaximumPacketSize = l.MaxPacketSize
 	if l.MaxConnections > 0 {
 		c.MaximumClients = int64(l.MaxConnections)
+	}
+	if l.MaxPendingWrites > 0 {
+		c.MaximumClientWritesPending = int32(l.MaxPendingWrites)
 	}
 	return c
 }

@@ -24,6 +24,7 @@
 //	  max_packet_size: 256KiB      # larger packets end the connection before they are read
 //	  max_client_id_length: 256    # bytes
 //	  max_connections: 50000       # clients connected at once; 0: no bound
+//	  max_pending_writes: 8192     # messages queued for one slow client, 1..1048576
 //	  connect_rate: {limit: 100, window: 1s, exempt: ["127.0.0.0/8", "::1/128"]}  # new connections per source IP (limit 0: off); exempt: CIDR prefixes not limited
 //	  keepalive: {min: 0s, max: 1h}           # a keepalive outside is set to the bound; 0s: no bound
 //	admin:
@@ -110,6 +111,9 @@ type MQTT struct {
 	MaxClientIDLength int `yaml:"max_client_id_length"`
 	// MaxConnections bounds the clients connected at once; 0: no bound.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxPendingWrites bounds the messages queued for one slow client;
+	// beyond it, messages to that client are dropped.
+	MaxPendingWrites int `yaml:"max_pending_writes"`
 	// ConnectRate bounds new connections per source IP address; a limit
 	// of 0 turns it off.
 	ConnectRate Rate `yaml:"connect_rate"`

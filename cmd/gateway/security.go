@@ -62,6 +62,7 @@ func loadSecurity(cfg config.Config) (security, error) {
 		MaxPacketSize:     uint32(m.MaxPacketSize),
 		MaxClientIDLength: m.MaxClientIDLength,
 		MaxConnections:    m.MaxConnections,
+		MaxPendingWrites:  m.MaxPendingWrites,
 		MaxDevices:        cfg.Limits.MaxDevices,
 		ConnectRate:       cfg.ConnectRate(),
 		KeepaliveMin:      time.Duration(m.Keepalive.Min),
