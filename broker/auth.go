@@ -50,6 +50,11 @@ type Limits struct {
 	MaxClientIDLength int
 	// MaxConnections bounds the clients connected at once.
 	MaxConnections int
+	// MaxPendingWrites bounds the messages queued for one client that
+	// does not read fast enough; beyond it, messages to that client are
+	// dropped. Each connection reserves 8 bytes per slot. 0 means
+	// mochi's default, 8192.
+	MaxPendingWrites int
 	// MaxDevices bounds the devices with a window: a device without one
 	// is refused at CONNECT (MQTT 5: 0x97 quota exceeded; 3.1.1: 0x03
 	// server unavailable) while the table holds that many.
@@ -72,8 +77,8 @@ const connectRateBuckets = 10
 
 func (l Limits) validate() error {
 	switch {
-	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxDevices < 0:
-		return fmt.Errorf("%w: Limits: negative bound", ErrInvalidOptions)
+	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxDevices < 0 || l.MaxPendingWrites < 0 || l.MaxPendingWrites > 1<<20:
+		return fmt.Errorf("%w: Limits: negative bound, or MaxPendingWrites over 1Mi", ErrInvalidOptions)
 	case l.KeepaliveMin < 0 || l.KeepaliveMax < 0 || l.KeepaliveMax > 0 && l.KeepaliveMin > l.KeepaliveMax:
 		return fmt.Errorf("%w: Limits: keepalive bounds must be >= 0 and min <= max", ErrInvalidOptions)
 	case l.KeepaliveMax > 65535*time.Second:
@@ -95,6 +100,9 @@ func (l Limits) capabilities() *mqtt.Capabilities {
 	c.MaximumPacketSize = l.MaxPacketSize
 	if l.MaxConnections > 0 {
 		c.MaximumClients = int64(l.MaxConnections)
+	}
+	if l.MaxPendingWrites > 0 {
+		c.MaximumClientWritesPending = int32(l.MaxPendingWrites)
 	}
 	return c
 }
@@ -152,6 +160,10 @@ type authHook struct {
 	// Limits.ConnectRate.
 	rate *devicelimit.Table
 
+	// creds are the accounts in force: Auth.Credentials, or those of
+	// the latest SetCredentials.
+	creds atomic.Pointer[auth.Credentials]
+
 	pubDenied, subDenied atomic.Uint64
 	refused              [refusedReasons]atomic.Uint64
 }
@@ -204,7 +216,7 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	h.refused[r.reason].Add(1)
 	key := "\x00refused\x00" + refusedNames[r.reason] + "\x00" + remoteHost(cl.Net.Remote)
 	if h.logs.AllowAt(key, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
-		h.log.Warn("connection refused", "client", cl.ID, "username", string(cl.Properties.Username),
+		h.log.Warn("connection refused", "client", clip(cl.ID), "username", clip(string(cl.Properties.Username)),
 			"remote", cl.Net.Remote, "listener", cl.Net.Listener, "reason", r.v5.Reason)
 	}
 	code := r.v5
@@ -215,6 +227,16 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		return fmt.Errorf("refuse connection: %w", err)
 	}
 	return code
+}
+
+// clip shortens what a client sent for a log line: a client ID may be
+// 64 KiB.
+func clip(s string) string {
+	const n = 128
+	if len(s) <= n {
+		return s
+	}
+	return strconv.Quote(s[:n]) + "..."
 }
 
 // boundKeepalive clamps the client's keepalive into the limits.
@@ -292,11 +314,12 @@ func (h *authHook) authenticate(cl *mqtt.Client, pk packets.Packet) (*session, *
 			}
 		}
 	}
-	if h.opts.Credentials == nil {
+	creds := h.creds.Load()
+	if creds == nil {
 		return nil, refuse(refusedCertificate, packets.ErrNotAuthorized,
 			"a client certificate is required (TLS listener)", packets.Err3NotAuthorized)
 	}
-	role, login := h.opts.Credentials.Check(string(cl.Properties.Username), pk.Connect.Password, pk.Connect.ClientIdentifier)
+	role, login := creds.Check(string(cl.Properties.Username), pk.Connect.Password, pk.Connect.ClientIdentifier)
 	switch login {
 	case auth.LoginOK:
 		return &session{role: role}, nil
@@ -384,6 +407,7 @@ func (h *authHook) sweep(now devicelimit.Tick) {
 	if h.rate != nil {
 		h.rate.Sweep(now)
 	}
+	h.logs.Sweep(now)
 }
 
 func (h *authHook) stats() AuthStats {

@@ -2,11 +2,20 @@ package broker
 
 import (
 	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"golang.org/x/crypto/argon2"
+	"golang.org/x/crypto/bcrypt"
 
 	"devicegate/auth"
 	"devicegate/devicelimit"
@@ -17,22 +26,9 @@ import (
 // consumer. Every password is the username + "-pw".
 func credentials(t *testing.T) *auth.Credentials {
 	t.Helper()
-	var entries []auth.Entry
-	for _, e := range []auth.Entry{
-		{Username: "dev-1"}, {Username: "dev-2"},
-		{Username: "fleet", ClientIDs: []string{"fleet-*"}},
-		{Username: "backend", Role: auth.RoleConsumer},
-	} {
-		algo := auth.Bcrypt
-		if e.Username == "fleet" {
-			algo = auth.Argon2id
-		}
-		h, err := auth.HashPassword(algo, []byte(e.Username+"-pw"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.Hash = h
-		entries = append(entries, e)
+	entries, err := testEntries()
+	if err != nil {
+		t.Fatal(err)
 	}
 	c, err := auth.New(entries)
 	if err != nil {
@@ -40,6 +36,34 @@ func credentials(t *testing.T) *auth.Credentials {
 	}
 	return c
 }
+
+// testEntries hashes the test accounts' passwords once, at the lowest
+// costs the formats allow: hashing is slow by design, the more so under
+// the race detector, and each login verifies one. (The gateway's own
+// costs are auth.HashPassword's.)
+var testEntries = sync.OnceValues(func() ([]auth.Entry, error) {
+	var entries []auth.Entry
+	for _, e := range []auth.Entry{
+		{Username: "dev-1"}, {Username: "dev-2"},
+		{Username: "fleet", ClientIDs: []string{"fleet-*"}},
+		{Username: "backend", Role: auth.RoleConsumer},
+	} {
+		pw := []byte(e.Username + "-pw")
+		if e.Username == "fleet" {
+			salt := []byte("0123456789abcdef")
+			e.Hash = fmt.Sprintf("$argon2id$v=19$m=64,t=1,p=1$%s$%s", base64.RawStdEncoding.EncodeToString(salt),
+				base64.RawStdEncoding.EncodeToString(argon2.IDKey(pw, salt, 1, 64, 1, 32)))
+		} else {
+			h, err := bcrypt.GenerateFromPassword(pw, bcrypt.MinCost)
+			if err != nil {
+				return nil, err
+			}
+			e.Hash = string(h)
+		}
+		entries = append(entries, e)
+	}
+	return entries, nil
+})
 
 func defaultACL(t *testing.T) auth.ACL {
 	t.Helper()
@@ -297,5 +321,110 @@ func TestWebSocketTLSCertificates(t *testing.T) {
 	}
 	if _, err := dialWSS(t, addr, clientTLS(ca)); err == nil {
 		t.Fatal("wss without a client certificate connected")
+	}
+}
+
+// TestSetCredentials: new accounts authenticate after SetCredentials;
+// a connected client stays connected.
+func TestSetCredentials(t *testing.T) {
+	entries, err := testEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	only := func(names ...string) *auth.Credentials {
+		var es []auth.Entry
+		for _, e := range entries {
+			if slices.Contains(names, e.Username) {
+				es = append(es, e)
+			}
+		}
+		c, err := auth.New(es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	f := start(t, fixtureOpts{options: func(o *Options) {
+		o.Auth = Auth{Credentials: only("dev-1"), ACL: defaultACL(t)}
+	}})
+	dev1 := mustConnect5(t, dialTCP(t, f.addr), login{"dev-1", "dev-1", "dev-1-pw"}, nil)
+	refusedWith(t, dialTCP(t, f.addr), login{"dev-2", "dev-2", "dev-2-pw"}, 0x86)
+	if err := f.srv.SetCredentials(only("dev-2")); err != nil {
+		t.Fatal(err)
+	}
+	mustConnect5(t, dialTCP(t, f.addr), login{"dev-2", "dev-2", "dev-2-pw"}, nil)
+	refusedWith(t, dialTCP(t, f.addr), login{"dev-1b", "dev-1", "dev-1-pw"}, 0x86)
+	if a, err := dev1.publish(t, "devices/dev-1/t", "still here", 1); err != nil || a.code != 0 {
+		t.Fatalf("connected dev-1 after the change: 0x%02x %v", a.code, err)
+	}
+	allowAll := start(t, fixtureOpts{})
+	if err := allowAll.srv.SetCredentials(only("dev-1")); err == nil {
+		t.Fatal("SetCredentials on an allow-all server succeeded")
+	}
+}
+
+// TestAuthSweep: sweep forgets the sessions of closed clients (mochi
+// skips OnDisconnect when a CONNACK write fails) and the rate windows
+// of quiet addresses.
+func TestAuthSweep(t *testing.T) {
+	f := start(t, fixtureOpts{options: func(o *Options) {
+		o.Auth = Auth{Credentials: credentials(t), ACL: defaultACL(t)}
+		o.Limits = Limits{ConnectRate: devicelimit.Quota{Limit: 10, Window: time.Second}}
+	}})
+	live := mustConnect5(t, dialTCP(t, f.addr), login{"dev-1", "dev-1", "dev-1-pw"}, nil)
+	dead := f.srv.mqtt.NewClient(nil, "test", "dev-2", true)
+	f.srv.auth.sessions.Store(dead, &session{device: "dev-2"})
+	dead.Stop(errors.New("test"))
+	sessions := func() (n int) {
+		f.srv.auth.sessions.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	if n := sessions(); n != 2 {
+		t.Fatalf("%d sessions before the sweep, want 2", n)
+	}
+	f.srv.tick(f.clock.Now())
+	if n := sessions(); n != 1 {
+		t.Fatalf("%d sessions after the sweep, want 1 (the live client)", n)
+	}
+	if f.srv.auth.rate.Len() != 1 {
+		t.Fatalf("rate table holds %d addresses, want 1", f.srv.auth.rate.Len())
+	}
+	f.srv.tick(f.clock.Advance(2 * time.Second))
+	if f.srv.auth.rate.Len() != 0 {
+		t.Fatalf("rate table holds %d addresses after the window, want 0", f.srv.auth.rate.Len())
+	}
+	if a, err := live.publish(t, "devices/dev-1/t", "x", 1); err != nil || a.code != 0 {
+		t.Fatalf("live client after the sweeps: 0x%02x %v", a.code, err)
+	}
+}
+
+// TestACLMQTT311: MQTT 3.1.1 cannot be told no to a publish: one
+// outside the prefix ends the connection, uncounted; a refused
+// subscription gets SUBACK 0x80.
+func TestACLMQTT311(t *testing.T) {
+	f := start(t, fixtureOpts{options: func(o *Options) {
+		o.Auth = Auth{Credentials: credentials(t), ACL: defaultACL(t)}
+	}})
+	c, err := f.dial3(t, "dev-1", "dev-1", "dev-1-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := c.Subscribe("devices/dev-2/cmd/#", 1, nil)
+	if !tok.WaitTimeout(waitTimeout) {
+		t.Fatal("no SUBACK")
+	}
+	if got := tok.(*mqtt3.SubscribeToken).Result()["devices/dev-2/cmd/#"]; got != 0x80 {
+		t.Errorf("SUBACK 0x%02x, want 0x80", got)
+	}
+	if tok := c.Publish("devices/dev-1/t", 1, false, "ok"); !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
+		t.Fatalf("publish under the prefix: %v", tok.Error())
+	}
+	c.Publish("devices/dev-2/t", 1, false, "forged")
+	eventually(t, "connection closed", func() bool { return !c.IsConnected() })
+	if st := f.srv.AuthStats(); st.PublishDenied != 1 || st.SubscribeDenied != 1 {
+		t.Errorf("denied: %+v", st)
+	}
+	if st := f.srv.Stats(); st.Allowed != 1 || st.Dropped != 0 {
+		t.Errorf("throttle saw %+v, want only the one allowed publish", st)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/log"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/gorilla/websocket"
 
@@ -133,7 +134,8 @@ type login struct {
 func connect5(t *testing.T, conn net.Conn, l login, onMsg func(*paho.Publish)) (*pub5, *paho.Connack, error) {
 	t.Helper()
 	p := &pub5{lostCh: make(chan struct{})}
-	cfg := paho.ClientConfig{ClientID: l.id, Conn: conn, OnServerDisconnect: p.onDisconnect, OnClientError: p.onError}
+	cfg := paho.ClientConfig{ClientID: l.id, Conn: conn, OnServerDisconnect: p.onDisconnect, OnClientError: p.onError,
+		PingHandler: noPinger{}}
 	if onMsg != nil {
 		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){
 			func(r paho.PublishReceived) (bool, error) { onMsg(r.Packet); return true, nil },
@@ -254,3 +256,16 @@ func dialWSS(t *testing.T, addr string, cfg *tls.Config) (net.Conn, error) {
 	}
 	return &wsConn{Conn: c.NetConn(), c: c}, nil
 }
+
+// noPinger replaces paho's pinger, which sends its first PINGREQ at
+// once, from its own goroutine, as several Writes (net.Buffers): on a
+// TLS or WebSocket connection (no writev) they can interleave with a
+// PUBLISH being written and corrupt both. The tests' connections live
+// far shorter than a keepalive.
+type noPinger struct{}
+
+func (noPinger) Run(ctx context.Context, _ net.Conn, _ uint16) error { <-ctx.Done(); return nil }
+func (noPinger) PacketSent()                                         {}
+func (noPinger) PacketReceived()                                     {}
+func (noPinger) PingResp()                                           {}
+func (noPinger) SetDebug(log.Logger)                                 {}

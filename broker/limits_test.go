@@ -100,9 +100,13 @@ func TestMaxPacketSize(t *testing.T) {
 	receive(t, "connection closed", p.lost())
 }
 
-// TestMaxConnections: beyond MaxConnections a client gets 0x89.
+// TestMaxConnections: beyond MaxConnections a client gets 0x89;
+// MaxPendingWrites reaches mochi.
 func TestMaxConnections(t *testing.T) {
-	f := start(t, fixtureOpts{options: func(o *Options) { o.Limits = Limits{MaxConnections: 1} }})
+	f := start(t, fixtureOpts{options: func(o *Options) { o.Limits = Limits{MaxConnections: 1, MaxPendingWrites: 16} }})
 	mustConnect5(t, dialTCP(t, f.addr), login{id: "c-1"}, nil)
 	refusedWith(t, dialTCP(t, f.addr), login{id: "c-2"}, 0x89)
+	if got := f.srv.mqtt.Options.Capabilities.MaximumClientWritesPending; got != 16 {
+		t.Errorf("mochi's pending writes %d, want MaxPendingWrites 16", got)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 
+	"devicegate/auth"
 	"devicegate/devicelimit"
 )
 
@@ -33,6 +34,7 @@ func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger) (*authHook, e
 	}
 	h := &authHook{srv: srv, opts: opts.Auth, limits: opts.Limits, table: opts.Table, identity: opts.Identity,
 		clock: opts.Clock, log: log, logs: logs}
+	h.creds.Store(opts.Auth.Credentials)
 	if opts.Limits.ConnectRate.Limit > 0 {
 		if h.rate, err = devicelimit.NewTable(connectRateBuckets); err != nil {
 			return nil, fmt.Errorf("connect rate: %w", err)
@@ -128,6 +130,18 @@ func (s *Server) WebSocketAddr() net.Addr {
 		return nil
 	}
 	return s.ws.Addr()
+}
+
+// SetCredentials replaces the accounts that authenticate clients from
+// now on; connected clients stay connected. It is an error when the
+// server was built without Auth.Credentials (the auth mode does not
+// change at runtime) or c is nil.
+func (s *Server) SetCredentials(c *auth.Credentials) error {
+	if s.opts.Auth.Credentials == nil || c == nil {
+		return fmt.Errorf("%w: SetCredentials needs a server built with Auth.Credentials, and accounts", ErrInvalidOptions)
+	}
+	s.auth.creds.Store(c)
+	return nil
 }
 
 // AuthStats returns the counts of refusals by the topic ACL, at CONNECT

@@ -24,6 +24,7 @@
 //	  max_packet_size: 256KiB      # larger packets end the connection before they are read
 //	  max_client_id_length: 256    # bytes
 //	  max_connections: 50000       # clients connected at once; 0: no bound
+//	  max_pending_writes: 8192     # messages queued for one slow client, 1..1048576
 //	  connect_rate: {limit: 100, window: 1s, exempt: ["127.0.0.0/8", "::1/128"]}  # new connections per source IP (limit 0: off); exempt: CIDR prefixes not limited
 //	  keepalive: {min: 0s, max: 1h}           # a keepalive outside is set to the bound; 0s: no bound
 //	admin:
@@ -122,6 +123,9 @@ type MQTT struct {
 	MaxClientIDLength int `yaml:"max_client_id_length"`
 	// MaxConnections bounds the clients connected at once; 0: no bound.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxPendingWrites bounds the messages queued for one slow client;
+	// beyond it, messages to that client are dropped.
+	MaxPendingWrites int `yaml:"max_pending_writes"`
 	// ConnectRate bounds new connections per source IP address; a limit
 	// of 0 turns it off.
 	ConnectRate Rate `yaml:"connect_rate"`
@@ -229,16 +233,15 @@ type Log struct {
 // second, 100 messages per 10 s per device (dropped above), 20 buckets,
 // devices named by client ID, info logging.
 func Default() Config {
-	return Config{
-		MQTT:    defaultMQTT(),
+	return withSecurityDefaults(Config{
+		MQTT:    MQTT{TCP: ":1883"},
 		Admin:   Admin{Addr: "127.0.0.1:8080"},
 		DataDir: "./data",
 		Persist: Persist{SnapshotInterval: Duration(time.Second)},
 		Limits: Limits{
-			Default:    Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
-			Buckets:    devicelimit.DefaultBuckets,
-			Identity:   "client_id",
-			MaxDevices: DefaultMaxDevices,
+			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
+			Buckets:  devicelimit.DefaultBuckets,
+			Identity: "client_id",
 			Defer: Defer{
 				MaxMessagesPerDevice: 1000,
 				MaxBytesPerDevice:    1 << 20,
@@ -252,8 +255,7 @@ func Default() Config {
 			Redis:         Redis{Timeout: Duration(DefaultRedisTimeout)},
 			FailurePolicy: "local",
 		},
-		Auth: defaultAuth(),
-	}
+	})
 }
 
 // Duration is a time.Duration written in YAML as a string that

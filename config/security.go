@@ -15,6 +15,7 @@ const (
 	DefaultMaxPacketSize     = 256 << 10
 	DefaultMaxClientIDLength = 256
 	DefaultMaxConnections    = 50000
+	DefaultMaxPendingWrites  = 8192 // mochi's own default
 	DefaultMaxDevices        = 1_000_000
 	DefaultConnectRateLimit  = 100
 	DefaultKeepaliveMax      = time.Hour
@@ -84,19 +85,18 @@ type ACL struct {
 	Subscribe string `yaml:"subscribe"`
 }
 
-func defaultMQTT() MQTT {
-	return MQTT{
-		TCP:               ":1883",
-		MaxPacketSize:     DefaultMaxPacketSize,
-		MaxClientIDLength: DefaultMaxClientIDLength,
-		MaxConnections:    DefaultMaxConnections,
-		ConnectRate:       Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}},
-		Keepalive:         Keepalive{Max: Duration(DefaultKeepaliveMax)},
-	}
-}
-
-func defaultAuth() Auth {
-	return Auth{CertificateIdentity: "cn", ACL: ACL{Publish: auth.DefaultPublish, Subscribe: auth.DefaultSubscribe}}
+// withSecurityDefaults sets the defaults of the listener, auth and
+// resource keys in c.
+func withSecurityDefaults(c Config) Config {
+	c.MQTT.MaxPacketSize = DefaultMaxPacketSize
+	c.MQTT.MaxClientIDLength = DefaultMaxClientIDLength
+	c.MQTT.MaxConnections = DefaultMaxConnections
+	c.MQTT.MaxPendingWrites = DefaultMaxPendingWrites
+	c.MQTT.ConnectRate = Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}}
+	c.MQTT.Keepalive = Keepalive{Max: Duration(DefaultKeepaliveMax)}
+	c.Limits.MaxDevices = DefaultMaxDevices
+	c.Auth = Auth{CertificateIdentity: "cn", ACL: ACL{Publish: auth.DefaultPublish, Subscribe: auth.DefaultSubscribe}}
+	return c
 }
 
 // AllowAll reports whether no authentication is configured: every
@@ -160,6 +160,9 @@ func (c Config) validateSecurity(v *validator) {
 	}
 	if m.MaxClientIDLength < 1 || m.MaxClientIDLength > devicelimit.MaxDeviceID {
 		v.add("mqtt.max_client_id_length", fmt.Sprintf("must be between 1 and %d (got %d)", devicelimit.MaxDeviceID, m.MaxClientIDLength))
+	}
+	if m.MaxPendingWrites < 1 || m.MaxPendingWrites > 1<<20 {
+		v.add("mqtt.max_pending_writes", fmt.Sprintf("must be between 1 and %d (got %d)", 1<<20, m.MaxPendingWrites))
 	}
 	if m.MaxConnections < 0 {
 		v.add("mqtt.max_connections", fmt.Sprintf("must be >= 0, 0 for no bound (got %d)", m.MaxConnections))

@@ -15,6 +15,7 @@ mqtt:
   max_packet_size: 1MiB
   max_client_id_length: 64
   max_connections: 10
+  max_pending_writes: 100
   connect_rate: {limit: 5, window: 10s, exempt: ["10.0.0.0/8"]}
   keepalive: {min: 5s, max: 10m}
 admin: {tls: {cert_file: a.pem, key_file: b.pem}}
@@ -28,7 +29,7 @@ auth:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.AllowAll() || c.MQTT.TLS.ClientCAFile != "ca.pem" || c.MQTT.MaxPacketSize != 1<<20 || c.Limits.MaxDevices != 7 ||
+	if c.AllowAll() || c.MQTT.TLS.ClientCAFile != "ca.pem" || c.MQTT.MaxPacketSize != 1<<20 || c.MQTT.MaxPendingWrites != 100 || c.Limits.MaxDevices != 7 ||
 		c.ConnectRate().Window != 10*time.Second || c.Auth.ACL.Subscribe != "fleet/{device}/down/+" || !c.MQTT.WebSocket.TLS {
 		t.Fatalf("parsed %+v", c)
 	}
@@ -46,6 +47,7 @@ auth:
 		{`mqtt: {tls: {client_ca_file: ca.pem}}`, `mqtt.tls.client_ca_file: client certificates need a TLS listener`},
 		{`mqtt: {websocket: {tls: true, addr: ":1"}}`, `mqtt.tls.key_file: must name`},
 		{`mqtt: {max_packet_size: 10}`, `mqtt.max_packet_size: must be between 64B and 256MiB (got 10B)`},
+		{`mqtt: {max_pending_writes: 0}`, `mqtt.max_pending_writes: must be between 1 and 1048576 (got 0)`},
 		{`mqtt: {max_client_id_length: 0}`, `mqtt.max_client_id_length: must be between 1 and 65535 (got 0)`},
 		{`mqtt: {connect_rate: {limit: -1}}`, `mqtt.connect_rate.limit: must be between 1 and`},
 		{`mqtt: {connect_rate: {window: 0s}}`, `mqtt.connect_rate.window: must be > 0`},

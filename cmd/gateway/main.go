@@ -109,7 +109,7 @@ Usage:
   gateway [serve] [flags]   run the gateway (the default command)
   gateway quota SUBCOMMAND  read and change device quotas through the admin API
   gateway simulate [flags]  drive a simulated fleet at a running gateway and judge it
-  gateway passwd [flags] USERNAME  add or replace an account in a credentials file
+  gateway passwd ...        add or replace an account in a credentials file
   gateway version           print the version
   gateway help [command]    show this help, or a command's flags
 

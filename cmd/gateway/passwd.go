@@ -32,7 +32,7 @@ func printPasswdUsage(w io.Writer, fs *flag.FlagSet) {
 Reads a password from standard input (its first line) and adds USERNAME
 to the credentials file, or replaces its entry, with the password's
 bcrypt or argon2id hash. The file is rewritten atomically with mode 0600.
-A running gateway reads the file at start-up.
+A running gateway rereads the file on SIGHUP.
 
   echo "$PASSWORD" | gateway passwd --file creds sensor-17
   gateway passwd --file creds --client-ids 'sensor-*' --hash argon2id fleet < pw.txt

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"devicegate/auth"
@@ -58,6 +62,7 @@ func loadSecurity(cfg config.Config) (security, error) {
 		MaxPacketSize:     uint32(m.MaxPacketSize),
 		MaxClientIDLength: m.MaxClientIDLength,
 		MaxConnections:    m.MaxConnections,
+		MaxPendingWrites:  m.MaxPendingWrites,
 		MaxDevices:        cfg.Limits.MaxDevices,
 		ConnectRate:       cfg.ConnectRate(),
 		KeepaliveMin:      time.Duration(m.Keepalive.Min),
@@ -94,4 +99,36 @@ func logListeners(log *slog.Logger, g *gateway) {
 	if a := g.srv.WebSocketAddr(); a != nil {
 		log.Info("mqtt websocket listening", "addr", a.String())
 	}
+}
+
+// reloadOnHangup rereads the credentials file on every SIGHUP until ctx
+// ends; a file that does not load leaves the accounts in force. Without
+// a credentials file it does nothing (and SIGHUP keeps its default,
+// ending the process).
+func reloadOnHangup(ctx context.Context, log *slog.Logger, g *gateway, cfg config.Config) {
+	path := cfg.Auth.CredentialsFile
+	if path == "" {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			c, err := auth.LoadFile(path)
+			if err == nil {
+				err = g.srv.SetCredentials(c)
+			}
+			if err != nil {
+				log.Error("credentials not reloaded; the accounts loaded before stay in force", "error", err)
+				continue
+			}
+			log.Info("credentials reloaded", "credentials_file", path, "accounts", c.Len())
+		}
+	}()
 }

@@ -16,7 +16,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,4 +182,67 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool = x509.NewCertPool()
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
+}
+
+// TestCredentialsReloadProcess: a running gateway takes an account
+// added with gateway passwd after SIGHUP, and keeps its accounts when
+// the file is broken.
+func TestCredentialsReloadProcess(t *testing.T) {
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "creds")
+	add := func(user string) {
+		t.Helper()
+		if err := passwd([]string{"--file", creds, user}, strings.NewReader(user+"-pw\n"), new(strings.Builder)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("dev-1")
+	cfgPath := writeConfig(t, "mqtt: {tcp: \"127.0.0.1:0\"}\nauth: {credentials_file: "+strconv.Quote(creds)+"}\n")
+	p := start(t, "serve", "--config", cfgPath, "--data-dir", filepath.Join(dir, "data"))
+	addr := p.waitLine(listeningRE, 10*time.Second)[1]
+	connect := func(user string) byte {
+		t.Helper()
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := paho.NewClient(paho.ClientConfig{Conn: conn})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ca, err := c.Connect(ctx, &paho.Connect{ClientID: user, CleanStart: true, Username: user, UsernameFlag: true,
+			Password: []byte(user + "-pw"), PasswordFlag: true})
+		if ca == nil {
+			t.Fatalf("connect %s: %v", user, err)
+		}
+		_ = c.Disconnect(&paho.Disconnect{})
+		return ca.ReasonCode
+	}
+	if code := connect("dev-2"); code != 0x86 {
+		t.Fatalf("dev-2 before it was added: 0x%02x, want 0x86", code)
+	}
+	add("dev-2")
+	hangup := func(re *regexp.Regexp) {
+		t.Helper()
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		p.waitLine(re, 10*time.Second)
+	}
+	hangup(regexp.MustCompile(`msg="credentials reloaded".* accounts=2`))
+	if code := connect("dev-2"); code != 0 {
+		t.Fatalf("dev-2 after SIGHUP: 0x%02x, want 0x00", code)
+	}
+	if err := os.WriteFile(creds, []byte("dev-3:plain:device:\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hangup(regexp.MustCompile(`msg="credentials not reloaded; the accounts loaded before stay in force".*line 1`))
+	if code := connect("dev-1"); code != 0 {
+		t.Fatalf("dev-1 after a failed reload: 0x%02x, want 0x00", code)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := p.wait(shutdownTimeout + 2*time.Second); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, p.stderr())
+	}
 }

@@ -209,6 +209,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	def := cfg.Limits.Default
 	log.Info("gateway started", "version", releaseName(), "go", runtime.Version())
 	logListeners(log, g)
+	reloadOnHangup(ctx, log, g, cfg)
 	log.Info("admin listening", "addr", g.AdminAddr().String())
 	log.Info("default quota", "limit", def.Limit, "window", def.Window.String(), "policy", def.Policy,
 		"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
