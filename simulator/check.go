@@ -64,6 +64,8 @@ type Sent struct {
 	Ack Ack       `json:"ack"`
 	// Code is the PUBACK reason code when Ack is not AckNone.
 	Code byte `json:"code"`
+	// AckAt is when the ack came; zero when unknown.
+	AckAt time.Time `json:"ack_at,omitzero"`
 }
 
 // Arrival is one delivery of a device's message to the subscriber.
@@ -130,6 +132,12 @@ type DeviceResult struct {
 	// Allowance is DeviceLog.Allowance: excess up to it is within the
 	// persistence bound of a crash, not a violation.
 	Allowance int `json:"allowance,omitempty"`
+	// Confirmed is the largest number of admissions that send and ack
+	// times prove fell within less than T (see confirmed); unlike
+	// MaxInWindow it cannot be inflated by late deliveries.
+	// ConfirmedExcess = max(0, Confirmed - Limit).
+	Confirmed       int `json:"confirmed"`
+	ConfirmedExcess int `json:"confirmed_excess"`
 }
 
 // Violation reports whether the device's excess is beyond its
@@ -160,6 +168,10 @@ type Totals struct {
 	// MaxExcess is the largest.
 	Violations  int `json:"violations"`
 	WithinBound int `json:"within_bound"`
+	// Confirmed is the number of devices whose ConfirmedExcess is
+	// beyond their allowance: violations that late deliveries cannot
+	// explain.
+	Confirmed   int `json:"confirmed_violations"`
 	ExcessTotal int `json:"excess_total"`
 	MaxExcess   int `json:"max_excess"`
 	Latency
@@ -247,6 +259,9 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 	for _, d := range res.Devices {
 		t.Devices++
 		t.Counts.add(d.Counts)
+		if d.ConfirmedExcess > d.Allowance {
+			t.Confirmed++
+		}
 		if d.Excess > 0 {
 			if d.Violation() {
 				t.Violations++
@@ -336,8 +351,10 @@ func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []
 	}
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	r.MaxInWindow, r.MaxWindowStart = maxInWindow(times, l.Quota.Window-opts.Tolerance)
+	r.Confirmed = confirmed(l, first, opts.Immediate, deferPolicy)
 	if l.Quota.Limit > 0 {
 		r.Excess = max(0, r.MaxInWindow-l.Quota.Limit)
+		r.ConfirmedExcess = max(0, r.Confirmed-l.Quota.Limit)
 	}
 	slices.Sort(lat)
 	r.LatencyP50, r.LatencyP95, r.LatencyP99, r.LatencyMax = percentiles(lat)
