@@ -141,8 +141,12 @@ type DeviceResult struct {
 }
 
 // Violation reports whether the device's excess is beyond its
-// allowance.
-func (r DeviceResult) Violation() bool { return r.Excess > r.Allowance }
+// allowance, and not explained by late deliveries: the device's own
+// send and ack times confirm it (ConfirmedExcess), or some of its
+// messages were deferred and released, which those times cannot place.
+func (r DeviceResult) Violation() bool {
+	return r.Excess > r.Allowance && (r.ConfirmedExcess > r.Allowance || r.Released > 0)
+}
 
 // UnackedMissing is the number of unacknowledged messages that never
 // arrived.
@@ -162,16 +166,17 @@ func (r DeviceResult) Failed() bool { return r.Violation() || r.Unexpected() > 0
 type Totals struct {
 	Devices int `json:"devices"`
 	Counts
-	// Violations is the number of devices with Excess beyond their
-	// Allowance; WithinBound the number with excess, all of it within
-	// the allowance of a crash. ExcessTotal sums the excess of both;
+	// Violations is the number of devices for which Violation holds;
+	// WithinBound the number with excess, all of it within the
+	// allowance of a crash. ExcessTotal sums the excess of both;
 	// MaxExcess is the largest.
 	Violations  int `json:"violations"`
 	WithinBound int `json:"within_bound"`
-	// Confirmed is the number of devices whose ConfirmedExcess is
-	// beyond their allowance: violations that late deliveries cannot
-	// explain.
-	Confirmed   int `json:"confirmed_violations"`
+	// Unconfirmed is the number of devices with more arrivals in a
+	// window than their quota (and allowance) that their send and ack
+	// times do not confirm: late deliveries arriving together, not
+	// violations.
+	Unconfirmed int `json:"unconfirmed"`
 	ExcessTotal int `json:"excess_total"`
 	MaxExcess   int `json:"max_excess"`
 	Latency
@@ -259,14 +264,14 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 	for _, d := range res.Devices {
 		t.Devices++
 		t.Counts.add(d.Counts)
-		if d.ConfirmedExcess > d.Allowance {
-			t.Confirmed++
-		}
 		if d.Excess > 0 {
-			if d.Violation() {
+			switch {
+			case d.Violation():
 				t.Violations++
-			} else {
+			case d.Excess <= d.Allowance:
 				t.WithinBound++
+			default:
+				t.Unconfirmed++
 			}
 			t.ExcessTotal += d.Excess
 			t.MaxExcess = max(t.MaxExcess, d.Excess)

@@ -73,8 +73,8 @@ func TestAllowances(t *testing.T) {
 // TestConfirmedIgnoresLateDeliveries: a device sends one message every
 // 400 ms against 3 per second, each acked within 5 ms; the subscriber
 // falls behind and gets six of them at once. The arrival check sees 6
-// in a window; the timestamps confirm only 3, the limit. A gateway that
-// admits 4 within 900 ms is confirmed over quota.
+// in a window; the timestamps confirm only 3, the limit: no violation.
+// A gateway that admits 4 within 900 ms is confirmed over quota.
 func TestConfirmedIgnoresLateDeliveries(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -84,9 +84,12 @@ func TestConfirmedIgnoresLateDeliveries(t *testing.T) {
 		l.Sent = append(l.Sent, Sent{Seq: uint64(i), At: at(400 * i), Ack: AckSuccess, AckAt: at(400*i + 5)})
 		l.Arrivals = append(l.Arrivals, Arrival{Seq: uint64(i), At: at(2500 + i)})
 	}
-	d := Check([]DeviceLog{l}, CheckOptions{Tolerance: 50 * time.Millisecond}).Devices[0]
-	if d.MaxInWindow != 6 || d.Excess != 3 || d.Confirmed != 3 || d.ConfirmedExcess != 0 {
-		t.Fatalf("late deliveries: max %d excess %d confirmed %d (%d over)", d.MaxInWindow, d.Excess, d.Confirmed, d.ConfirmedExcess)
+	late := Check([]DeviceLog{l}, CheckOptions{Tolerance: 50 * time.Millisecond})
+	if d := late.Devices[0]; d.MaxInWindow != 6 || d.Excess != 3 || d.Confirmed != 3 || d.ConfirmedExcess != 0 || d.Violation() {
+		t.Fatalf("late deliveries: max %d excess %d confirmed %d (%d over), violation %v", d.MaxInWindow, d.Excess, d.Confirmed, d.ConfirmedExcess, d.Violation())
+	}
+	if tt := late.Totals; tt.Violations != 0 || tt.Unconfirmed != 1 || !Decide(late, 1).OK {
+		t.Fatalf("late deliveries: totals %+v", tt)
 	}
 	fast := DeviceLog{Device: "b", Quota: q}
 	for i := range 4 {
@@ -94,8 +97,8 @@ func TestConfirmedIgnoresLateDeliveries(t *testing.T) {
 		fast.Arrivals = append(fast.Arrivals, Arrival{Seq: uint64(i), At: at(300*i + 1)})
 	}
 	res := Check([]DeviceLog{fast}, CheckOptions{})
-	if d := res.Devices[0]; d.Confirmed != 4 || d.ConfirmedExcess != 1 || res.Totals.Confirmed != 1 {
-		t.Fatalf("4 admitted within 900 ms: confirmed %d (%d over), totals %d", d.Confirmed, d.ConfirmedExcess, res.Totals.Confirmed)
+	if d := res.Devices[0]; d.Confirmed != 4 || d.ConfirmedExcess != 1 || res.Totals.Violations != 1 || Decide(res, 1).OK {
+		t.Fatalf("4 admitted within 900 ms: confirmed %d (%d over), totals %+v", d.Confirmed, d.ConfirmedExcess, res.Totals)
 	}
 }
 
