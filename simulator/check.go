@@ -136,8 +136,9 @@ type DeviceResult struct {
 	// times prove fell within less than T (see confirmed); unlike
 	// MaxInWindow it cannot be inflated by late deliveries.
 	// ConfirmedExcess = max(0, Confirmed - Limit).
-	Confirmed       int `json:"confirmed"`
-	ConfirmedExcess int `json:"confirmed_excess"`
+	Confirmed       int       `json:"confirmed"`
+	ConfirmedExcess int       `json:"confirmed_excess"`
+	ConfirmedStart  time.Time `json:"confirmed_start,omitzero"`
 }
 
 // Violation reports whether the device's excess is beyond its
@@ -356,7 +357,7 @@ func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []
 	}
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	r.MaxInWindow, r.MaxWindowStart = maxInWindow(times, l.Quota.Window-opts.Tolerance)
-	r.Confirmed = confirmed(l, first, opts.Immediate, deferPolicy)
+	r.Confirmed, r.ConfirmedStart = confirmed(l, first, opts.Immediate, deferPolicy)
 	if l.Quota.Limit > 0 {
 		r.Excess = max(0, r.MaxInWindow-l.Quota.Limit)
 		r.ConfirmedExcess = max(0, r.Confirmed-l.Quota.Limit)

@@ -69,7 +69,7 @@ func TestCheckCountsEveryBucket(t *testing.T) {
 		MaxInWindow: 5, MaxWindowStart: ms(10), Excess: 2,
 		// Of those, the leaked and the phantom are not admissions: the
 		// timestamps confirm 3, the limit.
-		Confirmed: 3,
+		Confirmed: 3, ConfirmedStart: ms(0),
 	}
 	if d != want {
 		t.Fatalf("got  %+v\nwant %+v", d, want)

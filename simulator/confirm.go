@@ -7,7 +7,7 @@ import (
 
 // confirmed returns the largest number of l's admitted messages whose
 // admission the device's own timestamps place, for certain, within less
-// than T of each other.
+// than T of each other, and the send time of the first of them.
 //
 // The gateway decides on a message after the device sent it and before
 // the device has its ack and before the message reaches the subscriber:
@@ -19,7 +19,7 @@ import (
 // of missing excess when acks are slow. Messages that were deferred and
 // released are left out: the device learns nothing of when they were
 // released.
-func confirmed(l DeviceLog, first map[uint64]time.Time, immediate time.Duration, deferPolicy bool) int {
+func confirmed(l DeviceLog, first map[uint64]time.Time, immediate time.Duration, deferPolicy bool) (int, time.Time) {
 	type span struct{ lo, hi time.Time }
 	var spans []span
 	for _, s := range l.Sent {
@@ -55,7 +55,7 @@ func confirmed(l DeviceLog, first map[uint64]time.Time, immediate time.Duration,
 		}
 		return n
 	}
-	best, r, p := 0, 0, 0
+	best, start, r, p := 0, time.Time{}, 0, 0
 	for i, a := range spans {
 		end := a.lo.Add(l.Quota.Window)
 		for r < len(spans) && spans[r].lo.Before(end) {
@@ -65,7 +65,9 @@ func confirmed(l DeviceLog, first map[uint64]time.Time, immediate time.Duration,
 			add(byHi[p])
 			p++
 		}
-		best = max(best, sum(r)-sum(i))
+		if n := sum(r) - sum(i); n > best {
+			best, start = n, a.lo
+		}
 	}
-	return best
+	return best, start
 }
