@@ -149,6 +149,16 @@ func (r DeviceResult) Violation() bool {
 	return r.Excess > r.Allowance && (r.ConfirmedExcess > r.Allowance || r.Released > 0)
 }
 
+// Judged is the count the verdict holds against the limit: the smaller
+// of MaxInWindow and Confirmed, or MaxInWindow alone for a device with
+// released messages (see Violation).
+func (r DeviceResult) Judged() int {
+	if r.Released > 0 {
+		return r.MaxInWindow
+	}
+	return min(r.MaxInWindow, r.Confirmed)
+}
+
 // UnackedMissing is the number of unacknowledged messages that never
 // arrived.
 func (r DeviceResult) UnackedMissing() int { return r.Unacked - r.UnackedArrived }

@@ -44,7 +44,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	if !r.Verdict.OK {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "\n%s: %d devices over quota (excess %d in all, at most %d), %d lost, %d leaked, %d phantom; %d connect failures, %d disconnects; tolerance %s\n",
+	fmt.Fprintf(w, "\n%s: %d devices over quota (excess at the subscriber %d in all, at most %d), %d lost, %d leaked, %d phantom; %d connect failures, %d disconnects; tolerance %s\n",
 		verdict, t.Violations, t.ExcessTotal, t.MaxExcess, t.Lost, t.Leaked, t.Phantom, r.ConnectFailures, r.Disconnects, r.Result.Tolerance)
 	if r.SubscriberLost {
 		fmt.Fprintf(w, "the subscriber lost its connection: arrivals after that were not seen\n")
