@@ -64,6 +64,8 @@ type Sent struct {
 	Ack Ack       `json:"ack"`
 	// Code is the PUBACK reason code when Ack is not AckNone.
 	Code byte `json:"code"`
+	// AckAt is when the ack came; zero when unknown.
+	AckAt time.Time `json:"ack_at,omitzero"`
 }
 
 // Arrival is one delivery of a device's message to the subscriber.
@@ -130,11 +132,32 @@ type DeviceResult struct {
 	// Allowance is DeviceLog.Allowance: excess up to it is within the
 	// persistence bound of a crash, not a violation.
 	Allowance int `json:"allowance,omitempty"`
+	// Confirmed is the largest number of admissions that send and ack
+	// times prove fell within less than T (see confirmed); unlike
+	// MaxInWindow it cannot be inflated by late deliveries.
+	// ConfirmedExcess = max(0, Confirmed - Limit).
+	Confirmed       int       `json:"confirmed"`
+	ConfirmedExcess int       `json:"confirmed_excess"`
+	ConfirmedStart  time.Time `json:"confirmed_start,omitzero"`
 }
 
 // Violation reports whether the device's excess is beyond its
-// allowance.
-func (r DeviceResult) Violation() bool { return r.Excess > r.Allowance }
+// allowance, and not explained by late deliveries: the device's own
+// send and ack times confirm it (ConfirmedExcess), or some of its
+// messages were deferred and released, which those times cannot place.
+func (r DeviceResult) Violation() bool {
+	return r.Excess > r.Allowance && (r.ConfirmedExcess > r.Allowance || r.Released > 0)
+}
+
+// Judged is the count the verdict holds against the limit: the smaller
+// of MaxInWindow and Confirmed, or MaxInWindow alone for a device with
+// released messages (see Violation).
+func (r DeviceResult) Judged() int {
+	if r.Released > 0 {
+		return r.MaxInWindow
+	}
+	return min(r.MaxInWindow, r.Confirmed)
+}
 
 // UnackedMissing is the number of unacknowledged messages that never
 // arrived.
@@ -154,12 +177,17 @@ func (r DeviceResult) Failed() bool { return r.Violation() || r.Unexpected() > 0
 type Totals struct {
 	Devices int `json:"devices"`
 	Counts
-	// Violations is the number of devices with Excess beyond their
-	// Allowance; WithinBound the number with excess, all of it within
-	// the allowance of a crash. ExcessTotal sums the excess of both;
+	// Violations is the number of devices for which Violation holds;
+	// WithinBound the number with excess, all of it within the
+	// allowance of a crash. ExcessTotal sums the excess of both;
 	// MaxExcess is the largest.
 	Violations  int `json:"violations"`
 	WithinBound int `json:"within_bound"`
+	// Unconfirmed is the number of devices with more arrivals in a
+	// window than their quota (and allowance) that their send and ack
+	// times do not confirm: late deliveries arriving together, not
+	// violations.
+	Unconfirmed int `json:"unconfirmed"`
 	ExcessTotal int `json:"excess_total"`
 	MaxExcess   int `json:"max_excess"`
 	Latency
@@ -248,10 +276,13 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 		t.Devices++
 		t.Counts.add(d.Counts)
 		if d.Excess > 0 {
-			if d.Violation() {
+			switch {
+			case d.Violation():
 				t.Violations++
-			} else {
+			case d.Excess <= d.Allowance:
 				t.WithinBound++
+			default:
+				t.Unconfirmed++
 			}
 			t.ExcessTotal += d.Excess
 			t.MaxExcess = max(t.MaxExcess, d.Excess)
@@ -336,8 +367,10 @@ func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []
 	}
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	r.MaxInWindow, r.MaxWindowStart = maxInWindow(times, l.Quota.Window-opts.Tolerance)
+	r.Confirmed, r.ConfirmedStart = confirmed(l, first, opts.Immediate, deferPolicy)
 	if l.Quota.Limit > 0 {
 		r.Excess = max(0, r.MaxInWindow-l.Quota.Limit)
+		r.ConfirmedExcess = max(0, r.Confirmed-l.Quota.Limit)
 	}
 	slices.Sort(lat)
 	r.LatencyP50, r.LatencyP95, r.LatencyP99, r.LatencyMax = percentiles(lat)

@@ -67,6 +67,9 @@ func TestCheckCountsEveryBucket(t *testing.T) {
 			LatencyP99: 40 * time.Millisecond, LatencyMax: 40 * time.Millisecond},
 		// first arrivals 10, 120, 450, 540, 700: all five within 1 s.
 		MaxInWindow: 5, MaxWindowStart: ms(10), Excess: 2,
+		// Of those, the leaked and the phantom are not admissions: the
+		// timestamps confirm 3, the limit.
+		Confirmed: 3, ConfirmedStart: ms(0),
 	}
 	if d != want {
 		t.Fatalf("got  %+v\nwant %+v", d, want)

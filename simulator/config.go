@@ -47,7 +47,8 @@ type Config struct {
 	// cut.
 	PayloadSize int `json:"payload_size"`
 	// Topic makes a device's topic from its ID; default
-	// "sim/RUNID/%s", RUNID a random 8-hex-digit ID of this run, so that
+	// "devices/%s/sim-RUNID" (inside the gateway's default topic ACL,
+	// devices/{device}/#), RUNID a random 8-hex-digit ID of this run, so that
 	// runs at the same time against one gateway do not see each other's
 	// messages. The subscriber's filter is Topic with %s replaced by "+".
 	Topic string `json:"topic"`
@@ -98,7 +99,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.RunID = fmt.Sprintf("%08x", rand.Uint32())
 	}
 	if c.Topic == "" {
-		c.Topic = "sim/" + c.RunID + "/%s"
+		c.Topic = "devices/%s/sim-" + c.RunID
 	}
 	if c.ProgressEvery <= 0 {
 		c.ProgressEvery = time.Second

@@ -26,8 +26,13 @@
 //
 // Duplicated deliveries and phantom arrivals (sequence numbers never
 // sent) are counted besides. The window check counts first arrivals
-// only, in half-open windows of T - Tolerance: a violation is a window
-// holding more than the limit. Decide turns a Result into an exit
+// only, in half-open windows of T - Tolerance: a window holding more
+// than the limit is excess. It is a violation when the device's own
+// send and ack times confirm it (the gateway decides between the send
+// and the earlier of ack and arrival, so admissions whose spans fit in
+// T were admitted within T however late they arrived), or when the
+// device had deferred messages released, which those times cannot
+// place. Decide turns a Result into an exit
 // decision: OK when no device is over quota and none lost, leaked or
 // invented a message.
 //

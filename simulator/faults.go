@@ -123,7 +123,9 @@ func (f *fleet) restart(ctx context.Context) RestartEvent {
 	f.sub.close() // its connection is gone or going
 	if err == nil {
 		var sub *subscriber
-		if sub, err = subscribe(ctx, f.cfg, f.rec); err == nil {
+		// The run may end while the gateway restarts; the drain still
+		// needs a subscriber.
+		if sub, err = subscribe(context.WithoutCancel(ctx), f.cfg, f.rec); err == nil {
 			f.sub = sub // only this goroutine and Run after it touch f.sub
 		}
 	}

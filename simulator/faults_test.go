@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ func TestRunReconnectStormQoS2(t *testing.T) {
 	addr := startGateway(t, q)
 	var progress []Progress
 	rep, err := Run(context.Background(), Config{
-		Addr: addr, Devices: 20, Rate: 10, QoS: 2, Duration: 2 * time.Second, Faults: Faults{StormAt: time.Second},
+		Addr: addr, Devices: 20, Rate: 10, QoS: 2, Duration: 3 * time.Second, Faults: Faults{StormAt: 1500 * time.Millisecond},
 		Drain: 500 * time.Millisecond, Quota: q, Tolerance: 100 * time.Millisecond,
 		Progress: func(p Progress) { progress = append(progress, p) }, ProgressEvery: 300 * time.Millisecond,
 	})
@@ -33,7 +34,7 @@ func TestRunReconnectStormQoS2(t *testing.T) {
 		t.Fatalf("got %+v, verdict %+v", tt, rep.Verdict)
 	}
 	if len(progress) < 3 {
-		t.Fatalf("progress called %d times in 2 s, want every 300 ms", len(progress))
+		t.Fatalf("progress called %d times in 3 s, want every 300 ms", len(progress))
 	}
 	last := progress[len(progress)-1]
 	if last.Connected != 20 || last.Sent == 0 || last.Refused == 0 || last.Over != 0 {
@@ -61,10 +62,82 @@ func TestAllowances(t *testing.T) {
 		t.Fatal("no crash loss must change nothing")
 	}
 	res := Check([]DeviceLog{{Device: "c", Quota: devicelimit.Quota{Limit: 1, Window: time.Second},
-		Sent:      []Sent{{0, at(0), AckSuccess, 0}, {1, at(10), AckSuccess, 0}, {2, at(20), AckSuccess, 0}},
+		Sent:      []Sent{{Seq: 0, At: at(0), Ack: AckSuccess}, {Seq: 1, At: at(10), Ack: AckSuccess}, {Seq: 2, At: at(20), Ack: AckSuccess}},
 		Arrivals:  []Arrival{{0, at(1)}, {1, at(11)}, {2, at(21)}},
 		Allowance: 2}}, CheckOptions{})
 	if d := res.Devices[0]; d.Excess != 2 || d.Violation() || res.Totals.Violations != 0 || res.Totals.WithinBound != 1 || !Decide(res, 1).OK {
 		t.Fatalf("excess within the allowance: %+v, totals %+v", d, res.Totals)
+	}
+}
+
+// TestConfirmedIgnoresLateDeliveries: a device sends one message every
+// 400 ms against 3 per second, each acked within 5 ms; the subscriber
+// falls behind and gets six of them at once. The arrival check sees 6
+// in a window; the timestamps confirm only 3, the limit: no violation.
+// A gateway that admits 4 within 900 ms is confirmed over quota.
+func TestConfirmedIgnoresLateDeliveries(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	q := devicelimit.Quota{Limit: 3, Window: time.Second}
+	l := DeviceLog{Device: "a", Quota: q}
+	for i := range 6 {
+		l.Sent = append(l.Sent, Sent{Seq: uint64(i), At: at(400 * i), Ack: AckSuccess, AckAt: at(400*i + 5)})
+		l.Arrivals = append(l.Arrivals, Arrival{Seq: uint64(i), At: at(2500 + i)})
+	}
+	late := Check([]DeviceLog{l}, CheckOptions{Tolerance: 50 * time.Millisecond})
+	if d := late.Devices[0]; d.MaxInWindow != 6 || d.Excess != 3 || d.Confirmed != 3 || d.ConfirmedExcess != 0 || d.Violation() {
+		t.Fatalf("late deliveries: max %d excess %d confirmed %d (%d over), violation %v", d.MaxInWindow, d.Excess, d.Confirmed, d.ConfirmedExcess, d.Violation())
+	}
+	if tt := late.Totals; tt.Violations != 0 || tt.Unconfirmed != 1 || !Decide(late, 1).OK {
+		t.Fatalf("late deliveries: totals %+v", tt)
+	}
+	fast := DeviceLog{Device: "b", Quota: q}
+	for i := range 4 {
+		fast.Sent = append(fast.Sent, Sent{Seq: uint64(i), At: at(300 * i), Ack: AckSuccess, AckAt: at(300*i + 2)})
+		fast.Arrivals = append(fast.Arrivals, Arrival{Seq: uint64(i), At: at(300*i + 1)})
+	}
+	res := Check([]DeviceLog{fast}, CheckOptions{})
+	if d := res.Devices[0]; d.Confirmed != 4 || d.ConfirmedExcess != 1 || res.Totals.Violations != 1 || Decide(res, 1).OK {
+		t.Fatalf("4 admitted within 900 ms: confirmed %d (%d over), totals %+v", d.Confirmed, d.ConfirmedExcess, res.Totals)
+	}
+}
+
+// TestConfirmedMatchesBruteForce checks the n log n count against the
+// definition on random logs.
+func TestConfirmedMatchesBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for iter := range 300 {
+		q := devicelimit.Quota{Limit: 3, Window: time.Duration(1+rng.IntN(50)) * time.Millisecond}
+		l := DeviceLog{Device: "a", Quota: q}
+		first := map[uint64]time.Time{}
+		at := t0
+		for i := range rng.IntN(40) {
+			at = at.Add(time.Duration(rng.IntN(10)) * time.Millisecond)
+			s := Sent{Seq: uint64(i), At: at, Ack: AckSuccess}
+			if rng.IntN(2) == 0 {
+				s.AckAt = at.Add(time.Duration(rng.IntN(30)) * time.Millisecond)
+			}
+			l.Sent = append(l.Sent, s)
+			first[uint64(i)] = at.Add(time.Duration(rng.IntN(30)) * time.Millisecond)
+		}
+		want := 0
+		for _, a := range l.Sent {
+			end := a.At.Add(q.Window)
+			n := 0
+			for _, b := range l.Sent {
+				hi := first[b.Seq]
+				if !b.AckAt.IsZero() && b.AckAt.Before(hi) {
+					hi = b.AckAt
+				}
+				if !b.At.Before(a.At) && hi.Before(end) {
+					n++
+				}
+			}
+			want = max(want, n)
+		}
+		if got, _ := confirmed(l, first, 0, false); got != want {
+			t.Fatalf("iter %d: confirmed %d, brute force %d", iter, got, want)
+		}
 	}
 }

@@ -48,7 +48,7 @@ var reportTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1000px; }
 h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
 .ok { color: #1a7f37; } .fail { color: #c62828; }
-pre { background: #f5f5f5; padding: 12px; overflow-x: auto; font-size: 12px; }
+pre { background: #f5f5f5; padding: 12px; white-space: pre-wrap; font-size: 12px; }
 svg { background: #fff; border: 1px solid #ddd; }
 svg text { font: 11px sans-serif; fill: #333; }
 </style></head><body>
@@ -57,6 +57,7 @@ svg text { font: 11px sans-serif; fill: #333; }
 <h2>Fleet throughput over time, by outcome</h2>
 {{.Throughput}}
 <h2>Largest count in any window, per device, against its limit</h2>
+<p>Arrivals in a window, or, where fewer, the admissions that send and ack times confirm within one.</p>
 {{.Histogram}}
 <h2>End-to-end latency (send to arrival)</h2>
 {{.Latency}}
@@ -144,7 +145,7 @@ func histogramSVG(res Result) string {
 		if d.Limit <= 0 {
 			continue
 		}
-		pct := 100 * float64(d.MaxInWindow) / float64(d.Limit)
+		pct := 100 * float64(d.Judged()) / float64(d.Limit)
 		i := int(math.Ceil(pct/10)) - 1
 		counts[min(max(i, 0), histogramBins-1)]++
 	}
@@ -173,8 +174,8 @@ func histogramSVG(res Result) string {
 		}
 	}
 	limitX := float64(padL) + 10*bw
-	fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#c62828" stroke-width="2"/><text x="%.1f" y="%d" fill="#c62828">limit</text>`,
-		limitX, padT, limitX, chartH-padB, limitX+4, padT+12)
+	fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#c62828" stroke-width="2"/><text x="%.1f" y="%d" fill="#c62828" text-anchor="end">limit</text>`,
+		limitX, padT, limitX, chartH-padB, limitX-4, padT+12)
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">largest count in any window of T, as a share of the device's limit</text>`, padL+int(plotW)/2, chartH-6)
 	b.WriteString(`</svg>`)
 	return b.String()

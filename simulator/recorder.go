@@ -80,8 +80,12 @@ func newRecorder(cfg Config) *recorder {
 		tolerance: cfg.Tolerance,
 		over:      make(map[string]bool),
 	}
+	// Every device has a log, so that one that never got to send is
+	// in the report too.
 	for i := range cfg.Devices {
-		r.quotas[cfg.DeviceID(i)] = cfg.QuotaOf(i)
+		id := cfg.DeviceID(i)
+		r.quotas[id] = cfg.QuotaOf(i)
+		r.logs[id] = &DeviceLog{Device: id}
 	}
 	return r
 }

@@ -294,7 +294,11 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 		at := time.Now()
 		payload := AppendHeader(buf[:0], Header{Device: id, Seq: seq, Sent: at}, cfg.PayloadSize)
 		ack, code, err := p.publish(ctx, topic, payload)
-		rec.sent(id, Sent{Seq: seq, At: at, Ack: ack, Code: code})
+		var ackAt time.Time
+		if ack != AckNone {
+			ackAt = time.Now()
+		}
+		rec.sent(id, Sent{Seq: seq, At: at, Ack: ack, Code: code, AckAt: ackAt})
 		off = sch.next(off)
 		if err == nil {
 			continue

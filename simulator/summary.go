@@ -36,11 +36,15 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(w, "persistence bound: a device may exceed its quota by what reached the subscriber in the %s before a crash; %d devices exceeded it within that bound, %d beyond it\n",
 			r.Config.CrashLoss+r.Result.Tolerance, t.WithinBound, t.Violations)
 	}
+	if t.Unconfirmed > 0 {
+		fmt.Fprintf(w, "%d devices had more arrivals in a window than their quota, but their send and ack times do not confirm it: late deliveries arriving together (latency p99 %s), not counted as violations\n",
+			t.Unconfirmed, fmtMS(t.LatencyP99))
+	}
 	verdict := "OK"
 	if !r.Verdict.OK {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "\n%s: %d devices over quota (excess %d in all, at most %d), %d lost, %d leaked, %d phantom; %d connect failures, %d disconnects; tolerance %s\n",
+	fmt.Fprintf(w, "\n%s: %d devices over quota (excess at the subscriber %d in all, at most %d), %d lost, %d leaked, %d phantom; %d connect failures, %d disconnects; tolerance %s\n",
 		verdict, t.Violations, t.ExcessTotal, t.MaxExcess, t.Lost, t.Leaked, t.Phantom, r.ConnectFailures, r.Disconnects, r.Result.Tolerance)
 	if r.SubscriberLost {
 		fmt.Fprintf(w, "the subscriber lost its connection: arrivals after that were not seen\n")

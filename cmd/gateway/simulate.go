@@ -65,7 +65,7 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	fs.Var(&f.qos, "qos", "QoS of device publishes, 0, 1 or 2; at QoS 0 there is no PUBACK, so no verdict per message (default 1)")
 	fs.Var(&f.protocol, "protocol", `MQTT `+"`version`"+`: 5, or 4 (also "3.1.1"); 3.1.1 acks carry no verdict (default 5)`)
 	fs.Var(&f.payloadSize, "payload-size", "pad payloads to `N` bytes (default 0: the header only)")
-	fs.StringVar(&f.topic, "topic", "devices/%s", "device topic `pattern`; %s is the client ID")
+	fs.StringVar(&f.topic, "topic", "", "device topic `pattern`; %s is the client ID (default devices/%s/sim-RUNID, RUNID random per run)")
 	fs.Var(&f.duration, "duration", "publish for `duration` (default 10s)")
 	fs.Var(&f.rampUp, "ramp-up", "start `N` connections per second; 0 connects all at once (default 0)")
 	fs.Var(&f.limit, "limit", "quota the run is judged against: `N` messages per --window (default 100)")

@@ -99,9 +99,11 @@ func (e *embedded) setQuota(_ context.Context, device string, q devicelimit.Quot
 // while the gateway was down.
 func (e *embedded) restarter() func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		sctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+		// The run ending must not cut the shutdown short: the final
+		// snapshot is what the restart is about.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 		defer cancel()
-		if err := e.g.Close(context.WithoutCancel(sctx)); err != nil {
+		if err := e.g.Close(sctx); err != nil {
 			return fmt.Errorf("stop the embedded gateway: %w", err)
 		}
 		g, err := startGateway(e.cfg, deps{time: steppedTime{e.step}})

@@ -13,9 +13,9 @@ import (
 // TestSimulateProcess runs `gateway simulate` against a gateway child
 // that enforces 5 messages a second: judged against that quota the run
 // passes, judged against a stricter one it fails naming devices. The
-// two runs use their own device IDs and topics, so they run side by
-// side: on shared topics each run's subscriber would count the other's
-// devices as phantoms.
+// two runs use their own device IDs, and by default their own topics
+// (a run ID in each), so they run side by side: on shared topics each
+// run's subscriber would count the other's devices as phantoms.
 func TestSimulateProcess(t *testing.T) {
 	dir := t.TempDir()
 	gw := start(t, "serve", "--mqtt-addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"),
@@ -35,7 +35,7 @@ func TestSimulateProcess(t *testing.T) {
 	})
 	wg.Go(func() {
 		strict.code, strict.stdout, strict.stderr = runBinary(t, "simulate", "--addr", addr, "--id-pattern", "strict-%03d",
-			"--topic", "strict/%s", "--devices", "10", "--rate", "10", "--duration", "2s", "--limit", "3", "--window", "1s")
+			"--devices", "10", "--rate", "10", "--duration", "2s", "--limit", "3", "--window", "1s")
 	})
 	wg.Wait()
 

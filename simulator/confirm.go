@@ -1,0 +1,73 @@
+package simulator
+
+import (
+	"slices"
+	"time"
+)
+
+// confirmed returns the largest number of l's admitted messages whose
+// admission the device's own timestamps place, for certain, within less
+// than T of each other, and the send time of the first of them.
+//
+// The gateway decides on a message after the device sent it and before
+// the device has its ack and before the message reaches the subscriber:
+// the decision lies in [sent, min(ack, arrival)]. A set of messages
+// whose intervals all fit in a span shorter than T was admitted within
+// less than T, however late the deliveries. The arrival-time window
+// check (MaxInWindow) can be fooled by a subscriber that falls behind
+// and then receives a backlog at once; this count cannot, at the price
+// of missing excess when acks are slow. Messages that were deferred and
+// released are left out: the device learns nothing of when they were
+// released.
+func confirmed(l DeviceLog, first map[uint64]time.Time, immediate time.Duration, deferPolicy bool) (int, time.Time) {
+	type span struct{ lo, hi time.Time }
+	var spans []span
+	for _, s := range l.Sent {
+		at, arrived := first[s.Seq]
+		if !arrived || s.Ack == AckRefused || deferPolicy && at.Sub(s.At) > immediate {
+			continue
+		}
+		hi := at
+		if !s.AckAt.IsZero() && s.AckAt.Before(hi) {
+			hi = s.AckAt
+		}
+		spans = append(spans, span{s.At, hi})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.lo.Compare(b.lo) })
+	// For each i (a window starting at spans[i].lo), count the j in
+	// [i, r) (lo before the window's end) whose hi is before the end
+	// too. Ends grow with i, so the spans whose hi is before the end
+	// are added to a Fenwick tree over positions as i advances: n log n.
+	byHi := make([]int, len(spans))
+	for i := range byHi {
+		byHi[i] = i
+	}
+	slices.SortFunc(byHi, func(a, b int) int { return spans[a].hi.Compare(spans[b].hi) })
+	tree := make([]int, len(spans)+1)
+	add := func(i int) {
+		for i++; i < len(tree); i += i & -i {
+			tree[i]++
+		}
+	}
+	sum := func(i int) (n int) { // over positions [0, i)
+		for ; i > 0; i -= i & -i {
+			n += tree[i]
+		}
+		return n
+	}
+	best, start, r, p := 0, time.Time{}, 0, 0
+	for i, a := range spans {
+		end := a.lo.Add(l.Quota.Window)
+		for r < len(spans) && spans[r].lo.Before(end) {
+			r++
+		}
+		for p < len(byHi) && spans[byHi[p]].hi.Before(end) {
+			add(byHi[p])
+			p++
+		}
+		if n := sum(r) - sum(i); n > best {
+			best, start = n, a.lo
+		}
+	}
+	return best, start
+}
