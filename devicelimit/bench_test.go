@@ -106,11 +106,10 @@ func populate(key string, mk func() limiter, ids []string) *populated {
 	}
 	for k, p := range benchState { // the populations of one size alive at a time
 		if p.devCount != len(ids) {
-			p.clk.Close()
 			delete(benchState, k)
 		}
 	}
-	clk := devicelimit.NewSystemClock(0, 0)
+	clk := devicelimit.NewSystemClock(0)
 	before := heapInUse()
 	l := mk()
 	now := clk.Now()

@@ -1,7 +1,6 @@
 package devicelimit
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -31,26 +30,23 @@ type Clock interface {
 	Now() Tick
 }
 
-// DefaultResolution is how often a SystemClock advances.
-const DefaultResolution = time.Millisecond
-
 // SystemClock is the gateway's logical clock. It starts at
 // max(wall clock, high-water) and then advances with the monotonic clock,
 // so a wall-clock step while the process runs changes nothing, and a wall
 // clock set back while the gateway was down cannot empty a window.
 //
-// Now is a single atomic load: a background goroutine advances the clock
-// every resolution. Decisions are therefore up to one resolution behind
-// real time, which only makes them later, never earlier. Use
-// NewSystemClock; Close stops the goroutine. Safe for concurrent use.
+// Now reads the monotonic clock every time. An earlier version cached a
+// reading that a goroutine advanced every millisecond; on a loaded machine
+// that goroutine ran late (248 ms behind was measured), and when it caught
+// up, the instants of two decisions lay further apart than the real time
+// between them, so a window could end early in real time. A monotonic
+// read costs tens of nanoseconds and writes no shared memory, so readers
+// on many cores do not contend. Use NewSystemClock. Safe for concurrent
+// use.
 type SystemClock struct {
-	now   atomic.Int64
-	base  Tick
-	src   TimeSource
-	mono  time.Duration // src.Mono() at start
-	stop  chan struct{}
-	done  chan struct{}
-	close sync.Once
+	base Tick
+	src  TimeSource
+	mono time.Duration // src.Mono() at start
 	// RolledBack is true when the wall clock was behind the high-water at
 	// start-up, so the clock started at the high-water.
 	RolledBack bool
@@ -62,7 +58,8 @@ type SystemClock struct {
 // start-up, and the monotonic clock after. RealTime is the system's.
 type TimeSource interface {
 	Wall() time.Time
-	// Mono returns monotonic time since an arbitrary fixed origin.
+	// Mono returns monotonic time since an arbitrary fixed origin. It
+	// must never decrease.
 	Mono() time.Duration
 }
 
@@ -76,65 +73,25 @@ type realTime struct{}
 func (realTime) Wall() time.Time     { return time.Now() }
 func (realTime) Mono() time.Duration { return time.Since(processStart) }
 
-// NewSystemClock starts a clock on RealTime at max(wall clock, highWater)
-// that advances every resolution (DefaultResolution when <= 0).
-func NewSystemClock(highWater Tick, resolution time.Duration) *SystemClock {
-	return NewSystemClockOn(RealTime, highWater, resolution)
+// NewSystemClock starts a clock on RealTime at max(wall clock, highWater).
+func NewSystemClock(highWater Tick) *SystemClock {
+	return NewSystemClockOn(RealTime, highWater)
 }
 
 // NewSystemClockOn is NewSystemClock reading time from src.
-func NewSystemClockOn(src TimeSource, highWater Tick, resolution time.Duration) *SystemClock {
-	if resolution <= 0 {
-		resolution = DefaultResolution
-	}
+func NewSystemClockOn(src TimeSource, highWater Tick) *SystemClock {
 	mono := src.Mono()
 	wall := TickOf(src.Wall())
-	c := &SystemClock{base: max(wall, highWater), src: src, mono: mono, stop: make(chan struct{}), done: make(chan struct{}),
-		RolledBack: wall < highWater, Wall: wall}
-	c.now.Store(int64(c.base))
-	go c.run(resolution)
-	return c
+	return &SystemClock{base: max(wall, highWater), src: src, mono: mono, RolledBack: wall < highWater, Wall: wall}
 }
 
-func (c *SystemClock) run(resolution time.Duration) {
-	defer close(c.done)
-	t := time.NewTicker(resolution)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-			c.tick()
-		}
+// Now returns the current logical time: the start plus the monotonic
+// time elapsed since.
+func (c *SystemClock) Now() Tick {
+	if c.src == RealTime {
+		return c.base.Add(time.Since(processStart) - c.mono) // no interface call
 	}
-}
-
-// tick advances the clock to the monotonic reading; it never moves back.
-func (c *SystemClock) tick() Tick {
-	next := int64(c.base.Add(c.src.Mono() - c.mono))
-	for {
-		cur := c.now.Load()
-		if next <= cur {
-			return Tick(cur)
-		}
-		if c.now.CompareAndSwap(cur, next) {
-			return Tick(next)
-		}
-	}
-}
-
-// Now returns the current logical time.
-func (c *SystemClock) Now() Tick { return Tick(c.now.Load()) }
-
-// Precise advances the clock to this instant and returns it. It costs a
-// monotonic clock read; use it where one resolution of lag matters.
-func (c *SystemClock) Precise() Tick { return c.tick() }
-
-// Close stops the clock's goroutine. Now keeps returning the last tick.
-func (c *SystemClock) Close() {
-	c.close.Do(func() { close(c.stop) })
-	<-c.done
+	return c.base.Add(c.src.Mono() - c.mono)
 }
 
 // ManualClock is a Clock moved only by its owner, for tests and

@@ -114,24 +114,23 @@ func TestRestoreBinaryMatchesRestore(t *testing.T) {
 
 func TestWallClockStepChangesNoDecision(t *testing.T) {
 	src := NewManualTime(t0.Time())
-	clk := NewSystemClockOn(src, 0, time.Hour) // ticks only when asked
-	defer clk.Close()
+	clk := NewSystemClockOn(src, 0)
 	tab := newTable(t, 4)
 	q := Quota{Limit: 2, Window: 100 * ms}
 	for i := 0; i < 2; i++ {
-		tab.AllowAt("dev", q, clk.Precise())
+		tab.AllowAt("dev", q, clk.Now())
 	}
 	src.Advance(50 * ms)
 	src.StepWall(-time.Hour) // NTP or `date` sets the clock back
-	if d := tab.AllowAt("dev", q, clk.Precise()); d.Allowed || d.RetryAfter != 75*ms {
+	if d := tab.AllowAt("dev", q, clk.Now()); d.Allowed || d.RetryAfter != 75*ms {
 		t.Fatalf("after a wall step back: %+v, want refused with RetryAfter 75ms as without the step", d)
 	}
 	src.StepWall(+2 * time.Hour) // and forward
-	if d := tab.AllowAt("dev", q, clk.Precise()); d.Allowed || d.RetryAfter != 75*ms {
+	if d := tab.AllowAt("dev", q, clk.Now()); d.Allowed || d.RetryAfter != 75*ms {
 		t.Fatalf("after a wall step forward: %+v, want refused with RetryAfter 75ms", d)
 	}
 	src.Advance(75 * ms)
-	if d := tab.AllowAt("dev", q, clk.Precise()); !d.Allowed {
+	if d := tab.AllowAt("dev", q, clk.Now()); !d.Allowed {
 		t.Fatalf("after the window passed: %+v, want admitted", d)
 	}
 	if clk.Now().Sub(t0) != 125*ms {

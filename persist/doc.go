@@ -38,7 +38,7 @@
 // # Start and stop
 //
 //	s, err := persist.Open(dir, persist.Options{Logger: log})
-//	clock := devicelimit.NewSystemClock(s.Meta().HighWater, 0)
+//	clock := devicelimit.NewSystemClock(s.Meta().HighWater)
 //	s.RestoreWindows(table)                  // before decisions start
 //	s.RestoreOverrides(resolver, clock.Now())
 //	s.LoadDeferred(queue.add)                 // rebuild the deferral queues

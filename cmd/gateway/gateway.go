@@ -133,7 +133,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 
 	// The clock starts at max(wall clock, high-water): a wall clock set
 	// back while the gateway was down cannot empty a window.
-	g.clock = devicelimit.NewSystemClockOn(src, meta.HighWater, 0)
+	g.clock = devicelimit.NewSystemClockOn(src, meta.HighWater)
 	if g.clock.RolledBack {
 		log.Warn("wall clock is behind the persisted clock; continuing from the high-water, windows keep counting",
 			"wall", g.clock.Wall.String(), "high_water", meta.HighWater.String(), "behind", meta.HighWater.Sub(g.clock.Wall).String())
@@ -317,9 +317,6 @@ func (g *gateway) close(ctx context.Context) error {
 		if err := within(ctx, func(context.Context) error { return g.store.Close() }); err != nil {
 			errs = append(errs, fmt.Errorf("close %s: %w", g.store.Path(), err))
 		}
-	}
-	if g.clock != nil {
-		g.clock.Close()
 	}
 	return errors.Join(errs...)
 }
