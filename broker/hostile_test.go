@@ -97,11 +97,16 @@ func TestHostileClients(t *testing.T) {
 		sourceAddrs = 250 // 127.0.1.x and 127.0.2.x: enough ephemeral ports and rate for 100k
 		maxPacket   = 64 << 10
 	)
+	// MaxPendingWrites as an operator facing hostile clients sets it
+	// (mqtt.max_pending_writes: README, Resource limits): at mochi's 8192
+	// every connection, refused or not, holds a 64 KiB queue until it is
+	// closed, and on a loaded machine the 1,500 of the flood overlapped
+	// enough to peak at 150 MiB.
 	f := start(t, fixtureOpts{
 		rules: []devicelimit.Rule{rule("good", 100000, devicelimit.PolicyDrop)},
 		def:   devicelimit.Quota{Limit: 5, Window: time.Second},
 		options: func(o *Options) {
-			o.Limits = Limits{MaxPacketSize: maxPacket, MaxClientIDLength: 128, MaxDevices: maxDevices,
+			o.Limits = Limits{MaxPacketSize: maxPacket, MaxClientIDLength: 128, MaxDevices: maxDevices, MaxPendingWrites: 1024,
 				ConnectRate: devicelimit.Quota{Limit: perAddress, Window: time.Second}, KeepaliveMax: 10 * time.Minute}
 		},
 	})
