@@ -36,9 +36,15 @@ func TestRunReconnectStormQoS2(t *testing.T) {
 	if len(progress) < 3 {
 		t.Fatalf("progress called %d times in 3 s, want every 300 ms", len(progress))
 	}
+	// Every device is back after the storm: some report after it shows
+	// all 20 connected (the last may be taken while the fleet hangs up).
+	back := false
+	for _, p := range progress {
+		back = back || p.Elapsed > 1500*time.Millisecond && p.Connected == 20
+	}
 	last := progress[len(progress)-1]
-	if last.Connected != 20 || last.Sent == 0 || last.Refused == 0 || last.Over != 0 {
-		t.Fatalf("last progress %+v", last)
+	if !back || last.Sent == 0 || last.Refused == 0 || last.Over != 0 {
+		t.Fatalf("no report with all 20 back after the storm (%v), or last progress %+v", back, last)
 	}
 }
 
