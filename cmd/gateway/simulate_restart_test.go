@@ -40,7 +40,7 @@ func TestSimulateRestartProcess(t *testing.T) {
 			}
 			switch tc.restart {
 			case "sigterm":
-				if tot.ExcessTotal != 0 || rep.Config.CrashLoss != 0 {
+				if tot.WithinBound != 0 || rep.Config.CrashLoss != 0 {
 					t.Fatalf("a graceful restart must keep every window: %+v", tot)
 				}
 			case "kill":
