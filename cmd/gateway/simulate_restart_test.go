@@ -61,3 +61,22 @@ func TestSimulateRestartProcess(t *testing.T) {
 		})
 	}
 }
+
+// TestSimulateSpawnMix sets a mix's overrides through the admin API of
+// a gateway the simulator spawned (token from its data directory).
+func TestSimulateSpawnMix(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	code, stdout, stderr := runBinary(t, "simulate", "--spawn", "--devices", "10", "--rate", "10/s", "--duration", "1500ms",
+		"--limit", "20", "--window", "1s", "--mix", "50%:20/1s,50%:2/1s", "--tolerance", "100ms", "--json", jsonPath)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	rep := readReport(t, jsonPath)
+	checkAddsUp(t, rep)
+	for _, d := range rep.Result.Devices {
+		strict := d.Device >= "dev-00005"
+		if strict && (d.Limit != 2 || d.Refused == 0) || !strict && (d.Limit != 20 || d.Refused != 0) {
+			t.Errorf("%s: %+v", d.Device, d)
+		}
+	}
+}
