@@ -115,9 +115,13 @@ func throughputSVG(r *Report) string {
 	}
 	// x labels: about 8 ticks in seconds since the start.
 	span := time.Duration(n) * tl.BinNS
+	digits := 0
+	if span < 10*time.Second {
+		digits = 1
+	}
 	for k := 0; k <= 8; k++ {
 		x := float64(padL) + plotW*float64(k)/8
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%.0fs</text>`, x, chartH-padB+16, (span * time.Duration(k) / 8).Seconds())
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%.*fs</text>`, x, chartH-padB+16, digits, (span * time.Duration(k) / 8).Seconds())
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">time since the first message (bins of %s)</text>`, padL+int(plotW)/2, chartH-6, tl.BinNS)
 	for _, ev := range r.Restarts {
@@ -140,14 +144,20 @@ func throughputSVG(r *Report) string {
 const histogramBins = 11
 
 func histogramSVG(res Result) string {
+	// The last bucket is split: violations (red) under the devices
+	// over their limit within a crash's allowance (amber).
 	counts := make([]int, histogramBins)
+	violations := 0
 	for _, d := range res.Devices {
 		if d.Limit <= 0 {
 			continue
 		}
 		pct := 100 * float64(d.Judged()) / float64(d.Limit)
-		i := int(math.Ceil(pct/10)) - 1
-		counts[min(max(i, 0), histogramBins-1)]++
+		i := min(max(int(math.Ceil(pct/10))-1, 0), histogramBins-1)
+		counts[i]++
+		if i == histogramBins-1 && d.Violation() {
+			violations++
+		}
 	}
 	peak := 0
 	for _, c := range counts {
@@ -164,13 +174,22 @@ func histogramSVG(res Result) string {
 		if i == histogramBins-1 {
 			color, label = "#c62828", "over 100%"
 		}
+		total := c
 		h := float64(c) / top * plotH
 		x := float64(padL) + float64(i)*bw
+		if i == histogramBins-1 && c > violations {
+			// Within the allowance of a crash: not violations.
+			hw := float64(c-violations) / top * plotH
+			fmt.Fprintf(&b, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f9a825"><title>%s, within a crash's allowance: %d devices</title></rect>`,
+				x+2, float64(chartH-padB)-h, bw-4, hw, label, c-violations)
+			h -= hw
+			c = violations
+		}
 		fmt.Fprintf(&b, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s: %d devices</title></rect>`,
 			x+2, float64(chartH-padB)-h, bw-4, h, color, label, c)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, x+bw/2, chartH-padB+16, label)
-		if c > 0 {
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%d</text>`, x+bw/2, float64(chartH-padB)-h-4, c)
+		if total > 0 {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%d</text>`, x+bw/2, float64(chartH-padB)-float64(total)/top*plotH-4, total)
 		}
 	}
 	limitX := float64(padL) + 10*bw

@@ -105,7 +105,7 @@ func TestSimulateClockStepAcrossRestart(t *testing.T) {
 	}
 	// 15 of 10/s in a 10 s window: the devices are full at 1.5 s and
 	// stay refused after the restart; a reset window would admit 15 more.
-	if tot.Violations != 0 || tot.ExcessTotal != 0 || tot.Accepted != 20*15 {
+	if tot.Violations != 0 || tot.WithinBound != 0 || tot.Accepted != 20*15 {
 		t.Fatalf("totals %+v", tot)
 	}
 	if !strings.Contains(stdout, "gateway restart (sigterm, wall clock -1h0m0s)") {

@@ -40,7 +40,7 @@ func TestSimulateRestartProcess(t *testing.T) {
 			}
 			switch tc.restart {
 			case "sigterm":
-				if tot.ExcessTotal != 0 || rep.Config.CrashLoss != 0 {
+				if tot.WithinBound != 0 || rep.Config.CrashLoss != 0 {
 					t.Fatalf("a graceful restart must keep every window: %+v", tot)
 				}
 			case "kill":
@@ -59,5 +59,24 @@ func TestSimulateRestartProcess(t *testing.T) {
 			}
 			t.Logf("%s: excess %d in all, at most %d, %d devices within the bound", tc.mode, tot.ExcessTotal, tot.MaxExcess, tot.WithinBound)
 		})
+	}
+}
+
+// TestSimulateSpawnMix sets a mix's overrides through the admin API of
+// a gateway the simulator spawned (token from its data directory).
+func TestSimulateSpawnMix(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	code, stdout, stderr := runBinary(t, "simulate", "--spawn", "--devices", "10", "--rate", "10/s", "--duration", "1500ms",
+		"--limit", "20", "--window", "1s", "--mix", "50%:20/1s,50%:2/1s", "--tolerance", "100ms", "--json", jsonPath)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	rep := readReport(t, jsonPath)
+	checkAddsUp(t, rep)
+	for _, d := range rep.Result.Devices {
+		strict := d.Device >= "dev-00005"
+		if strict && (d.Limit != 2 || d.Refused == 0) || !strict && (d.Limit != 20 || d.Refused != 0) {
+			t.Errorf("%s: %+v", d.Device, d)
+		}
 	}
 }
