@@ -305,9 +305,19 @@ func (l *Limiter) run(batch []*request, buf *batchBuf) {
 		return
 	}
 	cmds := l.eval(ctx, live, false)
-	if err := cmds[0].Err(); err != nil && isNoScript(err) {
-		// Redis restarted or flushed its scripts: EVAL loads it again.
-		cmds = l.eval(ctx, live, true)
+	// A node that restarted or flushed its scripts answers NOSCRIPT (on
+	// Redis Cluster, maybe only some nodes): EVAL loads it again there.
+	var again []*request
+	var at []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && isNoScript(err) {
+			again, at = append(again, live[i]), append(at, i)
+		}
+	}
+	if len(again) > 0 {
+		for k, cmd := range l.eval(ctx, again, true) {
+			cmds[at[k]] = cmd
+		}
 	}
 	for i, r := range live {
 		var v []int64

@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,5 +180,28 @@ func TestLimiterSlowRedis(t *testing.T) {
 			t.Fatalf("no recovery 5s after Redis resumed: %+v", l.Stats())
 		}
 		time.Sleep(10 * time.Millisecond) // polling for recovery
+	}
+}
+
+// TestHealthLogsAreRateLimited: a burst of failures logs one line, the
+// recovery one line with the count of fallbacks in between.
+func TestHealthLogsAreRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	h := health{log: slog.New(slog.NewTextHandler(&buf, nil)), policy: PolicyLocal, retry: time.Hour, logEvery: 10 * time.Second, start: time.Now()}
+	for range 1000 { // as decide does: the failure, then the policy's decision
+		h.failed(ErrTimeout)
+		h.fallbacks.Add(1)
+	}
+	if !h.skip() {
+		t.Fatal("not resting after a failure")
+	}
+	h.ok()
+	h.ok()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "redis unavailable") || !strings.Contains(lines[1], "redis available again") || !strings.Contains(lines[1], "fallbacks=1000") {
+		t.Fatalf("log:\n%s\nwant one unavailable line and one recovery line with fallbacks=1000", buf.String())
+	}
+	if h.skip() {
+		t.Fatal("still resting after a success")
 	}
 }

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +25,7 @@ func TestRedisCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(Options{Client: decisions, Local: tab, Timeout: time.Second, Policy: PolicyFailClosed})
+	l, err := New(Options{Client: decisions, Local: tab, Timeout: time.Second, Policy: PolicyFailClosed, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,30 +35,43 @@ func TestRedisCluster(t *testing.T) {
 	}
 	const devices, limit = 60, 5
 	q := devicelimit.Quota{Limit: limit, Window: time.Hour}
-	var mu sync.Mutex
-	allowed := map[string]int{}
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Go(func() {
-			for i := range devices * 2 {
-				dev := fmt.Sprint("dev-", (i+g)%devices)
-				if l.AllowAt(dev, q, 0).Allowed {
-					mu.Lock()
-					allowed[dev]++
-					mu.Unlock()
+	// A burst from 16 goroutines over devices spread on every node;
+	// each device admits exactly its limit.
+	burst := func(prefix string) {
+		t.Helper()
+		var mu sync.Mutex
+		allowed := map[string]int{}
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Go(func() {
+				for i := range devices * 2 {
+					dev := fmt.Sprint(prefix, (i+g)%devices)
+					if l.AllowAt(dev, q, 0).Allowed {
+						mu.Lock()
+						allowed[dev]++
+						mu.Unlock()
+					}
 				}
+			})
+		}
+		wg.Wait()
+		for i := range devices {
+			if n := allowed[fmt.Sprint(prefix, i)]; n != limit {
+				t.Fatalf("%s%d: %d admitted, want %d", prefix, i, n, limit)
 			}
-		})
-	}
-	wg.Wait()
-	for i := range devices {
-		if n := allowed[fmt.Sprint("dev-", i)]; n != limit {
-			t.Fatalf("dev-%d: %d admitted, want %d", i, n, limit)
+		}
+		if st := l.Stats(); st.Fallbacks != 0 {
+			t.Fatalf("%d decisions fell back: %+v", st.Fallbacks, st)
 		}
 	}
-	if st := l.Stats(); st.Fallbacks != 0 {
-		t.Fatalf("%d decisions fell back: %+v", st.Fallbacks, st)
+	burst("dev-")
+	// One node forgets the script (as after a restart): the calls it
+	// answers NOSCRIPT are sent again with the script, the others are
+	// not disturbed.
+	if err := rc.Nodes[1].Client().ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
 	}
+	burst("after-flush-")
 
 	newMirror := func() (*Overrides, *devicelimit.Resolver) {
 		_, c := NewClients(cfg)

@@ -169,17 +169,21 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
 	}
-	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr})
-	defer cl.Close()
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		info, err := cl.ClusterInfo(context.Background()).Result()
-		if err == nil && strings.Contains(info, "cluster_state:ok") {
-			return c
+	for _, n := range c.Nodes { // each node must know the cluster is up
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr})
+		for {
+			info, err := cl.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				t.Fatalf("redis cluster node %s not ok after 20s: %v\n%s", n.Addr, err, info)
+			}
+			time.Sleep(20 * time.Millisecond) // polling for readiness
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis cluster not ok after 20s: %v\n%s", err, info)
-		}
-		time.Sleep(20 * time.Millisecond) // polling for readiness
+		cl.Close()
 	}
+	return c
 }

@@ -77,7 +77,9 @@ Device windows and quota overrides are kept in --data-dir and survive
 restarts; one gateway at a time may use a data directory. The admin API
 and /metrics listen on --admin-addr; the API's bearer token is
 admin.token, else $GATEWAY_ADMIN_TOKEN, else the file admin.token in
---data-dir, created on first start.
+--data-dir, created on first start. With cluster.redis in the --config
+file, several gateways share device windows and quota overrides in
+Redis (README: "Running several gateways").
 
 Flags:
 `)
