@@ -81,10 +81,16 @@ func (d *deferrer) releaseTick(now devicelimit.Tick) (next devicelimit.Tick, ok 
 // whether it removed any message. dq was just taken from the heap.
 func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 	sh := d.shard(dq.device)
+	// Decide outside the lock: with windows in Redis a decision is a
+	// round trip, which must not stall the shard's other devices. The
+	// prefix read here stays put: publishes only append, and only release
+	// rounds, one at a time, remove from the head.
 	sh.mu.Lock()
+	msgs := dq.msgs
+	sh.mu.Unlock()
 	batch := d.batch[:0]
 	var retry time.Duration
-	for _, m := range dq.msgs {
+	for _, m := range msgs {
 		if d.expiredAt(&m, now) {
 			batch = append(batch, batchItem{queuedMsg: m, expired: true})
 			continue
@@ -96,7 +102,6 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 		}
 		batch = append(batch, batchItem{queuedMsg: m})
 	}
-	sh.mu.Unlock()
 
 	// Publish outside the lock: a publish of the device meanwhile finds
 	// these messages still queued and queues behind them.
