@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"devicegate/auth"
 )
 
 // TokenEnv is the environment variable LoadOrCreateToken reads.
@@ -30,6 +32,9 @@ func LoadOrCreateToken(configured, dataDir string) (token, path string, created 
 		return configured, "", false, nil
 	}
 	if env := os.Getenv(TokenEnv); env != "" {
+		if err := auth.CheckBearerToken(env); err != nil {
+			return "", "", false, fmt.Errorf("admin token: %s %w", TokenEnv, err)
+		}
 		return env, "", false, nil
 	}
 	if dataDir == "" {
@@ -84,6 +89,9 @@ func readTokenFile(path string) (string, error) {
 	}
 	if strings.ContainsAny(tok, " \t\r\n") {
 		return "", fmt.Errorf("admin token file %q holds more than one line or word", path)
+	}
+	if err := auth.CheckBearerToken(tok); err != nil {
+		return "", fmt.Errorf("admin token file %q: the token %w", path, err)
 	}
 	return tok, nil
 }

@@ -116,3 +116,23 @@ func TestTokenNotLogged(t *testing.T) {
 		t.Fatalf("token in logs:\n%s", e.logs)
 	}
 }
+
+// A GATEWAY_ADMIN_TOKEN that no request could send is refused with an
+// error that names the variable and leaves the token out, and no token
+// file is written in its place.
+func TestLoadOrCreateTokenRefusesUnusableEnv(t *testing.T) {
+	for _, env := range []string{" secret-token", "secret-token\n", "secret\x01token"} {
+		dir := t.TempDir()
+		t.Setenv(TokenEnv, env)
+		tok, _, created, err := LoadOrCreateToken("", dir)
+		if err == nil || tok != "" || created {
+			t.Fatalf("env %q: token %q, created %v, err %v; want an error", env, tok, created, err)
+		}
+		if !strings.Contains(err.Error(), TokenEnv) || strings.Contains(err.Error(), "secret") {
+			t.Fatalf("env %q: error %q should name %s and leave the token out", env, err, TokenEnv)
+		}
+		if _, err := os.Stat(filepath.Join(dir, TokenFile)); !os.IsNotExist(err) {
+			t.Fatalf("env %q: a token file was written (%v)", env, err)
+		}
+	}
+}
