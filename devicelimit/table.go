@@ -11,7 +11,8 @@ const numShards = 256
 // created on a device's first message and evicted by Sweep once all their
 // buckets have expired, so memory follows the active devices. A window
 // uses buckets+1 counters of 1, 2 or 4 bytes (by the largest limit it has
-// seen) and 16 bytes of header, packed in per-shard slabs.
+// seen) and 16 bytes of header, packed in per-shard slabs, plus a 16-byte
+// slot in its shard's index, which is kept at most 4/5 full (see index).
 //
 // Devices are spread over 256 shards, each with its own lock, so
 // decisions on different devices rarely contend. Use NewTable; a Table is

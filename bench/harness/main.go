@@ -84,6 +84,9 @@ func mainErr(args []string) error {
 	if o.rounds < 1 || o.duration <= 0 || o.publishers < 2 || o.subscribers < 1 {
 		return errors.New("need rounds >= 1, duration > 0, publishers >= 2, subscribers >= 1")
 	}
+	if _, err := os.Stat("bench/mosquitto.conf"); err != nil {
+		return fmt.Errorf("run from the repository root: %w", err)
+	}
 	mosquitto, err := findProgram("mosquitto")
 	if err != nil {
 		return err

@@ -35,6 +35,9 @@ func start(dir, name string, env []string, prog string, args ...string) (*proc, 
 	cmd := exec.Command(prog, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
+	// Should the harness itself be killed, the kernel sends the server
+	// SIGTERM: no server outlives the run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -135,6 +138,7 @@ func freePort() (string, error) {
 // run runs a program to completion and returns its stdout.
 func run(ctx context.Context, prog string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
