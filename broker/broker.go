@@ -383,6 +383,7 @@ func (s *Server) Close(ctx context.Context) error {
 				close(s.releaseStop)
 				<-s.releaseDone
 			}
+			s.drain()
 			_ = s.mqtt.Close() // always nil in mochi v2.7.9; publishes in flight end first
 			close(s.stop)
 			<-s.loopDone
