@@ -1,0 +1,83 @@
+package broker
+
+import (
+	"net"
+	"testing"
+
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"devicegate/devicelimit"
+)
+
+// TestWillCountsAgainstQuota: a will is a publish the broker makes for
+// the device when its connection drops. A device over its quota that
+// reconnects with a will and drops the connection, again and again, must
+// not get one uncounted message through per reconnect: beyond the
+// quota, one will per window goes out (presence), no more.
+func TestWillCountsAgainstQuota(t *testing.T) {
+	creds := credentials(t)
+	f := start(t, fixtureOpts{
+		rules: []devicelimit.Rule{rule("dev-1", 3, devicelimit.PolicyDrop)},
+		options: func(o *Options) {
+			o.Auth = Auth{Credentials: creds, ACL: defaultACL(t)}
+		},
+	})
+	got := new(sink)
+	cons := mustConnect5(t, dialTCP(t, f.addr), login{"backend", "backend", "backend-pw"}, func(p *paho.Publish) {
+		got.add(p.Topic + " " + string(p.Payload))
+	})
+	if code := cons.subscribe(t, "devices/#"); code != 1 {
+		t.Fatalf("consumer subscribe: 0x%02x", code)
+	}
+
+	// dev-1 spends its whole quota (the clock stands still).
+	dev := mustConnect5(t, dialTCP(t, f.addr), login{"dev-1", "dev-1", "dev-1-pw"}, nil)
+	for i := range 4 {
+		want := byte(0)
+		if i == 3 {
+			want = packets.ErrQuotaExceeded.Code
+		}
+		if a, err := dev.publish(t, "devices/dev-1/temp", "m", 1); err != nil || a.code != want {
+			t.Fatalf("publish %d: 0x%02x, %v; want 0x%02x", i, a.code, err, want)
+		}
+	}
+	dev.close()
+
+	// Now reconnect with a will, and drop the TCP connection.
+	const cycles = 5
+	for i := range cycles {
+		conn := dialTCP(t, f.addr)
+		c := paho.NewClient(paho.ClientConfig{ClientID: "dev-1", Conn: conn, PingHandler: noPinger{}})
+		ctx, cancel := contextTimeout()
+		_, err := c.Connect(ctx, &paho.Connect{ClientID: "dev-1", CleanStart: true, KeepAlive: 30,
+			Username: "dev-1", UsernameFlag: true, Password: []byte("dev-1-pw"), PasswordFlag: true,
+			WillMessage: &paho.WillMessage{Topic: "devices/dev-1/status", Payload: []byte("will"), QoS: 1}})
+		cancel()
+		if err != nil {
+			t.Fatalf("cycle %d: connect: %v", i, err)
+		}
+		_ = conn.(*net.TCPConn).SetLinger(0)
+		_ = conn.Close() // no DISCONNECT: the broker sends the will
+		eventually(t, "the broker to end dev-1's connection", func() bool {
+			_, ok := f.srv.mqtt.Clients.Get("dev-1") // removed after the will went out
+			return !ok
+		})
+	}
+	// A marker through the same consumer, after every disconnect was
+	// handled: anything the wills produced arrived before it.
+	other := mustConnect5(t, dialTCP(t, f.addr), login{"dev-2", "dev-2", "dev-2-pw"}, nil)
+	if a, err := other.publish(t, "devices/dev-2/marker", "end", 1); err != nil || a.code != 0 {
+		t.Fatalf("marker: 0x%02x, %v", a.code, err)
+	}
+	msgs := got.waitMarker(t, "devices/dev-2/marker end")
+	n := 0
+	for _, m := range msgs {
+		if m == "devices/dev-1/temp m" || m == "devices/dev-1/status will" {
+			n++
+		}
+	}
+	if n != 3+1 {
+		t.Fatalf("dev-1 got %d messages through with a quota of 3 and %d wills over it: %q; want 3 + 1 will", n, cycles, msgs)
+	}
+}
