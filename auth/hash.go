@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -142,9 +143,19 @@ func parseArgon(s string) (hash, error) {
 	return h, nil
 }
 
+// verifySlots bounds the password checks that run at once, process-wide,
+// to the CPUs that can run them: each argon2id check allocates the hash's
+// memory cost (19 MiB by default, up to 1 GiB), so a flood of
+// wrong-password CONNECTs checked all at once would grow the heap by that
+// much per connection in flight. More checks at once would not finish
+// sooner anyway; the others wait their turn.
+var verifySlots = make(chan struct{}, runtime.GOMAXPROCS(0))
+
 // verify reports whether password matches h, in time independent of
 // where they differ.
 func (h hash) verify(password []byte) bool {
+	verifySlots <- struct{}{}
+	defer func() { <-verifySlots }()
 	if h.bcrypt != nil {
 		return bcrypt.CompareHashAndPassword(h.bcrypt, password) == nil
 	}
