@@ -182,6 +182,8 @@ func (h *authHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect:
 		return true
+	case mqtt.OnPacketRead:
+		return !h.opts.AllowAll() // topic aliases for the ACL (alias.go)
 	}
 	return false
 }

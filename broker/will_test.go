@@ -23,13 +23,7 @@ func TestWillCountsAgainstQuota(t *testing.T) {
 			o.Auth = Auth{Credentials: creds, ACL: defaultACL(t)}
 		},
 	})
-	got := new(sink)
-	cons := mustConnect5(t, dialTCP(t, f.addr), login{"backend", "backend", "backend-pw"}, func(p *paho.Publish) {
-		got.add(p.Topic + " " + string(p.Payload))
-	})
-	if code := cons.subscribe(t, "devices/#"); code != 1 {
-		t.Fatalf("consumer subscribe: 0x%02x", code)
-	}
+	got := consume(t, f, "devices/#")
 
 	// dev-1 spends its whole quota (the clock stands still).
 	dev := mustConnect5(t, dialTCP(t, f.addr), login{"dev-1", "dev-1", "dev-1-pw"}, nil)
