@@ -144,6 +144,12 @@ func TestGatewayCredentials(t *testing.T) {
 			t.Error("plain HTTP to the TLS admin API succeeded")
 		}
 	}
+	old := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool,
+		MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11}}}
+	if r, err := old.Get("https://" + g.AdminAddr().String() + "/healthz"); err == nil {
+		r.Body.Close()
+		t.Error("a TLS 1.1 client reached the admin API")
+	}
 	if s := logs.String(); strings.Contains(s, "s3cret-pw") || strings.Contains(s, cfg.Admin.Token) {
 		t.Errorf("a secret is in the log:\n%s", s)
 	}
