@@ -60,6 +60,10 @@ func TestPasswd(t *testing.T) {
 		{[]string{"--file", file, "--client-ids", "a\\", "dev-1"}, "pw\n", `client-ID pattern "a\\"`},
 		{[]string{"--file", file, "--hash", "md5", "dev-1"}, "pw\n", "unknown hash algorithm"},
 		{[]string{"--file", file, "dev 1"}, "pw\n", "white space"},
+		// MQTT carries passwords of up to 65535 bytes; a longer one is
+		// not cut to fit, which would store a hash no device can match.
+		{[]string{"--file", file, "--hash", "argon2id", "dev-1"}, strings.Repeat("p", 65536) + "\n", "longer than 65535 bytes"},
+		{[]string{"--file", file, "--hash", "argon2id", "dev-1"}, strings.Repeat("p", 70000), "longer than 65535 bytes"},
 	} {
 		err := passwd(tc.args, strings.NewReader(tc.stdin), &out)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
