@@ -209,3 +209,25 @@ func TestCertIdentity(t *testing.T) {
 		t.Error("ParseCertField(ou) succeeded")
 	}
 }
+
+// TestLoadFileRefusesWritableByOthers: a credentials file anyone on the
+// host may write lets anyone add an account; LoadFile refuses it, naming
+// the file and the mode, and loads it once the mode is fixed.
+func TestLoadFileRefusesWritableByOthers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "creds")
+	if err := Put(path, Entry{Username: "a", Hash: bcryptSecret}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFile(path); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "-rw-rw-rw-") {
+		t.Fatalf("LoadFile of a world-writable file = %v, want an error naming the file and its mode", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := LoadFile(path); err != nil || c.Len() != 1 {
+		t.Fatalf("LoadFile of a 0644 file = %v, %v; want 1 account", c, err)
+	}
+}

@@ -169,6 +169,33 @@ func TestGatewayAllowAllWarns(t *testing.T) {
 	}
 }
 
+// TestGatewayCredentialsFileModes: a credentials file others may read
+// (its hashes can be attacked offline) starts with a warning; one anyone
+// may write does not start.
+func TestGatewayCredentialsFileModes(t *testing.T) {
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "creds")
+	if err := passwd([]string{"--file", creds, "dev-1"}, strings.NewReader("pw\n"), new(strings.Builder)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(creds, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(filepath.Join(dir, "data"), 100, time.Second)
+	cfg.Auth.CredentialsFile = creds
+	logs := new(captureHandler)
+	mustStart(t, cfg, deps{logger: slog.New(logs)})
+	if rec := logs.find("credentials file readable"); rec == nil || rec["level"] != "WARN" || rec["mode"] != "-rw-r--r--" {
+		t.Errorf("no warning about a 0644 credentials file: %v\n%s", rec, logs)
+	}
+	if err := os.Chmod(creds, 0o646); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadSecurity(cfg); err == nil || !strings.Contains(err.Error(), "writable by anyone") {
+		t.Errorf("a world-writable credentials file: %v, want refused", err)
+	}
+}
+
 // selfSigned writes a self-signed certificate for 127.0.0.1 and its key
 // to dir, and returns their paths and a pool trusting it.
 func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
