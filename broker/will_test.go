@@ -2,9 +2,11 @@ package broker
 
 import (
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/eclipse/paho.golang/paho"
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"devicegate/devicelimit"
@@ -73,5 +75,28 @@ func TestWillCountsAgainstQuota(t *testing.T) {
 	}
 	if n != 3+1 {
 		t.Fatalf("dev-1 got %d messages through with a quota of 3 and %d wills over it: %q; want 3 + 1 will", n, cycles, msgs)
+	}
+}
+
+// TestConsumerWillRefused: a consumer publishes nowhere, not even by a
+// will, on MQTT 5 or 3.1.1.
+func TestConsumerWillRefused(t *testing.T) {
+	creds := credentials(t)
+	f := start(t, fixtureOpts{options: func(o *Options) { o.Auth = Auth{Credentials: creds, ACL: defaultACL(t)} }})
+	c := paho.NewClient(paho.ClientConfig{ClientID: "backend", Conn: dialTCP(t, f.addr), PingHandler: noPinger{}})
+	ctx, cancel := contextTimeout()
+	ca, err := c.Connect(ctx, &paho.Connect{ClientID: "backend", CleanStart: true, KeepAlive: 30,
+		Username: "backend", UsernameFlag: true, Password: []byte("backend-pw"), PasswordFlag: true,
+		WillMessage: &paho.WillMessage{Topic: "devices/dev-1/cmd/reboot", Payload: []byte("now"), QoS: 2, Retain: true}})
+	cancel()
+	if err == nil || ca == nil || ca.ReasonCode != packets.ErrNotAuthorized.Code {
+		t.Fatalf("consumer with a will: %v, connack %+v; want 0x87", err, ca)
+	}
+	opts := mqtt3.NewClientOptions().AddBroker("tcp://"+f.addr).SetClientID("backend").SetUsername("backend").
+		SetPassword("backend-pw").SetProtocolVersion(4).SetAutoReconnect(false).SetConnectTimeout(waitTimeout).
+		SetWill("devices/dev-1/cmd/reboot", "now", 1, true)
+	tok := mqtt3.NewClient(opts).Connect()
+	if !tok.WaitTimeout(waitTimeout) || tok.Error() == nil || !strings.Contains(tok.Error().Error(), "not Authorized") {
+		t.Fatalf("MQTT 3.1.1 consumer with a will: %v; want refused, not authorized", tok.Error())
 	}
 }
