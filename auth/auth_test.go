@@ -70,6 +70,9 @@ func TestParseFileErrors(t *testing.T) {
 		{"dev:" + bcryptSecret + ":device:\ndev:" + argonSecret + ":device:\n", "line 2: invalid credentials: user \"dev\" is also on line 1"},
 		{"d v:" + bcryptSecret + ":device:\n", "white space"},
 		{"dev:$argon2id$v=19$m=99999999,t=1,p=1$c2FsdHNhbHQ$a2V5a2V5a2V5a2V5a2V5a2V5:device:\n", "m must be"},
+		// A bcrypt cost of 31 is 2^21 times the default's work: a day of
+		// CPU for every login attempt on that account.
+		{"dev:" + strings.Replace(bcryptSecret, "$"+bcryptSecret[4:6]+"$", "$31$", 1) + ":device:\n", "cost must be 4..16"},
 	} {
 		_, err := ParseFile(strings.NewReader(tc.in))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidCredentials) {

@@ -30,9 +30,12 @@ const (
 	argonSaltLen = 16
 )
 
-// Bounds a stored argon2id hash must keep, so that a crafted file cannot
-// make one verification take minutes or gigabytes.
+// Bounds a stored hash must keep, so that a crafted file cannot make one
+// verification take minutes or gigabytes. (bcrypt doubles its work with
+// each cost step: 16 is 64 times the default 10, seconds per check; 31,
+// which bcrypt accepts, would be a day.)
 const (
+	maxBcryptCost  = 16
 	maxArgonMemory = 1 << 20 // KiB: 1 GiB
 	maxArgonTime   = 64
 	minArgonSalt   = 8
@@ -82,8 +85,12 @@ type hash struct {
 func parseHash(s string) (hash, error) {
 	switch {
 	case strings.HasPrefix(s, "$2a$") || strings.HasPrefix(s, "$2b$") || strings.HasPrefix(s, "$2y$"):
-		if _, err := bcrypt.Cost([]byte(s)); err != nil || len(s) != 60 {
+		cost, err := bcrypt.Cost([]byte(s))
+		if err != nil || len(s) != 60 {
 			return hash{}, fmt.Errorf("not a valid bcrypt hash")
+		}
+		if cost > maxBcryptCost {
+			return hash{}, fmt.Errorf("not a usable bcrypt hash: cost must be 4..%d (got %d)", maxBcryptCost, cost)
 		}
 		return hash{bcrypt: []byte(s)}, nil
 	case strings.HasPrefix(s, "$argon2id$"):
