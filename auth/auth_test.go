@@ -70,6 +70,9 @@ func TestParseFileErrors(t *testing.T) {
 		{"dev:" + bcryptSecret + ":device:\ndev:" + argonSecret + ":device:\n", "line 2: invalid credentials: user \"dev\" is also on line 1"},
 		{"d v:" + bcryptSecret + ":device:\n", "white space"},
 		{"dev:$argon2id$v=19$m=99999999,t=1,p=1$c2FsdHNhbHQ$a2V5a2V5a2V5a2V5a2V5a2V5:device:\n", "m must be"},
+		// A bcrypt cost of 31 is 2^21 times the default's work: a day of
+		// CPU for every login attempt on that account.
+		{"dev:" + strings.Replace(bcryptSecret, "$"+bcryptSecret[4:6]+"$", "$31$", 1) + ":device:\n", "cost must be 4..16"},
 	} {
 		_, err := ParseFile(strings.NewReader(tc.in))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidCredentials) {
@@ -207,5 +210,27 @@ func TestCertIdentity(t *testing.T) {
 	}
 	if _, err := ParseCertField("ou"); err == nil {
 		t.Error("ParseCertField(ou) succeeded")
+	}
+}
+
+// TestLoadFileRefusesWritableByOthers: a credentials file anyone on the
+// host may write lets anyone add an account; LoadFile refuses it, naming
+// the file and the mode, and loads it once the mode is fixed.
+func TestLoadFileRefusesWritableByOthers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "creds")
+	if err := Put(path, Entry{Username: "a", Hash: bcryptSecret}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFile(path); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "-rw-rw-rw-") {
+		t.Fatalf("LoadFile of a world-writable file = %v, want an error naming the file and its mode", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := LoadFile(path); err != nil || c.Len() != 1 {
+		t.Fatalf("LoadFile of a 0644 file = %v, %v; want 1 account", c, err)
 	}
 }

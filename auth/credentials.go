@@ -263,13 +263,22 @@ type user struct {
 	verified atomic.Pointer[[sha256.Size]byte]
 }
 
-// LoadFile reads and checks the credentials file at path.
+// LoadFile reads and checks the credentials file at path. A file that
+// anyone may write is refused: anyone on the host could add an account.
 func LoadFile(path string) (*Credentials, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("credentials file: %w", err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("credentials file: %w", err)
+	}
+	if m := fi.Mode().Perm(); m&0o002 != 0 {
+		return nil, fmt.Errorf("%w: credentials file %s is writable by anyone (mode %v), who could add an account: chmod 600 it",
+			ErrInvalidCredentials, path, m)
+	}
 	entries, err := ParseFile(f)
 	if err != nil {
 		return nil, fmt.Errorf("credentials file %s: %w", path, err)

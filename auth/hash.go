@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -29,9 +30,12 @@ const (
 	argonSaltLen = 16
 )
 
-// Bounds a stored argon2id hash must keep, so that a crafted file cannot
-// make one verification take minutes or gigabytes.
+// Bounds a stored hash must keep, so that a crafted file cannot make one
+// verification take minutes or gigabytes. (bcrypt doubles its work with
+// each cost step: 16 is 64 times the default 10, seconds per check; 31,
+// which bcrypt accepts, would be a day.)
 const (
+	maxBcryptCost  = 16
 	maxArgonMemory = 1 << 20 // KiB: 1 GiB
 	maxArgonTime   = 64
 	minArgonSalt   = 8
@@ -81,8 +85,12 @@ type hash struct {
 func parseHash(s string) (hash, error) {
 	switch {
 	case strings.HasPrefix(s, "$2a$") || strings.HasPrefix(s, "$2b$") || strings.HasPrefix(s, "$2y$"):
-		if _, err := bcrypt.Cost([]byte(s)); err != nil || len(s) != 60 {
+		cost, err := bcrypt.Cost([]byte(s))
+		if err != nil || len(s) != 60 {
 			return hash{}, fmt.Errorf("not a valid bcrypt hash")
+		}
+		if cost > maxBcryptCost {
+			return hash{}, fmt.Errorf("not a usable bcrypt hash: cost must be 4..%d (got %d)", maxBcryptCost, cost)
 		}
 		return hash{bcrypt: []byte(s)}, nil
 	case strings.HasPrefix(s, "$argon2id$"):
@@ -142,9 +150,19 @@ func parseArgon(s string) (hash, error) {
 	return h, nil
 }
 
+// verifySlots bounds the password checks that run at once, process-wide,
+// to the CPUs that can run them: each argon2id check allocates the hash's
+// memory cost (19 MiB by default, up to 1 GiB), so a flood of
+// wrong-password CONNECTs checked all at once would grow the heap by that
+// much per connection in flight. More checks at once would not finish
+// sooner anyway; the others wait their turn.
+var verifySlots = make(chan struct{}, runtime.GOMAXPROCS(0))
+
 // verify reports whether password matches h, in time independent of
 // where they differ.
 func (h hash) verify(password []byte) bool {
+	verifySlots <- struct{}{}
+	defer func() { <-verifySlots }()
 	if h.bcrypt != nil {
 		return bcrypt.CompareHashAndPassword(h.bcrypt, password) == nil
 	}

@@ -48,7 +48,12 @@ type Limits struct {
 	MaxPacketSize uint32
 	// MaxClientIDLength is the longest client ID accepted at CONNECT.
 	MaxClientIDLength int
-	// MaxConnections bounds the clients connected at once.
+	// MaxConnections bounds the clients connected at once, and the
+	// sessions the broker holds, connected or kept for a client that
+	// asked for a persistent session (MQTT 3.1.1 without clean session,
+	// MQTT 5 with a session expiry): a new client ID beyond it is refused
+	// (MQTT 5: 0x89 server busy; 3.1.1: 0x03), one with a held session
+	// still gets back in.
 	MaxConnections int
 	// MaxPendingWrites bounds the messages queued for one client that
 	// does not read fast enough; beyond it, messages to that client are
@@ -117,8 +122,9 @@ type AuthStats struct {
 	// ConnectsRefused counts refused CONNECTs by reason: "credentials"
 	// (unknown user or wrong password), "client_id" (not allowed or not
 	// valid), "certificate", "devices" (MaxDevices reached), "rate"
-	// (connections closed by the per-address rate limit) and "will" (a
-	// will on a topic the client may not publish to).
+	// (connections closed by the per-address rate limit), "will" (a
+	// will on a topic the client may not publish to) and "sessions"
+	// (MaxConnections sessions held, connected or not).
 	ConnectsRefused map[string]uint64
 }
 
@@ -130,10 +136,11 @@ const (
 	refusedDevices
 	refusedRate
 	refusedWill
+	refusedSessions
 	refusedReasons
 )
 
-var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will"}
+var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions"}
 
 // authHook is the mochi hook that authenticates clients at CONNECT,
 // applies the connection limits and enforces the topic ACL. It is added
@@ -160,6 +167,10 @@ type authHook struct {
 	// Limits.ConnectRate.
 	rate *devicelimit.Table
 
+	// ownClients counts mochi's own clients in its client list (the
+	// inline client), which are no sessions of anyone.
+	ownClients int
+
 	// creds are the accounts in force: Auth.Credentials, or those of
 	// the latest SetCredentials.
 	creds atomic.Pointer[auth.Credentials]
@@ -182,6 +193,8 @@ func (h *authHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect:
 		return true
+	case mqtt.OnPacketRead:
+		return !h.opts.AllowAll() // topic aliases for the ACL (alias.go)
 	}
 	return false
 }
@@ -261,6 +274,15 @@ func (h *authHook) admit(cl *mqtt.Client, pk packets.Packet) (*session, *refusal
 	if n := h.limits.MaxClientIDLength; n > 0 && len(clientID) > n {
 		return nil, refuse(refusedClientID, packets.ErrClientIdentifierNotValid,
 			"client identifier longer than "+strconv.Itoa(n)+" bytes", packets.Err3ClientIdentifierNotValid)
+	}
+	// mochi bounds only the connected clients; a session kept after its
+	// client left costs its outbound queue until it expires (by default
+	// in 136 years), so new client IDs could grow the heap without end.
+	if n := h.limits.MaxConnections; n > 0 {
+		if _, held := h.srv.Clients.Get(cl.ID); !held && h.srv.Clients.Len()-h.ownClients >= n {
+			return nil, refuse(refusedSessions, packets.ErrServerBusy,
+				"broker holds its maximum of "+strconv.Itoa(n)+" sessions; retry later", packets.ErrServerUnavailable)
+		}
 	}
 	var s *session
 	if !h.opts.AllowAll() {

@@ -35,6 +35,7 @@ func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger) (*authHook, e
 	h := &authHook{srv: srv, opts: opts.Auth, limits: opts.Limits, table: opts.Table, identity: opts.Identity,
 		clock: opts.Clock, log: log, logs: logs}
 	h.creds.Store(opts.Auth.Credentials)
+	h.ownClients = srv.Clients.Len()
 	if opts.Limits.ConnectRate.Limit > 0 {
 		if h.rate, err = devicelimit.NewTable(connectRateBuckets); err != nil {
 			return nil, fmt.Errorf("connect rate: %w", err)

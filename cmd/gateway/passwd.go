@@ -45,6 +45,9 @@ Flags:
 	})
 }
 
+// maxPassword is the longest password an MQTT CONNECT can carry.
+const maxPassword = 65535
+
 // passwd runs gateway passwd. Flags may come before or after USERNAME.
 func passwd(args []string, stdin io.Reader, stdout io.Writer) error {
 	var f passwdFlags
@@ -78,13 +81,18 @@ func passwd(args []string, stdin io.Reader, stdout io.Writer) error {
 	if f.clientIDs != "" {
 		e.ClientIDs = strings.Split(f.clientIDs, ",")
 	}
-	line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+	// Read a little past the longest password MQTT carries, so that a
+	// longer one is refused rather than cut to a hash no device matches.
+	line, err := bufio.NewReader(io.LimitReader(stdin, int64(maxPassword+len("\r\n")+1))).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("passwd: read password: %w", err)
 	}
 	password := strings.TrimRight(line, "\r\n")
-	if password == "" {
+	switch {
+	case password == "":
 		return errors.New("passwd: empty password on standard input; nothing changed")
+	case len(password) > maxPassword:
+		return fmt.Errorf("passwd: password longer than %d bytes, the most an MQTT CONNECT carries; nothing changed", maxPassword)
 	}
 	if e.Hash, err = auth.HashPassword(f.hash, []byte(password)); err != nil {
 		return fmt.Errorf("passwd: %w; nothing changed", err)

@@ -81,6 +81,7 @@ func logSecurity(log *slog.Logger, cfg config.Config, s security) {
 	args := []any{"acl_publish", cfg.Auth.ACL.Publish, "acl_subscribe", cfg.Auth.ACL.Subscribe}
 	if s.auth.Credentials != nil {
 		args = append(args, "credentials_file", cfg.Auth.CredentialsFile, "accounts", s.auth.Credentials.Len())
+		warnReadableCredentials(log, cfg.Auth.CredentialsFile)
 	}
 	if s.auth.Certificates {
 		args = append(args, "client_ca_file", cfg.MQTT.TLS.ClientCAFile, "certificate_identity", cfg.Auth.CertificateIdentity)
@@ -131,4 +132,16 @@ func reloadOnHangup(ctx context.Context, log *slog.Logger, g *gateway, cfg confi
 			log.Info("credentials reloaded", "credentials_file", path, "accounts", c.Len())
 		}
 	}()
+}
+
+// warnReadableCredentials warns when users other than the file's owner
+// may read the credentials file: whoever reads it can attack the hashes
+// offline. (LoadFile refuses a file anyone may write.)
+func warnReadableCredentials(log *slog.Logger, path string) {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o077 == 0 {
+		return // loaded a moment ago; a stat error now is not worth a warning
+	}
+	log.Warn("credentials file readable by group or others: its password hashes can be attacked offline; chmod 600 it",
+		"credentials_file", path, "mode", fi.Mode().Perm().String())
 }

@@ -60,6 +60,10 @@ func TestPasswd(t *testing.T) {
 		{[]string{"--file", file, "--client-ids", "a\\", "dev-1"}, "pw\n", `client-ID pattern "a\\"`},
 		{[]string{"--file", file, "--hash", "md5", "dev-1"}, "pw\n", "unknown hash algorithm"},
 		{[]string{"--file", file, "dev 1"}, "pw\n", "white space"},
+		// MQTT carries passwords of up to 65535 bytes; a longer one is
+		// not cut to fit, which would store a hash no device can match.
+		{[]string{"--file", file, "--hash", "argon2id", "dev-1"}, strings.Repeat("p", 65536) + "\n", "longer than 65535 bytes"},
+		{[]string{"--file", file, "--hash", "argon2id", "dev-1"}, strings.Repeat("p", 70000), "longer than 65535 bytes"},
 	} {
 		err := passwd(tc.args, strings.NewReader(tc.stdin), &out)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -144,6 +148,12 @@ func TestGatewayCredentials(t *testing.T) {
 			t.Error("plain HTTP to the TLS admin API succeeded")
 		}
 	}
+	old := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool,
+		MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11}}}
+	if r, err := old.Get("https://" + g.AdminAddr().String() + "/healthz"); err == nil {
+		r.Body.Close()
+		t.Error("a TLS 1.1 client reached the admin API")
+	}
 	if s := logs.String(); strings.Contains(s, "s3cret-pw") || strings.Contains(s, cfg.Admin.Token) {
 		t.Errorf("a secret is in the log:\n%s", s)
 	}
@@ -156,6 +166,33 @@ func TestGatewayAllowAllWarns(t *testing.T) {
 	mustStart(t, testConfig(t.TempDir(), 10, time.Second), deps{logger: slog.New(logs)})
 	if rec := logs.find("authentication is off (allow-all)"); rec == nil || rec["level"] != "WARN" {
 		t.Errorf("no allow-all warning:\n%s", logs)
+	}
+}
+
+// TestGatewayCredentialsFileModes: a credentials file others may read
+// (its hashes can be attacked offline) starts with a warning; one anyone
+// may write does not start.
+func TestGatewayCredentialsFileModes(t *testing.T) {
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "creds")
+	if err := passwd([]string{"--file", creds, "dev-1"}, strings.NewReader("pw\n"), new(strings.Builder)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(creds, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(filepath.Join(dir, "data"), 100, time.Second)
+	cfg.Auth.CredentialsFile = creds
+	logs := new(captureHandler)
+	mustStart(t, cfg, deps{logger: slog.New(logs)})
+	if rec := logs.find("credentials file readable"); rec == nil || rec["level"] != "WARN" || rec["mode"] != "-rw-r--r--" {
+		t.Errorf("no warning about a 0644 credentials file: %v\n%s", rec, logs)
+	}
+	if err := os.Chmod(creds, 0o646); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadSecurity(cfg); err == nil || !strings.Contains(err.Error(), "writable by anyone") {
+		t.Errorf("a world-writable credentials file: %v, want refused", err)
 	}
 }
 
