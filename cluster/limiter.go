@@ -216,7 +216,7 @@ func (l *Limiter) decide(device string, q devicelimit.Quota, now devicelimit.Tic
 	case <-r.done:
 		r.timer.Stop()
 		if r.err != nil {
-			l.health.failed(r.err)
+			l.failed(device, r.err)
 			l.pool.Put(r)
 			return l.fallback(device, q, now, count)
 		}
@@ -230,6 +230,16 @@ func (l *Limiter) decide(device string, q devicelimit.Quota, now devicelimit.Tic
 		l.health.failed(ErrTimeout)
 		return l.fallback(device, q, now, count)
 	}
+}
+
+// failed records a decision Redis did not take. An unreadable record
+// is the device's problem alone: Redis answered.
+func (l *Limiter) failed(device string, err error) {
+	if errors.Is(err, ErrBadWindow) {
+		l.health.badWindow(device, l.windowKey(device))
+		return
+	}
+	l.health.failed(err)
 }
 
 // direct takes r's decision with a call of its own.
@@ -246,7 +256,7 @@ func (l *Limiter) direct(r *request, device string, q devicelimit.Quota, now dev
 	}
 	l.pool.Put(r)
 	if err != nil {
-		l.health.failed(err)
+		l.failed(device, err)
 		return l.fallback(device, q, now, count)
 	}
 	l.health.ok()
@@ -374,6 +384,9 @@ var errBadReply = errors.New("window script: unexpected reply")
 func decodeResult(v []int64) (devicelimit.Decision, error) {
 	if len(v) != 4 {
 		return devicelimit.Decision{}, errBadReply
+	}
+	if v[0] == -1 {
+		return devicelimit.Decision{}, ErrBadWindow
 	}
 	return devicelimit.Decision{Allowed: v[0] == 1, Count: int(v[1]), Remaining: int(v[2]), RetryAfter: time.Duration(v[3]) * time.Microsecond}, nil
 }

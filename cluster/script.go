@@ -12,7 +12,11 @@ import "github.com/redis/go-redis/v9"
 // explicit time in microseconds that only tests pass, empty in
 // production, where the clock is Redis's TIME (read once per call). It
 // returns four integers per key: allowed 0|1, count, remaining,
-// retry-after in microseconds. Several decisions in one call save the
+// retry-after in microseconds; allowed is -1 when the key holds
+// something else than a record of this layout (another type, another
+// version's record): that key is left as it is, and the other keys of
+// the call are decided all the same (a script error would end the call
+// half done, with the earlier keys' admissions counted). Several decisions in one call save the
 // script's fixed costs; on Redis Cluster, where one call's keys must
 // share a slot, each decision is a call of its own.
 //
@@ -97,10 +101,17 @@ local function setWidth(w) W = w; F = FMT[w] end
 -- count, remaining and retry-after.
 local function decide(key, limit, T, B, count, now)
   local S = B + 1
-  local rec = redis.call('GET', key)
+  local rec = redis.pcall('GET', key)
   local head, hw, len, nb0, total, ulimit, untilT, w
+  if type(rec) == 'table' then
+    return -1, 0, 0, 0 -- not a string: another program's key
+  end
   if rec then
+    if #rec < HDRLEN then return -1, 0, 0, 0 end
     head, hw, len, untilT, total, ulimit, nb0, w = struct.unpack(HDR, rec)
+    if FMT[w] == nil or nb0 < 1 or len < 1 or #rec ~= HDRLEN + w * (nb0 + 1) then
+      return -1, 0, 0, 0 -- a layout this script does not know
+    end
     if hw > now then now = hw end
     if count and now < untilT and ulimit == limit and len == T and nb0 == B then
       -- Still full: nothing expires before untilT, refusals add nothing.
