@@ -76,44 +76,67 @@ func (o *Overrides) Close() error {
 }
 
 // run applies notifications. Each (re)subscription, the first one and
-// those after a lost connection, starts with a full read.
+// those after a lost connection, starts with a full read. A read that
+// fails while Redis answers (a full read, or one device's after its
+// notification) is retried as a fresh subscription and full read, after
+// a pause that grows to a second; failures are logged at most once every
+// 10 s.
 func (o *Overrides) run(ctx context.Context) {
 	defer close(o.done)
 	backoff := 50 * time.Millisecond
 	var lastLog time.Time
+	// pause logs err (rate-limited) and waits out the backoff; it reports
+	// false when the overrides are closing.
+	pause := func(msg string, err error) bool {
+		if time.Since(lastLog) > 10*time.Second {
+			o.log.Warn(msg, "err", err.Error())
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff): // retry pause, not a test sleep
+		}
+		backoff = min(2*backoff, time.Second)
+		return true
+	}
+	resync := func(msg string, err error) bool {
+		if !pause(msg, err) {
+			return false
+		}
+		_ = o.sub.Unsubscribe(ctx, o.channel) // resubscribe: a fresh full read
+		_ = o.sub.Subscribe(ctx, o.channel)
+		return true
+	}
 	for {
 		msg, err := o.sub.Receive(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			if time.Since(lastLog) > 10*time.Second {
-				o.log.Warn("quota override notifications from redis interrupted; retrying", "err", err.Error())
-				lastLog = time.Now()
-			}
-			select {
-			case <-ctx.Done():
+			if !pause("quota override notifications from redis interrupted; retrying", err) {
 				return
-			case <-time.After(backoff): // reconnect pause, not a test sleep
 			}
-			backoff = min(2*backoff, time.Second)
 			continue
 		}
-		backoff = 50 * time.Millisecond
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				if err := o.sync(ctx); err != nil {
-					o.log.Warn("quota overrides not read from redis; retrying", "err", err.Error())
-					_ = o.sub.Unsubscribe(ctx, o.channel) // resubscribe: a fresh full read
-					_ = o.sub.Subscribe(ctx, o.channel)
+					if !resync("quota overrides not read from redis; retrying", err) {
+						return
+					}
 					continue
 				}
+				backoff = 50 * time.Millisecond
 				o.once.Do(func() { close(o.synced) })
 			}
 		case *redis.Message:
 			if err := o.apply(ctx, m.Payload); err != nil {
-				o.log.Warn("quota override change not applied", "device", m.Payload, "err", err.Error())
+				err = fmt.Errorf("device %q: %w", m.Payload, err)
+				if !resync("quota override change not read from redis; reading them all again", err) {
+					return
+				}
 			}
 		}
 	}
