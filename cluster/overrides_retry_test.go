@@ -103,3 +103,31 @@ func TestOverridesChangeReadFailureResyncs(t *testing.T) {
 	}
 	waitOverride(t, resB, "dev-1", nil)
 }
+
+// TestOverridesOwnChangeDoesNotOutliveALaterOne: gateway A stores an
+// override; before A puts it in force locally, gateway B deletes it and
+// A applies B's notification. A must end with Redis's state (none), not
+// with its own older change.
+func TestOverridesOwnChangeDoesNotOutliveALaterOne(t *testing.T) {
+	srv := redistest.Start(t)
+	a, resA := newOverrides(t, srv)
+	b, _ := newOverrides(t, srv)
+	old := devicelimit.Override{Quota: devicelimit.Quota{Limit: 2, Window: time.Minute}}
+	if err := a.SetOverride("dev-1", old); err != nil {
+		t.Fatal(err)
+	}
+	waitOverride(t, resA, "dev-1", &old)
+	a.stored = func(device string) {
+		a.stored = nil
+		if _, err := b.DeleteOverride(device); err != nil {
+			t.Error(err)
+		}
+		waitOverride(t, resA, device, nil) // A has applied B's change
+	}
+	if err := a.SetOverride("dev-1", devicelimit.Override{Quota: devicelimit.Quota{Limit: 9, Window: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := resA.Override("dev-1", t0); ok {
+		t.Fatalf("A holds %+v after B's later delete; Redis holds none", got)
+	}
+}
