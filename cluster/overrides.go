@@ -32,6 +32,16 @@ type Overrides struct {
 	hash     string
 	channel  string
 
+	// mu makes each change of the resolver follow a read of Redis made
+	// under it: changes then land in the order of the reads, and the
+	// last one holds what Redis holds (a gateway's own change included,
+	// which would otherwise race with another gateway's told over
+	// pub/sub).
+	mu sync.Mutex
+	// stored, when set (by tests), runs after a change is stored in
+	// Redis, before it is put in force here.
+	stored func(device string)
+
 	sub    *redis.PubSub
 	synced chan struct{} // closed after the first full read
 	once   sync.Once
@@ -146,6 +156,8 @@ func (o *Overrides) run(ctx context.Context) {
 func (o *Overrides) sync(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	all, err := o.rdb.HGetAll(ctx, o.hash).Result()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", o.hash, err)
@@ -174,10 +186,13 @@ func (o *Overrides) sync(ctx context.Context) error {
 	return nil
 }
 
-// apply re-reads one device's override after a notification.
+// apply re-reads one device's override after a notification or a
+// change made here.
 func (o *Overrides) apply(ctx context.Context, device string) error {
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	rec, err := o.rdb.HGet(ctx, o.hash, device).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -219,7 +234,18 @@ func (o *Overrides) SetOverride(device string, ov devicelimit.Override) error {
 	}); err != nil {
 		return fmt.Errorf("store override of %q in redis: %w", device, err)
 	}
-	return o.resolver.SetOverride(device, ov)
+	o.inForce(ctx, device)
+	return nil
+}
+
+// inForce puts a change made here in force at once: what Redis holds
+// now, which may already be a later change by another gateway. Should
+// that read fail, the change's own notification brings it.
+func (o *Overrides) inForce(ctx context.Context, device string) {
+	if o.stored != nil {
+		o.stored(device)
+	}
+	_ = o.apply(ctx, device)
 }
 
 // DeleteOverride removes the device's override from Redis, notifies
@@ -235,7 +261,7 @@ func (o *Overrides) DeleteOverride(device string) (bool, error) {
 	}); err != nil {
 		return false, fmt.Errorf("delete override of %q in redis: %w", device, err)
 	}
-	o.resolver.DeleteOverride(device)
+	o.inForce(ctx, device)
 	return del.Val() > 0, nil
 }
 
