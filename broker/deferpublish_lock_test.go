@@ -16,22 +16,9 @@ import (
 // to its timeout), a device of the same shard still publishes, and is
 // not held up behind it.
 func TestDeferPublishDecidesOutsideShardLock(t *testing.T) {
-	gate := &gateLimiter{device: "slow", entered: make(chan struct{}, 1), open: make(chan struct{})}
-	f := start(t, fixtureOpts{
-		rules: []devicelimit.Rule{deferRule("*", 5, time.Second)},
-		store: openStore(t, t.TempDir()),
-		options: func(o *Options) {
-			gate.Table = o.Table
-			o.Limiter = gate
-		},
-	})
-	d := f.srv.def
-	other := ""
-	for i := 0; other == ""; i++ {
-		if name := fmt.Sprintf("other-%d", i); d.shard(name) == d.shard("slow") {
-			other = name
-		}
-	}
+	gate := newGate("slow")
+	f := startGated(t, gate, fixtureOpts{rules: []devicelimit.Rule{deferRule("*", 5, time.Second)}})
+	other := sameShard(f.srv.def, "slow")
 	slow := f.connect(t, 5, "slow", "").(*pub5)
 	slowDone := make(chan error, 1)
 	go func() {
@@ -63,5 +50,31 @@ func TestDeferPublishDecidesOutsideShardLock(t *testing.T) {
 	}
 	if st := f.srv.Stats(); st.Allowed != 2 {
 		t.Fatalf("stats %+v, want both allowed", st)
+	}
+}
+
+// newGate returns a gate on device, closed.
+func newGate(device string) *gateLimiter {
+	return &gateLimiter{device: device, entered: make(chan struct{}, 1), open: make(chan struct{})}
+}
+
+// startGated starts a broker with a store whose limiter is gate over
+// its table.
+func startGated(t *testing.T, gate *gateLimiter, fo fixtureOpts) *fixture {
+	t.Helper()
+	fo.store = openStore(t, t.TempDir())
+	fo.options = func(o *Options) {
+		gate.Table = o.Table
+		o.Limiter = gate
+	}
+	return start(t, fo)
+}
+
+// sameShard returns a device name in device's deferral shard.
+func sameShard(d *deferrer, device string) string {
+	for i := 0; ; i++ {
+		if name := fmt.Sprintf("other-%d", i); d.shard(name) == d.shard(device) {
+			return name
+		}
 	}
 }
