@@ -8,7 +8,8 @@ import "github.com/redis/go-redis/v9"
 //
 // KEYS are the windows of one or more decisions, each its own; ARGV has
 // four values per key: limit, window length T in microseconds, bucket
-// count B, "1" to count (AllowAt) or "0" to look (PeekAt); then an
+// count B (of a window made afresh: an existing one keeps its own until
+// it expires), "1" to count (AllowAt) or "0" to look (PeekAt); then an
 // explicit time in microseconds that only tests pass, empty in
 // production, where the clock is Redis's TIME (read once per call). It
 // returns four integers per key: allowed 0|1, count, remaining,
@@ -112,14 +113,20 @@ local function decide(key, limit, T, B, count, now)
     if FMT[w] == nil or nb0 < 1 or len < 1 or #rec ~= HDRLEN + w * (nb0 + 1) then
       return -1, 0, 0, 0 -- a layout this script does not know
     end
+    -- The window keeps the bucket count it was made with until it
+    -- expires: gateways whose bucket counts differ (a rolling change)
+    -- would otherwise re-cut it at every turn, moving its counts into
+    -- the newest bucket each time, where they would never expire.
+    B = nb0
+    S = B + 1
     if hw > now then now = hw end
-    if count and now < untilT and ulimit == limit and len == T and nb0 == B then
+    if count and now < untilT and ulimit == limit and len == T then
       -- Still full: nothing expires before untilT, refusals add nothing.
       return 0, total, 0, untilT - now
     end
-    if len ~= T or nb0 ~= B then
-      -- Re-cut for a new length (or bucket count): the counts stay, all
-      -- in the newest bucket, so they expire no earlier than before.
+    if len ~= T then
+      -- Re-cut for a new length: the counts stay, all in the newest
+      -- bucket, so they expire no earlier than before.
       local nb = bucketOf(now, B, T)
       local keep = bucketOf(bucketStart(head + 1, nb0, len) - 1, B, T)
       if keep > nb then nb = keep end
