@@ -164,10 +164,9 @@ local function decide(key, limit, T, B, count, now)
 
   local nb = bucketOf(now, B, T)
   if nb < head then
-    -- Only after a re-cut into a later bucket: decide as of the head.
+    -- Only after a re-cut into a later bucket: decide as of the head,
+    -- with RetryAfter and the expiry still counted from now.
     nb = head
-    local s = bucketStart(head, B, T)
-    if s > now then now = s end
   elseif nb > head then
     local gap = nb - head
     if gap >= S then
