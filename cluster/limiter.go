@@ -391,15 +391,30 @@ func decodeResult(v []int64) (devicelimit.Decision, error) {
 	return devicelimit.Decision{Allowed: v[0] == 1, Count: int(v[1]), Remaining: int(v[2]), RetryAfter: time.Duration(v[3]) * time.Microsecond}, nil
 }
 
-// evalAt runs one decision synchronously at an explicit time in
-// microseconds instead of Redis's TIME: for tests, which cannot move
-// Redis's clock.
-func (l *Limiter) evalAt(ctx context.Context, device string, q devicelimit.Quota, count bool, micros int64) (devicelimit.Decision, error) {
+// Peek returns the decision a publish would get on the device's shared
+// window, without counting it; unlike PeekAt it asks Redis whatever its
+// health and returns Redis's error instead of the failure policy's
+// answer, and counts no fallback: for the admin API.
+func (l *Limiter) Peek(ctx context.Context, device string, q devicelimit.Quota) (devicelimit.Decision, error) {
+	if err := q.Validate(l.buckets); err != nil {
+		return devicelimit.Decision{}, err
+	}
+	d, err := l.evalAt(ctx, device, q, false, "")
+	if err != nil {
+		return d, fmt.Errorf("read window of %q in redis: %w", device, err)
+	}
+	return d, nil
+}
+
+// evalAt runs one decision synchronously at clock, an explicit time in
+// microseconds instead of Redis's TIME (for tests, which cannot move
+// Redis's clock), or "" for Redis's TIME.
+func (l *Limiter) evalAt(ctx context.Context, device string, q devicelimit.Quota, count bool, clock any) (devicelimit.Decision, error) {
 	c := "0"
 	if count {
 		c = "1"
 	}
-	v, err := windowScript.Run(ctx, l.rdb, []string{l.windowKey(device)}, q.Limit, int64(q.Window/time.Microsecond), l.buckets, c, micros).Int64Slice()
+	v, err := windowScript.Run(ctx, l.rdb, []string{l.windowKey(device)}, q.Limit, int64(q.Window/time.Microsecond), l.buckets, c, clock).Int64Slice()
 	if err != nil {
 		return devicelimit.Decision{}, err
 	}
