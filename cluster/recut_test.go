@@ -40,3 +40,36 @@ func TestRecutRetryAfterExact(t *testing.T) {
 		t.Fatalf("RetryAfter %v too short: at now+RetryAfter still %+v", d.RetryAfter, onTime)
 	}
 }
+
+// TestRecutAlternatingLengths: gateways that disagree on a device's
+// window length (a rolling change of its rule) take turns deciding: the
+// window is re-cut at every turn. Each re-cut keeps the counts' ages,
+// to within a bucket, so they still expire: a device sending 10 per
+// second against 5 per 1 s or 5 per 2 s gets at least what the longer
+// quota allows, and never more than the shorter one allows.
+func TestRecutAlternatingLengths(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	l, _ := newLimiter(t, srv, 20, PolicyFailClosed, time.Second)
+	now := int64(t0) / 1000
+	var admitted []devicelimit.Tick
+	for i := range 200 { // 20 s
+		q := devicelimit.Quota{Limit: 5, Window: time.Second}
+		if i%2 == 1 {
+			q.Window = 2 * time.Second
+		}
+		d, err := l.evalAt(ctx, "alt", q, true, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted = append(admitted, devicelimit.Tick(now*1000))
+		}
+		now += 100_000
+	}
+	checkWindows(t, admitted, devicelimit.Quota{Limit: 5, Window: time.Second}, "alternating lengths")
+	if len(admitted) < 45 { // 5 per 2 s for 20 s: 50, less a bucket's drift
+		t.Fatalf("%d admitted in 20 s at 5 per 1 s or 2 s, want at least 45 (5 per 2 s)", len(admitted))
+	}
+	t.Logf("%d admitted in 20 s", len(admitted))
+}
