@@ -125,15 +125,38 @@ local function decide(key, limit, T, B, count, now)
       return 0, total, 0, untilT - now
     end
     if len ~= T then
-      -- Re-cut for a new length: the counts stay, all in the newest
-      -- bucket, so they expire no earlier than before.
+      -- Re-cut for a new length: each old bucket's count moves to the
+      -- new bucket holding the old bucket's last microsecond, so it
+      -- expires no earlier than before, and at most a new bucket later.
+      -- The old newest bucket may reach past now's: the ring then ends
+      -- there, and counts between now's window and the ring's go to its
+      -- oldest bucket; counts wholly before now's window go. (Moving all
+      -- of them into the newest bucket, as devicelimit's re-cut does,
+      -- kept them from ever expiring while gateways that disagree on
+      -- the length took turns.)
+      body = string.sub(rec, HDRLEN + 1)
+      setWidth(w)
+      local old = {}
+      for i = 0, S - 1 do old[i] = getc(i) end
       local nb = bucketOf(now, B, T)
-      local keep = bucketOf(bucketStart(head + 1, nb0, len) - 1, B, T)
-      if keep > nb then nb = keep end
+      local newHead = math.max(nb, bucketOf(bucketStart(head + 1, B, len) - 1, B, T))
       setWidth(math.max(w, widthFor(limit), widthFor(total)))
       body = string.rep('\0', W * S)
-      head = nb
-      setc(nb % S, total)
+      local kept = 0
+      for j = 0, B do
+        local k = head - j
+        local c = old[k % S]
+        if c > 0 then
+          local k2 = bucketOf(bucketStart(k + 1, B, len) - 1, B, T)
+          if k2 >= nb - B then
+            if k2 < newHead - B then k2 = newHead - B end
+            setc(k2 % S, getc(k2 % S) + c)
+            kept = kept + c
+          end
+        end
+      end
+      head = newHead
+      total = kept
     else
       body = string.sub(rec, HDRLEN + 1)
       setWidth(w)
