@@ -40,6 +40,8 @@ func TestScriptAcrossGateways(t *testing.T) {
 		dev := fmt.Sprint("gw-", seq)
 		now := int64(t0)/1000 + r.Int64N(1e6)
 		var admitted []devicelimit.Tick
+		from := 0  // admissions under the current quota start here
+		since := 0 // and since the last lengthening of the window
 		for range 300 {
 			T := int64(q.Window / time.Microsecond)
 			switch r.IntN(5) {
@@ -51,8 +53,14 @@ func TestScriptAcrossGateways(t *testing.T) {
 				now += r.Int64N(T / 20)
 			}
 			if r.IntN(40) == 0 { // a quota change re-cuts the window
-				checkWindows(t, admitted, q, fmt.Sprintf("seq %d buckets %v before a re-cut", seq, bs))
-				admitted, q.Window = admitted[:0], window()
+				checkWindows(t, admitted[from:], q, fmt.Sprintf("seq %d buckets %v before a re-cut", seq, bs))
+				from = len(admitted)
+				if w := window(); w > q.Window {
+					// Counts that expired under the shorter window are gone.
+					since, q.Window = from, w
+				} else {
+					q.Window = w
+				}
 			}
 			l := lims[bs[r.IntN(2)]]
 			clock := now // the script's clock: now, or the window's high-water
@@ -64,7 +72,18 @@ func TestScriptAcrossGateways(t *testing.T) {
 				t.Fatal(err)
 			}
 			if d.Allowed {
-				admitted = append(admitted, devicelimit.Tick(clock*1000))
+				// The quota in force holds at once, the admissions
+				// before a shortening of the window included: at most N
+				// in the T up to this one.
+				at := devicelimit.Tick(clock * 1000)
+				n := 1
+				for i := len(admitted) - 1; i >= since && at.Sub(admitted[i]) < q.Window; i-- {
+					n++
+				}
+				if n > q.Limit {
+					t.Fatalf("seq %d buckets %v quota %v: admission %d at %d makes %d within T", seq, bs, q, len(admitted), clock, n)
+				}
+				admitted = append(admitted, at)
 				continue
 			}
 			refusals++
@@ -76,7 +95,7 @@ func TestScriptAcrossGateways(t *testing.T) {
 					seq, bs, q, d, now, clock, early, onTime, err1, err2)
 			}
 		}
-		checkWindows(t, admitted, q, fmt.Sprintf("seq %d buckets %v", seq, bs))
+		checkWindows(t, admitted[from:], q, fmt.Sprintf("seq %d buckets %v", seq, bs))
 	}
 	t.Logf("invariant held; %d refusals, each RetryAfter exact", refusals)
 }
