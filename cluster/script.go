@@ -115,8 +115,7 @@ local function decide(key, limit, T, B, count, now)
     end
     -- The window keeps the bucket count it was made with until it
     -- expires: gateways whose bucket counts differ (a rolling change)
-    -- would otherwise re-cut it at every turn, moving its counts into
-    -- the newest bucket each time, where they would never expire.
+    -- share it as it is instead of re-cutting it at every turn.
     B = nb0
     S = B + 1
     if hw > now then now = hw end
