@@ -217,7 +217,12 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	} else {
 		q, src = s.opts.Resolver.Rule(clientID, username)
 	}
-	d := s.windows().PeekAt(id, q, now)
+	d, err := s.windows().PeekAt(id, q, now)
+	if err != nil {
+		s.log.Error("device window not read", "device", id, "err", err.Error())
+		writeError(w, http.StatusServiceUnavailable, "device window unavailable; see the gateway's log")
+		return
+	}
 	out := deviceJSON{
 		Device:     id,
 		Quota:      quotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()},

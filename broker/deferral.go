@@ -261,14 +261,18 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 	sh := d.shard(device)
 	sh.mu.Lock()
 	dq := sh.queues[device]
+	idle := dq == nil || dq.idle()
+	sh.mu.Unlock()
 	var dec devicelimit.Decision
-	if dq == nil || dq.idle() {
+	// Decide outside the lock: with windows in Redis a decision is a
+	// round trip, which must not hold up the shard's other devices.
+	if idle {
 		if dec = d.table.AllowAt(device, q, now); dec.Allowed {
-			sh.mu.Unlock()
 			return outAllowed, dec
 		}
 	}
-	if dq == nil {
+	sh.mu.Lock()
+	if dq = sh.queues[device]; dq == nil {
 		dq = &devQueue{device: device}
 		sh.queues[device] = dq
 	}
@@ -335,8 +339,9 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 	d.queueMsgs.Add(1)
 	d.queueBytes.Add(n)
 	if !dq.scheduled {
-		at := d.clock.Now()
-		d.schedule(dq, at.Add(d.table.PeekAt(device, q, at).RetryAfter), true)
+		// Due when the refusal said; queued behind others, at once: the
+		// release round decides (outside the lock) and reschedules.
+		d.schedule(dq, now.Add(dec.RetryAfter), true)
 	}
 	sh.mu.Unlock()
 	d.deferred.Add(1)

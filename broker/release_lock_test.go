@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -32,21 +31,10 @@ func (g *gateLimiter) AllowAt(device string, q devicelimit.Quota, now devicelimi
 // decision waits on a slow limiter, another device of the same shard can
 // still queue and be looked at.
 func TestReleaseDecidesOutsideShardLock(t *testing.T) {
-	gate := &gateLimiter{device: "slow", entered: make(chan struct{}, 1), open: make(chan struct{})}
-	f := start(t, fixtureOpts{
-		store: openStore(t, t.TempDir()),
-		options: func(o *Options) {
-			gate.Table = o.Table
-			o.Limiter = gate
-		},
-	})
+	gate := newGate("slow")
+	f := startGated(t, gate, fixtureOpts{})
 	d := f.srv.def
-	other := ""
-	for i := 0; other == ""; i++ {
-		if name := fmt.Sprintf("other-%d", i); d.shard(name) == d.shard("slow") {
-			other = name
-		}
-	}
+	other := sameShard(d, "slow")
 	q := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDefer}
 	now := f.clock.Now()
 	d.queueForTest("slow", q, 1, now, now, false)

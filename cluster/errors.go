@@ -13,4 +13,7 @@ var (
 	// ErrBadOverride reports an override record in Redis that cannot be
 	// decoded.
 	ErrBadOverride = errors.New("invalid override record")
+	// ErrBadWindow reports a device's window key in Redis holding
+	// something the window script cannot read.
+	ErrBadWindow = errors.New("unreadable window record in redis")
 )

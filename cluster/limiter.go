@@ -216,7 +216,7 @@ func (l *Limiter) decide(device string, q devicelimit.Quota, now devicelimit.Tic
 	case <-r.done:
 		r.timer.Stop()
 		if r.err != nil {
-			l.health.failed(r.err)
+			l.failed(device, r.err)
 			l.pool.Put(r)
 			return l.fallback(device, q, now, count)
 		}
@@ -230,6 +230,16 @@ func (l *Limiter) decide(device string, q devicelimit.Quota, now devicelimit.Tic
 		l.health.failed(ErrTimeout)
 		return l.fallback(device, q, now, count)
 	}
+}
+
+// failed records a decision Redis did not take. An unreadable record
+// is the device's problem alone: Redis answered.
+func (l *Limiter) failed(device string, err error) {
+	if errors.Is(err, ErrBadWindow) {
+		l.health.badWindow(device, l.windowKey(device))
+		return
+	}
+	l.health.failed(err)
 }
 
 // direct takes r's decision with a call of its own.
@@ -246,7 +256,7 @@ func (l *Limiter) direct(r *request, device string, q devicelimit.Quota, now dev
 	}
 	l.pool.Put(r)
 	if err != nil {
-		l.health.failed(err)
+		l.failed(device, err)
 		return l.fallback(device, q, now, count)
 	}
 	l.health.ok()
@@ -375,18 +385,36 @@ func decodeResult(v []int64) (devicelimit.Decision, error) {
 	if len(v) != 4 {
 		return devicelimit.Decision{}, errBadReply
 	}
+	if v[0] == -1 {
+		return devicelimit.Decision{}, ErrBadWindow
+	}
 	return devicelimit.Decision{Allowed: v[0] == 1, Count: int(v[1]), Remaining: int(v[2]), RetryAfter: time.Duration(v[3]) * time.Microsecond}, nil
 }
 
-// evalAt runs one decision synchronously at an explicit time in
-// microseconds instead of Redis's TIME: for tests, which cannot move
-// Redis's clock.
-func (l *Limiter) evalAt(ctx context.Context, device string, q devicelimit.Quota, count bool, micros int64) (devicelimit.Decision, error) {
+// Peek returns the decision a publish would get on the device's shared
+// window, without counting it; unlike PeekAt it asks Redis whatever its
+// health and returns Redis's error instead of the failure policy's
+// answer, and counts no fallback: for the admin API.
+func (l *Limiter) Peek(ctx context.Context, device string, q devicelimit.Quota) (devicelimit.Decision, error) {
+	if err := q.Validate(l.buckets); err != nil {
+		return devicelimit.Decision{}, err
+	}
+	d, err := l.evalAt(ctx, device, q, false, "")
+	if err != nil {
+		return d, fmt.Errorf("read window of %q in redis: %w", device, err)
+	}
+	return d, nil
+}
+
+// evalAt runs one decision synchronously at clock, an explicit time in
+// microseconds instead of Redis's TIME (for tests, which cannot move
+// Redis's clock), or "" for Redis's TIME.
+func (l *Limiter) evalAt(ctx context.Context, device string, q devicelimit.Quota, count bool, clock any) (devicelimit.Decision, error) {
 	c := "0"
 	if count {
 		c = "1"
 	}
-	v, err := windowScript.Run(ctx, l.rdb, []string{l.windowKey(device)}, q.Limit, int64(q.Window/time.Microsecond), l.buckets, c, micros).Int64Slice()
+	v, err := windowScript.Run(ctx, l.rdb, []string{l.windowKey(device)}, q.Limit, int64(q.Window/time.Microsecond), l.buckets, c, clock).Int64Slice()
 	if err != nil {
 		return devicelimit.Decision{}, err
 	}

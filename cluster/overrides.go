@@ -32,6 +32,16 @@ type Overrides struct {
 	hash     string
 	channel  string
 
+	// mu makes each change of the resolver follow a read of Redis made
+	// under it: changes then land in the order of the reads, and the
+	// last one holds what Redis holds (a gateway's own change included,
+	// which would otherwise race with another gateway's told over
+	// pub/sub).
+	mu sync.Mutex
+	// stored, when set (by tests), runs after a change is stored in
+	// Redis, before it is put in force here.
+	stored func(device string)
+
 	sub    *redis.PubSub
 	synced chan struct{} // closed after the first full read
 	once   sync.Once
@@ -76,44 +86,67 @@ func (o *Overrides) Close() error {
 }
 
 // run applies notifications. Each (re)subscription, the first one and
-// those after a lost connection, starts with a full read.
+// those after a lost connection, starts with a full read. A read that
+// fails while Redis answers (a full read, or one device's after its
+// notification) is retried as a fresh subscription and full read, after
+// a pause that grows to a second; failures are logged at most once every
+// 10 s.
 func (o *Overrides) run(ctx context.Context) {
 	defer close(o.done)
 	backoff := 50 * time.Millisecond
 	var lastLog time.Time
+	// pause logs err (rate-limited) and waits out the backoff; it reports
+	// false when the overrides are closing.
+	pause := func(msg string, err error) bool {
+		if time.Since(lastLog) > 10*time.Second {
+			o.log.Warn(msg, "err", err.Error())
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff): // retry pause, not a test sleep
+		}
+		backoff = min(2*backoff, time.Second)
+		return true
+	}
+	resync := func(msg string, err error) bool {
+		if !pause(msg, err) {
+			return false
+		}
+		_ = o.sub.Unsubscribe(ctx, o.channel) // resubscribe: a fresh full read
+		_ = o.sub.Subscribe(ctx, o.channel)
+		return true
+	}
 	for {
 		msg, err := o.sub.Receive(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			if time.Since(lastLog) > 10*time.Second {
-				o.log.Warn("quota override notifications from redis interrupted; retrying", "err", err.Error())
-				lastLog = time.Now()
-			}
-			select {
-			case <-ctx.Done():
+			if !pause("quota override notifications from redis interrupted; retrying", err) {
 				return
-			case <-time.After(backoff): // reconnect pause, not a test sleep
 			}
-			backoff = min(2*backoff, time.Second)
 			continue
 		}
-		backoff = 50 * time.Millisecond
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				if err := o.sync(ctx); err != nil {
-					o.log.Warn("quota overrides not read from redis; retrying", "err", err.Error())
-					_ = o.sub.Unsubscribe(ctx, o.channel) // resubscribe: a fresh full read
-					_ = o.sub.Subscribe(ctx, o.channel)
+					if !resync("quota overrides not read from redis; retrying", err) {
+						return
+					}
 					continue
 				}
+				backoff = 50 * time.Millisecond
 				o.once.Do(func() { close(o.synced) })
 			}
 		case *redis.Message:
 			if err := o.apply(ctx, m.Payload); err != nil {
-				o.log.Warn("quota override change not applied", "device", m.Payload, "err", err.Error())
+				err = fmt.Errorf("device %q: %w", m.Payload, err)
+				if !resync("quota override change not read from redis; reading them all again", err) {
+					return
+				}
 			}
 		}
 	}
@@ -123,6 +156,8 @@ func (o *Overrides) run(ctx context.Context) {
 func (o *Overrides) sync(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	all, err := o.rdb.HGetAll(ctx, o.hash).Result()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", o.hash, err)
@@ -151,10 +186,13 @@ func (o *Overrides) sync(ctx context.Context) error {
 	return nil
 }
 
-// apply re-reads one device's override after a notification.
+// apply re-reads one device's override after a notification or a
+// change made here.
 func (o *Overrides) apply(ctx context.Context, device string) error {
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	rec, err := o.rdb.HGet(ctx, o.hash, device).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -196,7 +234,18 @@ func (o *Overrides) SetOverride(device string, ov devicelimit.Override) error {
 	}); err != nil {
 		return fmt.Errorf("store override of %q in redis: %w", device, err)
 	}
-	return o.resolver.SetOverride(device, ov)
+	o.inForce(ctx, device)
+	return nil
+}
+
+// inForce puts a change made here in force at once: what Redis holds
+// now, which may already be a later change by another gateway. Should
+// that read fail, the change's own notification brings it.
+func (o *Overrides) inForce(ctx context.Context, device string) {
+	if o.stored != nil {
+		o.stored(device)
+	}
+	_ = o.apply(ctx, device)
 }
 
 // DeleteOverride removes the device's override from Redis, notifies
@@ -212,7 +261,7 @@ func (o *Overrides) DeleteOverride(device string) (bool, error) {
 	}); err != nil {
 		return false, fmt.Errorf("delete override of %q in redis: %w", device, err)
 	}
-	o.resolver.DeleteOverride(device)
+	o.inForce(ctx, device)
 	return del.Val() > 0, nil
 }
 

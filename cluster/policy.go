@@ -80,6 +80,8 @@ type health struct {
 	mu           sync.Mutex // guards the log state
 	lastLog      time.Duration
 	loggedFallbk uint64
+	lastBadLog   time.Duration
+	badLogged    bool
 }
 
 // skip reports whether Redis is resting after a failure.
@@ -107,6 +109,20 @@ func (h *health) failed(err error) {
 		h.log.Warn("redis still unavailable", "policy", h.policy.String(), "fallbacks", n-h.loggedFallbk, "err", err.Error())
 	}
 	h.loggedFallbk = n
+}
+
+// badWindow records a decision on a window key Redis holds but the
+// script cannot read: at most one line per logEvery.
+func (h *health) badWindow(device, key string) {
+	now := time.Since(h.start)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.badLogged && now-h.lastBadLog < h.logEvery {
+		return
+	}
+	h.badLogged, h.lastBadLog = true, now
+	h.log.Error("unreadable window record in redis; the device's decisions follow the failure policy until the key is deleted",
+		"device", device, "key", key, "policy", h.policy.String())
 }
 
 // ok records a decision Redis answered.

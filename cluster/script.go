@@ -8,11 +8,16 @@ import "github.com/redis/go-redis/v9"
 //
 // KEYS are the windows of one or more decisions, each its own; ARGV has
 // four values per key: limit, window length T in microseconds, bucket
-// count B, "1" to count (AllowAt) or "0" to look (PeekAt); then an
+// count B (of a window made afresh: an existing one keeps its own until
+// it expires), "1" to count (AllowAt) or "0" to look (PeekAt); then an
 // explicit time in microseconds that only tests pass, empty in
 // production, where the clock is Redis's TIME (read once per call). It
 // returns four integers per key: allowed 0|1, count, remaining,
-// retry-after in microseconds. Several decisions in one call save the
+// retry-after in microseconds; allowed is -1 when the key holds
+// something else than a record of this layout (another type, another
+// version's record): that key is left as it is, and the other keys of
+// the call are decided all the same (a script error would end the call
+// half done, with the earlier keys' admissions counted). Several decisions in one call save the
 // script's fixed costs; on Redis Cluster, where one call's keys must
 // share a slot, each decision is a call of its own.
 //
@@ -97,25 +102,60 @@ local function setWidth(w) W = w; F = FMT[w] end
 -- count, remaining and retry-after.
 local function decide(key, limit, T, B, count, now)
   local S = B + 1
-  local rec = redis.call('GET', key)
+  local rec = redis.pcall('GET', key)
   local head, hw, len, nb0, total, ulimit, untilT, w
+  if type(rec) == 'table' then
+    return -1, 0, 0, 0 -- not a string: another program's key
+  end
   if rec then
+    if #rec < HDRLEN then return -1, 0, 0, 0 end
     head, hw, len, untilT, total, ulimit, nb0, w = struct.unpack(HDR, rec)
+    if FMT[w] == nil or nb0 < 1 or len < 1 or #rec ~= HDRLEN + w * (nb0 + 1) then
+      return -1, 0, 0, 0 -- a layout this script does not know
+    end
+    -- The window keeps the bucket count it was made with until it
+    -- expires: gateways whose bucket counts differ (a rolling change)
+    -- share it as it is instead of re-cutting it at every turn.
+    B = nb0
+    S = B + 1
     if hw > now then now = hw end
-    if count and now < untilT and ulimit == limit and len == T and nb0 == B then
+    if count and now < untilT and ulimit == limit and len == T then
       -- Still full: nothing expires before untilT, refusals add nothing.
       return 0, total, 0, untilT - now
     end
-    if len ~= T or nb0 ~= B then
-      -- Re-cut for a new length (or bucket count): the counts stay, all
-      -- in the newest bucket, so they expire no earlier than before.
+    if len ~= T then
+      -- Re-cut for a new length: each old bucket's count moves to the
+      -- new bucket holding the old bucket's last microsecond, so it
+      -- expires no earlier than before, and at most a new bucket later.
+      -- The old newest bucket may reach past now's: the ring then ends
+      -- there, and counts between now's window and the ring's go to its
+      -- oldest bucket; counts wholly before now's window go. (Moving all
+      -- of them into the newest bucket, as devicelimit's re-cut does,
+      -- kept them from ever expiring while gateways that disagree on
+      -- the length took turns.)
+      body = string.sub(rec, HDRLEN + 1)
+      setWidth(w)
+      local old = {}
+      for i = 0, S - 1 do old[i] = getc(i) end
       local nb = bucketOf(now, B, T)
-      local keep = bucketOf(bucketStart(head + 1, nb0, len) - 1, B, T)
-      if keep > nb then nb = keep end
+      local newHead = math.max(nb, bucketOf(bucketStart(head + 1, B, len) - 1, B, T))
       setWidth(math.max(w, widthFor(limit), widthFor(total)))
       body = string.rep('\0', W * S)
-      head = nb
-      setc(nb % S, total)
+      local kept = 0
+      for j = 0, B do
+        local k = head - j
+        local c = old[k % S]
+        if c > 0 then
+          local k2 = bucketOf(bucketStart(k + 1, B, len) - 1, B, T)
+          if k2 >= nb - B then
+            if k2 < newHead - B then k2 = newHead - B end
+            setc(k2 % S, getc(k2 % S) + c)
+            kept = kept + c
+          end
+        end
+      end
+      head = newHead
+      total = kept
     else
       body = string.sub(rec, HDRLEN + 1)
       setWidth(w)
@@ -146,10 +186,9 @@ local function decide(key, limit, T, B, count, now)
 
   local nb = bucketOf(now, B, T)
   if nb < head then
-    -- Only after a re-cut into a later bucket: decide as of the head.
+    -- Only after a re-cut into a later bucket: decide as of the head,
+    -- with RetryAfter and the expiry still counted from now.
     nb = head
-    local s = bucketStart(head, B, T)
-    if s > now then now = s end
   elseif nb > head then
     local gap = nb - head
     if gap >= S then

@@ -142,8 +142,12 @@ type sharedWindows struct {
 	local *devicelimit.Table
 }
 
-func (w sharedWindows) PeekAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
-	return w.l.PeekAt(device, q, now)
+// PeekAt reads the shared window; an error when Redis does not answer
+// (not the failure policy's answer: a look is not a decision).
+func (w sharedWindows) PeekAt(device string, q devicelimit.Quota, _ devicelimit.Tick) (devicelimit.Decision, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return w.l.Peek(ctx, device, q)
 }
 
 // Reset empties the shared window, and this gateway's own, which the
