@@ -114,8 +114,33 @@ func TestStepsClockBehindHead(t *testing.T) {
 	runSteps(t, newTable(t, 4), q, []step{
 		{200 * ms, true, 1, 1, 0},
 		{0, true, 2, 0, 0},
-		{0, false, 2, 0, 125 * ms}, // retry from the head bucket's start (200 ms) to 325 ms
+		{0, false, 2, 0, 325 * ms}, // the window admits at 325 ms: 325 ms after the caller's tick
 	})
+}
+
+// A re-cut to a shorter window can put the counts in a bucket after now
+// (the old bucket they were in ends later); RetryAfter still counts from
+// now. It used to count from that bucket's start and came out 215 ms
+// short.
+func TestRecutRetryAfterFromNow(t *testing.T) {
+	tab := newTable(t, 4)
+	long := Quota{Limit: 2, Window: time.Second} // buckets of 250 ms
+	for range 2 {
+		tab.AllowAt("dev", long, t0)
+	}
+	short := Quota{Limit: 2, Window: 100 * ms} // buckets of 25 ms
+	// The counts move to the bucket holding the old one's end,
+	// [225 ms, 250 ms), which leaves the window at 350 ms.
+	d := tab.AllowAt("dev", short, t0.Add(10*ms))
+	if d.Allowed || d.RetryAfter != 340*ms {
+		t.Fatalf("after the re-cut: %+v, want refused with RetryAfter 340ms", d)
+	}
+	if d := tab.AllowAt("dev", short, t0.Add(350*ms-1)); d.Allowed {
+		t.Fatalf("admitted before RetryAfter: %+v", d)
+	}
+	if d := tab.AllowAt("dev", short, t0.Add(350*ms)); !d.Allowed {
+		t.Fatalf("refused at RetryAfter: %+v", d)
+	}
 }
 
 func TestQuotaChangeKeepsCounts(t *testing.T) {

@@ -64,9 +64,10 @@ func (r rec) decide(q Quota, now Tick, c *cut, count bool) Decision {
 	nb := c.bucketOf(now, q.Window)
 	if head := r.head(); nb < head {
 		// The caller's tick is older than the newest bucket (a clock
-		// read just before another goroutine's): decide as of the head.
+		// read just before another goroutine's, or a re-cut that put
+		// the counts in a later bucket): decide as of the head. A
+		// RetryAfter still counts from now, the caller's instant.
 		nb = head
-		now = max(now, bucketStart(head, buckets, q.Window))
 	} else {
 		r.advance(nb, slots)
 	}
