@@ -347,14 +347,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		}
 		return pk, nil
 	}
-	var c *connInfo
-	if v, ok := h.conns.Load(cl); ok {
-		c = v.(*connInfo)
-	} else {
-		// Not cached: the session was swept as closed while this last
-		// packet was in flight. Compute it; don't cache a dead client.
-		c = h.connInfo(cl)
-	}
+	c := h.cachedInfo(cl)
 	now := h.clock.Now()
 	if c.dev != nil {
 		c.dev.seen(now)
@@ -366,10 +359,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		h.refused(c.device, now)
 		return pk, errReject
 	}
-	q := c.rule
-	if o, ok := h.resolver.Override(c.device, now); ok {
-		q = o.Quota
-	}
+	q := h.quota(c, now)
 	if q.Policy == devicelimit.PolicyDefer && h.def != nil {
 		return pk, h.deferPublish(cl, &pk, c, q, now)
 	}
@@ -379,6 +369,25 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		return pk, nil
 	}
 	return pk, h.refuse(cl, pk, c, q, d, now)
+}
+
+// cachedInfo returns cl's cached connection info. When it is not cached
+// (the session was swept as closed while this last packet was in
+// flight) it is computed, and not cached for a dead client.
+func (h *throttle) cachedInfo(cl *mqtt.Client) *connInfo {
+	if v, ok := h.conns.Load(cl); ok {
+		return v.(*connInfo)
+	}
+	return h.connInfo(cl)
+}
+
+// quota returns the device's quota at now: its override, else the rule
+// it matched at connect.
+func (h *throttle) quota(c *connInfo, now devicelimit.Tick) devicelimit.Quota {
+	if o, ok := h.resolver.Override(c.device, now); ok {
+		return o.Quota
+	}
+	return c.rule
 }
 
 // deferPublish applies policy defer: the publish is forwarded when the

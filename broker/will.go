@@ -39,17 +39,9 @@ func (w *willHook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 // admitWill counts cl's will against its device's window (or its
 // override) and reports whether it may be published.
 func (h *throttle) admitWill(cl *mqtt.Client) bool {
-	var c *connInfo
-	if v, ok := h.conns.Load(cl); ok {
-		c = v.(*connInfo)
-	} else {
-		c = h.connInfo(cl)
-	}
+	c := h.cachedInfo(cl)
 	now := h.clock.Now()
-	q := c.rule
-	if o, ok := h.resolver.Override(c.device, now); ok {
-		q = o.Quota
-	}
+	q := h.quota(c, now)
 	if h.limiter.AllowAt(c.device, q, now).Allowed {
 		h.allowed.Add(1)
 		return true
