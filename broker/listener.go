@@ -1,12 +1,8 @@
 package broker
 
 import (
-	"crypto/tls"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -22,29 +18,8 @@ import (
 // accepting, lets mochi disconnect the established clients, closes every
 // connection still open and waits for their goroutines.
 type tcpListener struct {
-	id      string
-	address string
-	log     *slog.Logger
-	// connectTimeout bounds the wait for a new connection's CONNECT.
-	// mochi reads CONNECT without any deadline, so a socket that never
-	// sends one would hold a goroutine forever; once CONNECT is read,
-	// mochi replaces the deadline with the keepalive's.
-	connectTimeout time.Duration
-	// disconnect ends the established clients of this listener on Close.
-	disconnect func(listenerID string)
-	// tlsConfig, when set, makes this a TLS listener; the handshake runs
-	// within connectTimeout, on the connection's own goroutine.
-	tlsConfig *tls.Config
-	// admit, when set, decides each accepted connection before anything
-	// is read from it; a refused one is closed at once.
-	admit func(remote net.Addr) bool
-
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]struct{}
-	closed bool
-	done   chan struct{}  // closed by Close
-	wg     sync.WaitGroup // the accept loop and one goroutine per connection
+	listenerBase
+	done chan struct{} // closed by Close
 }
 
 var _ listeners.Listener = (*tcpListener)(nil)
@@ -54,12 +29,8 @@ var _ listeners.Listener = (*tcpListener)(nil)
 const defaultConnectTimeout = 10 * time.Second
 
 func newTCPListener(id, address string) *tcpListener {
-	return &tcpListener{id: id, address: address, connectTimeout: defaultConnectTimeout,
-		conns: make(map[net.Conn]struct{}), done: make(chan struct{}), log: discardLogger}
+	return &tcpListener{listenerBase: newListenerBase(id, address), done: make(chan struct{})}
 }
-
-// ID returns the listener's ID.
-func (l *tcpListener) ID() string { return l.id }
 
 // Protocol returns "tcp", or "tls" for a TLS listener.
 func (l *tcpListener) Protocol() string {
@@ -67,43 +38,6 @@ func (l *tcpListener) Protocol() string {
 		return "tls"
 	}
 	return "tcp"
-}
-
-// Address returns the bound address once Init succeeded, else the
-// configured one.
-func (l *tcpListener) Address() string {
-	if a := l.Addr(); a != nil {
-		return a.String()
-	}
-	return l.address
-}
-
-// Addr returns the bound address, or nil before Init.
-func (l *tcpListener) Addr() net.Addr {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln == nil {
-		return nil
-	}
-	return l.ln.Addr()
-}
-
-// Init binds the listening socket.
-func (l *tcpListener) Init(log *slog.Logger) error {
-	if log != nil {
-		l.log = log
-	}
-	ln, err := net.Listen("tcp", l.address)
-	if err != nil {
-		return fmt.Errorf("listen on %q: %w", l.address, err)
-	}
-	if l.tlsConfig != nil {
-		ln = tls.NewListener(ln, l.tlsConfig)
-	}
-	l.mu.Lock()
-	l.ln = ln
-	l.mu.Unlock()
-	return nil
 }
 
 // Serve accepts connections until Close and hands each to establish on
@@ -140,10 +74,6 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 			continue
 		}
 		delay = 0
-		if l.admit != nil && !l.admit(conn.RemoteAddr()) {
-			_ = conn.Close()
-			continue
-		}
 		if !l.track(conn) {
 			_ = conn.Close()
 			return
@@ -160,76 +90,20 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-// track registers an accepted connection; false after Close.
-func (l *tcpListener) track(c net.Conn) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.conns[c] = struct{}{}
-	l.wg.Add(1)
-	return true
-}
-
-func (l *tcpListener) untrack(c net.Conn) {
-	l.mu.Lock()
-	delete(l.conns, c)
-	l.mu.Unlock()
-	_ = c.Close()
-	l.wg.Done()
-}
-
-func (l *tcpListener) isClosed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
-
 // Close stops accepting, disconnects this listener's clients (MQTT 5
 // clients get DISCONNECT 0x8B), closes whatever is still open
 // (connections still in CONNECT) and waits for all their goroutines.
 // Calls after the first only wait.
 func (l *tcpListener) Close(listeners.CloseFn) {
-	l.mu.Lock()
-	first := !l.closed
-	l.closed = true
-	ln := l.ln
-	l.mu.Unlock()
-	if first {
+	if l.markClosed() {
 		close(l.done)
+		l.mu.Lock()
+		ln := l.ln
+		l.mu.Unlock()
 		if ln != nil {
 			_ = ln.Close()
 		}
-		// Not mochi's closeClients: in v2.7.9 it read-locks the client
-		// map twice (Clients.GetByListener calls Len), which deadlocks
-		// Close when a client disconnects at the same moment.
-		if l.disconnect != nil {
-			// A DISCONNECT to a client that stopped reading waits for
-			// the client's lock, held by mochi's write of an earlier
-			// packet stuck on the full socket (no deadline with
-			// keepalive 0): after disconnectGrace, closing the
-			// connections ends those writes.
-			forced := make(chan struct{})
-			timer := time.AfterFunc(disconnectGrace, func() {
-				defer close(forced)
-				l.closeConns()
-			})
-			l.disconnect(l.id)
-			if !timer.Stop() {
-				<-forced
-			}
-		}
-		l.closeConns()
+		l.endConns()
 	}
 	l.wg.Wait()
-}
-
-// closeConns closes every connection still open.
-func (l *tcpListener) closeConns() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for c := range l.conns {
-		_ = c.Close()
-	}
 }

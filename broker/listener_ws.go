@@ -2,9 +2,7 @@ package broker
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -22,32 +20,17 @@ import (
 // ":0", reads frames without a size limit, and leaves upgraded
 // connections open after Close.
 type wsListener struct {
-	id, address    string
-	log            *slog.Logger
-	tlsConfig      *tls.Config
-	admit          func(remote net.Addr) bool
-	disconnect     func(listenerID string)
-	connectTimeout time.Duration
+	listenerBase
 	// maxFrame bounds one WebSocket message; 0 means no bound.
 	maxFrame int64
-
-	mu     sync.Mutex
-	ln     net.Listener
-	http   *http.Server
-	conns  map[net.Conn]struct{} // upgraded connections
-	closed bool
-	wg     sync.WaitGroup // Serve and one per upgraded connection
+	http     *http.Server // guarded by mu
 }
 
 var _ listeners.Listener = (*wsListener)(nil)
 
 func newWSListener(id, address string) *wsListener {
-	return &wsListener{id: id, address: address, log: discardLogger, connectTimeout: defaultConnectTimeout,
-		conns: make(map[net.Conn]struct{})}
+	return &wsListener{listenerBase: newListenerBase(id, address)}
 }
-
-// ID returns the listener's ID.
-func (l *wsListener) ID() string { return l.id }
 
 // Protocol returns "ws", or "wss" over TLS.
 func (l *wsListener) Protocol() string {
@@ -55,43 +38,6 @@ func (l *wsListener) Protocol() string {
 		return "wss"
 	}
 	return "ws"
-}
-
-// Address returns the bound address once Init succeeded.
-func (l *wsListener) Address() string {
-	if a := l.Addr(); a != nil {
-		return a.String()
-	}
-	return l.address
-}
-
-// Addr returns the bound address, or nil before Init.
-func (l *wsListener) Addr() net.Addr {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln == nil {
-		return nil
-	}
-	return l.ln.Addr()
-}
-
-// Init binds the listening socket.
-func (l *wsListener) Init(log *slog.Logger) error {
-	if log != nil {
-		l.log = log
-	}
-	ln, err := net.Listen("tcp", l.address)
-	if err != nil {
-		return fmt.Errorf("listen on %q: %w", l.address, err)
-	}
-	var inner net.Listener = admitListener{ln, l.admit}
-	if l.tlsConfig != nil {
-		inner = tls.NewListener(inner, l.tlsConfig)
-	}
-	l.mu.Lock()
-	l.ln = inner
-	l.mu.Unlock()
-	return nil
 }
 
 // Serve serves HTTP upgrades until Close.
@@ -140,34 +86,13 @@ func (l *wsListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-func (l *wsListener) track(c net.Conn) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.conns[c] = struct{}{}
-	l.wg.Add(1)
-	return true
-}
-
-func (l *wsListener) untrack(c net.Conn) {
-	l.mu.Lock()
-	delete(l.conns, c)
-	l.mu.Unlock()
-	_ = c.Close()
-	l.wg.Done()
-}
-
 // Close stops accepting, disconnects this listener's clients, closes
 // what is still open and waits for the connections' goroutines.
 func (l *wsListener) Close(listeners.CloseFn) {
-	l.mu.Lock()
-	first := !l.closed
-	l.closed = true
-	srv, ln := l.http, l.ln
-	l.mu.Unlock()
-	if first {
+	if l.markClosed() {
+		l.mu.Lock()
+		srv, ln := l.http, l.ln
+		l.mu.Unlock()
 		if srv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), disconnectGrace)
 			_ = srv.Shutdown(ctx) // hijacked connections are ours to close
@@ -175,33 +100,9 @@ func (l *wsListener) Close(listeners.CloseFn) {
 		} else if ln != nil {
 			_ = ln.Close()
 		}
-		if l.disconnect != nil {
-			l.disconnect(l.id)
-		}
-		l.mu.Lock()
-		for c := range l.conns {
-			_ = c.Close()
-		}
-		l.mu.Unlock()
+		l.endConns()
 	}
 	l.wg.Wait()
-}
-
-// admitListener closes the connections admit refuses as they are
-// accepted.
-type admitListener struct {
-	net.Listener
-	admit func(net.Addr) bool
-}
-
-func (a admitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := a.Listener.Accept()
-		if err != nil || a.admit == nil || a.admit(c.RemoteAddr()) {
-			return c, err
-		}
-		_ = c.Close()
-	}
 }
 
 // wsConn is an upgraded WebSocket connection as a byte stream: reads
