@@ -346,3 +346,36 @@ func shardOf(tab *Table, device string) *shard {
 	s, _ := tab.shard(device)
 	return s
 }
+
+// A device whose quota alternates between two window lengths (an
+// override set and lifted, or gateways that disagree) keeps being
+// served: each re-cut moves a count to the bucket holding its old
+// bucket's end, not to the newest bucket, where counts moved at every
+// change never expired and the device got 5 messages in 20 s. No second
+// ever holds more than 5.
+func TestRecutAlternatingWindowsKeepsServing(t *testing.T) {
+	tab := newTable(t, 4)
+	quotas := []Quota{{Limit: 5, Window: time.Second}, {Limit: 5, Window: 2 * time.Second}}
+	var admitted []Tick
+	for i := range 200 { // 10 a second for 20 s
+		now := t0.Add(time.Duration(i) * 100 * ms)
+		if tab.AllowAt("dev", quotas[i%2], now).Allowed {
+			admitted = append(admitted, now)
+		}
+	}
+	if len(admitted) < 45 {
+		t.Fatalf("%d admitted in 20 s, want at least 45 (5 per 2 s)", len(admitted))
+	}
+	for i := range admitted {
+		n := 0
+		for _, a := range admitted[i:] {
+			if a.Sub(admitted[i]) < time.Second {
+				n++
+			}
+		}
+		if n > 5 {
+			t.Fatalf("%d admitted within 1 s from %v", n, admitted[i])
+		}
+	}
+	t.Logf("%d admitted in 20 s", len(admitted))
+}

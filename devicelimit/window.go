@@ -41,16 +41,49 @@ func (r rec) advance(nb int64, slots int) {
 	r.setHead(nb)
 }
 
-// recut re-cuts a window for a new length: the counts stay, all moved to
-// the newest bucket, so they expire no earlier than they would have.
+// recut re-cuts a window for a new length: each bucket's count moves to
+// the new bucket that holds the old bucket's last tick, so a message is
+// counted no earlier than it was sent, expires no earlier under the new
+// length than it should, and at most one new bucket later. Counts whose
+// new bucket is already out of the new window are dropped: no interval
+// of the new length reaching now holds them. The window count stays the
+// same (buckets is the table's).
+//
+// Moving every count to the newest bucket, as an earlier version did, is
+// safe too, but a device whose quota alternates between two window
+// lengths (an override set and lifted, or gateways that disagree) would
+// see its counts pushed forward at every change and never expire.
 func (r rec) recut(window time.Duration, now Tick, buckets int) {
-	total := r.total()
+	slots := buckets + 1
+	oldLen, head := r.length(), r.head()
+	var counts [MaxBuckets + 1]uint32 // by position, oldest first
+	for pos := range slots {
+		if k := head - int64(buckets) + int64(pos); k >= 0 {
+			counts[pos] = uint32(r.count(int(k % int64(slots))))
+		}
+	}
+	// The new bucket of old bucket k only grows with k: the head's is the
+	// newest.
+	newBucket := func(k int64) int64 { return bucketOf(bucketStart(k+1, buckets, oldLen)-1, buckets, window) }
+	nb := max(bucketOf(now, buckets, window), newBucket(head))
 	clear(r.b[recHeader:])
-	nb := max(bucketOf(now, buckets, window), bucketOf(bucketStart(r.head()+1, buckets, r.length())-1, buckets, window))
+	total := 0
+	for pos := range slots {
+		c := int(counts[pos])
+		if c == 0 {
+			continue
+		}
+		j := newBucket(head - int64(buckets) + int64(pos))
+		if j < nb-int64(buckets) {
+			continue
+		}
+		slot := int(j % int64(slots))
+		r.setCount(slot, r.count(slot)+c)
+		total += c
+	}
 	r.setHead(nb)
 	r.setLength(window)
 	r.setTotal(total)
-	r.setCount(int(nb%int64(buckets+1)), total)
 }
 
 // decide advances the window to now and, when count is set and the window
