@@ -130,7 +130,7 @@ local function decide(key, limit, T, B, count, now)
       -- The old newest bucket may reach past now's: the ring then ends
       -- there, and counts between now's window and the ring's go to its
       -- oldest bucket; counts wholly before now's window go. (Moving all
-      -- of them into the newest bucket, as devicelimit's re-cut does,
+      -- of them into the newest bucket, as devicelimit's re-cut once did,
       -- kept them from ever expiring while gateways that disagree on
       -- the length took turns.)
       body = string.sub(rec, HDRLEN + 1)

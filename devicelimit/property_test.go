@@ -155,3 +155,50 @@ func TestPropertyEvenSenderNeverRefused(t *testing.T) {
 		tab.Reset(dev)
 	}
 }
+
+// A quota change mid-sequence (limit and window length both random):
+// every admission made under the new quota Q2 at t saw every admission
+// in (t-m, t], m the shorter of the two windows, so no such interval
+// holds more than N2; and RetryAfter of a refusal under Q2 is exact.
+func TestPropertyQuotaChangeKeepsCounts(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	tab := newTable(t, 20)
+	for seq := range 3000 {
+		var q [2]Quota
+		for i := range q {
+			q[i], _ = randomQuota(r)
+			q[i].Window = max(q[i].Window, 20*MinBucketWidth)
+		}
+		dev := fmt.Sprint("dev-", seq)
+		seq1 := arrivals(r, q[0], 20)
+		seq2 := arrivals(r, q[1], 20)
+		// The second part starts where the first ended.
+		shift := seq1[len(seq1)-1].Sub(seq2[0]) + time.Duration(r.Int64N(int64(q[0].Window)))
+		var admitted []Tick
+		var second []int // indices in admitted made under q[1]
+		for part, ticks := range [][]Tick{seq1, seq2} {
+			for _, at := range ticks {
+				if part == 1 {
+					at = at.Add(shift)
+				}
+				d := tab.AllowAt(dev, q[part], at)
+				if d.Allowed {
+					if part == 1 {
+						second = append(second, len(admitted))
+					}
+					admitted = append(admitted, at)
+				} else if part == 1 && seq%8 == 0 {
+					checkRetryAfter(t, tab, dev, q[1], at, d.RetryAfter)
+				}
+			}
+		}
+		m := min(q[0].Window, q[1].Window)
+		for _, i := range second {
+			if j := i - q[1].Limit; j >= 0 && admitted[i].Sub(admitted[j]) < m {
+				t.Fatalf("seq %d, quota %v then %v: %d admissions within %v < %v, the last under the new quota",
+					seq, q[0], q[1], q[1].Limit+1, admitted[i].Sub(admitted[j]), m)
+			}
+		}
+		tab.Reset(dev)
+	}
+}

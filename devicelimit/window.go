@@ -44,9 +44,9 @@ func (r rec) advance(nb int64, slots int) {
 // recut re-cuts a window for a new length: each bucket's count moves to
 // the new bucket that holds the old bucket's last tick, so a message is
 // counted no earlier than it was sent, expires no earlier under the new
-// length than it should, and at most one new bucket later. Counts whose
-// new bucket is already out of the new window are dropped: no interval
-// of the new length reaching now holds them. The window count stays the
+// length than it should, and at most one new bucket later (or, when the
+// old head bucket ends after now, in the ring's oldest bucket). Counts
+// whose new bucket is out of every new window reaching now are dropped. The window count stays the
 // same (buckets is the table's).
 //
 // Moving every count to the newest bucket, as an earlier version did, is
@@ -65,7 +65,8 @@ func (r rec) recut(window time.Duration, now Tick, buckets int) {
 	// The new bucket of old bucket k only grows with k: the head's is the
 	// newest.
 	newBucket := func(k int64) int64 { return bucketOf(bucketStart(k+1, buckets, oldLen)-1, buckets, window) }
-	nb := max(bucketOf(now, buckets, window), newBucket(head))
+	cur := bucketOf(now, buckets, window)
+	nb := max(cur, newBucket(head))
 	clear(r.b[recHeader:])
 	total := 0
 	for pos := range slots {
@@ -74,9 +75,13 @@ func (r rec) recut(window time.Duration, now Tick, buckets int) {
 			continue
 		}
 		j := newBucket(head - int64(buckets) + int64(pos))
-		if j < nb-int64(buckets) {
-			continue
+		if j < cur-int64(buckets) {
+			continue // out of every new window reaching now
 		}
+		// The ring ends at nb, which may be ahead of now (the old head
+		// bucket ends later): a count older than the ring's oldest
+		// bucket but still within a window of now goes there, later.
+		j = max(j, nb-int64(buckets))
 		slot := int(j % int64(slots))
 		r.setCount(slot, r.count(slot)+c)
 		total += c
