@@ -75,9 +75,9 @@ func refused5(ca *paho.Connack, err error) error {
 
 // refused4 does the same for MQTT 3.1.1 return codes 2, 4 and 5.
 func refused4(err error) error {
-	for _, e := range []error{packets.ErrorRefusedIDRejected, packets.ErrorRefusedBadUsernameOrPassword, packets.ErrorRefusedNotAuthorised} {
-		if errors.Is(err, e) {
-			return fmt.Errorf("%w: %v", ErrConnectRefused, err)
+	for _, code := range []byte{packets.ErrRefusedIDRejected, packets.ErrRefusedBadUsernameOrPassword, packets.ErrRefusedNotAuthorised} {
+		if errors.Is(err, packets.ConnErrors[code]) {
+			return fmt.Errorf("%w: CONNACK return code %d %v", ErrConnectRefused, code, packets.ConnErrors[code])
 		}
 	}
 	return fmt.Errorf("connect: %w", err)

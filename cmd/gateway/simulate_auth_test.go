@@ -20,7 +20,7 @@ import (
 // the client IDs dev-*, consumer account backend) and a TLS listener:
 // over TCP with MQTT 5 and over TLS with MQTT 3.1.1 the runs pass with
 // numbers that add up; with a wrong password every device is refused at
-// CONNECT and the run fails saying so; with the device account the
+// CONNECT (MQTT 5 and 3.1.1) and the run fails saying so; with the device account the
 // subscriber is refused its subscription and told to use a consumer.
 func TestSimulateCredentialsProcess(t *testing.T) {
 	dir := t.TempDir()
@@ -62,6 +62,8 @@ func TestSimulateCredentialsProcess(t *testing.T) {
 		// The last --password-file wins.
 		"wrong": {"--addr", addr, "--id-pattern", "dev-bad-%d", "--password-file", wrongPW, "--sub-username", "backend",
 			"--sub-password-file", backendPW, "--sub-client-id", "sim-sub-bad", "--json", filepath.Join(dir, "wrong.json")},
+		"wrong4": {"--addr", addr, "--protocol", "4", "--id-pattern", "dev-bad4-%d", "--password-file", wrongPW, "--sub-username", "backend",
+			"--sub-password-file", backendPW, "--sub-client-id", "sim-sub-bad4"},
 		"device-sub": {"--addr", addr, "--id-pattern", "dev-ds-%d", "--sub-client-id", "dev-sub"},
 	}
 	out := make(map[string]*outcome)
@@ -104,6 +106,11 @@ func TestSimulateCredentialsProcess(t *testing.T) {
 	}
 	if rep := readReport(t, filepath.Join(dir, "wrong.json")); rep.ConnectFailures != 3 || rep.RefusedAtConnect != 3 || rep.Result.Totals.Sent != 0 || rep.Verdict.OK {
 		t.Errorf("wrong password: connect failures %d, refused %d, totals %+v, verdict %+v", rep.ConnectFailures, rep.RefusedAtConnect, rep.Result.Totals, rep.Verdict)
+	}
+
+	if o := out["wrong4"]; o.code != 1 || !strings.Contains(o.stderr, "CONNACK return code 4 bad user name or password") ||
+		!strings.Contains(o.stderr, "the gateway refused 3 of 3 devices at CONNECT") {
+		t.Errorf("wrong password, MQTT 3.1.1: exit %d\nstdout:\n%s\nstderr:\n%s", o.code, o.stdout, o.stderr)
 	}
 
 	o = out["device-sub"]
