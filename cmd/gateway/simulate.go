@@ -106,9 +106,9 @@ sigterm|kill), --clock-step. Prints a summary (and a progress line on a
 terminal); --json and --report write the details. A gateway with
 authentication on: --username and --password-file (or
 $GATEWAY_SIM_PASSWORD) for the devices, --sub-username and
---sub-password-file for the subscriber, --tls-ca for TLS. Exits 0 when no device
-exceeded its quota and nothing was lost, leaked or made up, 1 otherwise,
-naming the worst devices. SIGINT or SIGTERM ends publishing early and
+--sub-password-file for the subscriber, --tls-ca for TLS. Exits 0 when
+no device exceeded its quota, nothing was lost, leaked or made up and
+no device was refused at CONNECT, 1 otherwise, naming the worst devices. SIGINT or SIGTERM ends publishing early and
 reports what was seen.
 
 Flags:
