@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	paho "github.com/eclipse/paho.golang/paho"
@@ -35,18 +34,17 @@ type client5 struct {
 	alive context.Context
 }
 
-func dial5(ctx context.Context, addr, id string, qos byte) (*client5, error) {
-	d := net.Dialer{Timeout: 10 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+func dial5(ctx context.Context, addr, id string, qos byte, auth Auth) (*client5, error) {
+	conn, err := auth.dialConn(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	c := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn, PacketTimeout: ackTimeout})
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := c.Connect(cctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+	if ca, err := c.Connect(cctx, connect5(id, auth.Username, auth.Password)); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, refused5(ca, err)
 	}
 	alive, gone := context.WithCancel(context.Background())
 	go func() {
@@ -88,15 +86,25 @@ type client4 struct {
 	qos byte
 }
 
-func dial4(ctx context.Context, addr, id string, qos byte) (*client4, error) {
+func dial4(ctx context.Context, addr, id string, qos byte, auth Auth) (*client4, error) {
+	scheme := "tcp://"
+	if auth.TLS != nil {
+		scheme = "ssl://"
+	}
 	opts := mqtt.NewClientOptions().
-		AddBroker("tcp://" + addr).
+		AddBroker(scheme + addr).
 		SetClientID(id).
 		SetProtocolVersion(4).
 		SetCleanSession(true).
 		SetAutoReconnect(false).
 		SetConnectRetry(false).
 		SetConnectTimeout(10 * time.Second)
+	if auth.TLS != nil {
+		opts.SetTLSConfig(auth.TLS)
+	}
+	if auth.Username != "" {
+		opts.SetUsername(auth.Username).SetPassword(auth.Password)
+	}
 	c := mqtt.NewClient(opts)
 	tok := c.Connect()
 	select {
@@ -106,7 +114,7 @@ func dial4(ctx context.Context, addr, id string, qos byte) (*client4, error) {
 		return nil, ctx.Err()
 	}
 	if err := tok.Error(); err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, refused4(err)
 	}
 	return &client4{c: c, qos: qos}, nil
 }

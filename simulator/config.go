@@ -76,6 +76,10 @@ type Config struct {
 	// the same gaps.
 	Seed uint64 `json:"seed"`
 
+	// Auth holds the credentials and TLS settings of the devices and
+	// the subscriber (see auth.go); the zero value connects without.
+	Auth Auth `json:"auth"`
+
 	// Faults: see faults.go.
 	Faults
 	// Progress, when not nil, is called about every ProgressEvery
@@ -150,6 +154,13 @@ func (c Config) withDefaults() (Config, error) {
 		if math.Abs(total-100) > 1e-6 {
 			return bad("mix", FormatMix(c.Mix), "shares must add up to 100%")
 		}
+	}
+	c.Auth.TLSOn = c.Auth.TLS != nil
+	switch {
+	case c.Auth.Password != "" && c.Auth.Username == "":
+		return bad("auth.password", "(hidden)", "needs a username")
+	case c.Auth.SubPassword != "" && c.Auth.SubUsername == "":
+		return bad("auth.sub_password", "(hidden)", "needs a sub_username")
 	}
 	if err := c.Faults.validate(c.Duration); err != nil {
 		return c, err

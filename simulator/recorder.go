@@ -19,6 +19,11 @@ type Report struct {
 	// did (policy disconnect, or a fault).
 	ConnectFailures int `json:"connect_failures"`
 	Disconnects     int `json:"disconnects"`
+	// RefusedAtConnect counts the connect failures that were the
+	// gateway refusing the device for who it is (bad username or
+	// password, client ID not allowed, not authorized; see Auth): they
+	// fail the run.
+	RefusedAtConnect int `json:"refused_at_connect"`
 	// SubscriberLost is true when the subscriber's connection ended
 	// before the run did: arrivals after that were not seen, so lost
 	// counts are not to be trusted.
@@ -47,6 +52,7 @@ type recorder struct {
 	mu          sync.Mutex
 	logs        map[string]*DeviceLog
 	connFails   int
+	connRefused int // connect failures that were ErrConnectRefused
 	disconnects int
 	errs        []string
 	// seen tracks, per device and seq, a success ack not yet matched by
@@ -162,6 +168,14 @@ func (r *recorder) fail(err error, connect bool) {
 		r.disconnects++
 	}
 	r.note(err)
+}
+
+// refusedAtConnect counts a device the gateway refused at CONNECT
+// for its credentials or client ID.
+func (r *recorder) refusedAtConnect() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.connRefused++
 }
 
 // connection counts a device connection made (+1) or ended (-1);

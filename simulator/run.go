@@ -2,9 +2,9 @@ package simulator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -79,12 +79,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		logs = append(logs, *l)
 	}
 	rep.ConnectFailures, rep.Disconnects, rep.Errors = rec.connFails, rec.disconnects, rec.errs
+	rep.RefusedAtConnect = rec.connRefused
 	rec.mu.Unlock()
 	allowances(logs, rep.Restarts, cfg.CrashLoss+cfg.Tolerance)
 	rep.Result = Check(logs, CheckOptions{Tolerance: cfg.Tolerance, Immediate: cfg.Immediate})
 	rep.Verdict = Decide(rep.Result, 10)
 	if rep.SubscriberLost {
 		rep.Verdict.OK = false // the arrival log is incomplete
+	}
+	if rep.RefusedAtConnect > 0 {
+		rep.Verdict.OK = false // the fleet is not what was asked for
 	}
 	return rep, nil
 }
@@ -142,12 +146,18 @@ func (s *subscriber) close() {
 }
 
 func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, error) {
-	d := net.Dialer{Timeout: 10 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", cfg.Addr)
+	conn, err := cfg.Auth.dialConn(ctx, cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("subscriber: dial %s: %w", cfg.Addr, err)
 	}
-	id := fmt.Sprintf("simulator-sub-%08x", rand.Uint32())
+	user, password := cfg.Auth.subCredentials()
+	id := cfg.Auth.SubClientID
+	if id == "" && user != "" {
+		id = user
+	}
+	if id == "" {
+		id = fmt.Sprintf("simulator-sub-%08x", rand.Uint32())
+	}
 	lost := func(err error) {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
@@ -178,13 +188,16 @@ func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, err
 	s := &subscriber{c: c}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := c.Connect(cctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+	if ca, err := c.Connect(cctx, connect5(id, user, password)); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("subscriber: connect to %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("subscriber %s (user %q): connect to %s: %w", id, user, cfg.Addr, refused5(ca, err))
 	}
 	filter := strings.Replace(cfg.Topic, "%s", "+", 1)
-	if _, err := c.Subscribe(cctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: max(1, cfg.QoS)}}}); err != nil {
+	if sa, err := c.Subscribe(cctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: max(1, cfg.QoS)}}}); err != nil {
 		s.close()
+		if sa != nil && len(sa.Reasons) == 1 && sa.Reasons[0] == 0x87 {
+			return nil, fmt.Errorf("subscriber (user %q): subscribe %q: SUBACK 0x87 not authorized: the topic ACL refuses it; with authentication on the subscriber needs a consumer account (gateway passwd --role consumer)", user, filter)
+		}
 		return nil, fmt.Errorf("subscriber: subscribe %q: %w", filter, err)
 	}
 	return s, nil
@@ -230,10 +243,16 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 			break
 		}
 		// Thousands of connects at once can meet refusals and
-		// timeouts on a busy machine: try again a few times.
-		if ctx.Err() != nil || attempt == connectAttempts-1 || !sleepUntil(ctx, time.Now().Add(backoff(attempt))) {
+		// timeouts on a busy machine: try again a few times; but a
+		// gateway that refuses the device's credentials or client ID
+		// will refuse it again.
+		refused := errors.Is(err, ErrConnectRefused)
+		if refused || ctx.Err() != nil || attempt == connectAttempts-1 || !sleepUntil(ctx, time.Now().Add(backoff(attempt))) {
 			if ctx.Err() == nil {
 				rec.fail(fmt.Errorf("device %s: %w", id, err), true)
+			}
+			if refused {
+				rec.refusedAtConnect()
 			}
 			return
 		}
@@ -331,13 +350,13 @@ func backoff(attempt int) time.Duration {
 func (f *fleet) dial(ctx context.Context, id string) (publisher, error) {
 	// A failed dial returns a nil interface, not a nil *client.
 	if f.cfg.Protocol == 4 {
-		c, err := dial4(ctx, f.cfg.Addr, id, f.cfg.QoS)
+		c, err := dial4(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
-	c, err := dial5(ctx, f.cfg.Addr, id, f.cfg.QoS)
+	c, err := dial5(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth)
 	if err != nil {
 		return nil, err
 	}

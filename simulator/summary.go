@@ -46,6 +46,9 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\n%s: %d devices over quota (excess at the subscriber %d in all, at most %d), %d lost, %d leaked, %d phantom; %d connect failures, %d disconnects; tolerance %s\n",
 		verdict, t.Violations, t.ExcessTotal, t.MaxExcess, t.Lost, t.Leaked, t.Phantom, r.ConnectFailures, r.Disconnects, r.Result.Tolerance)
+	if r.RefusedAtConnect > 0 {
+		fmt.Fprintf(w, "%d devices were refused at CONNECT for their credentials or client ID (see the errors); nothing was sent for them\n", r.RefusedAtConnect)
+	}
 	if r.SubscriberLost {
 		fmt.Fprintf(w, "the subscriber lost its connection: arrivals after that were not seen\n")
 	}

@@ -42,6 +42,7 @@ type simulateFlags struct {
 	stormAt     durationValue
 	restartAt   durationValue
 	target      targetFlags
+	auth        simAuthFlags
 }
 
 func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
@@ -88,6 +89,7 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	fs.Var(&f.target.clockStep, "clock-step", "with --embedded and --restart-at: the restarted gateway's wall clock is moved by `duration` (negative: backwards)")
 	fs.StringVar(&f.target.adminAddr, "admin-addr", "", "with --addr and --mix: the gateway's admin API `address`, to set the mix's overrides")
 	fs.StringVar(&f.target.adminToken, "admin-token", "", "with --admin-addr: the admin API bearer `token` (default $GATEWAY_ADMIN_TOKEN)")
+	f.auth.register(fs)
 	return fs
 }
 
@@ -101,9 +103,12 @@ subscriber on the devices' topics sees what the gateway let through,
 and the checker judges every device against its quota (--limit/--window,
 or its class of --mix). Faults: --storm-at, --restart-at (--restart
 sigterm|kill), --clock-step. Prints a summary (and a progress line on a
-terminal); --json and --report write the details. Exits 0 when no device
-exceeded its quota and nothing was lost, leaked or made up, 1 otherwise,
-naming the worst devices. SIGINT or SIGTERM ends publishing early and
+terminal); --json and --report write the details. A gateway with
+authentication on: --username and --password-file (or
+$GATEWAY_SIM_PASSWORD) for the devices, --sub-username and
+--sub-password-file for the subscriber, --tls-ca for TLS. Exits 0 when
+no device exceeded its quota, nothing was lost, leaked or made up and
+no device was refused at CONNECT, 1 otherwise, naming the worst devices. SIGINT or SIGTERM ends publishing early and
 reports what was seen.
 
 Flags:
@@ -191,6 +196,9 @@ func simulateConfig(args []string, stdout io.Writer) (simulator.Config, *simulat
 	if err := f.checkTarget(set); err != nil {
 		return simulator.Config{}, nil, nil, err
 	}
+	if err := f.auth.apply(&cfg, set, f.target.embedded || f.target.spawn); err != nil {
+		return simulator.Config{}, nil, nil, err
+	}
 	cfg.StormAt, cfg.RestartAt = f.stormAt.v, f.restartAt.v
 	return cfg, f, set, nil
 }
@@ -208,7 +216,7 @@ var simFieldFlags = map[string]string{
 // names the flag.
 func blameSimFlags(err error) error {
 	if !errors.Is(err, simulator.ErrInvalidConfig) && !errors.Is(err, simulator.ErrNotLoopback) {
-		return err
+		return fmt.Errorf("simulate: %w", err)
 	}
 	msg := err.Error()
 	for _, prefix := range []string{simulator.ErrInvalidConfig.Error() + ": ", simulator.ErrNotLoopback.Error() + ": "} {

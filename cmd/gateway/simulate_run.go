@@ -123,6 +123,11 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if cfg.Progress != nil {
 		fmt.Fprint(stdout, "\r\033[K")
 	}
+	if errors.Is(err, simulator.ErrConnectRefused) {
+		// Only the subscriber's refusal ends the run; devices' are in
+		// the report.
+		return fmt.Errorf("simulate: %w; the subscriber needs a consumer account (--sub-username, --sub-password-file) and a client ID it allows (--sub-client-id, default its username)", err)
+	}
 	if err != nil {
 		return blameSimFlags(err)
 	}
@@ -155,6 +160,10 @@ func simulateOutput(ctx context.Context, rep *simulator.Report, f *simulateFlags
 	}
 	if rep.Verdict.OK {
 		return nil
+	}
+	if rep.RefusedAtConnect > 0 {
+		return fmt.Errorf("simulate: FAIL: the gateway refused %d of %d devices at CONNECT (see above); check --username, --password-file or $%s, and the account's client IDs (--id-pattern)",
+			rep.RefusedAtConnect, rep.Config.Devices, simPasswordEnv)
 	}
 	if len(rep.Verdict.Worst) > 0 {
 		return fmt.Errorf("simulate: FAIL: worst devices: %s", strings.Join(rep.Verdict.Worst, ", "))
