@@ -78,13 +78,9 @@ func ServerTLS(certFile, keyFile, clientCAFile string, requireClientCert bool) (
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	if clientCAFile != "" {
-		pem, err := os.ReadFile(clientCAFile)
+		pool, err := LoadCAPool(clientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client CA %s: no PEM certificate in it", clientCAFile)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.VerifyClientCertIfGiven
@@ -93,4 +89,18 @@ func ServerTLS(certFile, keyFile, clientCAFile string, requireClientCert bool) (
 		}
 	}
 	return cfg, nil
+}
+
+// LoadCAPool reads a PEM file of CA certificates into a pool; a file
+// without a PEM certificate is an error naming it.
+func LoadCAPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", file)
+	}
+	return pool, nil
 }

@@ -2,12 +2,11 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"flag"
-	"fmt"
 	"os"
 	"strings"
 
+	"devicegate/auth"
 	"devicegate/simulator"
 )
 
@@ -65,7 +64,7 @@ func (a *simAuthFlags) apply(cfg *simulator.Config, set map[string]bool, own boo
 	cfg.Auth = simulator.Auth{Username: a.username, Password: password, SubUsername: a.subUsername,
 		SubPassword: subPassword, SubClientID: a.subClientID}
 	if a.tlsCA != "" {
-		pool, err := loadCAPool(a.tlsCA)
+		pool, err := auth.LoadCAPool(a.tlsCA)
 		if err != nil {
 			return usagef("simulate: --tls-ca: %v", err)
 		}
@@ -112,17 +111,4 @@ func checkPassword(from, pw string) error {
 		return usagef("simulate: %s: the password is longer than the %d bytes an MQTT CONNECT can carry", from, maxMQTTPassword)
 	}
 	return nil
-}
-
-// loadCAPool reads PEM certificates from file into a pool.
-func loadCAPool(file string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", file)
-	}
-	return pool, nil
 }
