@@ -5,7 +5,7 @@
 //
 //	gateway [serve] [flags]   run the gateway (the default command)
 //	gateway quota ...         read and change device quotas through the admin API
-//	gateway simulate [flags]  drive a simulated fleet at a running gateway and judge it
+//	gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
 //	gateway passwd ...        add or replace an account in a credentials file
 //	gateway version           print the version
 //	gateway help [command]    show help
@@ -108,7 +108,7 @@ message quota.
 Usage:
   gateway [serve] [flags]   run the gateway (the default command)
   gateway quota SUBCOMMAND  read and change device quotas through the admin API
-  gateway simulate [flags]  drive a simulated fleet at a running gateway and judge it
+  gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
   gateway passwd ...        add or replace an account in a credentials file
   gateway version           print the version
   gateway help [command]    show this help, or a command's flags
