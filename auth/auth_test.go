@@ -234,3 +234,33 @@ func TestLoadFileRefusesWritableByOthers(t *testing.T) {
 		t.Fatalf("LoadFile of a 0644 file = %v, %v; want 1 account", c, err)
 	}
 }
+
+// Password checks beyond maxVerifyQueue running or waiting are not
+// queued: Check answers LoginBusy at once, without checking, and checks
+// again once the queue has room. A password already verified needs no
+// check and is not refused.
+func TestCheckBusyWhenQueueFull(t *testing.T) {
+	c, err := New([]Entry{{Username: "dev-1", Hash: bcryptSecret}, {Username: "dev-2", Hash: bcryptSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, got := c.Check("dev-2", []byte("secret"), "dev-2"); got != LoginOK {
+		t.Fatalf("dev-2 first login: %v", got)
+	}
+	verifyQueue.Add(maxVerifyQueue) // the queue is full
+	for _, pass := range []string{"secret", "wrong"} {
+		if _, got := c.Check("dev-1", []byte(pass), "dev-1"); got != LoginBusy {
+			t.Errorf("with the queue full, Check(dev-1, %q) = %v; want LoginBusy", pass, got)
+		}
+	}
+	if _, got := c.Check("dev-2", []byte("secret"), "dev-2"); got != LoginOK {
+		t.Errorf("with the queue full, a password verified before = %v; want LoginOK", got)
+	}
+	verifyQueue.Add(-maxVerifyQueue)
+	if _, got := c.Check("dev-1", []byte("secret"), "dev-1"); got != LoginOK {
+		t.Errorf("with room again, Check = %v; want LoginOK", got)
+	}
+	if n := verifyQueue.Load(); n != 0 {
+		t.Errorf("queue holds %d after the checks, want 0", n)
+	}
+}

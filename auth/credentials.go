@@ -328,6 +328,9 @@ const (
 	// LoginClientIDNotAllowed: the password is right but the account
 	// may not use this client ID.
 	LoginClientIDNotAllowed
+	// LoginBusy: too many password checks are running or waiting; the
+	// password was not checked. Tell the client to retry later.
+	LoginBusy
 )
 
 // Check verifies username and password and whether the account may
@@ -345,7 +348,11 @@ func (c *Credentials) Check(username string, password []byte, clientID string) (
 	var digest [sha256.Size]byte
 	mac.Sum(digest[:0])
 	if v := u.verified.Load(); v == nil || !hmac.Equal(v[:], digest[:]) {
-		if !u.hash.verify(password) {
+		ok, err := u.hash.verify(password)
+		if err != nil {
+			return 0, LoginBusy
+		}
+		if !ok {
 			return 0, LoginBadPassword
 		}
 		u.verified.Store(&digest)

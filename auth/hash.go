@@ -4,10 +4,12 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/crypto/argon2"
 	"golang.org/x/crypto/bcrypt"
@@ -158,14 +160,32 @@ func parseArgon(s string) (hash, error) {
 // sooner anyway; the others wait their turn.
 var verifySlots = make(chan struct{}, runtime.GOMAXPROCS(0))
 
+// verifyQueue counts the checks running or waiting for a slot; beyond
+// maxVerifyQueue a check is not queued but answered busy, so a flood of
+// CONNECTs with passwords cannot hold an unbounded number of connections
+// waiting at CONNECT.
+var verifyQueue atomic.Int64
+
+// maxVerifyQueue is how many password checks may run or wait at once.
+var maxVerifyQueue = int64(32 * runtime.GOMAXPROCS(0))
+
+// errVerifyBusy is verify's answer when maxVerifyQueue checks are
+// already running or waiting.
+var errVerifyBusy = errors.New("too many password checks in progress")
+
 // verify reports whether password matches h, in time independent of
-// where they differ.
-func (h hash) verify(password []byte) bool {
+// where they differ, or errVerifyBusy.
+func (h hash) verify(password []byte) (bool, error) {
+	if verifyQueue.Add(1) > maxVerifyQueue {
+		verifyQueue.Add(-1)
+		return false, errVerifyBusy
+	}
+	defer verifyQueue.Add(-1)
 	verifySlots <- struct{}{}
 	defer func() { <-verifySlots }()
 	if h.bcrypt != nil {
-		return bcrypt.CompareHashAndPassword(h.bcrypt, password) == nil
+		return bcrypt.CompareHashAndPassword(h.bcrypt, password) == nil, nil
 	}
 	key := argon2.IDKey(password, h.salt, h.time, h.memory, h.threads, uint32(len(h.key)))
-	return subtle.ConstantTimeCompare(key, h.key) == 1
+	return subtle.ConstantTimeCompare(key, h.key) == 1, nil
 }

@@ -123,8 +123,9 @@ type AuthStats struct {
 	// (unknown user or wrong password), "client_id" (not allowed or not
 	// valid), "certificate", "devices" (MaxDevices reached), "rate"
 	// (connections closed by the per-address rate limit), "will" (a
-	// will on a topic the client may not publish to) and "sessions"
-	// (MaxConnections sessions held, connected or not).
+	// will on a topic the client may not publish to), "sessions"
+	// (MaxConnections sessions held, connected or not) and "busy" (too
+	// many password checks running or waiting).
 	ConnectsRefused map[string]uint64
 }
 
@@ -137,10 +138,11 @@ const (
 	refusedRate
 	refusedWill
 	refusedSessions
+	refusedBusy
 	refusedReasons
 )
 
-var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions"}
+var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions", "busy"}
 
 // authHook is the mochi hook that authenticates clients at CONNECT,
 // applies the connection limits and enforces the topic ACL. It is added
@@ -348,6 +350,9 @@ func (h *authHook) authenticate(cl *mqtt.Client, pk packets.Packet) (*session, *
 	case auth.LoginClientIDNotAllowed:
 		return nil, refuse(refusedClientID, packets.ErrClientIdentifierNotValid,
 			"client identifier not allowed for this username", packets.Err3ClientIdentifierNotValid)
+	case auth.LoginBusy:
+		return nil, refuse(refusedBusy, packets.ErrServerBusy,
+			"too many password checks in progress; retry later", packets.ErrServerUnavailable)
 	}
 	return nil, refuse(refusedCredentials, packets.ErrBadUsernameOrPassword, "bad username or password", packets.ErrMalformedUsernameOrPassword) // 3.1.1: 0x04 bad user name or password
 }
