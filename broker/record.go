@@ -115,13 +115,7 @@ func sizeDeferred(m *deferredMsg) int {
 
 func bytesLen[T string | []byte](b T) int { return uvarintLen(uint64(len(b))) + len(b) }
 
-func uvarintLen(v uint64) int {
-	n := 1
-	for ; v >= 0x80; v >>= 7 {
-		n++
-	}
-	return n
-}
+var uvarintLen = devicelimit.UvarintLen
 
 func varintLen(v int64) int { return uvarintLen(uint64(v<<1) ^ uint64(v>>63)) }
 
@@ -219,9 +213,8 @@ func (d *recDecoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(d.b[d.off:])
-	// n > 1 with a last byte of 0 is a longer encoding than needed.
-	if n <= 0 || (n > 1 && d.b[d.off+n-1] == 0) {
+	v, n := devicelimit.Uvarint(d.b[d.off:])
+	if n <= 0 {
 		d.fail("integer")
 		return 0
 	}
@@ -230,16 +223,8 @@ func (d *recDecoder) uvarint() uint64 {
 }
 
 func (d *recDecoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b[d.off:])
-	if n <= 0 || (n > 1 && d.b[d.off+n-1] == 0) {
-		d.fail("integer")
-		return 0
-	}
-	d.off += n
-	return v
+	u := d.uvarint()
+	return int64(u>>1) ^ -int64(u&1) // zig-zag, as binary.Varint
 }
 
 // bytes reads a length-prefixed byte string; empty is nil.

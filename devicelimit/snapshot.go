@@ -3,7 +3,6 @@ package devicelimit
 import (
 	"encoding/binary"
 	"fmt"
-	"math/bits"
 	"time"
 )
 
@@ -106,8 +105,8 @@ func decodeWindow(b []byte, buf []uint32) (Window, error) {
 	b = b[1:]
 	var fields [3]uint64 // length, head, number of counts
 	for i, what := range [...]string{"length", "head", "count"} {
-		v, n := binary.Uvarint(b)
-		if n <= 0 || n != uvarintLen(v) {
+		v, n := Uvarint(b)
+		if n <= 0 {
 			return Window{}, fmt.Errorf("%w: truncated or malformed %s", ErrBadSnapshot, what)
 		}
 		fields[i], b = v, b[n:]
@@ -121,8 +120,8 @@ func decodeWindow(b []byte, buf []uint32) (Window, error) {
 	}
 	w := Window{Length: time.Duration(length), Head: int64(head), Counts: buf[:n]}
 	for i := range w.Counts {
-		c, k := binary.Uvarint(b)
-		if k <= 0 || k != uvarintLen(c) {
+		c, k := Uvarint(b)
+		if k <= 0 {
 			return Window{}, fmt.Errorf("%w: truncated or malformed bucket count", ErrBadSnapshot)
 		}
 		if c > MaxLimit {
@@ -222,7 +221,3 @@ func (t *Table) restore(device string, w Window) {
 	r.setHead(head)
 	r.setCount(int(head%int64(slots)), total)
 }
-
-// uvarintLen is the length of v's minimal uvarint encoding; longer
-// encodings of the same value are rejected so every window has one form.
-func uvarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }

@@ -3,7 +3,6 @@ package persist
 import (
 	"encoding/binary"
 	"fmt"
-	"math/bits"
 	"time"
 
 	"devicegate/devicelimit"
@@ -21,9 +20,9 @@ func decodeMeta(schema, clock, clean []byte) (Meta, error) {
 	if len(schema) == 0 {
 		return Meta{}, fmt.Errorf("%w: no schema version in meta", ErrCorrupt)
 	}
-	v, n := binary.Uvarint(schema)
+	v, n := devicelimit.Uvarint(schema)
 	switch {
-	case n <= 0 || n != uvarintLen(v) || n != len(schema):
+	case n <= 0 || n != len(schema):
 		return Meta{}, fmt.Errorf("%w: malformed schema version % x", ErrCorrupt, schema)
 	case v == 0:
 		return Meta{}, fmt.Errorf("%w: schema version 0", ErrCorrupt)
@@ -61,16 +60,16 @@ func decodeOverride(b []byte) (devicelimit.Override, error) {
 		return devicelimit.Override{}, fmt.Errorf("%w: override version %d, want %d", ErrCorrupt, b[0], overrideVersion)
 	}
 	b = b[1:]
-	limit, n := binary.Uvarint(b)
-	if n <= 0 || n != uvarintLen(limit) {
+	limit, n := devicelimit.Uvarint(b)
+	if n <= 0 {
 		return devicelimit.Override{}, fmt.Errorf("%w: truncated or malformed override limit", ErrCorrupt)
 	}
 	b = b[n:]
 	if limit < 1 || limit > devicelimit.MaxLimit {
 		return devicelimit.Override{}, fmt.Errorf("%w: override limit %d out of range", ErrCorrupt, limit)
 	}
-	window, n := binary.Uvarint(b)
-	if n <= 0 || n != uvarintLen(window) {
+	window, n := devicelimit.Uvarint(b)
+	if n <= 0 {
 		return devicelimit.Override{}, fmt.Errorf("%w: truncated or malformed override window", ErrCorrupt)
 	}
 	b = b[n:]
@@ -85,8 +84,8 @@ func decodeOverride(b []byte) (devicelimit.Override, error) {
 		return devicelimit.Override{}, fmt.Errorf("%w: override %w", ErrCorrupt, err)
 	}
 	b = b[1:]
-	expires, n := binary.Varint(b)
-	if n <= 0 || n != uvarintLen(zigzag(expires)) {
+	expires, n := devicelimit.Varint(b)
+	if n <= 0 {
 		return devicelimit.Override{}, fmt.Errorf("%w: truncated or malformed override expiry", ErrCorrupt)
 	}
 	b = b[n:]
@@ -101,10 +100,3 @@ func decodeOverride(b []byte) (devicelimit.Override, error) {
 		ExpiresAt: devicelimit.Tick(expires),
 	}, nil
 }
-
-// uvarintLen is the length of v's minimal uvarint encoding; longer
-// encodings of the same value are rejected so every record has one form.
-func uvarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }
-
-// zigzag maps a varint's value to the uvarint that encodes it.
-func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }

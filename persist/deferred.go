@@ -82,7 +82,7 @@ func (s *Store) DeleteDeferred(keys []DeferredKey) error {
 		// appending never moves the keys already in it.
 		size := 0
 		for _, k := range chunk {
-			size += uvarintLen(uint64(len(k.Device))) + len(k.Device) + 8
+			size += devicelimit.UvarintLen(uint64(len(k.Device))) + len(k.Device) + 8
 		}
 		buf := make([]byte, 0, size)
 		dels := make([][]byte, 0, len(chunk))
@@ -189,9 +189,9 @@ func appendDeferredKey(b []byte, device string, seq uint64) []byte {
 // decodeDeferredKey decodes a key made by appendDeferredKey for a valid
 // device ID. device points into k.
 func decodeDeferredKey(k []byte) (device []byte, seq uint64, err error) {
-	l, n := binary.Uvarint(k)
+	l, n := devicelimit.Uvarint(k)
 	switch {
-	case n <= 0 || n != uvarintLen(l):
+	case n <= 0:
 		return nil, 0, fmt.Errorf("%w: truncated or malformed device length", ErrCorrupt)
 	case l == 0:
 		return nil, 0, fmt.Errorf("%w: empty device ID", ErrCorrupt)

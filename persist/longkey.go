@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
+
+	"devicegate/devicelimit"
 )
 
 // Device IDs longer than bbolt.MaxKeySize cannot be keys. Their windows
@@ -43,9 +45,9 @@ func decodeLongValue(key, v []byte) (device, enc []byte, err error) {
 	if v == nil {
 		return nil, nil, fmt.Errorf("%w: key %x: a bucket, not a record", ErrCorrupt, key)
 	}
-	l, n := binary.Uvarint(v)
+	l, n := devicelimit.Uvarint(v)
 	switch {
-	case n <= 0 || n != uvarintLen(l):
+	case n <= 0:
 		return nil, nil, fmt.Errorf("%w: key %x: malformed device ID length", ErrCorrupt, key)
 	case l > uint64(len(v)-n):
 		return nil, nil, fmt.Errorf("%w: key %x: truncated device ID", ErrCorrupt, key)
