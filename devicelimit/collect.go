@@ -2,8 +2,9 @@ package devicelimit
 
 import "encoding/binary"
 
-// Collect hands out what changed since the last Collect, for a store to
-// write: fn(device, enc) for every window that gained a count, with enc
+// Collect hands out what changed since the last Collect (the first time:
+// every window that gained a count since it was made or restored), for
+// a store to write: fn(device, enc) for every window that gained a count, with enc
 // its encoding as by Window.MarshalBinary, and fn(device, nil) for every
 // window evicted or reset after an earlier Collect handed it out (a store
 // may hold it and should delete it). A device may come twice, a deletion
@@ -27,20 +28,32 @@ func (t *Table) Collect(fn func(device string, enc []byte)) int {
 		}
 		clear(s.gone)
 		s.gone = s.gone[:0]
-		for _, device := range s.dirty {
-			ref, ok := s.index.get(device, hashString(device))
-			if !ok {
-				continue // evicted since: it is in gone, or never stored
-			}
-			r := s.rec(ref)
+		hand := func(device string, r rec) {
 			f := r.flags()
 			if f&flagDirty == 0 {
-				continue // listed twice: evicted, then back and dirty again
+				return // listed twice: evicted, then back and dirty again
 			}
 			r.setFlags(f&^flagDirty | flagStored)
 			buf = appendRec(buf[:0], r, t.buckets)
 			fn(device, buf)
 			n++
+		}
+		if !s.collected {
+			// The first Collect: the shard kept no list until now, so
+			// every window is looked at once.
+			s.collected = true
+			for j := range s.index.slots {
+				if sl := &s.index.slots[j]; sl.meta != 0 {
+					hand(sl.keyString(), s.rec(sl.ref()))
+				}
+			}
+		}
+		for _, device := range s.dirty {
+			ref, ok := s.index.get(device, hashString(device))
+			if !ok {
+				continue // evicted since: it is in gone, or never stored
+			}
+			hand(device, s.rec(ref))
 		}
 		clear(s.dirty) // drop the strings, keep the capacity
 		s.dirty = s.dirty[:0]

@@ -1,6 +1,7 @@
 package devicelimit
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -135,5 +136,36 @@ func TestWallClockStepChangesNoDecision(t *testing.T) {
 	}
 	if clk.Now().Sub(t0) != 125*ms {
 		t.Fatalf("logical clock at +%v, want +125ms of elapsed time", clk.Now().Sub(t0))
+	}
+}
+
+// A table nobody collects (a log or connect-rate limiter) keeps no list
+// of changed devices, however many come and go; the first Collect still
+// hands out every window that gained a count before it, and later ones
+// only what changed since.
+func TestUncollectedTableKeepsNoChangeList(t *testing.T) {
+	tab := newTable(t, 1)
+	q := Quota{Limit: 5, Window: 10 * ms}
+	for round := range 5 {
+		for i := range 1000 {
+			tab.AllowAt(fmt.Sprint("dev-", i), q, t0.Add(time.Duration(round)*time.Second))
+		}
+		tab.Sweep(t0.Add(time.Duration(round)*time.Second + time.Second))
+	}
+	if n := tab.Dirty(); n != 0 {
+		t.Fatalf("a table never collected lists %d changes, want 0", n)
+	}
+	now := t0.Add(10 * time.Second)
+	tab.AllowAt("a", q, now)
+	tab.AllowAt("b", q, now)
+	if got := collect(tab); len(got) != 2 {
+		t.Fatalf("first Collect handed out %d windows, want the 2 live ones: %+v", len(got), got)
+	}
+	tab.AllowAt("a", q, now)
+	if got := collect(tab); len(got) != 1 || got[0].device != "a" {
+		t.Fatalf("second Collect handed out %+v, want only a", got)
+	}
+	if got := collect(tab); len(got) != 0 {
+		t.Fatalf("third Collect handed out %+v, want nothing", got)
 	}
 }

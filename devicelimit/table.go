@@ -31,8 +31,11 @@ type shard struct {
 	peak  int // most windows held since the last compaction
 	// dirty lists the devices whose windows gained a count since the
 	// last Collect, gone those evicted or reset after a Collect handed
-	// them out. See Collect.
+	// them out. See Collect. dirty is kept only once a Collect has run
+	// (collected): a table nobody collects (a log or connect-rate
+	// limiter) would otherwise list its devices without end.
 	dirty, gone []string
+	collected   bool
 	_           [64]byte
 }
 
@@ -185,7 +188,9 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 	d := r.decide(q, now, &s.cut, count)
 	if d.Allowed && r.flags()&flagDirty == 0 {
 		r.setFlags(r.flags() | flagDirty)
-		s.dirty = append(s.dirty, device)
+		if s.collected {
+			s.dirty = append(s.dirty, device)
+		}
 	}
 	s.mu.Unlock()
 	return d
