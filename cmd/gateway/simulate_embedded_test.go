@@ -143,3 +143,29 @@ func TestSimulateEmbeddedConfigFile(t *testing.T) {
 		t.Fatalf("data directory: %v", err)
 	}
 }
+
+// With a config file and only some quota flags, the gateway enforces the
+// file's quota with the given flags over it, and the run is judged by
+// that same quota (it used to be judged by the flags' defaults for the
+// flags not given: here 5 per 10 s against the 5 per 1 s enforced).
+func TestSimulateEmbeddedConfigFileAndSomeQuotaFlags(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(cfgPath, []byte("limits:\n  default:\n    limit: 3\n    window: 1s\n    policy: drop\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	jsonPath := filepath.Join(dir, "r.json")
+	code, stdout, stderr := runBinary(t, "simulate", "--embedded", "--config", cfgPath, "--limit", "5",
+		"--devices", "5", "--rate", "10/s", "--duration", "1500ms", "--tolerance", "100ms", "--json", jsonPath)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	rep := readReport(t, jsonPath)
+	checkAddsUp(t, rep)
+	if q := rep.Config.Quota; q.Limit != 5 || q.Window != time.Second {
+		t.Fatalf("judged against %v, want 5/1s (--limit over the file's 1s window)", q)
+	}
+	if tot := rep.Result.Totals; tot.Refused == 0 || tot.Violations != 0 {
+		t.Fatalf("totals %+v", tot)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"devicegate/config"
-	"devicegate/devicelimit"
 	"devicegate/simulator"
 )
 
@@ -77,7 +76,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if limit, err := raiseFileLimit(); err == nil && limit < need {
 		fmt.Fprintf(stderr, "gateway: simulate: warning: %d devices need about %d open files, the limit is %d (ulimit -n); some will fail to connect\n", cfg.Devices, need, limit)
 	}
-	target, def, err := startTarget(f, set)
+	target, gcfg, err := startTarget(f, set)
 	if err != nil {
 		return err
 	}
@@ -89,15 +88,15 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 	}()
 	cfg.Addr = target.mqttAddr()
-	if def != nil && !set["limit"] && !set["window"] && !set["policy"] {
-		cfg.Quota = *def // the config file's default quota
+	if gcfg != nil {
+		// The started gateway's default quota: the config file's, with
+		// the quota flags given over it. The checker judges by the same.
+		if cfg.Quota, err = gcfg.Limits.Default.Quota(); err != nil {
+			return err
+		}
 	}
 	if len(cfg.Mix) > 0 {
-		gwDefault := cfg.Quota
-		if def != nil {
-			gwDefault = *def
-		}
-		if _, err := applyMix(ctx, target, cfg, gwDefault); err != nil {
+		if _, err := applyMix(ctx, target, cfg, cfg.Quota); err != nil {
 			return err
 		}
 	}
@@ -106,11 +105,9 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		cfg.RestartMode = f.target.restart
 		if f.target.restart == "kill" {
 			cfg.RestartMode = "kill -9"
-			interval := f.target.snapshotInterval.v
-			if interval == 0 {
-				interval = time.Duration(config.Default().Persist.SnapshotInterval)
-			}
-			cfg.CrashLoss = interval + crashSlack
+			// The child's own snapshot interval (flag, else its config
+			// file, else the default).
+			cfg.CrashLoss = time.Duration(gcfg.Persist.SnapshotInterval) + crashSlack
 		}
 		if f.target.clockStep.v != 0 {
 			cfg.RestartMode += ", wall clock " + signed(f.target.clockStep.v)
@@ -188,8 +185,9 @@ func writeReportHTML(name string, rep *simulator.Report) error {
 }
 
 // startTarget starts the gateway the flags ask for, or describes the
-// running one at --addr. def is the started gateway's default quota.
-func startTarget(f *simulateFlags, set map[string]bool) (simTarget, *devicelimit.Quota, error) {
+// running one at --addr. gcfg is the started gateway's configuration
+// (nil for --addr).
+func startTarget(f *simulateFlags, set map[string]bool) (target simTarget, gcfg *config.Config, err error) {
 	t := &f.target
 	if !t.embedded && !t.spawn {
 		r := &remote{addr: f.addr}
@@ -213,7 +211,7 @@ func startTarget(f *simulateFlags, set map[string]bool) (simTarget, *devicelimit
 		}
 		dataDir = tmp
 	}
-	fail := func(err error) (simTarget, *devicelimit.Quota, error) {
+	fail := func(err error) (simTarget, *config.Config, error) {
 		if tmp != "" {
 			os.RemoveAll(tmp)
 		}
@@ -228,20 +226,17 @@ func startTarget(f *simulateFlags, set map[string]bool) (simTarget, *devicelimit
 		}
 	}
 	args := f.serveArgs(dataDir, mqttAddr, set)
-	gcfg, err := serveConfig(args, io.Discard)
+	c, err := serveConfig(args, io.Discard)
 	if err != nil {
 		return fail(fmt.Errorf("simulate: gateway settings: %w", err))
 	}
-	def, err := gcfg.Limits.Default.Quota()
-	if err != nil {
-		return fail(err)
-	}
+	gcfg = &c
 	if t.embedded {
-		e, err := startEmbedded(gcfg, tmp, t.clockStep.v)
+		e, err := startEmbedded(c, tmp, t.clockStep.v)
 		if err != nil {
 			return fail(err)
 		}
-		return e, &def, nil
+		return e, gcfg, nil
 	}
 	bin := t.gatewayBin
 	if bin == "" {
@@ -249,11 +244,11 @@ func startTarget(f *simulateFlags, set map[string]bool) (simTarget, *devicelimit
 			return fail(fmt.Errorf("simulate: --spawn: find this binary: %w", err))
 		}
 	}
-	c, err := startChild(bin, args, dataDir, tmp, t.restart == "kill")
+	ch, err := startChild(bin, args, dataDir, tmp, t.restart == "kill")
 	if err != nil {
 		return nil, nil, fmt.Errorf("simulate: --spawn: %w", err)
 	}
-	return c, &def, nil
+	return ch, gcfg, nil
 }
 
 // signed formats d with its sign.

@@ -48,6 +48,11 @@ func (f *simulateFlags) serveArgs(dataDir, mqttAddr string, set map[string]bool)
 	args := []string{"--mqtt-addr", mqttAddr, "--admin-addr", "127.0.0.1:0", "--data-dir", dataDir}
 	if f.target.config != "" {
 		args = append(args, "--config", f.target.config)
+		if f.target.spawn {
+			// A spawned gateway is seen to listen by its info lines,
+			// which a config file's log.level warn would silence.
+			args = append(args, "--log-level", "info")
+		}
 	}
 	if set["snapshot-interval"] {
 		args = append(args, "--snapshot-interval", f.target.snapshotInterval.v.String())
