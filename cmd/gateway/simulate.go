@@ -25,6 +25,7 @@ type simulateFlags struct {
 	pattern     string
 	burst       intValue
 	period      durationValue
+	seed        uint64
 	qos         intValue
 	protocol    protocolValue
 	payloadSize intValue
@@ -54,6 +55,7 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	f.limit.v = 100
 	f.window.v = 10 * time.Second
 	f.tolerance.v = 50 * time.Millisecond
+	f.drain.v = 2 * time.Second
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; help goes to stdout
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:1883", "MQTT `address` of the gateway; loopback only (127.0.0.0/8, ::1, localhost)")
@@ -63,6 +65,7 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	fs.StringVar(&f.pattern, "pattern", simulator.PatternSteady, "publishing `pattern`: steady, burst or poisson")
 	fs.Var(&f.burst, "burst", "burst pattern: `N` messages back to back every --period")
 	fs.Var(&f.period, "period", "burst pattern: a burst every `duration`")
+	fs.Uint64Var(&f.seed, "seed", 0, "poisson pattern: the random `seed` of the gaps (the same seed, the same gaps)")
 	fs.Var(&f.qos, "qos", "QoS of device publishes, 0, 1 or 2; at QoS 0 there is no PUBACK, so no verdict per message (default 1)")
 	fs.Var(&f.protocol, "protocol", `MQTT `+"`version`"+`: 5, or 4 (also "3.1.1"); 3.1.1 acks carry no verdict (default 5)`)
 	fs.Var(&f.payloadSize, "payload-size", "pad payloads to `N` bytes (default 0: the header only)")
@@ -74,7 +77,7 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	fs.StringVar(&f.policy, "policy", "drop", "quota `policy` the gateway applies: drop, defer or disconnect")
 	fs.Var(&f.tolerance, "tolerance", "slack in `duration` allowed to the checker's window edges (default 50ms)")
 	fs.StringVar(&f.jsonFile, "json", "", `write the whole report as JSON to `+"`file`"+`; "-" for stdout`)
-	fs.Var(&f.drain, "drain", "after publishing, wait up to `duration` for acked messages still on their way (default 2s)")
+	fs.Var(&f.drain, "drain", "after publishing, wait up to `duration` for acked messages still on their way (default 2s; > 0)")
 	fs.StringVar(&f.reportFile, "report", "", "write a self-contained HTML report with charts to `file`")
 	fs.StringVar(&f.mix, "mix", "", `quota `+"`mix`"+` across the fleet, "SHARE%:LIMIT/WINDOW[:POLICY],...", e.g. "70%:50/10s:drop,30%:5/1s:defer"; devices not on the default quota get overrides (embedded, spawned, or --addr with --admin-addr)`)
 	fs.BoolVar(&f.target.embedded, "embedded", false, "run the gateway in this process on a free loopback port (temporary data directory unless --data-dir)")
@@ -154,8 +157,8 @@ func simulateConfig(args []string, stdout io.Writer) (simulator.Config, *simulat
 		return bad("limit", "must be > 0", f.limit.v)
 	case f.window.v <= 0:
 		return bad("window", "must be > 0", f.window.v)
-	case f.drain.v < 0:
-		return bad("drain", "must be >= 0", f.drain.v)
+	case f.drain.v <= 0:
+		return bad("drain", "must be > 0", f.drain.v)
 	case f.tolerance.v < 0:
 		return bad("tolerance", "must be >= 0", f.tolerance.v)
 	case f.rampUp.v < 0:
@@ -171,6 +174,7 @@ func simulateConfig(args []string, stdout io.Writer) (simulator.Config, *simulat
 		IDPattern:   f.idPattern,
 		Rate:        f.rate.v,
 		Pattern:     f.pattern,
+		Seed:        f.seed,
 		Burst:       f.burst.v,
 		Period:      f.period.v,
 		QoS:         byte(f.qos.v),

@@ -185,3 +185,15 @@ func TestSimulateAuthFlags(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 }
+
+// --seed reaches the simulator (the poisson pattern's gaps); --drain 0,
+// which used to mean the 2 s default without saying so, is refused.
+func TestSimulateSeedAndDrainFlags(t *testing.T) {
+	cfg, _, _, err := simulateConfig([]string{"--addr", "127.0.0.1:1883", "--pattern", "poisson", "--seed", "42"}, io.Discard)
+	if err != nil || cfg.Seed != 42 {
+		t.Fatalf("--seed 42: seed %d, err %v", cfg.Seed, err)
+	}
+	if _, _, _, err := simulateConfig([]string{"--addr", "127.0.0.1:1883", "--drain", "0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--drain: must be > 0") {
+		t.Fatalf("--drain 0: err %v, want one naming --drain", err)
+	}
+}
