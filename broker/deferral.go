@@ -106,9 +106,9 @@ func (l DeferLimits) withDefaults() DeferLimits {
 
 const (
 	deferShards = 64
-	// minReleaseSleep is the shortest sleep of the release loop: the
-	// system clock advances once a millisecond, so waking sooner for a
-	// due time less than that away would find the clock not yet there.
+	// minReleaseSleep is the shortest sleep of the release loop, so
+	// that a device refused again and again (a window about to admit)
+	// cannot make the loop spin.
 	minReleaseSleep = time.Millisecond
 	// deleteInterval is the shortest time between two deletions of
 	// released messages from the store; keys released meanwhile are

@@ -40,16 +40,18 @@ type shard struct {
 }
 
 // cut does a shard's bucket arithmetic for one bucket count and caches
-// the last result of each division. The clock moves in steps and most
-// devices share a window length, so consecutive decisions on a shard
-// (and refusals of a flood that filled the same bucket) usually need
-// the same 128-bit division. Guarded by the shard's lock.
+// the last result of each division. Most devices share a window length,
+// so consecutive decisions on a shard fall in the same bucket (a bucket
+// lasts T/B, milliseconds at least) and, while refused, need the same
+// bucket start: the 128-bit divisions are done about once a bucket.
+// Guarded by the shard's lock.
 type cut struct {
 	buckets int
 
-	ofTick   Tick
-	ofWindow time.Duration
-	of       int64
+	// of is the bucket of the ticks [ofLo, ofHi) for window ofWindow.
+	ofLo, ofHi Tick
+	ofWindow   time.Duration
+	of         int64
 
 	startK      int64
 	startWindow time.Duration
@@ -58,8 +60,14 @@ type cut struct {
 
 // bucketOf returns bucketOf(t, c.buckets, window).
 func (c *cut) bucketOf(t Tick, window time.Duration) int64 {
-	if t != c.ofTick || window != c.ofWindow {
-		c.ofTick, c.ofWindow, c.of = t, window, bucketOf(t, c.buckets, window)
+	if t < c.ofLo || t >= c.ofHi || window != c.ofWindow {
+		// bucketOf(t) == k exactly when bucketStart(k) <= t < bucketStart(k+1).
+		k := bucketOf(t, c.buckets, window)
+		c.of, c.ofWindow = k, window
+		c.ofLo, c.ofHi = bucketStart(k, c.buckets, window), bucketStart(k+1, c.buckets, window)
+		if t < c.ofLo { // t < 0 counts as bucket 0 but lies before its start
+			c.ofHi = c.ofLo
+		}
 	}
 	return c.of
 }
@@ -94,7 +102,7 @@ func NewTable(buckets int) (*Table, error) {
 }
 
 func (s *shard) init(slots int) {
-	s.cut = cut{buckets: slots - 1, ofTick: -1, startK: -1}
+	s.cut = cut{buckets: slots - 1, startK: -1} // [0, 0): nothing cached
 	s.index = index{}
 	for c := range s.slabs {
 		s.slabs[c] = newSlab(c, slots)

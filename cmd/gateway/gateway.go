@@ -257,7 +257,7 @@ func (g *gateway) AdminAddr() net.Addr { return g.admin.Addr() }
 // Close shuts the gateway down in order: stop accepting MQTT (and end
 // every connection), stop the admin API (finishing the requests in
 // flight), write the final snapshot and mark the shutdown clean, close
-// the store, stop the clock. The admin API stops before the snapshot,
+// the store. The admin API stops before the snapshot,
 // not after the store closes as it does elsewhere, because its requests
 // change state: an override set or a window reset after the final
 // snapshot would be lost, or fail on a closed store. Stopping MQTT and
