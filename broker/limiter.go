@@ -13,8 +13,6 @@ type Limiter interface {
 	// AllowAt decides whether device may publish one message at now
 	// under q, and counts it when allowed.
 	AllowAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision
-	// PeekAt returns the decision AllowAt would make, without counting.
-	PeekAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision
 	// Buckets returns the number of buckets per window, which quotas
 	// are validated against.
 	Buckets() int

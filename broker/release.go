@@ -95,7 +95,7 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 			batch = append(batch, batchItem{queuedMsg: m, expired: true})
 			continue
 		}
-		dec := d.table.AllowAt(dq.device, d.quotaFor(dq.device, m.quota, now), now)
+		dec := d.table.AllowAt(dq.device, d.resolver.QuotaAt(dq.device, m.quota, now), now)
 		if !dec.Allowed {
 			retry = max(dec.RetryAfter, minReleaseSleep)
 			break
@@ -187,15 +187,6 @@ func remainingExpiry(m *queuedMsg, now devicelimit.Tick) uint32 {
 	}
 	left := time.Duration(m.expiry)*time.Second - now.Sub(m.enqueued)
 	return uint32(max(left/time.Second, 1))
-}
-
-// quotaFor is the quota a release is counted under: the device's
-// override at now, else the rule quota stored with the message.
-func (d *deferrer) quotaFor(device string, rule devicelimit.Quota, now devicelimit.Tick) devicelimit.Quota {
-	if o, ok := d.resolver.Override(device, now); ok {
-		return o.Quota
-	}
-	return rule
 }
 
 // run is the release loop: it sleeps until the heap's earliest due

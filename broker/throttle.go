@@ -359,7 +359,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		h.refused(c.device, now)
 		return pk, errReject
 	}
-	q := h.quota(c, now)
+	q := h.resolver.QuotaAt(c.device, c.rule, now)
 	if q.Policy == devicelimit.PolicyDefer && h.def != nil {
 		return pk, h.deferPublish(cl, &pk, c, q, now)
 	}
@@ -379,15 +379,6 @@ func (h *throttle) cachedInfo(cl *mqtt.Client) *connInfo {
 		return v.(*connInfo)
 	}
 	return h.connInfo(cl)
-}
-
-// quota returns the device's quota at now: its override, else the rule
-// it matched at connect.
-func (h *throttle) quota(c *connInfo, now devicelimit.Tick) devicelimit.Quota {
-	if o, ok := h.resolver.Override(c.device, now); ok {
-		return o.Quota
-	}
-	return c.rule
 }
 
 // deferPublish applies policy defer: the publish is forwarded when the

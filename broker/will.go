@@ -41,7 +41,7 @@ func (w *willHook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 func (h *throttle) admitWill(cl *mqtt.Client) bool {
 	c := h.cachedInfo(cl)
 	now := h.clock.Now()
-	q := h.quota(c, now)
+	q := h.resolver.QuotaAt(c.device, c.rule, now)
 	if h.limiter.AllowAt(c.device, q, now).Allowed {
 		h.allowed.Add(1)
 		return true

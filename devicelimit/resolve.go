@@ -160,6 +160,16 @@ func (r *Resolver) shard(device string) *overrideShard {
 	return &r.shards[hashString(device)%overrideShards]
 }
 
+// QuotaAt returns the device's override quota in force at now, else
+// rule (the quota its rule gave it, resolved once at connect): the quota
+// a publish or a release of the device is counted under.
+func (r *Resolver) QuotaAt(device string, rule Quota, now Tick) Quota {
+	if o, ok := r.Override(device, now); ok {
+		return o.Quota
+	}
+	return rule
+}
+
 // Override returns the device's override in force at now. An expired
 // override is reported absent (and removed by Prune).
 func (r *Resolver) Override(device string, now Tick) (Override, bool) {
