@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,9 +134,6 @@ func New(opts Options) (*Limiter, error) {
 // Buckets returns the number of buckets per window.
 func (l *Limiter) Buckets() int { return l.buckets }
 
-// Policy returns the failure policy.
-func (l *Limiter) Policy() Policy { return l.policy }
-
 // windowKey returns the device's window key. The braces make the device
 // ID the key's hash tag, so on Redis Cluster a device's keys share a
 // slot.
@@ -246,10 +242,7 @@ func (l *Limiter) failed(device string, err error) {
 func (l *Limiter) direct(r *request, device string, q devicelimit.Quota, now devicelimit.Tick, count bool) devicelimit.Decision {
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
-	v, err := windowScript.EvalSha(ctx, l.rdb, r.key[:], r.args[:]...).Int64Slice()
-	if err != nil && isNoScript(err) {
-		v, err = windowScript.Eval(ctx, l.rdb, r.key[:], r.args[:]...).Int64Slice()
-	}
+	v, err := windowScript.Run(ctx, l.rdb, r.key[:], r.args[:]...).Int64Slice() // EVALSHA, EVAL on NOSCRIPT
 	var d devicelimit.Decision
 	if err == nil {
 		d, err = decodeResult(v)
@@ -345,10 +338,7 @@ func (l *Limiter) runMulti(ctx context.Context, live []*request, buf *batchBuf) 
 		buf.keys = append(buf.keys, r.key[0])
 		buf.args = append(buf.args, r.args[:]...)
 	}
-	v, err := windowScript.EvalSha(ctx, l.rdb, buf.keys, buf.args...).Int64Slice()
-	if err != nil && isNoScript(err) {
-		v, err = windowScript.Eval(ctx, l.rdb, buf.keys, buf.args...).Int64Slice()
-	}
+	v, err := windowScript.Run(ctx, l.rdb, buf.keys, buf.args...).Int64Slice() // EVALSHA, EVAL on NOSCRIPT
 	if err == nil && len(v) != 4*len(live) {
 		err = errBadReply
 	}
@@ -375,7 +365,7 @@ func (l *Limiter) eval(ctx context.Context, live []*request, full bool) []*redis
 	return cmds
 }
 
-func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
+func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 var errBadReply = errors.New("window script: unexpected reply")
 
