@@ -77,9 +77,6 @@ type Limits struct {
 	KeepaliveMin, KeepaliveMax time.Duration
 }
 
-// connectRateBuckets is the bucket count of the per-address window.
-const connectRateBuckets = 10
-
 func (l Limits) validate() error {
 	switch {
 	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxDevices < 0 || l.MaxPendingWrites < 0 || l.MaxPendingWrites > 1<<20:
@@ -92,7 +89,7 @@ func (l Limits) validate() error {
 		return fmt.Errorf("%w: Limits: MaxPacketSize must be 0 or at least 64 bytes", ErrInvalidOptions)
 	}
 	if l.ConnectRate.Limit != 0 {
-		if err := l.ConnectRate.Validate(connectRateBuckets); err != nil {
+		if err := l.ConnectRate.Validate(auth.ConnectRateBuckets); err != nil {
 			return fmt.Errorf("%w: Limits.ConnectRate: %v", ErrInvalidOptions, err)
 		}
 	}

@@ -37,7 +37,7 @@ func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger) (*authHook, e
 	h.creds.Store(opts.Auth.Credentials)
 	h.ownClients = srv.Clients.Len()
 	if opts.Limits.ConnectRate.Limit > 0 {
-		if h.rate, err = devicelimit.NewTable(connectRateBuckets); err != nil {
+		if h.rate, err = devicelimit.NewTable(auth.ConnectRateBuckets); err != nil {
 			return nil, fmt.Errorf("connect rate: %w", err)
 		}
 	}

@@ -21,10 +21,6 @@ const (
 	DefaultKeepaliveMax      = time.Hour
 )
 
-// connectRateBuckets is the bucket count the broker divides the
-// per-address connect window into.
-const connectRateBuckets = 10
-
 // TLS configures the MQTT over TLS listener.
 type TLS struct {
 	// Addr is the listener's host:port; empty: no TLS listener.
@@ -169,7 +165,7 @@ func (c Config) validateSecurity(v *validator) {
 	}
 	if r := m.ConnectRate; r.Limit != 0 { // 0 turns the rate off
 		q := devicelimit.Quota{Limit: r.Limit, Window: time.Duration(r.Window)}
-		if err := q.Validate(connectRateBuckets); err != nil {
+		if err := q.Validate(auth.ConnectRateBuckets); err != nil {
 			msg := trimSentinel(err, devicelimit.ErrInvalidQuota)
 			key := "mqtt.connect_rate"
 			for _, field := range []string{"limit", "window"} {
