@@ -431,7 +431,6 @@ func (h *authHook) sweep(now devicelimit.Tick) {
 	if h.rate != nil {
 		h.rate.Sweep(now)
 	}
-	h.logs.Sweep(now)
 }
 
 func (h *authHook) stats() AuthStats {

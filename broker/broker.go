@@ -173,7 +173,7 @@ func New(opts Options) (*Server, error) {
 		devices:   make(map[string]*devState),
 		throttled: opts.Throttled,
 	}
-	ah, err := newAuthHook(srv, opts, log)
+	ah, err := newAuthHook(srv, opts, log, logs)
 	if err != nil {
 		return nil, err
 	}

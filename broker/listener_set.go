@@ -27,11 +27,11 @@ func (o *Options) validateListeners() error {
 	return o.Limits.validate()
 }
 
-func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger) (*authHook, error) {
-	logs, err := devicelimit.NewTable(1)
-	if err != nil {
-		return nil, fmt.Errorf("log limiter: %w", err)
-	}
+// newAuthHook builds the auth hook; logs is the throttle's log limiter,
+// which it shares (its keys start "\x00refused\x00" and a refusal reason
+// name, none of which the throttle uses) and which the throttle sweeps.
+func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger, logs *devicelimit.Table) (*authHook, error) {
+	var err error
 	h := &authHook{srv: srv, opts: opts.Auth, limits: opts.Limits, table: opts.Table, identity: opts.Identity,
 		clock: opts.Clock, log: log, logs: logs}
 	h.creds.Store(opts.Auth.Credentials)
