@@ -177,6 +177,8 @@ type connInfo struct {
 	// quietUntil is when the log limiter could next admit a "device
 	// throttled" line for the device; before it, no need to ask.
 	quietUntil devicelimit.Tick
+	// fullQuietUntil is the same for the "deferral refused" line.
+	fullQuietUntil devicelimit.Tick
 	// reason is the last MQTT 5 refusal reason string, for
 	// reasonQuota and reasonRetry.
 	reason      string
@@ -398,8 +400,15 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)
 	}
 	h.refused(c.device, now)
-	if h.logs.AllowAt("\x00full\x00"+c.device, devicelimit.Quota{Limit: 1, Window: q.Window}, now).Allowed {
-		h.log.Warn("deferral refused", "device", c.device, "client", cl.ID, "reason", out.String())
+	if now >= c.fullQuietUntil { // before it the limiter would refuse: skip the key and the lookup
+		if ld := h.logs.AllowAt("\x00full\x00"+c.device, devicelimit.Quota{Limit: 1, Window: q.Window}, now); ld.Allowed {
+			h.log.Warn("deferral refused", "device", c.device, "client", cl.ID, "reason", out.String())
+		} else {
+			c.fullQuietUntil = now.Add(ld.RetryAfter)
+		}
+	}
+	if !wantsRefusal(cl, *pk) {
+		return errIgnore // as quotaExceeded would, without the reason string
 	}
 	return h.quotaExceeded(cl, *pk, fmt.Sprintf("quota exceeded: %d messages per %s, %s", q.Limit, q.Window, out))
 }
