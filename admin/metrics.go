@@ -10,6 +10,7 @@ type Snapshot struct {
 	QueueMessages, QueueBytes                            int64  // deferred queue depth
 	DevicesTracked                                       int    // windows in the table
 	ConnectedClients                                     int64
+	Subscriptions                                        int64   // held by the broker, of connected clients and kept sessions
 	SnapshotSeconds                                      float64 // duration of the last window snapshot
 	SnapshotBytes                                        int64   // size of the last window snapshot
 	Snapshots                                            uint64  // window snapshots written
@@ -35,6 +36,7 @@ var (
 	descQueueBytes    = prometheus.NewDesc("devicegate_deferred_queue_bytes", "Bytes in the deferral queue.", nil, nil)
 	descTracked       = prometheus.NewDesc("devicegate_devices_tracked", "Devices with a live rate window.", nil, nil)
 	descConnected     = prometheus.NewDesc("devicegate_connected_clients", "Connected MQTT clients.", nil, nil)
+	descSubscriptions = prometheus.NewDesc("devicegate_subscriptions", "Subscriptions held by the broker (of connected clients and kept sessions).", nil, nil)
 	descSnapSeconds   = prometheus.NewDesc("devicegate_snapshot_duration_seconds", "Duration of the last window snapshot.", nil, nil)
 	descSnapBytes     = prometheus.NewDesc("devicegate_snapshot_bytes", "Size of the last window snapshot.", nil, nil)
 	descSnapshots     = prometheus.NewDesc("devicegate_snapshots_total", "Window snapshots written.", nil, nil)
@@ -54,7 +56,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
-		descTracked, descConnected, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
+		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
 		descACLDenied, descRefused} {
 		ch <- d
 	}
@@ -79,6 +81,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descQueueBytes, float64(s.QueueBytes))
 	gauge(descTracked, float64(s.DevicesTracked))
 	gauge(descConnected, float64(s.ConnectedClients))
+	gauge(descSubscriptions, float64(s.Subscriptions))
 	gauge(descSnapSeconds, s.SnapshotSeconds)
 	gauge(descSnapBytes, float64(s.SnapshotBytes))
 	counter(descSnapshots, s.Snapshots)

@@ -11,7 +11,7 @@ import (
 func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
 		Allowed: 10, Dropped: 2, Disconnected: 1, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
-		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11,
+		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17,
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 	}}
@@ -64,12 +64,15 @@ devicegate_snapshot_duration_seconds 0.25
 # HELP devicegate_snapshots_total Window snapshots written.
 # TYPE devicegate_snapshots_total counter
 devicegate_snapshots_total 12
+# HELP devicegate_subscriptions Subscriptions held by the broker (of connected clients and kept sessions).
+# TYPE devicegate_subscriptions gauge
+devicegate_subscriptions 17
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 19 {
-		t.Fatalf("%d series, want 19", n)
+	if n := testutil.CollectAndCount(c); n != 20 {
+		t.Fatalf("%d series, want 20", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

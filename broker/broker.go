@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -346,7 +347,11 @@ func (s *Server) Addr() net.Addr {
 
 // Stats returns the throttle's decision counters, the deferral queue's
 // counters and size, and the number of connected clients.
-func (s *Server) Stats() Stats { return s.hook.stats() }
+func (s *Server) Stats() Stats {
+	st := s.hook.stats()
+	st.Subscriptions = atomic.LoadInt64(&s.mqtt.Info.Subscriptions)
+	return st
+}
 
 // DeviceStatus returns what the broker knows of device now: its live
 // connection, its last publish and its deferred messages. A device the

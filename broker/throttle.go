@@ -52,6 +52,9 @@ type Stats struct {
 	// CONNACK) and not yet ended. One whose CONNACK write failed is
 	// counted until the next sweep.
 	ConnectedClients int64
+	// Subscriptions is the number of subscriptions the broker holds, of
+	// connected clients and of kept sessions.
+	Subscriptions int64
 }
 
 // DeviceStatus is what the broker knows of one device now.

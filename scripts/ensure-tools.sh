@@ -13,6 +13,7 @@ TOOLS=(
 	"mosquitto mosquitto"
 	"redis-server redis-server"
 	"redis-cli redis-tools"
+	"curl curl"
 )
 
 # have reports whether a program is on PATH or in an sbin directory,

@@ -420,6 +420,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		QueueBytes:       st.QueueBytes,
 		DevicesTracked:   s.table.Len(),
 		ConnectedClients: st.ConnectedClients,
+		Subscriptions:    st.Subscriptions,
 		ClockRollbacks:   s.rollbacks,
 		SnapshotSeconds:  last.Took.Seconds(),
 		SnapshotBytes:    int64(last.Bytes),
