@@ -100,6 +100,16 @@ func (l Limits) validate() error {
 func (l Limits) capabilities() *mqtt.Capabilities {
 	c := mqtt.NewDefaultServerCapabilities()
 	c.MaximumPacketSize = l.MaxPacketSize
+	// mochi copies a publish's properties into its PUBACK or PUBREC, and
+	// an ack with user properties then goes out with reason code 0x01,
+	// which is no PUBACK code (MQTT 5, 3.4.2.1): clients fail the publish.
+	c.Compatibilities.NoInheritedPropertiesOnAck = true
+	// mochi gives every message without a Message Expiry Interval one of
+	// this maximum (a day), and forwards it to MQTT 5 subscribers as if
+	// the publisher had sent it; 0 forwards what the publisher sent.
+	// Messages held for a subscriber are bounded by MaximumInflight per
+	// client and by MaxConnections for the sessions, not by age.
+	c.MaximumMessageExpiryInterval = 0
 	if l.MaxConnections > 0 {
 		c.MaximumClients = int64(l.MaxConnections)
 	}
