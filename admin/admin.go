@@ -82,6 +82,9 @@ type Options struct {
 	// TLSCertFile and TLSKeyFile, when both set, serve HTTPS (TLS 1.2
 	// at least) with that PEM certificate and key.
 	TLSCertFile, TLSKeyFile string
+	// Health, when not nil, is asked at every GET /healthz; a non-nil
+	// error makes it answer 503 with the error's message.
+	Health func() error
 }
 
 // Server is the admin HTTP server. Create it with New; Handler serves

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -184,8 +185,16 @@ func TestHealthzAndMetrics(t *testing.T) {
 	if m["status"] != "ok" {
 		t.Fatalf("healthz %v", m)
 	}
+	// While the data file cannot be written, /healthz says so.
+	e.srv.opts.Health = func() error { return errors.New("data file d.db: writes failing: disk full") }
+	r := e.do("GET", "/healthz", "", map[string]string{"Authorization": ""})
+	if m := r.json(t); r.status != 503 || m["status"] != "unhealthy" || m["error"] != "data file d.db: writes failing: disk full" {
+		t.Fatalf("healthz while unhealthy: %d %s", r.status, r.body)
+	}
+	e.srv.opts.Health = func() error { return nil }
+	wantStatus(t, e.do("GET", "/healthz", "", map[string]string{"Authorization": ""}), 200)
 	e.srv.opts.Registry.MustRegister(NewCollector(fixedStats{Snapshot{Allowed: 7}}))
-	r := e.do("GET", "/metrics", "", map[string]string{"Authorization": ""})
+	r = e.do("GET", "/metrics", "", map[string]string{"Authorization": ""})
 	if r.status != 200 || !strings.Contains(string(r.body), `devicegate_publishes_total{decision="allowed"} 7`) {
 		t.Fatalf("metrics %d: %s", r.status, r.body)
 	}

@@ -20,6 +20,10 @@ type Snapshot struct {
 	ACLPublishDenied, ACLSubscribeDenied uint64
 	// ConnectsRefused counts refused connections by reason.
 	ConnectsRefused map[string]uint64
+	// PersistFailing reports that the data file's writes are failing;
+	// PersistFailures counts the failed writes.
+	PersistFailing  bool
+	PersistFailures uint64
 }
 
 // StatsSource reports the gateway's counters; main adapts the broker's,
@@ -43,6 +47,8 @@ var (
 	descRollbacks     = prometheus.NewDesc("devicegate_clock_rollbacks_total", "Wall-clock rollbacks detected.", nil, nil)
 	descACLDenied     = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
 	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
+	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
+	descPersistErrs   = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
 )
 
 // collector reads a StatsSource at each scrape, so the domain types
@@ -57,7 +63,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
-		descACLDenied, descRefused} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs} {
 		ch <- d
 	}
 }
@@ -88,6 +94,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRollbacks, s.ClockRollbacks)
 	counter(descACLDenied, s.ACLPublishDenied, "publish")
 	counter(descACLDenied, s.ACLSubscribeDenied, "subscribe")
+	failing := 0.0
+	if s.PersistFailing {
+		failing = 1
+	}
+	gauge(descPersistFail, failing)
+	counter(descPersistErrs, s.PersistFailures)
 	for reason, n := range s.ConnectsRefused {
 		counter(descRefused, n, reason)
 	}

@@ -11,7 +11,7 @@ import (
 func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
 		Allowed: 10, Dropped: 2, Disconnected: 1, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
-		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17,
+		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18,
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 	}}
@@ -48,6 +48,12 @@ devicegate_deferred_released_total 5
 # HELP devicegate_devices_tracked Devices with a live rate window.
 # TYPE devicegate_devices_tracked gauge
 devicegate_devices_tracked 9
+# HELP devicegate_persist_failing 1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.
+# TYPE devicegate_persist_failing gauge
+devicegate_persist_failing 1
+# HELP devicegate_persist_write_failures_total Failed writes to the data file.
+# TYPE devicegate_persist_write_failures_total counter
+devicegate_persist_write_failures_total 18
 # HELP devicegate_publishes_total Device publishes by throttle decision.
 # TYPE devicegate_publishes_total counter
 devicegate_publishes_total{decision="allowed"} 10
@@ -71,8 +77,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 20 {
-		t.Fatalf("%d series, want 20", n)
+	if n := testutil.CollectAndCount(c); n != 22 {
+		t.Fatalf("%d series, want 22", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

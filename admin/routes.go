@@ -141,7 +141,16 @@ func deviceID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return id, true
 }
 
+// healthz answers 200 {"status":"ok"}, or 503 {"status":"unhealthy",
+// "error":...} while Options.Health reports a problem (the gateway can no
+// longer write its data file).
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Health != nil {
+		if err := s.opts.Health(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy", "error": err.Error()})
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 

@@ -34,6 +34,7 @@
 //	data_dir: "./data"             # where the state file lives (created if missing)
 //	persist:
 //	  snapshot_interval: 1s        # how often changed windows are written, > 0 and <= 1h
+//	  check_on_start: always       # the data file's consistency check: always, after_crash or never
 //	limits:
 //	  default: {limit: 100, window: 10s, policy: drop}
 //	  buckets: 20                  # buckets per window, 1..1000
@@ -152,6 +153,10 @@ type Persist struct {
 	// snapshot are written. It bounds what a crash can lose: at most one
 	// interval of admissions.
 	SnapshotInterval Duration `yaml:"snapshot_interval"`
+	// CheckOnStart says when start-up runs the data file's consistency
+	// check: "always", "after_crash" (only after an unclean shutdown) or
+	// "never".
+	CheckOnStart string `yaml:"check_on_start"`
 }
 
 // MaxSnapshotInterval is the longest persist.snapshot_interval: beyond
@@ -237,7 +242,7 @@ func Default() Config {
 		MQTT:    MQTT{TCP: ":1883"},
 		Admin:   Admin{Addr: "127.0.0.1:8080"},
 		DataDir: "./data",
-		Persist: Persist{SnapshotInterval: Duration(time.Second)},
+		Persist: Persist{SnapshotInterval: Duration(time.Second), CheckOnStart: "always"},
 		Limits: Limits{
 			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
 			Buckets:  devicelimit.DefaultBuckets,

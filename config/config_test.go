@@ -102,6 +102,8 @@ func TestKeys(t *testing.T) {
 		{name: "snapshot interval 1ns", yaml: `persist: {snapshot_interval: 1ns}`, want: func(c Config) bool {
 			return c.Persist.SnapshotInterval == 1
 		}},
+		{name: "check on start after crash", yaml: `persist: {check_on_start: after_crash}`, want: func(c Config) bool { return c.Persist.CheckOnStart == "after_crash" }},
+		{name: "check on start bad", yaml: `persist: {check_on_start: sometimes}`, err: []string{`persist.check_on_start: must be always, after_crash or never (got "sometimes")`}},
 		{name: "snapshot interval zero", yaml: `persist: {snapshot_interval: 0s}`, err: []string{`persist.snapshot_interval: must be > 0 (got "0s")`}},
 		{name: "snapshot interval negative", yaml: `persist: {snapshot_interval: -1s}`, err: []string{`persist.snapshot_interval: must be > 0 (got "-1s")`}},
 		{name: "snapshot interval too long", yaml: `persist: {snapshot_interval: 61m}`, err: []string{`persist.snapshot_interval: must be at most 1h0m0s (got "1h1m0s")`}},

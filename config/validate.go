@@ -34,6 +34,11 @@ func (c Config) Validate() error {
 	case si > MaxSnapshotInterval:
 		v.add("persist.snapshot_interval", fmt.Sprintf("must be at most %s (got %q)", MaxSnapshotInterval, si.String()))
 	}
+	switch c.Persist.CheckOnStart {
+	case "always", "after_crash", "never":
+	default:
+		v.add("persist.check_on_start", fmt.Sprintf("must be always, after_crash or never (got %q)", c.Persist.CheckOnStart))
+	}
 
 	// With a bad bucket count, check the quotas against one bucket so
 	// their own mistakes still show; the bucket width then adds nothing.

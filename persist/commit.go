@@ -41,6 +41,8 @@ type committer struct {
 	// pending counts the requests queued or in a transaction: a
 	// snapshot ends its transaction early when it is not zero.
 	pending atomic.Int64
+	// note records each transaction's outcome in the store's health.
+	note func(error)
 }
 
 // request is one queued operation: a put of rec under key, or the
@@ -54,9 +56,10 @@ type request struct {
 
 var requests = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
 
-func newCommitter(db *bolt.DB) *committer {
+func newCommitter(db *bolt.DB, note func(error)) *committer {
 	c := &committer{
 		db:   db,
+		note: note,
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 	}
@@ -194,10 +197,13 @@ func (c *committer) commit(reqs []*request) {
 			}))
 		})
 		if err != nil && failed >= 0 {
+			// That request's own failure (its record cannot be
+			// stored), not the disk's: the others go on.
 			c.answer(reqs[failed], err)
 			reqs = append(reqs[:failed], reqs[failed+1:]...)
 			continue
 		}
+		c.note(err)
 		for _, r := range reqs {
 			c.answer(r, err)
 		}

@@ -89,9 +89,15 @@ func TestSnapshotRetriesAfterWriteFailure(t *testing.T) {
 	if !bytes.Equal(fileBytes(t, s.Path())[:2*4096], before[:2*4096]) {
 		t.Fatal("a failed snapshot changed the meta pages")
 	}
+	if h := s.Health(); !h.Failing || h.Failures != 3 || h.Since.IsZero() || !strings.Contains(h.Err, "file too large") {
+		t.Fatalf("health while snapshots fail: %+v, want failing with 3 failures and the cause", h)
+	}
 
 	restore()
 	sn.tick()
+	if h := s.Health(); h.Failing || h.Failures != 3 || !h.Since.IsZero() || h.Err != "" {
+		t.Fatalf("health after a snapshot succeeded again: %+v, want healthy (3 failures counted)", h)
+	}
 	if got := logs.count("level=INFO", "snapshot written after failures", "failures=3"); got != 1 {
 		t.Fatalf("want one line ending the streak:\n%s", logs.String())
 	}
@@ -142,12 +148,18 @@ func TestEnqueueWriteFailure(t *testing.T) {
 	if err := s.DeleteDeferred([]DeferredKey{{"d", 0}}); err == nil {
 		t.Fatal("delete from an unwritable file succeeded")
 	}
+	if h := s.Health(); !h.Failing || h.Failures == 0 {
+		t.Fatalf("health after failed enqueues: %+v, want failing", h)
+	}
 	restore()
 	if got := loadAll(t, s); len(got) != 1 || got[0] != (message{"d", 0, "kept"}) {
 		t.Fatalf("after failed writes: %v, want only the first message", got)
 	}
 	if err := s.Enqueue("d", 1, []byte("r")); err != nil {
 		t.Fatalf("enqueue after the disk recovered: %v", err)
+	}
+	if h := s.Health(); h.Failing {
+		t.Fatalf("health after a successful enqueue: %+v, want healthy", h)
 	}
 	if got, _, _ := s.DeferredStats(); got != 2 {
 		t.Fatalf("%d messages, want 2", got)

@@ -139,3 +139,14 @@ func fileBytes(t testing.TB, path string) []byte {
 	}
 	return b
 }
+
+// dataFile writes b as the data file of a new temporary directory and
+// returns its path.
+func dataFile(t testing.TB, b []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), FileName)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

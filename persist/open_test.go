@@ -136,10 +136,7 @@ func TestOpenRandomBytes(t *testing.T) {
 			for i := range b {
 				b[i] = byte(rng.Uint32())
 			}
-			path := filepath.Join(t.TempDir(), FileName)
-			if err := os.WriteFile(path, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			path := dataFile(t, b)
 			openBroken(t, path, ErrCorrupt)
 		})
 	}
@@ -151,10 +148,7 @@ func TestOpenTruncated(t *testing.T) {
 	for _, keep := range []int{need - 1, need - 4096, need / 2, 3 * 4096, 4096 + 100} {
 		t.Run(fmt.Sprint(keep), func(t *testing.T) {
 			b := fileBytes(t, path)[:keep]
-			p := filepath.Join(t.TempDir(), FileName)
-			if err := os.WriteFile(p, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			p := dataFile(t, b)
 			openBroken(t, p, ErrCorrupt)
 		})
 	}
@@ -185,10 +179,7 @@ func TestOpenDamagedPages(t *testing.T) {
 		for i := off; i < off+4096; i++ {
 			b[i] = byte(rng.Uint32())
 		}
-		p := filepath.Join(t.TempDir(), FileName)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		p := dataFile(t, b)
 		// A damaged page the store does not read (free, or a freelist
 		// page no longer in use) is harmless; one it reads must fail
 		// cleanly, never crash or restore garbage silently.
@@ -273,14 +264,50 @@ func TestRestoreBadRecord(t *testing.T) {
 	}
 }
 
+// TestOpenEmptyFile: an existing data file of 0 bytes is not a store
+// (Open creates a store under a temporary name and renames it into place
+// only once it is complete, so no start leaves one): Open refuses it and
+// leaves it as it is, rather than lay out a fresh store in which every
+// device has its whole quota again.
 func TestOpenEmptyFile(t *testing.T) {
-	// An empty file is what an interrupted first start leaves: nothing to
-	// lose, so it is laid out as new.
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, FileName), nil, 0o600); err != nil {
+	path := dataFile(t, nil)
+	openBroken(t, path, ErrCorrupt)
+}
+
+// TestOpenFileWithoutBuckets: a valid bbolt file that holds none of the
+// store's buckets is not a store either.
+func TestOpenFileWithoutBuckets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if m := open(t, dir).Meta(); !m.New {
-		t.Fatalf("meta %+v, want new", m)
+	db.Close()
+	openBroken(t, path, ErrCorrupt)
+}
+
+// TestOpenLeavesNoTemporaryFile: creating a store leaves the data file
+// and nothing else in the directory, and a temporary file left by a
+// creation that was cut off is removed by the next one.
+func TestOpenLeavesNoTemporaryFile(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, FileName+".new-123")
+	if err := os.WriteFile(stale, []byte("cut off"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, dir)
+	if !s.Meta().New {
+		t.Fatalf("meta %+v, want new", s.Meta())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if len(names) != 1 || names[0] != FileName {
+		t.Fatalf("data directory holds %v, want only %s", names, FileName)
 	}
 }

@@ -47,6 +47,9 @@ type Options struct {
 	// Logger receives the store's events (overrides skipped at restore);
 	// nil discards them. Snapshotters take their own.
 	Logger *slog.Logger
+	// Check says when Open runs the consistency check (Store.Check) on
+	// an existing file; the zero value checks at every Open.
+	Check CheckMode
 }
 
 // Meta is the store's meta data as read by Open.
@@ -62,6 +65,9 @@ type Meta struct {
 	CleanShutdown bool
 	// New reports that this Open created the store.
 	New bool
+	// Checked is how long Open's consistency check took; 0 when it did
+	// not run (a new file, or Options.Check said not to).
+	Checked time.Duration
 }
 
 // Store is the gateway's bbolt data file, opened by Open. One process at
@@ -77,6 +83,7 @@ type Store struct {
 	commit     *committer // group commit of deferred messages
 	delChunk   int        // the most keys DeleteDeferred deletes per transaction
 	closed     atomic.Bool
+	health     health
 	closeOnce  sync.Once
 	closeErr   error
 }
@@ -118,7 +125,20 @@ func Open(dir string, opts Options) (*Store, error) {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	createdFile := err != nil
+	createdFile := false
+	switch {
+	case err != nil:
+		// No file: lay out a new store under a temporary name and link it
+		// into place once complete, so that any file found under the
+		// data file's name is one this package finished writing.
+		if createdFile, err = create(dir, path); err != nil {
+			return nil, fmt.Errorf("open store %q: create: %w", path, err)
+		}
+	case fi.Size() == 0:
+		// bbolt would lay out a fresh file in it, and every device would
+		// get its whole quota again.
+		return nil, fmt.Errorf("open store %q: %w: the file is empty (0 bytes)", path, ErrCorrupt)
+	}
 
 	db, err := openBolt(path, timeout)
 	switch {
@@ -131,6 +151,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := guard(s.init); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %q: %w", path, err)
+	}
+	s.meta.New = createdFile
+	if !s.meta.New && (opts.Check == CheckAlways || opts.Check == CheckAfterCrash && !s.meta.CleanShutdown) {
+		start := time.Now()
+		if err := s.Check(); err != nil {
+			db.Close()
+			return nil, err
+		}
+		s.meta.Checked = time.Since(start)
 	}
 	// A new file's directory entry (and a new directory's) must be as
 	// durable as the first transactions written into the file.
@@ -146,7 +175,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			}
 		}
 	}
-	s.commit = newCommitter(db)
+	s.commit = newCommitter(db, func(err error) { s.health.note(err, time.Now, s.log, s.path) })
 	return s, nil
 }
 
@@ -231,11 +260,10 @@ func guard(fn func() error) (err error) {
 	return fn()
 }
 
-// init checks a freshly opened file and reads its meta data, or lays out
-// an empty one. Nothing is written to a file that holds any bucket.
+// init checks a freshly opened file and reads its meta data. Nothing is
+// written to the file.
 func (s *Store) init() error {
-	var empty bool
-	err := s.db.View(func(tx *bolt.Tx) error {
+	return s.db.View(func(tx *bolt.Tx) error {
 		// A truncated file maps past its end: reading those pages would
 		// fault. bbolt grows the file before it commits pages beyond it.
 		st, err := os.Stat(s.path)
@@ -244,10 +272,6 @@ func (s *Store) init() error {
 		}
 		if need := tx.Size(); st.Size() < need {
 			return fmt.Errorf("%w: truncated: %d bytes, the database needs %d", ErrCorrupt, st.Size(), need)
-		}
-		if k, _ := tx.Cursor().First(); k == nil {
-			empty = true
-			return nil
 		}
 		meta := tx.Bucket(bucketMeta)
 		if meta == nil {
@@ -265,14 +289,31 @@ func (s *Store) init() error {
 		s.meta = m
 		return nil
 	})
-	if err != nil || !empty {
-		return err
+}
+
+// tempPrefix names the files create lays out new stores in.
+const tempPrefix = FileName + ".new-"
+
+// create lays out an empty store (its buckets and meta data) in a
+// temporary file in dir, syncs it and links it to path. It reports false
+// when another process linked its own store there first. Temporary files
+// left by a creation that was cut off are removed.
+func create(dir, path string) (created bool, err error) {
+	stale, _ := filepath.Glob(filepath.Join(dir, tempPrefix+"*"))
+	f, err := os.CreateTemp(dir, tempPrefix+"*")
+	if err != nil {
+		return false, err
 	}
-	// A new file, or one whose creation was interrupted before its
-	// buckets were committed: there is nothing in it to lose.
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	tmp := f.Name()
+	f.Close()
+	defer os.Remove(tmp)
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return false, err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketWindows, bucketOverrides, bucketMeta, bucketDeferred} {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			if _, err := tx.CreateBucket(name); err != nil {
 				return err
 			}
 		}
@@ -288,11 +329,23 @@ func (s *Store) init() error {
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("initialize: %w", err)
+	if cerr := db.Close(); err == nil {
+		err = cerr
 	}
-	s.meta = Meta{Schema: SchemaVersion, New: true}
-	return nil
+	if err != nil {
+		return false, err
+	}
+	// The commit synced the file's pages; link never replaces a file.
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	for _, name := range stale {
+		os.Remove(name)
+	}
+	return true, nil
 }
 
 // Path returns the data file's path.
@@ -336,7 +389,9 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	return guard(func() error { return closedErr(s.db.Update(fn)) })
+	err := guard(func() error { return closedErr(s.db.Update(fn)) })
+	s.health.note(err, time.Now, s.log, s.path)
+	return err
 }
 
 // view runs fn in a read-only transaction.

@@ -122,14 +122,22 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		}
 	}()
 
-	store, err := persist.Open(cfg.DataDir, persist.Options{LockTimeout: lockTimeout, Logger: log})
+	check, err := persist.ParseCheckMode(cfg.Persist.CheckOnStart)
+	if err != nil {
+		return nil, fmt.Errorf("persist.check_on_start: %w", err)
+	}
+	store, err := persist.Open(cfg.DataDir, persist.Options{LockTimeout: lockTimeout, Logger: log, Check: check})
 	if err != nil {
 		return nil, storeError(cfg.DataDir, err)
 	}
 	g.store = store
 	meta := store.Meta()
 	g.prevUnclean = !meta.New && !meta.CleanShutdown
-	log.Info("state opened", "path", store.Path(), "new", meta.New, "schema", meta.Schema)
+	checked := "skipped"
+	if meta.Checked > 0 {
+		checked = meta.Checked.String()
+	}
+	log.Info("state opened", "path", store.Path(), "new", meta.New, "schema", meta.Schema, "check", checked)
 
 	// The clock starts at max(wall clock, high-water): a wall clock set
 	// back while the gateway was down cannot empty a window.
@@ -217,7 +225,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		admin.NewCollector(statsSource{srv: srv, table: table, snap: g.snap, rollbacks: rollbacks}),
+		admin.NewCollector(statsSource{store: store, srv: srv, table: table, snap: g.snap, rollbacks: rollbacks}),
 	)
 	g.registerClusterMetrics(reg)
 	g.admin, err = admin.New(admin.Options{
@@ -233,6 +241,7 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		Throttled: topThrottled{g.topk, g.clock},
 		Registry:  reg,
 		Logger:    log,
+		Health:    g.health,
 
 		TLSCertFile: cfg.Admin.TLS.CertFile,
 		TLSKeyFile:  cfg.Admin.TLS.KeyFile,
@@ -397,7 +406,19 @@ func (t topThrottled) Top(n int) []admin.ThrottledDevice {
 
 // statsSource gathers the metrics from the broker, the table and the
 // snapshotter.
+// health reports whether the gateway can still write its data file, for
+// /healthz.
+func (g *gateway) health() error {
+	h := g.store.Health()
+	if !h.Failing {
+		return nil
+	}
+	return fmt.Errorf("data file %s: writes failing since %s (%d failed writes): %s",
+		g.store.Path(), h.Since.UTC().Format(time.RFC3339), h.Failures, h.Err)
+}
+
 type statsSource struct {
+	store     *persist.Store
 	srv       *broker.Server
 	table     *devicelimit.Table
 	snap      *persist.Snapshotter
@@ -408,6 +429,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 	st := s.srv.Stats()
 	as := s.srv.AuthStats()
 	last, written := s.snap.Stats()
+	ph := s.store.Health()
 	return admin.Snapshot{
 		Allowed:          st.Allowed,
 		Dropped:          st.Dropped,
@@ -429,5 +451,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		ACLPublishDenied:   as.PublishDenied,
 		ACLSubscribeDenied: as.SubscribeDenied,
 		ConnectsRefused:    as.ConnectsRefused,
+		PersistFailing:     ph.Failing,
+		PersistFailures:    ph.Failures,
 	}
 }

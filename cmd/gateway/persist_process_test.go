@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	bin "encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -285,6 +286,25 @@ func TestBadDataFileProcess(t *testing.T) {
 			}
 			return b[:min(len(b), 4096)]
 		}},
+		{"truncated to 0 bytes", func(t *testing.T, dir string) []byte {
+			p, _, _ := startOn(t, dir)
+			p.stop()
+			return nil
+		}},
+		{"damaged freelist page", func(t *testing.T, dir string) []byte {
+			// A store with one window, its freelist page's header
+			// overwritten: bbolt opens it, and every write would fail.
+			p, addr, _ := startOn(t, dir, "--window", "1h")
+			dial5(t, addr, "meter-1").mustPublish(t, "devices/meter-1", "x", codeSuccess)
+			p.stop()
+			b, err := os.ReadFile(filepath.Join(dir, persist.FileName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			page := freelistPageOf(t, b)
+			copy(b[page*4096:], bytes.Repeat([]byte{0xab}, 8))
+			return b
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -311,4 +331,19 @@ func TestBadDataFileProcess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// freelistPageOf returns the freelist page of the bbolt file b: its
+// current meta page (the higher transaction ID at byte 64 of pages 0 and
+// 1) names it at byte 48.
+func freelistPageOf(t *testing.T, b []byte) int {
+	t.Helper()
+	if len(b) < 2*4096 {
+		t.Fatalf("a %d-byte file has no two meta pages", len(b))
+	}
+	meta := b[:4096]
+	if bin.LittleEndian.Uint64(b[4096+64:]) > bin.LittleEndian.Uint64(b[64:]) {
+		meta = b[4096:]
+	}
+	return int(bin.LittleEndian.Uint64(meta[48:]))
 }

@@ -1,0 +1,69 @@
+package persist
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Health is whether the store can still write, as its writes found it.
+type Health struct {
+	// Failing reports that the last write (a snapshot, a deferred
+	// message, an override, a delete) failed.
+	Failing bool
+	// Err is the last failure's message while Failing.
+	Err string
+	// Since is when the current streak of failures began; zero while
+	// healthy.
+	Since time.Time
+	// Failures counts the failed writes since Open.
+	Failures uint64
+}
+
+// health records the outcome of every write. Safe for concurrent use;
+// a success while healthy costs one atomic load.
+type health struct {
+	failing atomic.Bool
+	mu      sync.Mutex
+	h       Health
+}
+
+// note records a write's outcome. A write refused because the store is
+// closed says nothing about the disk and is not recorded.
+// The first failure of a streak and the success that ends it are logged,
+// once each.
+func (h *health) note(err error, now func() time.Time, log *slog.Logger, path string) {
+	if err == nil && !h.failing.Load() || errors.Is(err, ErrClosed) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		if h.h.Failing {
+			log.Info("data file writes succeed again", "path", path, "failing_for", now().Sub(h.h.Since).Round(time.Millisecond).String())
+		}
+		h.h.Failing, h.h.Err, h.h.Since = false, "", time.Time{}
+		h.failing.Store(false)
+		return
+	}
+	if !h.h.Failing {
+		h.h.Since = now()
+		log.Error("data file writes failing: snapshots, deferrals and override changes are not stored; /healthz answers 503 until a write succeeds",
+			"path", path, "err", err)
+	}
+	h.h.Failing, h.h.Err = true, err.Error()
+	h.h.Failures++
+	h.failing.Store(true)
+}
+
+func (h *health) get() Health {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.h
+}
+
+// Health returns whether the store's writes are failing, since when and
+// why. The gateway reports it on /healthz and in its metrics.
+func (s *Store) Health() Health { return s.health.get() }
