@@ -24,6 +24,9 @@ type Snapshot struct {
 	// PersistFailures counts the failed writes.
 	PersistFailing  bool
 	PersistFailures uint64
+	// SlowSubscriberDrops counts messages not delivered to subscribers
+	// that had their maximum of messages in flight.
+	SlowSubscriberDrops uint64
 }
 
 // StatsSource reports the gateway's counters; main adapts the broker's,
@@ -48,6 +51,7 @@ var (
 	descACLDenied     = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
 	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
 	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
+	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "QoS 1 and 2 messages not delivered to a subscriber that already had its maximum in flight (unacknowledged).", nil, nil)
 	descPersistErrs   = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
 )
 
@@ -63,7 +67,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops} {
 		ch <- d
 	}
 }
@@ -100,6 +104,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descPersistFail, failing)
 	counter(descPersistErrs, s.PersistFailures)
+	counter(descSlowDrops, s.SlowSubscriberDrops)
 	for reason, n := range s.ConnectsRefused {
 		counter(descRefused, n, reason)
 	}

@@ -11,7 +11,7 @@ import (
 func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
 		Allowed: 10, Dropped: 2, Disconnected: 1, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
-		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18,
+		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19,
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 	}}
@@ -61,6 +61,9 @@ devicegate_publishes_total{decision="deferred"} 3
 devicegate_publishes_total{decision="disconnected"} 1
 devicegate_publishes_total{decision="dropped"} 2
 devicegate_publishes_total{decision="overflowed"} 4
+# HELP devicegate_slow_subscriber_drops_total QoS 1 and 2 messages not delivered to a subscriber that already had its maximum in flight (unacknowledged).
+# TYPE devicegate_slow_subscriber_drops_total counter
+devicegate_slow_subscriber_drops_total 19
 # HELP devicegate_snapshot_bytes Size of the last window snapshot.
 # TYPE devicegate_snapshot_bytes gauge
 devicegate_snapshot_bytes 4096
@@ -77,8 +80,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 22 {
-		t.Fatalf("%d series, want 22", n)
+	if n := testutil.CollectAndCount(c); n != 23 {
+		t.Fatalf("%d series, want 23", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

@@ -60,6 +60,11 @@ type Limits struct {
 	// dropped. Each connection reserves 8 bytes per slot. 0 means
 	// mochi's default, 8192.
 	MaxPendingWrites int
+	// MaxInflight bounds the QoS 1 and 2 messages sent to one client
+	// and not yet acknowledged; a message beyond is dropped for that
+	// client and counted in Stats.SlowSubscriberDrops. 0 means mochi's
+	// default, 8192.
+	MaxInflight int
 	// MaxDevices bounds the devices with a window: a device without one
 	// is refused at CONNECT (MQTT 5: 0x97 quota exceeded; 3.1.1: 0x03
 	// server unavailable) while the table holds that many.
@@ -79,8 +84,8 @@ type Limits struct {
 
 func (l Limits) validate() error {
 	switch {
-	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxDevices < 0 || l.MaxPendingWrites < 0 || l.MaxPendingWrites > 1<<20:
-		return fmt.Errorf("%w: Limits: negative bound, or MaxPendingWrites over 1Mi", ErrInvalidOptions)
+	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxDevices < 0 || l.MaxPendingWrites < 0 || l.MaxPendingWrites > 1<<20 || l.MaxInflight < 0 || l.MaxInflight > 65535:
+		return fmt.Errorf("%w: Limits: negative bound, MaxPendingWrites over 1Mi or MaxInflight over 65535", ErrInvalidOptions)
 	case l.KeepaliveMin < 0 || l.KeepaliveMax < 0 || l.KeepaliveMax > 0 && l.KeepaliveMin > l.KeepaliveMax:
 		return fmt.Errorf("%w: Limits: keepalive bounds must be >= 0 and min <= max", ErrInvalidOptions)
 	case l.KeepaliveMax > 65535*time.Second:
@@ -112,6 +117,9 @@ func (l Limits) capabilities() *mqtt.Capabilities {
 	c.MaximumMessageExpiryInterval = 0
 	if l.MaxConnections > 0 {
 		c.MaximumClients = int64(l.MaxConnections)
+	}
+	if l.MaxInflight > 0 {
+		c.MaximumInflight = uint16(l.MaxInflight)
 	}
 	if l.MaxPendingWrites > 0 {
 		c.MaximumClientWritesPending = int32(l.MaxPendingWrites)

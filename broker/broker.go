@@ -113,6 +113,7 @@ type Server struct {
 	releaser *mqtt.Client
 
 	auth *authHook
+	mlog *mochiLimits // what mochi's log handler counts and holds back
 
 	mu       sync.Mutex
 	tcp      *tcpListener // set once the listener is bound
@@ -154,11 +155,12 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("log limiter: %w", err)
 	}
+	mlog := &mochiLimits{logs: logs, clock: opts.Clock}
 	srv := mqtt.New(&mqtt.Options{
 		// The inline client lets the gateway publish (deferred releases);
 		// the throttle hook never counts its messages.
 		InlineClient: true,
-		Logger:       slog.New(mochiHandler{log.Handler()}).With("component", "mochi"),
+		Logger:       slog.New(mochiHandler{log.Handler(), mlog}).With("component", "mochi"),
 		Capabilities: opts.Limits.capabilities(),
 	})
 	h := &throttle{
@@ -187,7 +189,7 @@ func New(opts Options) (*Server, error) {
 	if err := srv.AddHook(&willHook{t: h}, nil); err != nil {
 		return nil, fmt.Errorf("add will hook: %w", err)
 	}
-	s := &Server{opts: opts, mqtt: srv, hook: h, auth: ah, closed: make(chan struct{})}
+	s := &Server{opts: opts, mqtt: srv, hook: h, auth: ah, mlog: mlog, closed: make(chan struct{})}
 	if opts.Defer != nil {
 		s.def = newDeferrer(opts.Defer, opts.DeferLimits, h)
 		s.def.publish = s.publishDeferred
@@ -350,6 +352,7 @@ func (s *Server) Addr() net.Addr {
 func (s *Server) Stats() Stats {
 	st := s.hook.stats()
 	st.Subscriptions = atomic.LoadInt64(&s.mqtt.Info.Subscriptions)
+	st.SlowSubscriberDrops = s.mlog.inflightDrops.Load()
 	return st
 }
 

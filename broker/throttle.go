@@ -55,6 +55,10 @@ type Stats struct {
 	// Subscriptions is the number of subscriptions the broker holds, of
 	// connected clients and of kept sessions.
 	Subscriptions int64
+	// SlowSubscriberDrops counts QoS 1 and 2 messages not delivered to
+	// a subscriber because it already had its maximum of messages in
+	// flight (unacknowledged): it reads or acks too slowly.
+	SlowSubscriberDrops uint64
 }
 
 // DeviceStatus is what the broker knows of one device now.

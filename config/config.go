@@ -25,6 +25,7 @@
 //	  max_client_id_length: 256    # bytes
 //	  max_connections: 50000       # clients connected at once; 0: no bound
 //	  max_pending_writes: 8192     # messages queued for one slow client, 1..1048576
+//	  max_inflight: 8192           # QoS 1/2 messages sent to one client and not yet acknowledged, 1..65535
 //	  connect_rate: {limit: 100, window: 1s, exempt: ["127.0.0.0/8", "::1/128"]}  # new connections per source IP (limit 0: off); exempt: CIDR prefixes not limited
 //	  keepalive: {min: 0s, max: 1h}           # a keepalive outside is set to the bound; 0s: no bound
 //	admin:
@@ -127,6 +128,9 @@ type MQTT struct {
 	// MaxPendingWrites bounds the messages queued for one slow client;
 	// beyond it, messages to that client are dropped.
 	MaxPendingWrites int `yaml:"max_pending_writes"`
+	// MaxInflight bounds the QoS 1 and 2 messages sent to one client
+	// and not yet acknowledged; beyond, messages to it are dropped.
+	MaxInflight int `yaml:"max_inflight"`
 	// ConnectRate bounds new connections per source IP address; a limit
 	// of 0 turns it off.
 	ConnectRate Rate `yaml:"connect_rate"`

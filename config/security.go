@@ -16,6 +16,7 @@ const (
 	DefaultMaxClientIDLength = 256
 	DefaultMaxConnections    = 50000
 	DefaultMaxPendingWrites  = 8192 // mochi's own default
+	DefaultMaxInflight       = 8192 // mochi's own default
 	DefaultMaxDevices        = 1_000_000
 	DefaultConnectRateLimit  = 100
 	DefaultKeepaliveMax      = time.Hour
@@ -88,6 +89,7 @@ func withSecurityDefaults(c Config) Config {
 	c.MQTT.MaxClientIDLength = DefaultMaxClientIDLength
 	c.MQTT.MaxConnections = DefaultMaxConnections
 	c.MQTT.MaxPendingWrites = DefaultMaxPendingWrites
+	c.MQTT.MaxInflight = DefaultMaxInflight
 	c.MQTT.ConnectRate = Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}}
 	c.MQTT.Keepalive = Keepalive{Max: Duration(DefaultKeepaliveMax)}
 	c.Limits.MaxDevices = DefaultMaxDevices
@@ -156,6 +158,9 @@ func (c Config) validateSecurity(v *validator) {
 	}
 	if m.MaxClientIDLength < 1 || m.MaxClientIDLength > devicelimit.MaxDeviceID {
 		v.add("mqtt.max_client_id_length", fmt.Sprintf("must be between 1 and %d (got %d)", devicelimit.MaxDeviceID, m.MaxClientIDLength))
+	}
+	if m.MaxInflight < 1 || m.MaxInflight > 65535 {
+		v.add("mqtt.max_inflight", fmt.Sprintf("must be between 1 and 65535 (got %d)", m.MaxInflight))
 	}
 	if m.MaxPendingWrites < 1 || m.MaxPendingWrites > 1<<20 {
 		v.add("mqtt.max_pending_writes", fmt.Sprintf("must be between 1 and %d (got %d)", 1<<20, m.MaxPendingWrites))

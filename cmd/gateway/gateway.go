@@ -448,10 +448,11 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		SnapshotBytes:    int64(last.Bytes),
 		Snapshots:        written,
 
-		ACLPublishDenied:   as.PublishDenied,
-		ACLSubscribeDenied: as.SubscribeDenied,
-		ConnectsRefused:    as.ConnectsRefused,
-		PersistFailing:     ph.Failing,
-		PersistFailures:    ph.Failures,
+		ACLPublishDenied:    as.PublishDenied,
+		ACLSubscribeDenied:  as.SubscribeDenied,
+		ConnectsRefused:     as.ConnectsRefused,
+		PersistFailing:      ph.Failing,
+		PersistFailures:     ph.Failures,
+		SlowSubscriberDrops: st.SlowSubscriberDrops,
 	}
 }

@@ -63,6 +63,7 @@ func loadSecurity(cfg config.Config) (security, error) {
 		MaxClientIDLength: m.MaxClientIDLength,
 		MaxConnections:    m.MaxConnections,
 		MaxPendingWrites:  m.MaxPendingWrites,
+		MaxInflight:       m.MaxInflight,
 		MaxDevices:        cfg.Limits.MaxDevices,
 		ConnectRate:       cfg.ConnectRate(),
 		KeepaliveMin:      time.Duration(m.Keepalive.Min),
