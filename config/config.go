@@ -36,6 +36,7 @@
 //	persist:
 //	  snapshot_interval: 1s        # how often changed windows are written, > 0 and <= 1h
 //	  check_on_start: always       # the data file's consistency check: always, after_crash or never
+//	  after_crash: charge          # charge (the quota holds across crashes) or forgive
 //	limits:
 //	  default: {limit: 100, window: 10s, policy: drop}
 //	  buckets: 20                  # buckets per window, 1..1000
@@ -161,6 +162,11 @@ type Persist struct {
 	// check: "always", "after_crash" (only after an unclean shutdown) or
 	// "never".
 	CheckOnStart string `yaml:"check_on_start"`
+	// AfterCrash says what a start after an unclean shutdown does about
+	// the admissions the crash made it forget: "charge" every device as
+	// if it had used its whole quota at the latest instant they could
+	// have been made, or "forgive" them.
+	AfterCrash string `yaml:"after_crash"`
 }
 
 // MaxSnapshotInterval is the longest persist.snapshot_interval: beyond
@@ -246,7 +252,7 @@ func Default() Config {
 		MQTT:    MQTT{TCP: ":1883"},
 		Admin:   Admin{Addr: "127.0.0.1:8080"},
 		DataDir: "./data",
-		Persist: Persist{SnapshotInterval: Duration(time.Second), CheckOnStart: "always"},
+		Persist: Persist{SnapshotInterval: Duration(time.Second), CheckOnStart: "always", AfterCrash: "charge"},
 		Limits: Limits{
 			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
 			Buckets:  devicelimit.DefaultBuckets,

@@ -103,6 +103,8 @@ func TestKeys(t *testing.T) {
 			return c.Persist.SnapshotInterval == 1
 		}},
 		{name: "check on start after crash", yaml: `persist: {check_on_start: after_crash}`, want: func(c Config) bool { return c.Persist.CheckOnStart == "after_crash" }},
+		{name: "after crash forgive", yaml: `persist: {after_crash: forgive}`, want: func(c Config) bool { return c.Persist.AfterCrash == "forgive" }},
+		{name: "after crash bad", yaml: `persist: {after_crash: pardon}`, err: []string{`persist.after_crash: must be charge or forgive (got "pardon")`}},
 		{name: "check on start bad", yaml: `persist: {check_on_start: sometimes}`, err: []string{`persist.check_on_start: must be always, after_crash or never (got "sometimes")`}},
 		{name: "snapshot interval zero", yaml: `persist: {snapshot_interval: 0s}`, err: []string{`persist.snapshot_interval: must be > 0 (got "0s")`}},
 		{name: "snapshot interval negative", yaml: `persist: {snapshot_interval: -1s}`, err: []string{`persist.snapshot_interval: must be > 0 (got "-1s")`}},

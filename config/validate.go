@@ -34,6 +34,11 @@ func (c Config) Validate() error {
 	case si > MaxSnapshotInterval:
 		v.add("persist.snapshot_interval", fmt.Sprintf("must be at most %s (got %q)", MaxSnapshotInterval, si.String()))
 	}
+	switch c.Persist.AfterCrash {
+	case "charge", "forgive":
+	default:
+		v.add("persist.after_crash", fmt.Sprintf("must be charge or forgive (got %q)", c.Persist.AfterCrash))
+	}
 	switch c.Persist.CheckOnStart {
 	case "always", "after_crash", "never":
 	default:

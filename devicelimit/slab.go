@@ -89,7 +89,10 @@ func (r rec) setHead(h int64) { binary.LittleEndian.PutUint64(r.b[0:8], uint64(h
 const (
 	flagDirty  = 1 << 63
 	flagStored = 1 << 62
-	flagMask   = flagDirty | flagStored
+	// flagCharged: the table's crash charge was applied (see
+	// SetCrashCharge). Never stored in a snapshot.
+	flagCharged = 1 << 61
+	flagMask    = flagDirty | flagStored | flagCharged
 )
 
 func (r rec) lengthWord() uint64    { return binary.LittleEndian.Uint64(r.b[8:16]) }

@@ -20,6 +20,7 @@ const numShards = 256
 type Table struct {
 	buckets   int
 	minWindow time.Duration // buckets * MinBucketWidth
+	charge    charge
 	shards    [numShards]shard
 }
 
@@ -189,12 +190,19 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 	s, h := t.shard(device)
 	s.mu.Lock()
 	r, ok := s.lookup(device, h, q.Limit, count)
+	at := t.CrashCharge()
 	if !ok {
 		s.mu.Unlock()
+		if at != 0 {
+			if d, ok := chargedPeek(q, at, now, t.buckets); ok {
+				return d
+			}
+		}
 		return Decision{Limit: q.Limit, Remaining: q.Limit}
 	}
+	charged := at != 0 && r.flags()&flagCharged == 0 && r.applyCharge(q, at, now, t.buckets)
 	d := r.decide(q, now, &s.cut, count)
-	if d.Allowed && r.flags()&flagDirty == 0 {
+	if (d.Allowed || charged) && r.flags()&flagDirty == 0 {
 		r.setFlags(r.flags() | flagDirty)
 		if s.collected {
 			s.dirty = append(s.dirty, device)

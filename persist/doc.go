@@ -42,7 +42,7 @@
 //	s.RestoreWindows(table)                  // before decisions start
 //	s.RestoreOverrides(resolver, clock.Now())
 //	s.LoadDeferred(queue.add)                 // rebuild the deferral queues
-//	s.MarkRunning()                           // a crash from here is seen
+//	s.MarkRunning(clock.Now())               // a crash from here is seen
 //	sn := persist.NewSnapshotter(s, table, clock, interval, log)
 //	sn.Start()
 //	... serve; quota changes through s.SetOverride / s.DeleteOverride,

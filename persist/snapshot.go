@@ -237,7 +237,14 @@ func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 	// before this tick.
 	sn.hw = max(sn.hw, sn.clock.Now())
 	if len(sn.pend.items) == 0 && len(sn.long.items) == 0 && !final {
-		return SnapshotStats{}, nil
+		// Nothing changed, but the high-water is written all the same:
+		// after a crash it bounds when the admissions lost since could
+		// have been made (see devicelimit.Table.SetCrashCharge), so it
+		// must be at most one interval old.
+		err := sn.store.update(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketMeta).Put(keyClock, encodeClock(sn.hw))
+		})
+		return SnapshotStats{}, err
 	}
 	sn.pend.sort()
 	sn.long.sort()

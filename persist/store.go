@@ -355,11 +355,19 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Meta() Meta { return s.meta }
 
 // MarkRunning durably clears the clean-shutdown flag, so that a crash
-// from now on is seen at the next Open. Call it after restoring state and
-// before serving; Snapshotter.Close sets the flag again.
-func (s *Store) MarkRunning() error {
+// from now on is seen at the next Open, and records now as the clock's
+// high-water if it is later (a crash before the first snapshot then
+// knows when the run began). Call it after restoring state and before
+// serving; Snapshotter.Close sets the flag again.
+func (s *Store) MarkRunning(now devicelimit.Tick) error {
 	err := s.update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put(keyClean, encodeClean(false))
+		meta := tx.Bucket(bucketMeta)
+		if now > s.meta.HighWater {
+			if err := meta.Put(keyClock, encodeClock(now)); err != nil {
+				return err
+			}
+		}
+		return meta.Put(keyClean, encodeClean(false))
 	})
 	if err != nil {
 		return fmt.Errorf("mark store %q running: %w", s.path, err)

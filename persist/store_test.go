@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"devicegate/devicelimit"
 )
 
@@ -16,7 +18,7 @@ func TestRoundTrip(t *testing.T) {
 	if m := s.Meta(); !m.New || m.Schema != SchemaVersion || m.HighWater != 0 || m.CleanShutdown {
 		t.Fatalf("new store meta %+v", m)
 	}
-	if err := s.MarkRunning(); err != nil {
+	if err := s.MarkRunning(t0); err != nil {
 		t.Fatal(err)
 	}
 	tab := newTable(t, 10)
@@ -101,8 +103,13 @@ func TestSnapshotWritesOnlyChanges(t *testing.T) {
 	if again, n := sn.Stats(); n != 1 || again != last {
 		t.Fatalf("a snapshot with no change altered Stats: %+v, %d", again, n)
 	}
-	if after := txID(t, s); after != before {
-		t.Fatalf("snapshot with no change committed %d transactions", after-before)
+	// It writes the clock's high-water alone: after a crash that bounds
+	// when the forgotten admissions were made.
+	if after := txID(t, s); after != before+1 {
+		t.Fatalf("snapshot with no change committed %d transactions, want 1 (the high-water)", after-before)
+	}
+	if hw := storedHighWater(t, s); hw != clock.Now() {
+		t.Fatalf("high-water after a snapshot with no change: %v, want %v", hw, clock.Now())
 	}
 	// A refusal is no change either.
 	for range 10 {
@@ -167,7 +174,7 @@ func TestMarkRunningThenCrash(t *testing.T) {
 	if m := s.Meta(); !m.CleanShutdown || m.HighWater != t0 {
 		t.Fatalf("after a clean close: %+v", m)
 	}
-	if err := s.MarkRunning(); err != nil {
+	if err := s.MarkRunning(t0); err != nil {
 		t.Fatal(err)
 	}
 	tab.AllowAt("a", q, t0.Add(time.Second))
@@ -210,7 +217,7 @@ func TestSnapshotterClose(t *testing.T) {
 	if _, err := sn2.Snapshot(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("snapshot to a closed store: %v, want ErrClosed", err)
 	}
-	if err := s.MarkRunning(); !errors.Is(err, ErrClosed) {
+	if err := s.MarkRunning(t0); !errors.Is(err, ErrClosed) {
 		t.Fatalf("mark running on a closed store: %v, want ErrClosed", err)
 	}
 }
@@ -267,4 +274,20 @@ func TestSnapshotDeletesWindowsThatEmptied(t *testing.T) {
 	if emptyWindow(enc) {
 		t.Fatal("b's window reads as empty")
 	}
+}
+
+// storedHighWater reads the clock high-water the store holds now.
+func storedHighWater(t *testing.T, s *Store) devicelimit.Tick {
+	t.Helper()
+	var m Meta
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		var err error
+		m, err = decodeMeta(b.Get(keySchema), b.Get(keyClock), b.Get(keyClean))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.HighWater
 }

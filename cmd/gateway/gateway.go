@@ -146,9 +146,21 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		log.Warn("wall clock is behind the persisted clock; continuing from the high-water, windows keep counting",
 			"wall", g.clock.Wall.String(), "high_water", meta.HighWater.String(), "behind", meta.HighWater.Sub(g.clock.Wall).String())
 	}
-	if !meta.New && !meta.CleanShutdown {
-		log.Warn("the previous run did not shut down cleanly; up to one snapshot interval of admissions may have been lost, so devices may get that many extra messages in their current window",
-			"path", store.Path())
+	interval := time.Duration(cfg.Persist.SnapshotInterval)
+	// After a crash, what was admitted since the last snapshot is lost,
+	// made at the latest by the persisted high-water (written every
+	// interval) plus one interval and the time the next snapshot took
+	// (taken as at most another).
+	var charge devicelimit.Tick
+	if g.prevUnclean {
+		if cfg.Persist.AfterCrash == "charge" {
+			charge = meta.HighWater.Add(2 * interval)
+			log.Warn("the previous run did not shut down cleanly; every device is charged its whole quota as of the last possible lost admission, so no device gets extra messages: each is refused until that instant leaves its window",
+				"path", store.Path(), "charged_at", charge.String())
+		} else {
+			log.Warn("the previous run did not shut down cleanly; up to one snapshot interval of admissions may have been lost, so devices may get that many extra messages in their current window (persist.after_crash: forgive)",
+				"path", store.Path())
+		}
 	}
 
 	begin := time.Now()
@@ -161,11 +173,11 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		return nil, storeError(cfg.DataDir, fmt.Errorf("restore quota overrides: %w", err))
 	}
 	log.Info("state restored", "windows", windows, "overrides", overrides, "took", time.Since(begin).String())
-	if err := store.MarkRunning(); err != nil {
+	table.SetCrashCharge(charge)
+	if err := store.MarkRunning(g.clock.Now()); err != nil {
 		return nil, storeError(cfg.DataDir, err)
 	}
 
-	interval := time.Duration(cfg.Persist.SnapshotInterval)
 	g.snap = persist.NewSnapshotter(store, table, g.clock, interval, log)
 	g.snap.Start()
 
@@ -317,7 +329,7 @@ func (g *gateway) close(ctx context.Context) error {
 		// may have admitted after it, or when a failed start would hide
 		// that the previous run crashed: the next start must warn.
 		if stopFailed || (!g.started && g.prevUnclean) {
-			if err := g.store.MarkRunning(); err != nil {
+			if err := g.store.MarkRunning(g.clock.Now()); err != nil {
 				errs = append(errs, fmt.Errorf("keep the unclean-shutdown mark: %w", err))
 			}
 		}

@@ -433,7 +433,7 @@ func TestFailedStartKeepsCrashWarning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.MarkRunning(); err != nil { // a run that then crashed
+	if err := st.MarkRunning(0); err != nil { // a run that then crashed
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
