@@ -80,11 +80,16 @@ type Limits struct {
 	// ask for; one outside (or 0, none) is set to the bound, and an
 	// MQTT 5 client is told so in its CONNACK (server keep alive).
 	KeepaliveMin, KeepaliveMax time.Duration
+	// MaxPendingConnections bounds the connections accepted on all
+	// listeners that have not yet sent CONNECT (TLS handshakes and
+	// WebSocket upgrades included); one more is closed as it is
+	// accepted. DefaultMaxPendingConnections when 0.
+	MaxPendingConnections int
 }
 
 func (l Limits) validate() error {
 	switch {
-	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxDevices < 0 || l.MaxPendingWrites < 0 || l.MaxPendingWrites > 1<<20 || l.MaxInflight < 0 || l.MaxInflight > 65535:
+	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxPendingConnections < 0 || l.MaxDevices < 0 || l.MaxPendingWrites < 0 || l.MaxPendingWrites > 1<<20 || l.MaxInflight < 0 || l.MaxInflight > 65535:
 		return fmt.Errorf("%w: Limits: negative bound, MaxPendingWrites over 1Mi or MaxInflight over 65535", ErrInvalidOptions)
 	case l.KeepaliveMin < 0 || l.KeepaliveMax < 0 || l.KeepaliveMax > 0 && l.KeepaliveMin > l.KeepaliveMax:
 		return fmt.Errorf("%w: Limits: keepalive bounds must be >= 0 and min <= max", ErrInvalidOptions)
@@ -140,7 +145,9 @@ type AuthStats struct {
 	// (connections closed by the per-address rate limit), "will" (a
 	// will on a topic the client may not publish to), "sessions"
 	// (MaxConnections sessions held, connected or not) and "busy" (too
-	// many password checks running or waiting).
+	// many password checks running or waiting) and "pending" (closed on
+	// accept: Limits.MaxPendingConnections connections had not yet sent
+	// CONNECT).
 	ConnectsRefused map[string]uint64
 }
 
@@ -154,10 +161,11 @@ const (
 	refusedWill
 	refusedSessions
 	refusedBusy
+	refusedPending
 	refusedReasons
 )
 
-var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions", "busy"}
+var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions", "busy", "pending"}
 
 // authHook is the mochi hook that authenticates clients at CONNECT,
 // applies the connection limits and enforces the topic ACL. It is added
@@ -194,6 +202,7 @@ type authHook struct {
 
 	pubDenied, subDenied atomic.Uint64
 	refused              [refusedReasons]atomic.Uint64
+	pending              *pendingGate // connections not yet past CONNECT
 }
 
 // session is an authenticated connection's device and role.
@@ -235,6 +244,9 @@ func refuse(reason int, v5 packets.Code, msg string, v3 packets.Code) *refusal {
 // the client and applies MaxDevices. It sends the refusal's CONNACK
 // itself: mochi closes the connection without one when OnConnect fails.
 func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	if h.pending != nil {
+		h.pending.release(cl.Net.Remote) // CONNECT is read: MaxConnections takes over
+	}
 	h.boundKeepalive(cl)
 	s, r := h.admit(cl, pk)
 	if r == nil {
@@ -458,4 +470,15 @@ func (h *authHook) stats() AuthStats {
 		st.ConnectsRefused[name] = h.refused[i].Load()
 	}
 	return st
+}
+
+// refusePending counts a connection closed on accept because
+// Limits.MaxPendingConnections connections had not yet sent CONNECT,
+// and logs it at most once per refusalLogWindow.
+func (h *authHook) refusePending() {
+	n := h.refused[refusedPending].Add(1)
+	if h.logs.AllowAt("\x00refused\x00pending", devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
+		h.log.Warn("connection refused: too many connections have not sent CONNECT yet",
+			"max_pending_connections", h.pending.max, "refused_so_far", n)
+	}
 }

@@ -76,7 +76,10 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 		delay = 0
 		if !l.track(conn) {
 			_ = conn.Close()
-			return
+			if l.isClosed() {
+				return
+			}
+			continue // over the pending-connection bound
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
 		go func() {

@@ -31,6 +31,10 @@ type listenerBase struct {
 	// admit, when set, decides each accepted connection before anything
 	// is read from it; a refused one is closed at once.
 	admit func(remote net.Addr) bool
+	// pending, when set, bounds the connections not yet past CONNECT;
+	// refusePending counts one closed for it.
+	pending       *pendingGate
+	refusePending func()
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -85,11 +89,22 @@ func (l *listenerBase) Init(log *slog.Logger) error {
 	return nil
 }
 
-// track registers an accepted connection; false after Close.
+// track registers an accepted connection; false after Close, or when
+// the pending-connection bound is reached (the connection is then
+// counted as refused). The caller closes an untracked connection.
 func (l *listenerBase) track(c net.Conn) bool {
+	if l.pending != nil && !l.pending.acquire(c.RemoteAddr().String()) {
+		if l.refusePending != nil {
+			l.refusePending()
+		}
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
+		if l.pending != nil {
+			l.pending.release(c.RemoteAddr().String())
+		}
 		return false
 	}
 	l.conns[c] = struct{}{}
@@ -103,6 +118,9 @@ func (l *listenerBase) untrack(c net.Conn) {
 	delete(l.conns, c)
 	l.mu.Unlock()
 	_ = c.Close()
+	if l.pending != nil {
+		l.pending.release(c.RemoteAddr().String())
+	}
 	l.wg.Done()
 }
 

@@ -33,7 +33,7 @@ func (o *Options) validateListeners() error {
 func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger, logs *devicelimit.Table) (*authHook, error) {
 	var err error
 	h := &authHook{srv: srv, opts: opts.Auth, limits: opts.Limits, table: opts.Table, identity: opts.Identity,
-		clock: opts.Clock, log: log, logs: logs}
+		clock: opts.Clock, log: log, logs: logs, pending: newPendingGate(opts.Limits.MaxPendingConnections)}
 	h.creds.Store(opts.Auth.Credentials)
 	h.ownClients = srv.Clients.Len()
 	if opts.Limits.ConnectRate.Limit > 0 {
@@ -69,6 +69,7 @@ func (s *Server) startListeners() error {
 		}
 		l.disconnect = s.disconnectClients
 		l.admit = s.auth.admitConn
+		l.pending, l.refusePending = s.auth.pending, s.auth.refusePending
 		return l
 	}
 	var tcpL, tlsL *tcpListener
@@ -93,6 +94,7 @@ func (s *Server) startListeners() error {
 		}
 		wsL.disconnect = s.disconnectClients
 		wsL.admit = s.auth.admitConn
+		wsL.pending, wsL.refusePending = s.auth.pending, s.auth.refusePending
 		wsL.maxFrame = int64(s.opts.Limits.MaxPacketSize)
 		if s.opts.WebSocketTLS {
 			wsL.tlsConfig = s.opts.TLS

@@ -26,6 +26,7 @@
 //	  max_connections: 50000       # clients connected at once; 0: no bound
 //	  max_pending_writes: 8192     # messages queued for one slow client, 1..1048576
 //	  max_inflight: 8192           # QoS 1/2 messages sent to one client and not yet acknowledged, 1..65535
+//	  max_pending_connections: 1000  # connections that have not sent CONNECT yet, all listeners, >= 1
 //	  connect_rate: {limit: 100, window: 1s, exempt: ["127.0.0.0/8", "::1/128"]}  # new connections per source IP (limit 0: off); exempt: CIDR prefixes not limited
 //	  keepalive: {min: 0s, max: 1h}           # a keepalive outside is set to the bound; 0s: no bound
 //	admin:
@@ -132,6 +133,9 @@ type MQTT struct {
 	// MaxInflight bounds the QoS 1 and 2 messages sent to one client
 	// and not yet acknowledged; beyond, messages to it are dropped.
 	MaxInflight int `yaml:"max_inflight"`
+	// MaxPendingConnections bounds the connections, on all listeners,
+	// that have not sent CONNECT yet; one more is closed at once.
+	MaxPendingConnections int `yaml:"max_pending_connections"`
 	// ConnectRate bounds new connections per source IP address; a limit
 	// of 0 turns it off.
 	ConnectRate Rate `yaml:"connect_rate"`

@@ -17,6 +17,7 @@ const (
 	DefaultMaxConnections    = 50000
 	DefaultMaxPendingWrites  = 8192 // mochi's own default
 	DefaultMaxInflight       = 8192 // mochi's own default
+	DefaultMaxPendingConns   = 1000
 	DefaultMaxDevices        = 1_000_000
 	DefaultConnectRateLimit  = 100
 	DefaultKeepaliveMax      = time.Hour
@@ -90,6 +91,7 @@ func withSecurityDefaults(c Config) Config {
 	c.MQTT.MaxConnections = DefaultMaxConnections
 	c.MQTT.MaxPendingWrites = DefaultMaxPendingWrites
 	c.MQTT.MaxInflight = DefaultMaxInflight
+	c.MQTT.MaxPendingConnections = DefaultMaxPendingConns
 	c.MQTT.ConnectRate = Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}}
 	c.MQTT.Keepalive = Keepalive{Max: Duration(DefaultKeepaliveMax)}
 	c.Limits.MaxDevices = DefaultMaxDevices
@@ -158,6 +160,9 @@ func (c Config) validateSecurity(v *validator) {
 	}
 	if m.MaxClientIDLength < 1 || m.MaxClientIDLength > devicelimit.MaxDeviceID {
 		v.add("mqtt.max_client_id_length", fmt.Sprintf("must be between 1 and %d (got %d)", devicelimit.MaxDeviceID, m.MaxClientIDLength))
+	}
+	if m.MaxPendingConnections < 1 {
+		v.add("mqtt.max_pending_connections", fmt.Sprintf("must be at least 1 (got %d)", m.MaxPendingConnections))
 	}
 	if m.MaxInflight < 1 || m.MaxInflight > 65535 {
 		v.add("mqtt.max_inflight", fmt.Sprintf("must be between 1 and 65535 (got %d)", m.MaxInflight))

@@ -58,16 +58,17 @@ func loadSecurity(cfg config.Config) (security, error) {
 		return security{}, err
 	}
 	s.limits = broker.Limits{
-		ConnectRateExempt: exempt,
-		MaxPacketSize:     uint32(m.MaxPacketSize),
-		MaxClientIDLength: m.MaxClientIDLength,
-		MaxConnections:    m.MaxConnections,
-		MaxPendingWrites:  m.MaxPendingWrites,
-		MaxInflight:       m.MaxInflight,
-		MaxDevices:        cfg.Limits.MaxDevices,
-		ConnectRate:       cfg.ConnectRate(),
-		KeepaliveMin:      time.Duration(m.Keepalive.Min),
-		KeepaliveMax:      time.Duration(m.Keepalive.Max),
+		ConnectRateExempt:     exempt,
+		MaxPacketSize:         uint32(m.MaxPacketSize),
+		MaxClientIDLength:     m.MaxClientIDLength,
+		MaxConnections:        m.MaxConnections,
+		MaxPendingWrites:      m.MaxPendingWrites,
+		MaxInflight:           m.MaxInflight,
+		MaxPendingConnections: m.MaxPendingConnections,
+		MaxDevices:            cfg.Limits.MaxDevices,
+		ConnectRate:           cfg.ConnectRate(),
+		KeepaliveMin:          time.Duration(m.Keepalive.Min),
+		KeepaliveMax:          time.Duration(m.Keepalive.Max),
 	}
 	return s, nil
 }
