@@ -27,6 +27,9 @@ type Snapshot struct {
 	// SlowSubscriberDrops counts messages not delivered to subscribers
 	// that had their maximum of messages in flight.
 	SlowSubscriberDrops uint64
+	// ProtocolErrors counts connections ended after CONNECT for a
+	// packet the MQTT specification forbids.
+	ProtocolErrors uint64
 }
 
 // StatsSource reports the gateway's counters; main adapts the broker's,
@@ -52,6 +55,7 @@ var (
 	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
 	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
 	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "QoS 1 and 2 messages not delivered to a subscriber that already had its maximum in flight (unacknowledged).", nil, nil)
+	descProtoErrors   = prometheus.NewDesc("devicegate_protocol_errors_total", "Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).", nil, nil)
 	descPersistErrs   = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
 )
 
@@ -67,7 +71,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors} {
 		ch <- d
 	}
 }
@@ -105,6 +109,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descPersistFail, failing)
 	counter(descPersistErrs, s.PersistFailures)
 	counter(descSlowDrops, s.SlowSubscriberDrops)
+	counter(descProtoErrors, s.ProtocolErrors)
 	for reason, n := range s.ConnectsRefused {
 		counter(descRefused, n, reason)
 	}

@@ -11,7 +11,7 @@ import (
 func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
 		Allowed: 10, Dropped: 2, Disconnected: 1, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
-		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19,
+		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20,
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 	}}
@@ -54,6 +54,9 @@ devicegate_persist_failing 1
 # HELP devicegate_persist_write_failures_total Failed writes to the data file.
 # TYPE devicegate_persist_write_failures_total counter
 devicegate_persist_write_failures_total 18
+# HELP devicegate_protocol_errors_total Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).
+# TYPE devicegate_protocol_errors_total counter
+devicegate_protocol_errors_total 20
 # HELP devicegate_publishes_total Device publishes by throttle decision.
 # TYPE devicegate_publishes_total counter
 devicegate_publishes_total{decision="allowed"} 10
@@ -80,8 +83,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 23 {
-		t.Fatalf("%d series, want 23", n)
+	if n := testutil.CollectAndCount(c); n != 24 {
+		t.Fatalf("%d series, want 24", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

@@ -147,8 +147,13 @@ type AuthStats struct {
 	// (MaxConnections sessions held, connected or not) and "busy" (too
 	// many password checks running or waiting) and "pending" (closed on
 	// accept: Limits.MaxPendingConnections connections had not yet sent
-	// CONNECT).
+	// CONNECT) and "protocol" (a CONNECT the MQTT specification forbids:
+	// protocheck.go).
 	ConnectsRefused map[string]uint64
+	// ProtocolErrors counts connections ended after CONNECT for a packet
+	// the specification forbids (MQTT 5 DISCONNECT 0x82: protocheck.go,
+	// alias.go).
+	ProtocolErrors uint64
 }
 
 // Refusal reasons, the keys of AuthStats.ConnectsRefused.
@@ -162,10 +167,11 @@ const (
 	refusedSessions
 	refusedBusy
 	refusedPending
+	refusedProtocol
 	refusedReasons
 )
 
-var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions", "busy", "pending"}
+var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions", "busy", "pending", "protocol"}
 
 // authHook is the mochi hook that authenticates clients at CONNECT,
 // applies the connection limits and enforces the topic ACL. It is added
@@ -201,6 +207,7 @@ type authHook struct {
 	creds atomic.Pointer[auth.Credentials]
 
 	pubDenied, subDenied atomic.Uint64
+	protocolErrors       atomic.Uint64
 	refused              [refusedReasons]atomic.Uint64
 	pending              *pendingGate // connections not yet past CONNECT
 }
@@ -219,8 +226,8 @@ func (h *authHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect:
 		return true
-	case mqtt.OnPacketRead:
-		return !h.opts.AllowAll() // topic aliases for the ACL (alias.go)
+	case mqtt.OnPacketRead, mqtt.OnSubscribe:
+		return true // alias.go, share.go
 	}
 	return false
 }
@@ -387,6 +394,9 @@ func (h *authHook) authenticate(cl *mqtt.Client, pk packets.Packet) (*session, *
 // tlsConn returns the TLS connection under a client's connection (TLS
 // listener, or WebSocket over TLS), or nil.
 func tlsConn(c net.Conn) *tls.Conn {
+	if pc, ok := c.(*protoConn); ok {
+		c = pc.Conn
+	}
 	if ws, ok := c.(*wsConn); ok {
 		c = ws.Conn
 	}
@@ -465,7 +475,7 @@ func (h *authHook) sweep(now devicelimit.Tick) {
 
 func (h *authHook) stats() AuthStats {
 	st := AuthStats{PublishDenied: h.pubDenied.Load(), SubscribeDenied: h.subDenied.Load(),
-		ConnectsRefused: make(map[string]uint64, refusedReasons)}
+		ConnectsRefused: make(map[string]uint64, refusedReasons), ProtocolErrors: h.protocolErrors.Load()}
 	for i, name := range refusedNames {
 		st.ConnectsRefused[name] = h.refused[i].Load()
 	}
@@ -480,5 +490,21 @@ func (h *authHook) refusePending() {
 	if h.logs.AllowAt("\x00refused\x00pending", devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
 		h.log.Warn("connection refused: too many connections have not sent CONNECT yet",
 			"max_pending_connections", h.pending.max, "refused_so_far", n)
+	}
+}
+
+// protocolRefused counts a connection ended for a packet the MQTT
+// specification forbids, at CONNECT (refused as "protocol") or after
+// (a protocol error), and logs it at most once per refusalLogWindow for
+// each reason.
+func (h *authHook) protocolRefused(remote string, atConnect bool, reason string) {
+	var n uint64
+	if atConnect {
+		n = h.refused[refusedProtocol].Add(1)
+	} else {
+		n = h.protocolErrors.Add(1)
+	}
+	if h.logs.AllowAt("\x00protocol\x00"+reason, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
+		h.log.Warn("connection ended: protocol error", "reason", reason, "remote", remote, "at_connect", atConnect, "so_far", n)
 	}
 }

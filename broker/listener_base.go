@@ -35,6 +35,9 @@ type listenerBase struct {
 	// refusePending counts one closed for it.
 	pending       *pendingGate
 	refusePending func()
+	// protocolRefused, when set, counts and logs a connection ended for
+	// a packet the MQTT specification forbids (protocheck.go).
+	protocolRefused func(remote string, atConnect bool, reason string)
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -110,6 +113,12 @@ func (l *listenerBase) track(c net.Conn) bool {
 	l.conns[c] = struct{}{}
 	l.wg.Add(1)
 	return true
+}
+
+// checked returns the connection mochi serves: c, its inbound packets
+// checked against the rules mochi does not enforce (protocheck.go).
+func (l *listenerBase) checked(c net.Conn) net.Conn {
+	return &protoConn{Conn: c, refused: l.protocolRefused}
 }
 
 // untrack closes a tracked connection and forgets it.

@@ -70,6 +70,7 @@ func (s *Server) startListeners() error {
 		l.disconnect = s.disconnectClients
 		l.admit = s.auth.admitConn
 		l.pending, l.refusePending = s.auth.pending, s.auth.refusePending
+		l.protocolRefused = s.auth.protocolRefused
 		return l
 	}
 	var tcpL, tlsL *tcpListener
@@ -95,6 +96,7 @@ func (s *Server) startListeners() error {
 		wsL.disconnect = s.disconnectClients
 		wsL.admit = s.auth.admitConn
 		wsL.pending, wsL.refusePending = s.auth.pending, s.auth.refusePending
+		wsL.protocolRefused = s.auth.protocolRefused
 		wsL.maxFrame = int64(s.opts.Limits.MaxPacketSize)
 		if s.opts.WebSocketTLS {
 			wsL.tlsConfig = s.opts.TLS

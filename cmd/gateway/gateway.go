@@ -466,5 +466,6 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		PersistFailing:      ph.Failing,
 		PersistFailures:     ph.Failures,
 		SlowSubscriberDrops: st.SlowSubscriberDrops,
+		ProtocolErrors:      as.ProtocolErrors,
 	}
 }
