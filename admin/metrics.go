@@ -25,7 +25,7 @@ type Snapshot struct {
 	PersistFailing  bool
 	PersistFailures uint64
 	// SlowSubscriberDrops counts messages not delivered to subscribers
-	// that had their maximum of messages in flight.
+	// that had their maximum of messages in flight or of writes queued.
 	SlowSubscriberDrops uint64
 	// ProtocolErrors counts connections ended after CONNECT for a
 	// packet the MQTT specification forbids.
@@ -54,7 +54,7 @@ var (
 	descACLDenied     = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
 	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
 	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
-	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "QoS 1 and 2 messages not delivered to a subscriber that already had its maximum in flight (unacknowledged).", nil, nil)
+	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.", nil, nil)
 	descProtoErrors   = prometheus.NewDesc("devicegate_protocol_errors_total", "Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).", nil, nil)
 	descPersistErrs   = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
 )

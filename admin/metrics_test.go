@@ -64,7 +64,7 @@ devicegate_publishes_total{decision="deferred"} 3
 devicegate_publishes_total{decision="disconnected"} 1
 devicegate_publishes_total{decision="dropped"} 2
 devicegate_publishes_total{decision="overflowed"} 4
-# HELP devicegate_slow_subscriber_drops_total QoS 1 and 2 messages not delivered to a subscriber that already had its maximum in flight (unacknowledged).
+# HELP devicegate_slow_subscriber_drops_total Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.
 # TYPE devicegate_slow_subscriber_drops_total counter
 devicegate_slow_subscriber_drops_total 19
 # HELP devicegate_snapshot_bytes Size of the last window snapshot.

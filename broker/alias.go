@@ -19,6 +19,7 @@ import (
 // mochi acked such a publish with success and delivered it nowhere. The
 // client gets DISCONNECT 0x82 and the publish is dropped.
 func (h *authHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	restoreSendQuota(cl, pk)
 	if pk.FixedHeader.Type == packets.Publish && pk.TopicName == "" && pk.Properties.TopicAliasFlag &&
 		pk.Properties.TopicAlias > 0 && pk.Properties.TopicAlias <= h.srv.Options.Capabilities.TopicAliasMaximum {
 		// Set with an empty topic returns the alias's topic; for an

@@ -226,8 +226,8 @@ func (h *authHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect:
 		return true
-	case mqtt.OnPacketRead, mqtt.OnSubscribe:
-		return true // alias.go, share.go
+	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnPublishDropped:
+		return true // alias.go, share.go, drops.go
 	}
 	return false
 }

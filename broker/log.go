@@ -31,7 +31,9 @@ const mochiLogWindow = 10 * time.Second
 //     packet type; the packet itself (payload, password) is not logged.
 //   - "client store quota reached" and "packet ids exhausted" (a message
 //     to a client with no room in flight, so dropped) are counted
-//     (Stats.SlowSubscriberDrops) and logged with the client.
+//     (Stats.SlowSubscriberDrops) and logged with the client; so is the
+//     gateway's own "client write queue full" (drops.go), for what mochi
+//     drops without a word.
 //
 // Everything else passes through.
 type mochiHandler struct {
@@ -58,6 +60,7 @@ const (
 	mochiProcessingError  = "error processing packet"
 	mochiInflightFull     = "client store quota reached"
 	mochiPacketIDs        = "packet ids exhausted"
+	mochiWriteQueueFull   = "client write queue full; message dropped"
 )
 
 func (h mochiHandler) Handle(ctx context.Context, r slog.Record) error {
@@ -70,7 +73,7 @@ func (h mochiHandler) Handle(ctx context.Context, r slog.Record) error {
 		return nil
 	case mochiProcessingError:
 		return h.limited(ctx, r, "error")
-	case mochiInflightFull, mochiPacketIDs:
+	case mochiInflightFull, mochiPacketIDs, mochiWriteQueueFull:
 		h.l.inflightDrops.Add(1)
 		return h.limited(ctx, r, "")
 	}

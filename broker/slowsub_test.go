@@ -7,23 +7,31 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 )
+
+// startLogged starts a broker with limits, logging into the returned
+// buffer, and a context that ends with the test or after waitTimeout.
+func startLogged(t *testing.T, limits Limits) (*fixture, *lockedBuffer, context.Context) {
+	buf := &lockedBuffer{}
+	f := start(t, fixtureOpts{
+		logger:  slog.New(slog.NewTextHandler(buf, nil)),
+		options: func(o *Options) { o.Limits = limits },
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	t.Cleanup(cancel)
+	return f, buf, ctx
+}
 
 // TestSlowSubscriberDropsCounted: a QoS 1 subscriber that acknowledges
 // nothing gets Limits.MaxInflight messages; the rest are dropped for it,
 // counted in Stats.SlowSubscriberDrops, and logged once per interval
 // with the client, not once per message as mochi does.
 func TestSlowSubscriberDropsCounted(t *testing.T) {
-	var buf lockedBuffer
 	const inflight, n = 16, 200
-	f := start(t, fixtureOpts{
-		logger:  slog.New(slog.NewTextHandler(&buf, nil)),
-		options: func(o *Options) { o.Limits.MaxInflight = inflight },
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
+	f, buf, ctx := startLogged(t, Limits{MaxInflight: inflight})
 
 	// Manual acknowledgment, and it never acknowledges.
 	conn, err := net.DialTimeout("tcp", f.addr, waitTimeout)
@@ -64,4 +72,51 @@ func TestSlowSubscriberDropsCounted(t *testing.T) {
 	if len(lines) != 1 || !strings.Contains(lines[0], "client=backend-slow") {
 		t.Fatalf("%d log lines for %d drops, want 1 naming the client:\n%s", len(lines), n-inflight, strings.Join(lines, "\n"))
 	}
+}
+
+// TestWriteQueueDropsCounted: a QoS 0 subscriber that stops reading
+// fills its socket, then its queue of Limits.MaxPendingWrites messages;
+// mochi then drops each new message for it without a word. They are
+// counted with the other slow-subscriber drops and logged once per
+// interval.
+func TestWriteQueueDropsCounted(t *testing.T) {
+	const pending, n = 16, 400
+	f, buf, ctx := startLogged(t, Limits{MaxPendingWrites: pending})
+
+	// A raw subscriber: it subscribes, then reads nothing more.
+	sub := dialTCP(t, f.addr)
+	defer sub.Close()
+	_ = sub.SetDeadline(time.Now().Add(waitTimeout))
+	if _, err := sub.Write(rawConnectV(5, "backend-stuck", props(), nil)); err != nil {
+		t.Fatal(err)
+	}
+	readPacket(t, sub)
+	if _, err := sub.Write(packet(0x82, append(append(u16(1), 0), append(mqttString("devices/#"), 0)...))); err != nil {
+		t.Fatal(err)
+	}
+	if p := readPacket(t, sub); p.typ>>4 != 9 || reasonOf(p) != 0 {
+		t.Fatalf("SUBACK: % x", p.body)
+	}
+
+	// 400 messages of 64 KiB: 25 MiB, more than loopback's socket
+	// buffers and the 16-message queue hold.
+	pub := f.dial5(t, "meter-1", "", nil)
+	payload := make([]byte, 64<<10)
+	for range n {
+		if _, err := pub.Publish(ctx, &paho.Publish{Topic: "devices/meter-1", QoS: 0, Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "drops for the stuck subscriber", func() bool { return f.srv.Stats().SlowSubscriberDrops > 0 })
+	var lines []string
+	for _, l := range buf.lines() {
+		if strings.Contains(l, "write queue full") {
+			lines = append(lines, l)
+		}
+	}
+	drops := f.srv.Stats().SlowSubscriberDrops
+	if len(lines) != 1 || !strings.Contains(lines[0], "client=backend-stuck") {
+		t.Fatalf("%d log lines for %d drops, want 1 naming the client:\n%s", len(lines), drops, strings.Join(lines, "\n"))
+	}
+	t.Logf("%d of %d messages dropped for the stuck subscriber", drops, n)
 }

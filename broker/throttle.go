@@ -55,9 +55,10 @@ type Stats struct {
 	// Subscriptions is the number of subscriptions the broker holds, of
 	// connected clients and of kept sessions.
 	Subscriptions int64
-	// SlowSubscriberDrops counts QoS 1 and 2 messages not delivered to
-	// a subscriber because it already had its maximum of messages in
-	// flight (unacknowledged): it reads or acks too slowly.
+	// SlowSubscriberDrops counts messages not delivered to a subscriber
+	// because it already had its maximum of messages in flight
+	// (unacknowledged, Limits.MaxInflight) or of writes queued
+	// (Limits.MaxPendingWrites): it reads or acks too slowly.
 	SlowSubscriberDrops uint64
 }
 

@@ -20,7 +20,7 @@ ulimit -n "$(ulimit -Hn)"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$TIME" -v -o "$out/10k-gateway.time" ./gateway serve --mqtt-addr "127.0.0.1:$port" --admin-addr 127.0.0.1:0 \
-	--data-dir "$out/10k-data" --limit 5 --window 10s --log-level warn 2>"$out/10k-gateway.log" &
+	--data-dir "$out/10k-data" --limit 5 --window 10s --log-level warn ${GATEWAY_ARGS:-} 2>"$out/10k-gateway.log" &
 timepid=$!
 gwpid=""
 for _ in $(seq 100); do

@@ -93,9 +93,22 @@ func (a Auth) dialConn(ctx context.Context, addr string) (net.Conn, error) {
 	return td.DialContext(ctx, "tcp", addr)
 }
 
-// connect5 fills an MQTT 5 CONNECT with the given credentials.
-func connect5(id, username, password string) *paho.Connect {
+// deviceReceiveMaximum is the Receive Maximum a simulated device
+// announces. paho.golang sizes a client's queue of incoming publishes by
+// it (65535 slots, 512 KiB, when none is announced: 4.9 GiB for 10 000
+// devices); a device receives nothing.
+const deviceReceiveMaximum = 16
+
+// connect5 fills an MQTT 5 CONNECT with the given credentials and, when
+// not 0, Receive Maximum. The subscriber announces none: the gateway
+// then sends it up to mqtt.max_inflight unacknowledged messages, and
+// mochi's queue for clients that announce one loses send quota (see
+// the README, Resource limits).
+func connect5(id, username, password string, receiveMax uint16) *paho.Connect {
 	c := &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}
+	if receiveMax > 0 {
+		c.Properties = &paho.ConnectProperties{ReceiveMaximum: &receiveMax}
+	}
 	if username != "" {
 		c.Username, c.UsernameFlag = username, true
 		c.Password, c.PasswordFlag = []byte(password), true

@@ -42,7 +42,7 @@ func dial5(ctx context.Context, addr, id string, qos byte, auth Auth) (*client5,
 	c := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn, PacketTimeout: ackTimeout})
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if ca, err := c.Connect(cctx, connect5(id, auth.Username, auth.Password)); err != nil {
+	if ca, err := c.Connect(cctx, connect5(id, auth.Username, auth.Password, deviceReceiveMaximum)); err != nil {
 		conn.Close()
 		return nil, refused5(ca, err)
 	}

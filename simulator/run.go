@@ -188,7 +188,7 @@ func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, err
 	s := &subscriber{c: c}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if ca, err := c.Connect(cctx, connect5(id, user, password)); err != nil {
+	if ca, err := c.Connect(cctx, connect5(id, user, password, 0)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("subscriber %s (user %q): connect to %s: %w", id, user, cfg.Addr, refused5(ca, err))
 	}
