@@ -3,6 +3,8 @@
 # 60 s against a separate gateway process on this machine, and prints
 # the CPU time and peak memory (GNU time) of the gateway and of the
 # simulator. Usage: scripts/sim-10k.sh OUTDIR (needs ./gateway: make build).
+# DEVICES, RATE, DURATION and SIM_ARGS change the simulator's side,
+# GATEWAY_ARGS (e.g. "--config file") the gateway's.
 set -euo pipefail
 
 out=${1:-sim-out}
