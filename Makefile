@@ -5,6 +5,8 @@ BENCH_FLAGS ?=
 FUZZTIME    ?= 60s
 # TEST_FUZZTIME is each fuzz target's share of `make test`.
 TEST_FUZZTIME ?= 3s
+# STATICCHECK is run by `make vet` (and so `make test`), pinned.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 # bash with pipefail, so that `go test | tee` fails when the tests do.
@@ -21,6 +23,7 @@ test: tools vet
 
 vet:
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 # tools installs the programs the tests run (mosquitto...), or fails.
 tools:

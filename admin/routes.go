@@ -418,7 +418,7 @@ func (s *Server) throttled(w http.ResponseWriter, r *http.Request) {
 	top := s.opts.Throttled.Top(n)
 	out := make([]throttledJSON, 0, min(len(top), n))
 	for _, d := range top[:min(len(top), n)] {
-		out = append(out, throttledJSON{d.Device, d.Refused})
+		out = append(out, throttledJSON(d))
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Devices []throttledJSON `json:"devices"`

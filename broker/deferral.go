@@ -151,8 +151,7 @@ type deferrer struct {
 	// progress, checked against MaxTotalBytes.
 	budget                 atomic.Int64
 	queueMsgs, queueBytes  atomic.Int64
-	loaded                 bool // guarded by the Server's mu
-	invalidQuotaLogged     atomic.Bool
+	loaded                 bool         // guarded by the Server's mu
 	failures               atomic.Int64 // store and release failures since the last log line
 	deferred, released     atomic.Uint64
 	expired, overflowed    atomic.Uint64

@@ -69,8 +69,6 @@ func (s *slab) alloc() uint32 {
 
 func (s *slab) release(i uint32) { s.free = append(s.free, i) }
 
-func (s *slab) live() int { return len(s.data)/s.stride - len(s.free) }
-
 func (s *slab) rec(i uint32) rec {
 	off := int(i) * s.stride
 	return rec{b: s.data[off : off+s.stride : off+s.stride], w: s.width}
