@@ -37,6 +37,7 @@ type shard struct {
 	// limiter) would otherwise list its devices without end.
 	dirty, gone []string
 	collected   bool
+	scratch     []byte // PeekAt's copy of a record (peekCopy)
 	_           [64]byte
 }
 
@@ -153,6 +154,28 @@ func (s *shard) lookup(device string, h uint64, limit int, create bool) (rec, bo
 	return s.rec(ref), true
 }
 
+// peekCopy returns a copy of the device's record, wide enough for limit,
+// in the shard's scratch record: PeekAt re-cuts, advances and charges
+// the copy, never the window (a read changes nothing). The scratch is
+// made on the shard's first peek, for the widest class. Called with s.mu
+// held.
+func (s *shard) peekCopy(device string, h uint64, limit int) (rec, bool) {
+	i := s.index.find(device, h)
+	if i < 0 {
+		return rec{}, false
+	}
+	src := s.rec(s.index.slots[i].ref())
+	class := max(int(s.index.slots[i].ref()>>refClassShift), classFor(limit))
+	if s.scratch == nil {
+		s.scratch = make([]byte, s.slabs[numClasses-1].stride)
+	}
+	stride := s.slabs[class].stride
+	dst := rec{b: s.scratch[:stride:stride], w: classWidth[class]}
+	clear(dst.b)
+	copyRec(dst, src)
+	return dst, true
+}
+
 func (s *shard) free(ref uint32) { s.slabs[ref>>refClassShift].release(ref & refIndexMask) }
 
 // copyRec copies src into the wider (or equal) record dst.
@@ -178,7 +201,10 @@ func (t *Table) AllowAt(device string, q Quota, now Tick) Decision {
 }
 
 // PeekAt returns the decision AllowAt would make, without counting and
-// without creating a window.
+// without creating a window. It changes nothing: it decides on a copy of
+// the window, so a peek under another window length, or while a crash
+// charge is in force, leaves the window's bytes as they were, like
+// x/time/rate's TokensAt.
 func (t *Table) PeekAt(device string, q Quota, now Tick) Decision {
 	return t.decide(device, q, now, false)
 }
@@ -189,7 +215,13 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 	}
 	s, h := t.shard(device)
 	s.mu.Lock()
-	r, ok := s.lookup(device, h, q.Limit, count)
+	var r rec
+	var ok bool
+	if count {
+		r, ok = s.lookup(device, h, q.Limit, true)
+	} else {
+		r, ok = s.peekCopy(device, h, q.Limit)
+	}
 	at := t.CrashCharge()
 	if !ok {
 		s.mu.Unlock()
@@ -202,7 +234,7 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 	}
 	charged := at != 0 && r.flags()&flagCharged == 0 && r.applyCharge(q, at, now, t.buckets)
 	d := r.decide(q, now, &s.cut, count)
-	if (d.Allowed || charged) && r.flags()&flagDirty == 0 {
+	if count && (d.Allowed || charged) && r.flags()&flagDirty == 0 {
 		r.setFlags(r.flags() | flagDirty)
 		if s.collected {
 			s.dirty = append(s.dirty, device)

@@ -356,7 +356,7 @@ func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 				}
 				key, value := sn.pend.record(it)
 				// A window whose counts all expired after its last
-				// admission (PeekAt advances the ring) is deleted: a
+				// admission (Sweep advances the ring) is deleted: a
 				// restore would drop it, leaving its key behind for good.
 				if value == nil || emptyWindow(value) {
 					if err := b.Delete(key); err != nil {
