@@ -375,7 +375,7 @@ func TestMetricsProcess(t *testing.T) {
 		t.Fatalf("over-quota publish of policy disconnect got PUBACK 0x%02x", code)
 	}
 	select {
-	case <-k.lost:
+	case <-k.Lost():
 	case <-time.After(5 * time.Second):
 		t.Fatal("policy disconnect left the connection open")
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"devicegate/server"
 	"errors"
 	"fmt"
 	"io"
@@ -275,9 +276,9 @@ func TestServeProcess(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	code, took := p.wait(shutdownTimeout + 2*time.Second)
-	if code != 0 || took > shutdownTimeout {
-		t.Fatalf("after SIGTERM: exit %d in %s, want 0 within %s; stderr:\n%s", code, took, shutdownTimeout, p.stderr())
+	code, took := p.wait(server.ShutdownTimeout + 2*time.Second)
+	if code != 0 || took > server.ShutdownTimeout {
+		t.Fatalf("after SIGTERM: exit %d in %s, want 0 within %s; stderr:\n%s", code, took, server.ShutdownTimeout, p.stderr())
 	}
 	for _, want := range []string{`msg="shutting down"`, `msg=stopped`} {
 		if !strings.Contains(p.stderr(), want) {
@@ -312,8 +313,8 @@ log: {level: debug}
 	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	if code, took := p.wait(shutdownTimeout + 2*time.Second); code != 0 || took > shutdownTimeout {
-		t.Fatalf("after SIGINT: exit %d in %s, want 0 within %s; stderr:\n%s", code, took, shutdownTimeout, p.stderr())
+	if code, took := p.wait(server.ShutdownTimeout + 2*time.Second); code != 0 || took > server.ShutdownTimeout {
+		t.Fatalf("after SIGINT: exit %d in %s, want 0 within %s; stderr:\n%s", code, took, server.ShutdownTimeout, p.stderr())
 	}
 	if !strings.Contains(p.stderr(), "level=DEBUG") {
 		t.Errorf("log.level debug from the file logged no debug lines:\n%s", p.stderr())

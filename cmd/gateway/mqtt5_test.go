@@ -1,81 +1,28 @@
 package main
 
 import (
-	"context"
-	"net"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/eclipse/paho.golang/paho"
+	"devicegate/internal/mqtttest"
 )
 
 // MQTT 5 reason codes the tests look for.
 const (
-	codeSuccess       = 0x00
-	codeQuotaExceeded = 0x97
+	codeSuccess       = mqtttest.CodeSuccess
+	codeQuotaExceeded = mqtttest.CodeQuotaExceeded
 )
 
-// client5 is an MQTT 5 device connection (paho.golang), used to read
-// the reason codes of PUBACKs.
-type client5 struct {
-	c    *paho.Client
-	once sync.Once
-	lost chan struct{} // closed when the connection ends
-}
+// client5 is mqtttest's MQTT 5 device connection under this package's
+// tests' names.
+type client5 struct{ *mqtttest.Client5 }
 
-// dial5 connects an MQTT 5 client with a clean start, failing the test
-// if the gateway does not accept it within 10 s.
-func dial5(t *testing.T, addr, id string) *client5 {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	cl := &client5{lost: make(chan struct{})}
-	end := func() { cl.once.Do(func() { close(cl.lost) }) }
-	cl.c = paho.NewClient(paho.ClientConfig{
-		ClientID:           id,
-		Conn:               conn,
-		OnServerDisconnect: func(*paho.Disconnect) { end() },
-		OnClientError:      func(error) { end() },
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := cl.c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
-		conn.Close()
-		t.Fatalf("connect %s to %s: %v", id, addr, err)
-	}
-	t.Cleanup(cl.close)
-	return cl
-}
+func dial5(t *testing.T, addr, id string) *client5 { return &client5{mqtttest.Dial5(t, addr, id)} }
 
-// publish sends a QoS 1 message and returns the PUBACK's reason code.
-// An error means no PUBACK came (the connection ended, or none within
-// 5 s); a refusal (code >= 0x80) is not an error.
-func (cl *client5) publish(topic, payload string) (byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := cl.c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(payload)})
-	if resp == nil {
-		return 0, err
-	}
-	return resp.ReasonCode, nil // paho reports a code >= 0x80 as an error too
-}
+func (cl *client5) publish(topic, payload string) (byte, error) { return cl.Publish(topic, payload) }
 
-// mustPublish publishes and fails the test unless the PUBACK carries
-// want.
 func (cl *client5) mustPublish(t *testing.T, topic, payload string, want byte) {
 	t.Helper()
-	code, err := cl.publish(topic, payload)
-	if err != nil {
-		t.Fatalf("publish %q to %s: %v", payload, topic, err)
-	}
-	if code != want {
-		t.Fatalf("publish %q to %s: PUBACK 0x%02x, want 0x%02x", payload, topic, code, want)
-	}
+	cl.MustPublish(t, topic, payload, want)
 }
 
-func (cl *client5) close() {
-	_ = cl.c.Disconnect(&paho.Disconnect{ReasonCode: 0})
-}
+func (cl *client5) close() { cl.Close() }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"devicegate/persist"
+	"devicegate/server"
 )
 
 // The process tests of persistence: real gateway processes, each with its
@@ -49,9 +50,9 @@ func (p *process) stop() time.Duration {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		p.t.Fatal(err)
 	}
-	code, took := p.wait(shutdownTimeout + 2*time.Second)
-	if code != 0 || took > shutdownTimeout {
-		p.t.Fatalf("after SIGTERM: exit %d in %s, want 0 within %s; stderr:\n%s", code, took, shutdownTimeout, p.stderr())
+	code, took := p.wait(server.ShutdownTimeout + 2*time.Second)
+	if code != 0 || took > server.ShutdownTimeout {
+		p.t.Fatalf("after SIGTERM: exit %d in %s, want 0 within %s; stderr:\n%s", code, took, server.ShutdownTimeout, p.stderr())
 	}
 	return took
 }

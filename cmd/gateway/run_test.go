@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"devicegate/config"
+	"devicegate/server"
 )
 
 func TestRunArgs(t *testing.T) {
@@ -241,8 +242,8 @@ func TestRunServe(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run = %v, want nil after cancel", err)
 		}
-	case <-time.After(shutdownTimeout + time.Second):
-		t.Fatalf("run still going %s after cancel", shutdownTimeout+time.Second)
+	case <-time.After(server.ShutdownTimeout + time.Second):
+		t.Fatalf("run still going %s after cancel", server.ShutdownTimeout+time.Second)
 	}
 	log = append(log, <-rest...)
 	all := strings.Join(log, "\n")

@@ -16,6 +16,7 @@ import (
 	"devicegate/config"
 	"devicegate/devicelimit"
 	"devicegate/persist"
+	"devicegate/server"
 )
 
 // serveFlags are the serve command's flags. Each setting flag overrides
@@ -193,7 +194,7 @@ func withContext(prefix string, err error) error {
 }
 
 // serve runs the gateway until ctx is cancelled, then shuts it down
-// within shutdownTimeout.
+// within server.ShutdownTimeout.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := serveConfig(args, stdout)
 	if err != nil {
@@ -204,22 +205,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	g, err := startGateway(cfg, deps{logger: log})
+	g, err := server.Start(cfg, server.Deps{Logger: log})
 	if err != nil {
 		return err
 	}
 	def := cfg.Limits.Default
 	log.Info("gateway started", "version", releaseName(), "go", runtime.Version())
-	logListeners(log, g)
-	reloadOnHangup(ctx, log, g, cfg)
+	g.LogListeners()
+	g.ReloadOnHangup(ctx, cfg)
 	log.Info("admin listening", "addr", g.AdminAddr().String())
 	log.Info("default quota", "limit", def.Limit, "window", def.Window.String(), "policy", def.Policy,
 		"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
 
 	<-ctx.Done()
-	log.Info("shutting down", "timeout", shutdownTimeout.String())
+	log.Info("shutting down", "timeout", server.ShutdownTimeout.String())
 	begin := time.Now()
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), server.ShutdownTimeout)
 	defer cancel()
 	if err := g.Close(sctx); err != nil {
 		return err

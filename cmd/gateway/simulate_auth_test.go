@@ -1,6 +1,7 @@
 package main
 
 import (
+	"devicegate/internal/testcert"
 	"errors"
 	"flag"
 	"io"
@@ -41,7 +42,7 @@ func TestSimulateCredentialsProcess(t *testing.T) {
 		return path
 	}
 	fleetPW, backendPW, wrongPW := pwFile("fleet.pw", "fleet-s3cret"), pwFile("backend.pw", "backend-s3cret"), pwFile("wrong.pw", "guess")
-	certFile, keyFile, _ := selfSigned(t, dir)
+	certFile, keyFile, _ := testcert.SelfSigned(t, dir)
 	cfgPath := writeConfig(t, "mqtt: {tcp: \"127.0.0.1:0\", tls: {addr: \"127.0.0.1:0\", cert_file: "+strconv.Quote(certFile)+
 		", key_file: "+strconv.Quote(keyFile)+"}}\nauth: {credentials_file: "+strconv.Quote(creds)+"}\n")
 	gw := start(t, "serve", "--config", cfgPath, "--data-dir", filepath.Join(dir, "data"), "--limit", "5", "--window", "1s")

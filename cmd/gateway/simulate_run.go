@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"devicegate/config"
+	"devicegate/server"
 	"devicegate/simulator"
 )
 
@@ -81,7 +82,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return err
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 2*shutdownTimeout)
+		cctx, cancel := context.WithTimeout(context.Background(), 2*server.ShutdownTimeout)
 		defer cancel()
 		if cerr := target.close(cctx); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("simulate: stop the gateway: %w", cerr))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"devicegate/devicelimit"
+	"devicegate/server"
 )
 
 // childLogLines is how much of a child gateway's log is kept for error
@@ -139,10 +140,10 @@ func (c *child) stop(kill bool) error {
 	}
 	select {
 	case <-c.done:
-	case <-time.After(2 * shutdownTimeout):
+	case <-time.After(2 * server.ShutdownTimeout):
 		_ = c.cmd.Process.Kill()
 		<-c.done
-		return fmt.Errorf("child gateway did not stop on %v within %s; killed", sig, 2*shutdownTimeout)
+		return fmt.Errorf("child gateway did not stop on %v within %s; killed", sig, 2*server.ShutdownTimeout)
 	}
 	if !kill && !c.cmd.ProcessState.Success() {
 		return fmt.Errorf("child gateway exited with %v:\n%s", c.cmd.ProcessState, c.log())

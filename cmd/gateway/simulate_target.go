@@ -10,7 +10,7 @@ import (
 
 	"devicegate/config"
 	"devicegate/devicelimit"
-	"devicegate/persist"
+	"devicegate/server"
 	"devicegate/simulator"
 )
 
@@ -74,7 +74,7 @@ func (f *simulateFlags) serveArgs(dataDir, mqttAddr string, set map[string]bool)
 // embedded is a gateway in this process.
 type embedded struct {
 	cfg  config.Config
-	g    *gateway
+	g    *server.Gateway
 	tmp  string // removed at close; "" when the data directory is the user's
 	step time.Duration
 }
@@ -82,7 +82,7 @@ type embedded struct {
 // startEmbedded starts a gateway in this process with cfg (from
 // serveConfig), in a temporary data directory unless cfg names one.
 func startEmbedded(cfg config.Config, tmp string, step time.Duration) (*embedded, error) {
-	g, err := startGateway(cfg, deps{})
+	g, err := server.Start(cfg, server.Deps{})
 	if err != nil {
 		return nil, fmt.Errorf("embedded gateway: %w", err)
 	}
@@ -94,8 +94,10 @@ func startEmbedded(cfg config.Config, tmp string, step time.Duration) (*embedded
 
 func (e *embedded) mqttAddr() string { return e.g.Addr().String() }
 
+// setQuota sets the device's override by the admin API's path
+// (server.Gateway.SetOverride): Redis-shared in cluster mode.
 func (e *embedded) setQuota(_ context.Context, device string, q devicelimit.Quota) error {
-	return persist.BoundOverrides{Store: e.g.store, Resolver: e.g.resolver}.SetOverride(device, devicelimit.Override{Quota: q})
+	return e.g.SetOverride(device, devicelimit.Override{Quota: q})
 }
 
 // restarter closes the gateway gracefully and starts it again on the
@@ -106,12 +108,12 @@ func (e *embedded) restarter() func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		// The run ending must not cut the shutdown short: the final
 		// snapshot is what the restart is about.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), server.ShutdownTimeout)
 		defer cancel()
 		if err := e.g.Close(sctx); err != nil {
 			return fmt.Errorf("stop the embedded gateway: %w", err)
 		}
-		g, err := startGateway(e.cfg, deps{time: steppedTime{e.step}})
+		g, err := server.Start(e.cfg, server.Deps{Time: steppedTime{e.step}})
 		if err != nil {
 			return fmt.Errorf("start the embedded gateway again: %w", err)
 		}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -38,7 +38,7 @@ type clusterParts struct {
 
 // startCluster connects the gateway to Redis when cfg asks for it; the
 // gateway runs alone otherwise. It needs the table, resolver and clock.
-func (g *gateway) startCluster(cfg config.Config) error {
+func (g *Gateway) startCluster(cfg config.Config) error {
 	if !cfg.Cluster.Enabled() {
 		return nil
 	}
@@ -76,7 +76,7 @@ func (g *gateway) startCluster(cfg config.Config) error {
 
 // brokerLimiter returns the limiter of the publish decisions: the shared
 // one, or nil for the broker's own table.
-func (g *gateway) brokerLimiter() broker.Limiter {
+func (g *Gateway) brokerLimiter() broker.Limiter {
 	if g.cluster == nil {
 		return nil
 	}
@@ -85,7 +85,7 @@ func (g *gateway) brokerLimiter() broker.Limiter {
 
 // adminOverrides returns where the admin API changes overrides: Redis
 // when shared, else the state file.
-func (g *gateway) adminOverrides() admin.Overrides {
+func (g *Gateway) adminOverrides() admin.Overrides {
 	if g.cluster == nil {
 		return persist.BoundOverrides{Store: g.store, Resolver: g.resolver}
 	}
@@ -93,7 +93,7 @@ func (g *gateway) adminOverrides() admin.Overrides {
 }
 
 // registerClusterMetrics adds the shared-window metrics to reg.
-func (g *gateway) registerClusterMetrics(reg *prometheus.Registry) {
+func (g *Gateway) registerClusterMetrics(reg *prometheus.Registry) {
 	if g.cluster != nil {
 		reg.MustRegister(admin.NewClusterCollector(clusterStats{g.cluster.limiter}))
 	}
@@ -108,7 +108,7 @@ func (s clusterStats) ClusterStats() admin.ClusterStats {
 
 // closeCluster stops the shared-state parts; call it once MQTT and the
 // admin API have stopped.
-func (g *gateway) closeCluster(context.Context) error {
+func (g *Gateway) closeCluster(context.Context) error {
 	c := g.cluster
 	if c == nil {
 		return nil
@@ -129,7 +129,7 @@ func (g *gateway) closeCluster(context.Context) error {
 
 // adminWindows returns the windows the admin API reads and resets: nil
 // (the table) unless they are shared.
-func (g *gateway) adminWindows() admin.Windows {
+func (g *Gateway) adminWindows() admin.Windows {
 	if g.cluster == nil {
 		return nil
 	}

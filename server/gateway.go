@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 	"devicegate/persist"
 )
 
-// shutdownTimeout bounds a graceful shutdown, from the signal to exit.
-const shutdownTimeout = 5 * time.Second
+// ShutdownTimeout bounds a graceful shutdown, from the signal to exit.
+const ShutdownTimeout = 5 * time.Second
 
 // lockTimeout is how long start-up waits for another gateway to let go
 // of the data directory before giving up.
@@ -41,20 +41,19 @@ const (
 // snapshot and closing the store, however long stopping MQTT takes.
 const snapshotReserve = 1500 * time.Millisecond
 
-// deps are what startGateway takes from outside the configuration, so
-// that tests can inject their own.
-type deps struct {
-	// time is where the logical clock reads the wall and monotonic
+// Deps are what Start takes from outside the configuration, so that
+// tests (and the simulator's clock steps) can inject their own.
+type Deps struct {
+	// Time is where the logical clock reads the wall and monotonic
 	// clocks; nil means devicelimit.RealTime.
-	time devicelimit.TimeSource
-	// logger receives every log line; nil discards them.
-	logger *slog.Logger
+	Time devicelimit.TimeSource
+	// Logger receives every log line; nil discards them.
+	Logger *slog.Logger
 }
 
-// gateway is a running gateway: its state store, clock, snapshotter,
-// MQTT server and admin server. Build it with startGateway; Close stops
-// it.
-type gateway struct {
+// Gateway is a running gateway: its state store, clock, snapshotter,
+// MQTT server and admin server. Build it with Start; Close stops it.
+type Gateway struct {
 	log      *slog.Logger
 	store    *persist.Store
 	clock    *devicelimit.SystemClock
@@ -66,7 +65,7 @@ type gateway struct {
 	admin    *admin.Server
 	cluster  *clusterParts // nil unless cluster.redis is configured
 
-	// started is set once startGateway has succeeded; prevUnclean when
+	// started is set once Start has succeeded; prevUnclean when
 	// the previous run had not shut down cleanly. Close keeps the file
 	// marked unclean when this run's admissions may be missing from it
 	// or when a failed start would otherwise hide the previous crash.
@@ -77,19 +76,19 @@ type gateway struct {
 	closeErr  error
 }
 
-// startGateway opens the data directory, restores the device windows and
+// Start opens the data directory, restores the device windows and
 // quota overrides, and starts the snapshotter and the MQTT server, in
 // that order: the listener accepts connections only once the state is
 // restored; then the admin API (and /metrics). It returns once both
 // listen. On failure it closes what
 // it opened, in reverse, and returns an error a person can act on. cfg
 // must have passed Validate.
-func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
-	src := d.time
+func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
+	src := d.Time
 	if src == nil {
 		src = devicelimit.RealTime
 	}
-	log := d.logger
+	log := d.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -111,10 +110,10 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 		return nil, err
 	}
 
-	g := &gateway{log: log, table: table, resolver: resolver}
+	g := &Gateway{log: log, table: table, resolver: resolver}
 	defer func() {
 		if err != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 			defer cancel()
 			if cerr := g.Close(ctx); cerr != nil {
 				err = errors.Join(err, cerr)
@@ -269,11 +268,19 @@ func startGateway(cfg config.Config, d deps) (_ *gateway, err error) {
 	return g, nil
 }
 
+// SetOverride sets device's quota override by the admin API's path: in
+// Redis when the gateway shares its state there (so every gateway
+// sharing it judges the device by it), else in the data file. The
+// embedded simulator's quota mix comes this way.
+func (g *Gateway) SetOverride(device string, o devicelimit.Override) error {
+	return g.adminOverrides().SetOverride(device, o)
+}
+
 // Addr returns the MQTT listener's address.
-func (g *gateway) Addr() net.Addr { return g.srv.Addr() }
+func (g *Gateway) Addr() net.Addr { return g.srv.Addr() }
 
 // AdminAddr returns the admin API's address.
-func (g *gateway) AdminAddr() net.Addr { return g.admin.Addr() }
+func (g *Gateway) AdminAddr() net.Addr { return g.admin.Addr() }
 
 // Close shuts the gateway down in order: stop accepting MQTT (and end
 // every connection), stop the admin API (finishing the requests in
@@ -285,12 +292,12 @@ func (g *gateway) AdminAddr() net.Addr { return g.admin.Addr() }
 // the admin API may use all of ctx's time but snapshotReserve, so that
 // a broker slow to stop still leaves time for the final snapshot. Close is safe after a failed
 // start and more than once; later calls return the first one's result.
-func (g *gateway) Close(ctx context.Context) error {
+func (g *Gateway) Close(ctx context.Context) error {
 	g.closeOnce.Do(func() { g.closeErr = g.close(ctx) })
 	return g.closeErr
 }
 
-func (g *gateway) close(ctx context.Context) error {
+func (g *Gateway) close(ctx context.Context) error {
 	var errs []error
 	if g.srv != nil {
 		bctx := ctx
@@ -420,7 +427,7 @@ func (t topThrottled) Top(n int) []admin.ThrottledDevice {
 // snapshotter.
 // health reports whether the gateway can still write its data file, for
 // /healthz.
-func (g *gateway) health() error {
+func (g *Gateway) health() error {
 	h := g.store.Health()
 	if !h.Failing {
 		return nil

@@ -1,7 +1,8 @@
-package main
+package server
 
 import (
 	"context"
+	"devicegate/internal/mqtttest"
 	"errors"
 	"fmt"
 	"io"
@@ -20,9 +21,12 @@ import (
 	"devicegate/persist"
 )
 
-// In-process tests of startGateway, the production start-up path, with
+// In-process tests of Start, the production start-up path, with
 // injected time: clock rollback, overrides across a restart, in-use and
 // failed starts.
+
+// uncleanMsg starts the warning of a start after an unclean shutdown.
+const uncleanMsg = "the previous run did not shut down cleanly"
 
 // testConfig is a valid configuration on 127.0.0.1:0 in dir, with
 // limit messages per window per device.
@@ -41,19 +45,19 @@ func testConfig(dir string, limit int, window time.Duration) config.Config {
 
 // mustStart starts a gateway and closes it at the end of the test if the
 // test has not.
-func mustStart(t *testing.T, cfg config.Config, d deps) *gateway {
+func mustStart(t *testing.T, cfg config.Config, d Deps) *Gateway {
 	t.Helper()
-	g, err := startGateway(cfg, d)
+	g, err := Start(cfg, d)
 	if err != nil {
-		t.Fatalf("startGateway: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() { closeGateway(t, g) })
 	return g
 }
 
-func closeGateway(t *testing.T, g *gateway) {
+func closeGateway(t *testing.T, g *Gateway) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	if err := g.Close(ctx); err != nil {
 		t.Errorf("close gateway: %v", err)
@@ -62,7 +66,7 @@ func closeGateway(t *testing.T, g *gateway) {
 
 // waitClock waits until the gateway's clock reads at least tick: it
 // follows the injected time source on its own 1 ms ticker.
-func waitClock(t *testing.T, g *gateway, tick devicelimit.Tick) {
+func waitClock(t *testing.T, g *Gateway, tick devicelimit.Tick) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for g.clock.Now() < tick {
@@ -85,17 +89,17 @@ func TestStartGatewayClockRollback(t *testing.T) {
 	now := time.Now()
 
 	src1 := devicelimit.NewManualTime(now) // stands still: every decision at now
-	g1 := mustStart(t, cfg, deps{time: src1})
-	c := dial5(t, g1.Addr().String(), "meter-1")
+	g1 := mustStart(t, cfg, Deps{Time: src1})
+	c := mqtttest.Dial5(t, g1.Addr().String(), "meter-1")
 	for i := range 3 {
-		c.mustPublish(t, "devices/meter-1", fmt.Sprint("reading ", i), codeSuccess)
+		c.MustPublish(t, "devices/meter-1", fmt.Sprint("reading ", i), mqtttest.CodeSuccess)
 	}
-	c.mustPublish(t, "devices/meter-1", "over", codeQuotaExceeded)
+	c.MustPublish(t, "devices/meter-1", "over", mqtttest.CodeQuotaExceeded)
 	closeGateway(t, g1)
 
 	src2 := devicelimit.NewManualTime(now.Add(-time.Hour))
 	logs := new(captureHandler)
-	g2 := mustStart(t, cfg, deps{time: src2, logger: slog.New(logs)})
+	g2 := mustStart(t, cfg, Deps{Time: src2, Logger: slog.New(logs)})
 	warn := logs.find("wall clock is behind the persisted clock")
 	if warn == nil || warn["level"] != "WARN" {
 		t.Fatalf("no rollback warning; logs:\n%s", logs)
@@ -117,22 +121,22 @@ func TestStartGatewayClockRollback(t *testing.T) {
 		t.Fatalf("clock starts at %s, want the high-water %s", g2.clock.Now(), hw)
 	}
 
-	c2 := dial5(t, g2.Addr().String(), "meter-1")
-	c2.mustPublish(t, "devices/meter-1", "after rollback", codeQuotaExceeded)
+	c2 := mqtttest.Dial5(t, g2.Addr().String(), "meter-1")
+	c2.MustPublish(t, "devices/meter-1", "after rollback", mqtttest.CodeQuotaExceeded)
 	if body := httpGet(t, "http://"+g2.AdminAddr().String()+"/metrics", ""); !strings.Contains(body, "\ndevicegate_clock_rollbacks_total 1\n") {
 		t.Errorf("after a rollback /metrics lacks devicegate_clock_rollbacks_total 1:\n%s", body)
 	}
 
 	src2.Advance(window / 2)
 	waitClock(t, g2, hw.Add(window/2))
-	c2.mustPublish(t, "devices/meter-1", "half a window later", codeQuotaExceeded)
+	c2.MustPublish(t, "devices/meter-1", "half a window later", mqtttest.CodeQuotaExceeded)
 
 	src2.Advance(window/2 + window/20 + time.Millisecond) // past T·(1+1/buckets)
 	waitClock(t, g2, hw.Add(window+window/20+time.Millisecond))
 	for i := range 3 {
-		c2.mustPublish(t, "devices/meter-1", fmt.Sprint("next window ", i), codeSuccess)
+		c2.MustPublish(t, "devices/meter-1", fmt.Sprint("next window ", i), mqtttest.CodeSuccess)
 	}
-	c2.mustPublish(t, "devices/meter-1", "over again", codeQuotaExceeded)
+	c2.MustPublish(t, "devices/meter-1", "over again", mqtttest.CodeQuotaExceeded)
 }
 
 // TestStartGatewayOverridesSurvive: an override set through the store is
@@ -140,7 +144,7 @@ func TestStartGatewayClockRollback(t *testing.T) {
 func TestStartGatewayOverridesSurvive(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir, 100, time.Hour)
-	g1 := mustStart(t, cfg, deps{})
+	g1 := mustStart(t, cfg, Deps{})
 	o := devicelimit.Override{Quota: devicelimit.Quota{Limit: 1, Window: time.Hour}}
 	if err := g1.store.SetOverride(g1.resolver, "meter-1", o); err != nil {
 		t.Fatal(err)
@@ -151,27 +155,27 @@ func TestStartGatewayOverridesSurvive(t *testing.T) {
 	closeGateway(t, g1)
 
 	logs := new(captureHandler)
-	g2 := mustStart(t, cfg, deps{logger: slog.New(logs)})
+	g2 := mustStart(t, cfg, Deps{Logger: slog.New(logs)})
 	if r := logs.find("state restored"); r == nil || r["overrides"] != "2" {
 		t.Errorf("state restored = %v, want overrides=2", r)
 	}
-	c := dial5(t, g2.Addr().String(), "meter-1")
-	c.mustPublish(t, "devices/meter-1", "first", codeSuccess)
-	c.mustPublish(t, "devices/meter-1", "second", codeQuotaExceeded)
+	c := mqtttest.Dial5(t, g2.Addr().String(), "meter-1")
+	c.MustPublish(t, "devices/meter-1", "first", mqtttest.CodeSuccess)
+	c.MustPublish(t, "devices/meter-1", "second", mqtttest.CodeQuotaExceeded)
 	if ok, err := g2.store.DeleteOverride(g2.resolver, "meter-2"); !ok || err != nil {
 		t.Fatalf("DeleteOverride = %v, %v", ok, err)
 	}
 	closeGateway(t, g2)
 
-	g3 := mustStart(t, cfg, deps{})
+	g3 := mustStart(t, cfg, Deps{})
 	if _, ok := g3.resolver.Override("meter-2", g3.clock.Now()); ok {
 		t.Errorf("deleted override for meter-2 came back")
 	}
-	c3 := dial5(t, g3.Addr().String(), "meter-1")
-	c3.mustPublish(t, "devices/meter-1", "after restart", codeQuotaExceeded)
-	c4 := dial5(t, g3.Addr().String(), "meter-2")
+	c3 := mqtttest.Dial5(t, g3.Addr().String(), "meter-1")
+	c3.MustPublish(t, "devices/meter-1", "after restart", mqtttest.CodeQuotaExceeded)
+	c4 := mqtttest.Dial5(t, g3.Addr().String(), "meter-2")
 	for i := range 3 {
-		c4.mustPublish(t, "devices/meter-2", fmt.Sprint("default quota ", i), codeSuccess)
+		c4.MustPublish(t, "devices/meter-2", fmt.Sprint("default quota ", i), mqtttest.CodeSuccess)
 	}
 }
 
@@ -181,9 +185,9 @@ func TestStartGatewayOverridesSurvive(t *testing.T) {
 func TestStartGatewayInUse(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir, 100, time.Hour)
-	g1 := mustStart(t, cfg, deps{})
+	g1 := mustStart(t, cfg, Deps{})
 	begin := time.Now()
-	g2, err := startGateway(cfg, deps{})
+	g2, err := Start(cfg, Deps{})
 	took := time.Since(begin)
 	if err == nil {
 		closeGateway(t, g2)
@@ -193,7 +197,7 @@ func TestStartGatewayInUse(t *testing.T) {
 	if !errors.Is(err, persist.ErrInUse) || !strings.HasPrefix(err.Error(), want) || took > 2*time.Second {
 		t.Fatalf("second start after %s: %v; want ErrInUse within 2s, message %q", took, err, want)
 	}
-	dial5(t, g1.Addr().String(), "meter-1").mustPublish(t, "devices/meter-1", "x", codeSuccess)
+	mqtttest.Dial5(t, g1.Addr().String(), "meter-1").MustPublish(t, "devices/meter-1", "x", mqtttest.CodeSuccess)
 }
 
 // TestStartGatewayFailedStartCloses: when MQTT cannot listen, start-up
@@ -209,7 +213,7 @@ func TestStartGatewayFailedStartCloses(t *testing.T) {
 	cfg := testConfig(dir, 100, time.Hour)
 	busy := cfg
 	busy.MQTT.TCP = l.Addr().String()
-	if g, err := startGateway(busy, deps{}); err == nil {
+	if g, err := Start(busy, Deps{}); err == nil {
 		closeGateway(t, g)
 		t.Fatal("started on a port in use")
 	} else if !strings.Contains(err.Error(), "address already in use") {
@@ -217,7 +221,7 @@ func TestStartGatewayFailedStartCloses(t *testing.T) {
 	}
 	logs := new(captureHandler)
 	begin := time.Now()
-	mustStart(t, cfg, deps{logger: slog.New(logs)})
+	mustStart(t, cfg, Deps{Logger: slog.New(logs)})
 	if took := time.Since(begin); took > lockTimeout/2 {
 		t.Errorf("start after a failed start took %s: the failed one kept the lock?", took)
 	}
@@ -239,7 +243,7 @@ func TestStartGatewayAdminPortInUse(t *testing.T) {
 	cfg := testConfig(dir, 100, time.Hour)
 	busy := cfg
 	busy.Admin.Addr = l.Addr().String()
-	if g, err := startGateway(busy, deps{}); err == nil {
+	if g, err := Start(busy, Deps{}); err == nil {
 		closeGateway(t, g)
 		t.Fatal("started with the admin port in use")
 	} else if msg := err.Error(); !strings.Contains(msg, "admin api") || !strings.Contains(msg, l.Addr().String()) || !strings.Contains(msg, "address already in use") {
@@ -247,7 +251,7 @@ func TestStartGatewayAdminPortInUse(t *testing.T) {
 	}
 	logs := new(captureHandler)
 	begin := time.Now()
-	g := mustStart(t, cfg, deps{logger: slog.New(logs)})
+	g := mustStart(t, cfg, Deps{Logger: slog.New(logs)})
 	if took := time.Since(begin); took > lockTimeout/2 {
 		t.Errorf("start after a failed start took %s: the failed one kept the lock?", took)
 	}
@@ -266,7 +270,7 @@ func TestStartGatewayDataDirIsFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g, err := startGateway(testConfig(file, 100, time.Hour), deps{})
+	g, err := Start(testConfig(file, 100, time.Hour), Deps{})
 	if err == nil {
 		closeGateway(t, g)
 		t.Fatal("started with a file as data_dir")
@@ -403,22 +407,22 @@ func TestStartGatewayOverrideExpiry(t *testing.T) {
 	cfg.Admin.Token = "test-token"
 	now := time.Now()
 	src := devicelimit.NewManualTime(now)
-	g := mustStart(t, cfg, deps{time: src})
+	g := mustStart(t, cfg, Deps{Time: src})
 	base := "http://" + g.AdminAddr().String() + "/api/v1/devices/meter-1"
 
-	c := dial5(t, g.Addr().String(), "meter-1")
-	c.mustPublish(t, "devices/meter-1", "1", codeSuccess)
+	c := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+	c.MustPublish(t, "devices/meter-1", "1", mqtttest.CodeSuccess)
 	exp := now.Add(2 * time.Second).UTC().Format(time.RFC3339Nano)
 	httpDo(t, http.MethodPut, base+"/quota", cfg.Admin.Token, `{"limit":1,"window":"1h","expires_at":"`+exp+`"}`, http.StatusOK)
-	c.mustPublish(t, "devices/meter-1", "2", codeQuotaExceeded)
+	c.MustPublish(t, "devices/meter-1", "2", mqtttest.CodeQuotaExceeded)
 
 	src.Advance(2*time.Second - time.Millisecond)
 	waitClock(t, g, devicelimit.TickOf(now.Add(2*time.Second-time.Millisecond)))
-	c.mustPublish(t, "devices/meter-1", "just before the expiry", codeQuotaExceeded)
+	c.MustPublish(t, "devices/meter-1", "just before the expiry", mqtttest.CodeQuotaExceeded)
 
 	src.Advance(time.Millisecond)
 	waitClock(t, g, devicelimit.TickOf(now.Add(2*time.Second)))
-	c.mustPublish(t, "devices/meter-1", "at the expiry", codeSuccess)
+	c.MustPublish(t, "devices/meter-1", "at the expiry", mqtttest.CodeSuccess)
 	if body := httpGet(t, base, cfg.Admin.Token); !strings.Contains(body, `"source":"default"`) || !strings.Contains(body, `"used":2`) {
 		t.Errorf("device after the expiry: %s", body)
 	}
@@ -447,12 +451,12 @@ func TestFailedStartKeepsCrashWarning(t *testing.T) {
 	cfg := testConfig(dir, 100, time.Hour)
 	busy := cfg
 	busy.MQTT.TCP = l.Addr().String()
-	if g, err := startGateway(busy, deps{}); err == nil {
+	if g, err := Start(busy, Deps{}); err == nil {
 		closeGateway(t, g)
 		t.Fatal("started on a port in use")
 	}
 	logs := new(captureHandler)
-	mustStart(t, cfg, deps{logger: slog.New(logs)})
+	mustStart(t, cfg, Deps{Logger: slog.New(logs)})
 	if logs.find(uncleanMsg) == nil {
 		t.Fatal("after a crash and a failed start, the next start did not warn of the unclean shutdown")
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -91,8 +91,9 @@ func logSecurity(log *slog.Logger, cfg config.Config, s security) {
 	log.Info("authentication on", args...)
 }
 
-// logListeners logs the address of each MQTT listener.
-func logListeners(log *slog.Logger, g *gateway) {
+// LogListeners logs the address of each MQTT listener.
+func (g *Gateway) LogListeners() {
+	log := g.log
 	if a := g.Addr(); a != nil {
 		log.Info("mqtt listening", "addr", a.String())
 	}
@@ -104,11 +105,12 @@ func logListeners(log *slog.Logger, g *gateway) {
 	}
 }
 
-// reloadOnHangup rereads the credentials file on every SIGHUP until ctx
-// ends; a file that does not load leaves the accounts in force. Without
+// ReloadOnHangup rereads cfg's credentials file on every SIGHUP until
+// ctx ends; a file that does not load leaves the accounts in force. Without
 // a credentials file it does nothing (and SIGHUP keeps its default,
 // ending the process).
-func reloadOnHangup(ctx context.Context, log *slog.Logger, g *gateway, cfg config.Config) {
+func (g *Gateway) ReloadOnHangup(ctx context.Context, cfg config.Config) {
+	log := g.log
 	path := cfg.Auth.CredentialsFile
 	if path == "" {
 		return

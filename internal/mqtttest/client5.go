@@ -1,0 +1,88 @@
+// Package mqtttest holds the MQTT 5 test client that the gateway's
+// in-process tests (server) and process tests (cmd/gateway) share.
+package mqtttest
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// MQTT 5 reason codes the tests look for.
+const (
+	CodeSuccess       = 0x00
+	CodeQuotaExceeded = 0x97
+)
+
+// Client5 is an MQTT 5 device connection (paho.golang), used to read
+// the reason codes of PUBACKs.
+type Client5 struct {
+	c    *paho.Client
+	once sync.Once
+	lost chan struct{} // closed when the connection ends
+}
+
+// Dial5 connects an MQTT 5 client with a clean start, failing the test
+// if the gateway does not accept it within 10 s. The test's cleanup
+// disconnects it.
+func Dial5(t *testing.T, addr, id string) *Client5 {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	cl := &Client5{lost: make(chan struct{})}
+	end := func() { cl.once.Do(func() { close(cl.lost) }) }
+	cl.c = paho.NewClient(paho.ClientConfig{
+		ClientID:           id,
+		Conn:               conn,
+		OnServerDisconnect: func(*paho.Disconnect) { end() },
+		OnClientError:      func(error) { end() },
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cl.c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+		conn.Close()
+		t.Fatalf("connect %s to %s: %v", id, addr, err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// Lost is closed when the connection ends.
+func (cl *Client5) Lost() <-chan struct{} { return cl.lost }
+
+// Publish sends a QoS 1 message and returns the PUBACK's reason code.
+// An error means no PUBACK came (the connection ended, or none within
+// 5 s); a refusal (code >= 0x80) is not an error.
+func (cl *Client5) Publish(topic, payload string) (byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cl.c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(payload)})
+	if resp == nil {
+		return 0, err
+	}
+	return resp.ReasonCode, nil // paho reports a code >= 0x80 as an error too
+}
+
+// MustPublish publishes and fails the test unless the PUBACK carries
+// want.
+func (cl *Client5) MustPublish(t *testing.T, topic, payload string, want byte) {
+	t.Helper()
+	code, err := cl.Publish(topic, payload)
+	if err != nil {
+		t.Fatalf("publish %q to %s: %v", payload, topic, err)
+	}
+	if code != want {
+		t.Fatalf("publish %q to %s: PUBACK 0x%02x, want 0x%02x", payload, topic, code, want)
+	}
+}
+
+// Close disconnects the client.
+func (cl *Client5) Close() {
+	_ = cl.c.Disconnect(&paho.Disconnect{ReasonCode: 0})
+}
