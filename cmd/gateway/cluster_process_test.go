@@ -189,3 +189,32 @@ func TestClusterDeferReleaseProcess(t *testing.T) {
 	a.stop()
 	b.stop()
 }
+
+// TestSimulateEmbeddedMixSharedInCluster: the embedded simulator's quota
+// mix goes through the admin API's path: with a cluster configuration
+// the overrides it sets land in Redis, and a second gateway (a process
+// of its own) sharing that Redis shows them. They used to stay in the
+// embedded gateway's own data file.
+func TestSimulateEmbeddedMixSharedInCluster(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := clusterConfig(t, srv, "local")
+	b := startClusterGW(t, cfg, "--limit", "100", "--window", "1h")
+	code, stdout, stderr := runBinary(t, "simulate", "--embedded", "--config", cfg, "--devices", "2", "--rate", "5/s",
+		"--duration", "500ms", "--limit", "100", "--window", "1h", "--mix", "50%:100/1h,50%:3/1h")
+	if code != 0 {
+		t.Fatalf("simulate: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	overridden := 0
+	for _, dev := range []string{"dev-00000", "dev-00001"} {
+		m := b.mustCall(t, 200, "GET", devicePath(dev), "")
+		if m["source"] == "override" {
+			if q, _ := m["quota"].(map[string]any); q["limit"] != 3.0 {
+				t.Fatalf("GET %s on the second gateway = %v, want the mix's 3/1h", dev, m)
+			}
+			overridden++
+		}
+	}
+	if overridden != 1 {
+		t.Fatalf("%d of 2 devices have the mix's override on the second gateway, want 1", overridden)
+	}
+}

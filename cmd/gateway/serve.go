@@ -108,14 +108,9 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 
 	cfg := config.Default()
 	if f.config != "" {
-		file, err := os.Open(f.config)
-		if err != nil {
-			return config.Config{}, fmt.Errorf("config: %w", err)
-		}
-		cfg, err = config.Parse(file)
-		file.Close()
-		if err != nil {
-			return config.Config{}, withContext("config "+f.config, err)
+		var err error
+		if cfg, err = readConfigFile(f.config); err != nil {
+			return config.Config{}, err
 		}
 	}
 
@@ -152,6 +147,20 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 			source += " (config " + f.config + ")"
 		}
 		return config.Config{}, withContext(source, blameFlags(err, set))
+	}
+	return cfg, nil
+}
+
+// readConfigFile parses the YAML configuration file at path.
+func readConfigFile(path string) (config.Config, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return config.Config{}, fmt.Errorf("config: %w", err)
+	}
+	defer file.Close()
+	cfg, err := config.Parse(file)
+	if err != nil {
+		return config.Config{}, withContext("config "+path, err)
 	}
 	return cfg, nil
 }

@@ -226,8 +226,7 @@ func startTarget(f *simulateFlags, set map[string]bool) (target simTarget, gcfg 
 			return fail(fmt.Errorf("simulate: pick a port: %w", err))
 		}
 	}
-	args := f.serveArgs(dataDir, mqttAddr, set)
-	c, err := serveConfig(args, io.Discard)
+	c, err := f.gatewayConfig(dataDir, mqttAddr, set)
 	if err != nil {
 		return fail(fmt.Errorf("simulate: gateway settings: %w", err))
 	}
@@ -245,7 +244,17 @@ func startTarget(f *simulateFlags, set map[string]bool) (target simTarget, gcfg 
 			return fail(fmt.Errorf("simulate: --spawn: find this binary: %w", err))
 		}
 	}
-	ch, err := startChild(bin, args, dataDir, tmp, t.restart == "kill")
+	// The child reads the same configuration from a file of its own.
+	cfgDir, err := os.MkdirTemp("", "devicegate-sim-config-*")
+	if err != nil {
+		return fail(fmt.Errorf("simulate: --spawn: %w", err))
+	}
+	cfgFile, err := writeConfigFile(cfgDir, c)
+	if err != nil {
+		os.RemoveAll(cfgDir)
+		return fail(fmt.Errorf("simulate: --spawn: %w", err))
+	}
+	ch, err := startChild(bin, []string{"--config", cfgFile}, dataDir, []string{tmp, cfgDir}, t.restart == "kill")
 	if err != nil {
 		return nil, nil, fmt.Errorf("simulate: --spawn: %w", err)
 	}

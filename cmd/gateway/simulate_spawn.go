@@ -35,8 +35,8 @@ type child struct {
 	bin     string
 	args    []string // serve flags
 	dataDir string
-	tmp     string // removed at close
-	kill    bool   // restart with SIGKILL instead of SIGTERM
+	tmps    []string // removed at close ("" entries are skipped)
+	kill    bool     // restart with SIGKILL instead of SIGTERM
 
 	cmd   *exec.Cmd
 	done  chan struct{} // closed when cmd has exited
@@ -57,15 +57,22 @@ func freeLoopbackAddr() (string, error) {
 }
 
 // startChild starts `bin serve args...` and waits until it listens.
-func startChild(bin string, args []string, dataDir, tmp string, kill bool) (*child, error) {
-	c := &child{bin: bin, args: args, dataDir: dataDir, tmp: tmp, kill: kill}
+func startChild(bin string, args []string, dataDir string, tmps []string, kill bool) (*child, error) {
+	c := &child{bin: bin, args: args, dataDir: dataDir, tmps: tmps, kill: kill}
 	if err := c.start(); err != nil {
-		if tmp != "" {
-			os.RemoveAll(tmp)
-		}
+		c.removeTemps()
 		return nil, err
 	}
 	return c, nil
+}
+
+// removeTemps removes the child's temporary directories.
+func (c *child) removeTemps() {
+	for _, d := range c.tmps {
+		if d != "" {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 func (c *child) start() error {
@@ -168,8 +175,6 @@ func (c *child) restarter() func(ctx context.Context) error {
 
 func (c *child) close(context.Context) error {
 	err := c.stop(false)
-	if c.tmp != "" {
-		os.RemoveAll(c.tmp)
-	}
+	c.removeTemps()
 	return err
 }

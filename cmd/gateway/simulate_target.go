@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"devicegate/config"
 	"devicegate/devicelimit"
@@ -41,34 +44,64 @@ type targetFlags struct {
 	adminToken       string
 }
 
-// serveArgs are the serve flags for a gateway the simulator starts:
-// loopback listeners on free ports, the data directory, the config file,
-// and the quota flags the user gave (set names them).
-func (f *simulateFlags) serveArgs(dataDir, mqttAddr string, set map[string]bool) []string {
-	args := []string{"--mqtt-addr", mqttAddr, "--admin-addr", "127.0.0.1:0", "--data-dir", dataDir}
+// gatewayConfig is the configuration of a gateway the simulator starts,
+// built as a typed value (never as flag strings): the --config file or
+// the defaults, loopback listeners (mqttAddr; the admin API on a free
+// port), the data directory, and the quota settings the user gave (set
+// names them; without a config file the flags' defaults are the quota).
+// A spawned gateway logs at info: it is seen to listen by its info
+// lines, which a config file's log.level warn would silence.
+func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]bool) (config.Config, error) {
+	cfg := config.Default()
 	if f.target.config != "" {
-		args = append(args, "--config", f.target.config)
-		if f.target.spawn {
-			// A spawned gateway is seen to listen by its info lines,
-			// which a config file's log.level warn would silence.
-			args = append(args, "--log-level", "info")
+		var err error
+		if cfg, err = readConfigFile(f.target.config); err != nil {
+			return config.Config{}, err
 		}
 	}
-	if set["snapshot-interval"] {
-		args = append(args, "--snapshot-interval", f.target.snapshotInterval.v.String())
+	cfg.MQTT.TCP, cfg.Admin.Addr, cfg.DataDir = mqttAddr, "127.0.0.1:0", dataDir
+	if f.target.spawn {
+		cfg.Log.Level = "info"
 	}
-	// Without a config file the flags' defaults are the quota; with one,
-	// only the flags given override it.
-	if f.target.config == "" || set["limit"] {
-		args = append(args, "--limit", fmt.Sprint(f.limit.v))
+	given := map[string]bool{"snapshot-interval": set["snapshot-interval"]}
+	if given["snapshot-interval"] {
+		cfg.Persist.SnapshotInterval = config.Duration(f.target.snapshotInterval.v)
 	}
-	if f.target.config == "" || set["window"] {
-		args = append(args, "--window", f.window.v.String())
+	for _, name := range []string{"limit", "window", "policy"} {
+		given[name] = f.target.config == "" || set[name]
 	}
-	if f.target.config == "" || set["policy"] {
-		args = append(args, "--policy", f.policy)
+	if given["limit"] {
+		cfg.Limits.Default.Limit = f.limit.v
 	}
-	return args
+	if given["window"] {
+		cfg.Limits.Default.Window = config.Duration(f.window.v)
+	}
+	if given["policy"] {
+		cfg.Limits.Default.Policy = f.policy
+	}
+	if err := cfg.Validate(); err != nil {
+		source := "invalid settings"
+		if f.target.config != "" {
+			source += " (config " + f.target.config + ")"
+		}
+		return config.Config{}, withContext(source, blameFlags(err, given))
+	}
+	return cfg, nil
+}
+
+// writeConfigFile writes cfg as YAML to gateway.yaml in dir, readable
+// by its owner only (it may hold the admin token or the Redis password),
+// for a spawned gateway's --config.
+func writeConfigFile(dir string, cfg config.Config) (string, error) {
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return "", fmt.Errorf("write the gateway's configuration: %w", err)
+	}
+	path := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		return "", fmt.Errorf("write the gateway's configuration: %w", err)
+	}
+	return path, nil
 }
 
 // embedded is a gateway in this process.
