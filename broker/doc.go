@@ -4,7 +4,7 @@
 // hook that checks every device publish against its quota
 // in a devicelimit.Table, and the deferral queue.
 //
-// Decisions, per DESIGN.md "Data flow of one publish":
+// Decisions, per docs/design.md "Data flow of one publish":
 //
 //	allowed            forwarded, acked normally
 //	over, drop, QoS 0  dropped

@@ -111,7 +111,7 @@ var (
 const refusalLogWindow = time.Minute
 
 // throttle is the mochi hook that enforces device quotas on publishes;
-// see DESIGN.md, "Data flow of one publish". mochi calls OnPublish
+// see docs/design.md, "Data flow of one publish". mochi calls OnPublish
 // concurrently across clients and in order per client.
 type throttle struct {
 	mqtt.HookBase

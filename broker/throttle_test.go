@@ -10,7 +10,7 @@ import (
 	"devicegate/devicelimit"
 )
 
-// The decision table of DESIGN.md, policy drop: every protocol × QoS
+// The decision table of docs/design.md, policy drop: every protocol × QoS
 // cell, allowed and over the limit. The throttled device publishes limit
 // messages (all acked 0x00) and then `over` more (dropped: MQTT 5 QoS 1/2
 // sees 0x97 on PUBACK/PUBREC, 3.1.1 sees 0x00, QoS 0 sees nothing). Then
