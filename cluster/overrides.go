@@ -219,10 +219,7 @@ func (o *Overrides) set(device, rec string) {
 // and puts it in force here. Bad input wraps devicelimit's sentinels and
 // changes nothing.
 func (o *Overrides) SetOverride(device string, ov devicelimit.Override) error {
-	if err := devicelimit.ValidDeviceID(device); err != nil {
-		return err
-	}
-	if err := ov.Quota.Validate(o.resolver.Buckets()); err != nil {
+	if err := ov.Validate(device, o.resolver.Buckets()); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)

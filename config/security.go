@@ -176,14 +176,7 @@ func (c Config) validateSecurity(v *validator) {
 	if r := m.ConnectRate; r.Limit != 0 { // 0 turns the rate off
 		q := devicelimit.Quota{Limit: r.Limit, Window: time.Duration(r.Window)}
 		if err := q.Validate(auth.ConnectRateBuckets); err != nil {
-			msg := trimSentinel(err, devicelimit.ErrInvalidQuota)
-			key := "mqtt.connect_rate"
-			for _, field := range []string{"limit", "window"} {
-				if rest, ok := strings.CutPrefix(msg, field+" "); ok {
-					key, msg = key+"."+field, rest
-				}
-			}
-			v.add(key, msg)
+			v.field("mqtt.connect_rate", err)
 		}
 	}
 	if _, err := c.ConnectRateExempt(); err != nil {

@@ -49,7 +49,10 @@ func (c Config) Validate() error {
 	// their own mistakes still show; the bucket width then adds nothing.
 	buckets := c.Limits.Buckets
 	if err := validBuckets(buckets); err != nil {
-		v.add("limits.buckets", trimSentinel(err, devicelimit.ErrInvalidBuckets))
+		var fe *devicelimit.FieldError
+		if errors.As(err, &fe) {
+			v.add("limits.buckets", fe.Msg)
+		}
 		buckets = 1
 	}
 	v.quota("limits.default", c.Limits.Default, buckets)
@@ -147,9 +150,9 @@ func (v *validator) glob(key, pattern string) {
 	}
 }
 
-// quota checks q under key with devicelimit's ranges and moves the field
-// name devicelimit puts in its message ("limit must be ...") into the
-// key ("limits.default.limit: must be ...").
+// quota checks q under key with devicelimit's ranges; the field
+// devicelimit names goes into the key ("limits.default.limit: must be
+// ...").
 func (v *validator) quota(key string, q Quota, buckets int) {
 	p, err := parsePolicy(q.Policy)
 	if err != nil {
@@ -157,14 +160,21 @@ func (v *validator) quota(key string, q Quota, buckets int) {
 	}
 	dq := devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: p}
 	if err := dq.Validate(buckets); err != nil {
-		msg := trimSentinel(err, devicelimit.ErrInvalidQuota)
-		for _, field := range []string{"limit", "window"} {
-			if rest, ok := strings.CutPrefix(msg, field+" "); ok {
-				v.add(key+"."+field, rest)
-				return
-			}
-		}
-		v.add(key, msg)
+		v.field(key, err)
+	}
+}
+
+// field adds err under key, with the field a *devicelimit.FieldError
+// names appended to the key; the bucket count is reported where it is
+// checked (limits.buckets), not under each quota.
+func (v *validator) field(key string, err error) {
+	var fe *devicelimit.FieldError
+	if !errors.As(err, &fe) {
+		v.add(key, err.Error())
+		return
+	}
+	if fe.Field != "buckets" {
+		v.add(key+"."+fe.Field, fe.Msg)
 	}
 }
 

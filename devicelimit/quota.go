@@ -96,27 +96,30 @@ func (q Quota) Validate(buckets int) error {
 	if err := validBuckets(buckets); err != nil {
 		return err
 	}
+	bad := func(field, format string, args ...any) error {
+		return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...), Err: ErrInvalidQuota}
+	}
 	switch {
 	case q.Limit < 1 || q.Limit > MaxLimit:
-		return fmt.Errorf("%w: limit must be between 1 and %d (got %d)", ErrInvalidQuota, MaxLimit, q.Limit)
+		return bad("limit", "must be between 1 and %d (got %d)", MaxLimit, q.Limit)
 	case q.Window <= 0:
-		return fmt.Errorf("%w: window must be > 0 (got %q)", ErrInvalidQuota, q.Window.String())
+		return bad("window", "must be > 0 (got %q)", q.Window.String())
 	case q.Window < MinBucketWidth:
-		return fmt.Errorf("%w: window must be at least %s (got %q)", ErrInvalidQuota, MinBucketWidth, q.Window.String())
+		return bad("window", "must be at least %s (got %q)", MinBucketWidth, q.Window.String())
 	case q.Window > MaxWindow:
-		return fmt.Errorf("%w: window must be at most %s (got %q)", ErrInvalidQuota, MaxWindow, q.Window.String())
+		return bad("window", "must be at most %s (got %q)", MaxWindow, q.Window.String())
 	case q.Window/time.Duration(buckets) < MinBucketWidth:
-		return fmt.Errorf("%w: window %s divided into %d buckets gives buckets shorter than %s; use a longer window or fewer buckets",
-			ErrInvalidQuota, q.Window, buckets, MinBucketWidth)
+		return bad("window", "%s divided into %d buckets gives buckets shorter than %s; use a longer window or fewer buckets",
+			q.Window, buckets, MinBucketWidth)
 	case int(q.Policy) >= len(policyNames):
-		return fmt.Errorf("%w: %d", ErrInvalidPolicy, uint8(q.Policy))
+		return &FieldError{Field: "policy", Msg: fmt.Sprintf("must be drop, defer or disconnect (got %d)", uint8(q.Policy)), Err: ErrInvalidPolicy}
 	}
 	return nil
 }
 
 func validBuckets(buckets int) error {
 	if buckets < 1 || buckets > MaxBuckets {
-		return fmt.Errorf("%w: must be between 1 and %d (got %d)", ErrInvalidBuckets, MaxBuckets, buckets)
+		return &FieldError{Field: "buckets", Msg: fmt.Sprintf("must be between 1 and %d (got %d)", MaxBuckets, buckets), Err: ErrInvalidBuckets}
 	}
 	return nil
 }
@@ -124,10 +127,10 @@ func validBuckets(buckets int) error {
 // ValidDeviceID reports whether id can name a device: 1..MaxDeviceID bytes.
 func ValidDeviceID(id string) error {
 	if id == "" {
-		return fmt.Errorf("%w: empty", ErrInvalidDevice)
+		return &FieldError{Field: "device", Msg: "must not be empty", Err: ErrInvalidDevice}
 	}
 	if len(id) > MaxDeviceID {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidDevice, len(id), MaxDeviceID)
+		return &FieldError{Field: "device", Msg: fmt.Sprintf("must be at most %d bytes (got %d)", MaxDeviceID, len(id)), Err: ErrInvalidDevice}
 	}
 	return nil
 }

@@ -64,6 +64,24 @@ type Override struct {
 	ExpiresAt Tick
 }
 
+// Validate reports whether o can be set for device on a table of the
+// given bucket count: a valid device ID, a valid quota, and an expiry not
+// before 1970 (0: none). It is the one check of an override, made by the
+// resolver, the store, the Redis overrides and the admin API alike; the
+// error is a *FieldError naming the field.
+func (o Override) Validate(device string, buckets int) error {
+	if err := ValidDeviceID(device); err != nil {
+		return err
+	}
+	if err := o.Quota.Validate(buckets); err != nil {
+		return err
+	}
+	if o.ExpiresAt < 0 {
+		return &FieldError{Field: "expires_at", Msg: fmt.Sprintf("must not be before 1970 (got %d ns)", int64(o.ExpiresAt)), Err: ErrInvalidQuota}
+	}
+	return nil
+}
+
 // Expired reports whether the override has lapsed at now.
 func (o Override) Expired(now Tick) bool { return o.ExpiresAt != 0 && now >= o.ExpiresAt }
 
@@ -189,10 +207,7 @@ func (r *Resolver) Override(device string, now Tick) (Override, bool) {
 // SetOverride sets the device's override after validating it; an invalid
 // one changes nothing.
 func (r *Resolver) SetOverride(device string, o Override) error {
-	if err := ValidDeviceID(device); err != nil {
-		return err
-	}
-	if err := o.Quota.Validate(r.buckets); err != nil {
+	if err := o.Validate(device, r.buckets); err != nil {
 		return err
 	}
 	s := r.shard(device)

@@ -12,7 +12,7 @@ import (
 // durably (committed and fsynced), then sets it in r. An invalid override
 // or a failed write changes nothing, neither in the store nor in r.
 func (s *Store) SetOverride(r *devicelimit.Resolver, device string, o devicelimit.Override) error {
-	if err := validOverride(r, device, o); err != nil {
+	if err := o.Validate(device, r.Buckets()); err != nil {
 		return fmt.Errorf("set override for %s: %w", keyName([]byte(device)), err)
 	}
 	s.overrideMu.Lock()
@@ -30,25 +30,9 @@ func (s *Store) SetOverride(r *devicelimit.Resolver, device string, o devicelimi
 	if err != nil {
 		return fmt.Errorf("set override for %s in %q: %w", keyName([]byte(device)), s.path, err)
 	}
-	// Validated above with the resolver's own checks: cannot fail.
+	// Validated above with the resolver's own check: cannot fail.
 	if err := r.SetOverride(device, o); err != nil {
 		return fmt.Errorf("set override for %s: stored but not applied: %w", keyName([]byte(device)), err)
-	}
-	return nil
-}
-
-// validOverride makes the checks Resolver.SetOverride makes, and those of
-// the store: the expiry must not be negative. A device ID too long to be
-// a bbolt key is stored under its hash (see longKey).
-func validOverride(r *devicelimit.Resolver, device string, o devicelimit.Override) error {
-	if err := devicelimit.ValidDeviceID(device); err != nil {
-		return err
-	}
-	if err := o.Quota.Validate(r.Buckets()); err != nil {
-		return err
-	}
-	if o.ExpiresAt < 0 {
-		return fmt.Errorf("%w: expiry %d is before 1970", devicelimit.ErrInvalidQuota, int64(o.ExpiresAt))
 	}
 	return nil
 }
