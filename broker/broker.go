@@ -14,6 +14,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/topk"
 )
 
 // DefaultSweepInterval is how often idle windows are evicted when
@@ -50,7 +51,7 @@ type Options struct {
 	// disconnected, or refused by a full or failed deferral) by device
 	// at its decision instant. Admitted and deferred publishes are not
 	// recorded.
-	Throttled *devicelimit.TopK
+	Throttled *topk.Tracker
 	// Limiter, when not nil, takes the publish and release decisions
 	// instead of Table, for example windows shared in Redis
 	// (cluster.Limiter). Table still holds this process's windows

@@ -16,6 +16,7 @@ import (
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/topk"
 )
 
 // waitTimeout bounds every wait for the network; nothing in these tests
@@ -52,7 +53,7 @@ type fixtureOpts struct {
 	releaseLoop bool
 	clock       *devicelimit.ManualClock // a fresh one at t0 when nil
 	table       *devicelimit.Table       // a fresh one when nil
-	throttled   *devicelimit.TopK        // Options.Throttled
+	throttled   *topk.Tracker            // Options.Throttled
 	// options, when set, changes the Options before New (auth, TLS,
 	// limits).
 	options func(*Options)

@@ -9,6 +9,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/varint"
 )
 
 // deferredMsg is a message held in the deferral queue: what the release
@@ -115,7 +116,7 @@ func sizeDeferred(m *deferredMsg) int {
 
 func bytesLen[T string | []byte](b T) int { return uvarintLen(uint64(len(b))) + len(b) }
 
-var uvarintLen = devicelimit.UvarintLen
+var uvarintLen = varint.UvarintLen
 
 func varintLen(v int64) int { return uvarintLen(uint64(v<<1) ^ uint64(v>>63)) }
 
@@ -213,7 +214,7 @@ func (d *recDecoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
 	}
-	v, n := devicelimit.Uvarint(d.b[d.off:])
+	v, n := varint.Uvarint(d.b[d.off:])
 	if n <= 0 {
 		d.fail("integer")
 		return 0

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/topk"
 )
 
 // Every refusal is recorded in Options.Throttled by device at its
@@ -14,7 +15,7 @@ import (
 // admitted and deferred publishes are not.
 func TestThrottledRecordsRefusals(t *testing.T) {
 	t.Parallel()
-	tk := devicelimit.NewTopK(8, 10*time.Second)
+	tk := topk.New(8, 10*time.Second)
 	f := start(t, fixtureOpts{
 		rules: []devicelimit.Rule{
 			rule("drop-*", 1, devicelimit.PolicyDrop),
@@ -63,7 +64,7 @@ func TestThrottledRecordsRefusals(t *testing.T) {
 		return st.Dropped == 3 && st.Overflowed == 2 && st.Disconnected == 1
 	})
 
-	want := []devicelimit.TopEntry{{Device: "drop-1", Refused: 3}, {Device: "defer-1", Refused: 2}, {Device: "disc-1", Refused: 1}}
+	want := []topk.Entry{{Device: "drop-1", Refused: 3}, {Device: "defer-1", Refused: 2}, {Device: "disc-1", Refused: 1}}
 	if got := tk.Top(0, f.clock.Now()); !slices.Equal(got, want) {
 		t.Fatalf("top: got %v, want %v", got, want)
 	}
@@ -187,7 +188,7 @@ func TestConnectedClientsTakeover(t *testing.T) {
 func TestThrottledRecordAllocatesNothing(t *testing.T) {
 	q := devicelimit.Quota{Limit: 1, Window: time.Hour, Policy: devicelimit.PolicyDrop}
 	s, cl, pk := newHookServer(t, q, nil)
-	tk := devicelimit.NewTopK(4, time.Minute)
+	tk := topk.New(4, time.Minute)
 	s.hook.throttled = tk
 	for range 2 { // admitted, then refused: the device is tracked
 		_, _ = s.hook.OnPublish(cl, pk)

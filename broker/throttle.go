@@ -14,6 +14,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/topk"
 )
 
 // Stats counts the throttle hook's decisions since New. Every publish
@@ -144,7 +145,7 @@ type throttle struct {
 	connected atomic.Int64
 
 	// throttled, when not nil, records every refusal by device.
-	throttled *devicelimit.TopK
+	throttled *topk.Tracker
 
 	allowed, dropped, disconnected, inline atomic.Uint64
 }

@@ -3,6 +3,7 @@ package devicelimit
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -105,7 +106,7 @@ func decodeWindow(b []byte, buf []uint32) (Window, error) {
 	b = b[1:]
 	var fields [3]uint64 // length, head, number of counts
 	for i, what := range [...]string{"length", "head", "count"} {
-		v, n := Uvarint(b)
+		v, n := uvarint(b)
 		if n <= 0 {
 			return Window{}, fmt.Errorf("%w: truncated or malformed %s", ErrBadSnapshot, what)
 		}
@@ -120,7 +121,7 @@ func decodeWindow(b []byte, buf []uint32) (Window, error) {
 	}
 	w := Window{Length: time.Duration(length), Head: int64(head), Counts: buf[:n]}
 	for i := range w.Counts {
-		c, k := Uvarint(b)
+		c, k := uvarint(b)
 		if k <= 0 {
 			return Window{}, fmt.Errorf("%w: truncated or malformed bucket count", ErrBadSnapshot)
 		}
@@ -220,4 +221,16 @@ func (t *Table) restore(device string, w Window) {
 	head := bucketOf(end, t.buckets, w.Length)
 	r.setHead(head)
 	r.setCount(int(head%int64(slots)), total)
+}
+
+// uvarint is binary.Uvarint that also refuses an encoding longer than
+// the value needs (n == 0 then, as for a truncated one), so a window's
+// snapshot has exactly one form. (internal/varint does the same for the
+// other packages' records; devicelimit imports nothing of ours.)
+func uvarint(b []byte) (uint64, int) {
+	v, n := binary.Uvarint(b)
+	if n > 0 && n != max(1, (bits.Len64(v)+6)/7) {
+		return 0, 0
+	}
+	return v, n
 }

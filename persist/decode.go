@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/varint"
 )
 
 // The decoders read bytes from the data file, which may be damaged or
@@ -20,7 +21,7 @@ func decodeMeta(schema, clock, clean []byte) (Meta, error) {
 	if len(schema) == 0 {
 		return Meta{}, fmt.Errorf("%w: no schema version in meta", ErrCorrupt)
 	}
-	v, n := devicelimit.Uvarint(schema)
+	v, n := varint.Uvarint(schema)
 	switch {
 	case n <= 0 || n != len(schema):
 		return Meta{}, fmt.Errorf("%w: malformed schema version % x", ErrCorrupt, schema)
@@ -60,7 +61,7 @@ func decodeOverride(b []byte) (devicelimit.Override, error) {
 		return devicelimit.Override{}, fmt.Errorf("%w: override version %d, want %d", ErrCorrupt, b[0], overrideVersion)
 	}
 	b = b[1:]
-	limit, n := devicelimit.Uvarint(b)
+	limit, n := varint.Uvarint(b)
 	if n <= 0 {
 		return devicelimit.Override{}, fmt.Errorf("%w: truncated or malformed override limit", ErrCorrupt)
 	}
@@ -68,7 +69,7 @@ func decodeOverride(b []byte) (devicelimit.Override, error) {
 	if limit < 1 || limit > devicelimit.MaxLimit {
 		return devicelimit.Override{}, fmt.Errorf("%w: override limit %d out of range", ErrCorrupt, limit)
 	}
-	window, n := devicelimit.Uvarint(b)
+	window, n := varint.Uvarint(b)
 	if n <= 0 {
 		return devicelimit.Override{}, fmt.Errorf("%w: truncated or malformed override window", ErrCorrupt)
 	}
@@ -84,7 +85,7 @@ func decodeOverride(b []byte) (devicelimit.Override, error) {
 		return devicelimit.Override{}, fmt.Errorf("%w: override %w", ErrCorrupt, err)
 	}
 	b = b[1:]
-	expires, n := devicelimit.Varint(b)
+	expires, n := varint.Varint(b)
 	if n <= 0 {
 		return devicelimit.Override{}, fmt.Errorf("%w: truncated or malformed override expiry", ErrCorrupt)
 	}

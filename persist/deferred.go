@@ -7,6 +7,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/varint"
 )
 
 // MaxDeferredDevice is the longest device ID, in bytes, whose messages
@@ -82,7 +83,7 @@ func (s *Store) DeleteDeferred(keys []DeferredKey) error {
 		// appending never moves the keys already in it.
 		size := 0
 		for _, k := range chunk {
-			size += devicelimit.UvarintLen(uint64(len(k.Device))) + len(k.Device) + 8
+			size += varint.UvarintLen(uint64(len(k.Device))) + len(k.Device) + 8
 		}
 		buf := make([]byte, 0, size)
 		dels := make([][]byte, 0, len(chunk))
@@ -189,7 +190,7 @@ func appendDeferredKey(b []byte, device string, seq uint64) []byte {
 // decodeDeferredKey decodes a key made by appendDeferredKey for a valid
 // device ID. device points into k.
 func decodeDeferredKey(k []byte) (device []byte, seq uint64, err error) {
-	l, n := devicelimit.Uvarint(k)
+	l, n := varint.Uvarint(k)
 	switch {
 	case n <= 0:
 		return nil, 0, fmt.Errorf("%w: truncated or malformed device length", ErrCorrupt)

@@ -7,7 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"devicegate/devicelimit"
+	"devicegate/internal/varint"
 )
 
 // Device IDs longer than bbolt.MaxKeySize cannot be keys. Their windows
@@ -45,7 +45,7 @@ func decodeLongValue(key, v []byte) (device, enc []byte, err error) {
 	if v == nil {
 		return nil, nil, fmt.Errorf("%w: key %x: a bucket, not a record", ErrCorrupt, key)
 	}
-	l, n := devicelimit.Uvarint(v)
+	l, n := varint.Uvarint(v)
 	switch {
 	case n <= 0:
 		return nil, nil, fmt.Errorf("%w: key %x: malformed device ID length", ErrCorrupt, key)

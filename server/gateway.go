@@ -19,6 +19,7 @@ import (
 	"devicegate/broker"
 	"devicegate/config"
 	"devicegate/devicelimit"
+	"devicegate/internal/topk"
 	"devicegate/persist"
 )
 
@@ -31,7 +32,7 @@ const lockTimeout = time.Second
 
 // throttledK and throttledPeriod size the summary behind GET
 // /api/v1/throttled: the 100 devices refused most, counted over the last
-// one to two minutes (devicelimit.TopKGenerations periods of one).
+// one to two minutes (topk.Generations periods of one).
 const (
 	throttledK      = 100
 	throttledPeriod = time.Minute
@@ -61,7 +62,7 @@ type Gateway struct {
 	resolver *devicelimit.Resolver
 	snap     *persist.Snapshotter
 	srv      *broker.Server
-	topk     *devicelimit.TopK
+	topk     *topk.Tracker
 	admin    *admin.Server
 	cluster  *clusterParts // nil unless cluster.redis is configured
 
@@ -183,7 +184,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	if err := g.startCluster(cfg); err != nil {
 		return nil, err
 	}
-	g.topk = devicelimit.NewTopK(throttledK, throttledPeriod)
+	g.topk = topk.New(throttledK, throttledPeriod)
 	srv, err := broker.New(broker.Options{
 		Throttled: g.topk,
 		Limiter:   g.brokerLimiter(),
@@ -410,7 +411,7 @@ func (d brokerDevices) Status(device string) admin.DeviceStatus {
 
 // topThrottled lists the devices refused most, as of now.
 type topThrottled struct {
-	topk  *devicelimit.TopK
+	topk  *topk.Tracker
 	clock devicelimit.Clock
 }
 

@@ -1,4 +1,4 @@
-package devicelimit
+package topk
 
 import (
 	"fmt"
@@ -6,13 +6,15 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"devicegate/devicelimit"
 )
 
-// topT0 is the start of a TopK period of 10 s.
-const topT0 = Tick(1_700_000_000 * int64(time.Second))
+// topT0 is the start of a Tracker period of 10 s.
+const topT0 = devicelimit.Tick(1_700_000_000 * int64(time.Second))
 
 func TestTopKExactBelowK(t *testing.T) {
-	tk := NewTopK(8, 10*time.Second)
+	tk := New(8, 10*time.Second)
 	want := map[string]uint64{"a": 5, "b": 3, "c": 3, "d": 1}
 	now := topT0
 	for dev, n := range want {
@@ -22,7 +24,7 @@ func TestTopKExactBelowK(t *testing.T) {
 		}
 	}
 	got := tk.Top(0, now)
-	wantTop := []TopEntry{{"a", 5}, {"b", 3}, {"c", 3}, {"d", 1}}
+	wantTop := []Entry{{"a", 5}, {"b", 3}, {"c", 3}, {"d", 1}}
 	if !slices.Equal(got, wantTop) {
 		t.Fatalf("got %v, want %v", got, wantTop)
 	}
@@ -42,7 +44,7 @@ func TestTopKHeavyHitters(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for seq := range 200 {
 		k := 1 + r.IntN(20)
-		tk := NewTopK(k, time.Hour)
+		tk := New(k, time.Hour)
 		heavy := 1 + r.IntN(k)
 		var stream []string
 		for i := range heavy {
@@ -86,7 +88,7 @@ func TestTopKHeavyHitters(t *testing.T) {
 }
 
 func TestTopKBoundedMemory(t *testing.T) {
-	tk := NewTopK(16, 10*time.Second)
+	tk := New(16, 10*time.Second)
 	for i := range 100_000 {
 		tk.Record(fmt.Sprintf("dev-%d", i), topT0)
 	}
@@ -105,9 +107,9 @@ func TestTopKBoundedMemory(t *testing.T) {
 // of the current and previous period are summed, older ones forgotten.
 func TestTopKDecay(t *testing.T) {
 	const p = 10 * time.Second
-	tk := NewTopK(4, p)
-	at := func(d time.Duration) Tick { return topT0.Add(d) }
-	record := func(dev string, n int, now Tick) {
+	tk := New(4, p)
+	at := func(d time.Duration) devicelimit.Tick { return topT0.Add(d) }
+	record := func(dev string, n int, now devicelimit.Tick) {
 		for range n {
 			tk.Record(dev, now)
 		}
@@ -115,25 +117,25 @@ func TestTopKDecay(t *testing.T) {
 	steps := []struct {
 		name string
 		do   func()
-		now  Tick
-		want []TopEntry
+		now  devicelimit.Tick
+		want []Entry
 	}{
 		{"t0: a×3, b×1", func() { record("a", 3, at(0)); record("b", 1, at(0)) }, at(0),
-			[]TopEntry{{"a", 3}, {"b", 1}}},
+			[]Entry{{"a", 3}, {"b", 1}}},
 		{"t0+9.999s: same period", func() {}, at(p - time.Millisecond),
-			[]TopEntry{{"a", 3}, {"b", 1}}},
+			[]Entry{{"a", 3}, {"b", 1}}},
 		{"t0+10s: previous still counts; b×4", func() { record("b", 4, at(p)) }, at(p),
-			[]TopEntry{{"b", 5}, {"a", 3}}},
+			[]Entry{{"b", 5}, {"a", 3}}},
 		{"t0+20s: t0's period forgotten", func() {}, at(2 * p),
-			[]TopEntry{{"b", 4}}},
+			[]Entry{{"b", 4}}},
 		{"t0+25s: c×2", func() { record("c", 2, at(2*p+5*time.Second)) }, at(2*p + 5*time.Second),
-			[]TopEntry{{"b", 4}, {"c", 2}}},
+			[]Entry{{"b", 4}, {"c", 2}}},
 		{"t0+30s: b's period forgotten", func() {}, at(3 * p),
-			[]TopEntry{{"c", 2}}},
+			[]Entry{{"c", 2}}},
 		{"t0+60s: a gap of several periods forgets all", func() {}, at(6 * p),
-			[]TopEntry{}},
+			[]Entry{}},
 		{"t0+60s: a×1 after the gap", func() { record("a", 1, at(6*p)) }, at(6 * p),
-			[]TopEntry{{"a", 1}}},
+			[]Entry{{"a", 1}}},
 	}
 	for _, s := range steps {
 		s.do()
@@ -149,20 +151,20 @@ func TestTopKDecay(t *testing.T) {
 // TestTopKReplaceTakesMinimum checks the replacement rule: a new device
 // takes the least-refused entry and its count plus one.
 func TestTopKReplaceTakesMinimum(t *testing.T) {
-	tk := NewTopK(2, time.Hour)
+	tk := New(2, time.Hour)
 	for range 3 {
 		tk.Record("a", topT0)
 	}
 	tk.Record("b", topT0)
 	tk.Record("c", topT0) // replaces b (1), inherits its count
-	want := []TopEntry{{"a", 3}, {"c", 2}}
+	want := []Entry{{"a", 3}, {"c", 2}}
 	if got := tk.Top(0, topT0); !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }
 
 func TestTopKRecordTrackedAllocatesNothing(t *testing.T) {
-	tk := NewTopK(4, 10*time.Second)
+	tk := New(4, 10*time.Second)
 	devs := []string{"a", "b", "c", "d"}
 	for _, d := range devs {
 		tk.Record(d, topT0)
@@ -179,7 +181,7 @@ func TestTopKRecordTrackedAllocatesNothing(t *testing.T) {
 }
 
 func TestTopKConcurrent(t *testing.T) {
-	tk := NewTopK(8, 10*time.Second)
+	tk := New(8, 10*time.Second)
 	done := make(chan struct{})
 	for g := range 4 {
 		go func() {
@@ -209,10 +211,10 @@ func TestNewTopKPanics(t *testing.T) {
 		func() {
 			defer func() {
 				if recover() == nil {
-					t.Fatalf("NewTopK(%d, %v) did not panic", c.k, c.p)
+					t.Fatalf("New(%d, %v) did not panic", c.k, c.p)
 				}
 			}()
-			NewTopK(c.k, c.p)
+			New(c.k, c.p)
 		}()
 	}
 }
@@ -225,7 +227,7 @@ func TestTopKRotationKeepsSum(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for seq := range 100 {
 		k := 1 + r.IntN(10)
-		tk := NewTopK(k, p)
+		tk := New(k, p)
 		perPeriod := map[int64]uint64{}
 		now := topT0
 		for range 2000 {

@@ -1,4 +1,7 @@
-package devicelimit
+// Package varint decodes the uvarints and varints of the gateway's
+// stored records strictly: an encoding longer than its value needs is
+// refused, so every record has exactly one form.
+package varint
 
 import (
 	"encoding/binary"
@@ -7,8 +10,8 @@ import (
 
 // Uvarint is binary.Uvarint that also refuses an encoding longer than
 // the value needs (n == 0 then, as for a truncated one), so every
-// encoded record — window snapshots here, and the store's and the
-// deferral queue's records — has exactly one form.
+// encoded record (the store's and the deferral queue's; devicelimit
+// keeps its own for window snapshots) has exactly one form.
 func Uvarint(b []byte) (v uint64, n int) {
 	v, n = binary.Uvarint(b)
 	if n > 0 && n != UvarintLen(v) {

@@ -1,19 +1,23 @@
-package devicelimit
+// Package topk finds the devices refused most often lately, in bounded
+// memory: the summary behind the admin API's GET /api/v1/throttled.
+package topk
 
 import (
 	"cmp"
 	"slices"
 	"sync"
 	"time"
+
+	"devicegate/devicelimit"
 )
 
-// TopKGenerations is how many periods a TopK remembers: the current one
+// Generations is how many periods a Tracker remembers: the current one
 // and the one before. A refusal stops counting once its period is more
-// than TopKGenerations-1 periods in the past.
-const TopKGenerations = 2
+// than Generations-1 periods in the past.
+const Generations = 2
 
-// TopEntry is one device of a TopK summary.
-type TopEntry struct {
+// Entry is one device of a Tracker summary.
+type Entry struct {
 	Device string
 	// Refused is the device's refusals in the generations still
 	// counted. It is exact while the summary has tracked fewer than k
@@ -23,9 +27,9 @@ type TopEntry struct {
 	Refused uint64
 }
 
-// TopK finds the devices refused most in the last few periods in bounded
+// Tracker finds the devices refused most in the last few periods in bounded
 // memory: a Space-Saving summary (Metwally, Agrawal, El Abbadi 2005) of k
-// counters, each split into TopKGenerations generations that rotate every
+// counters, each split into Generations generations that rotate every
 // period. The counts always sum to N, the refusals in the generations
 // counted. Within one period, Space-Saving's guarantee holds: any device
 // refused more than N/k times is in the summary, with a count no lower
@@ -34,26 +38,26 @@ type TopEntry struct {
 // the split between generations is approximate and the older part
 // decays with the entry rather than with the device.
 //
-// Build it with NewTopK; the zero value is not usable. Safe for
+// Build it with New; the zero value is not usable. Safe for
 // concurrent use.
-type TopK struct {
+type Tracker struct {
 	period time.Duration
 	k      int
 
 	mu      sync.Mutex
 	gen     int64 // the generation (now/period) counts[0] belongs to
-	entries []topKEntry
+	entries []entry
 	index   map[string]int // device -> position in entries
 }
 
-type topKEntry struct {
+type entry struct {
 	device string
 	// counts[0] is the current generation, counts[i] the one i periods
 	// before.
-	counts [TopKGenerations]uint64
+	counts [Generations]uint64
 }
 
-func (e *topKEntry) total() uint64 {
+func (e *entry) total() uint64 {
 	var n uint64
 	for _, c := range e.counts {
 		n += c
@@ -61,29 +65,29 @@ func (e *topKEntry) total() uint64 {
 	return n
 }
 
-// NewTopK returns a summary of k counters whose generations rotate every
+// New returns a summary of k counters whose generations rotate every
 // period. It panics if k < 1 or period <= 0.
-func NewTopK(k int, period time.Duration) *TopK {
+func New(k int, period time.Duration) *Tracker {
 	if k < 1 {
-		panic("devicelimit: NewTopK: k must be >= 1")
+		panic("topk: New: k must be >= 1")
 	}
 	if period <= 0 {
-		panic("devicelimit: NewTopK: period must be > 0")
+		panic("topk: New: period must be > 0")
 	}
-	return &TopK{
+	return &Tracker{
 		period:  period,
 		k:       k,
-		entries: make([]topKEntry, 0, k),
+		entries: make([]entry, 0, k),
 		index:   make(map[string]int, k),
 	}
 }
 
 // K returns the number of counters.
-func (t *TopK) K() int { return t.k }
+func (t *Tracker) K() int { return t.k }
 
 // Record counts one refusal of device at now. device is kept as given,
 // not copied. Once device is tracked, Record allocates nothing.
-func (t *TopK) Record(device string, now Tick) {
+func (t *Tracker) Record(device string, now devicelimit.Tick) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.rotate(now)
@@ -92,7 +96,7 @@ func (t *TopK) Record(device string, now Tick) {
 		return
 	}
 	if len(t.entries) < cap(t.entries) {
-		t.entries = append(t.entries, topKEntry{device: device})
+		t.entries = append(t.entries, entry{device: device})
 		t.entries[len(t.entries)-1].counts[0] = 1
 		t.index[device] = len(t.entries) - 1
 		return
@@ -114,14 +118,14 @@ func (t *TopK) Record(device string, now Tick) {
 
 // rotate moves the generations forward to now's period and forgets the
 // entries left with no count. Called with mu held.
-func (t *TopK) rotate(now Tick) {
+func (t *Tracker) rotate(now devicelimit.Tick) {
 	gen := int64(now) / int64(t.period)
 	if gen <= t.gen {
 		return // same period, or a clock read before the latest (kept in the current generation)
 	}
 	shift := gen - t.gen
 	t.gen = gen
-	if shift >= TopKGenerations {
+	if shift >= Generations {
 		clear(t.index)
 		clear(t.entries)
 		t.entries = t.entries[:0]
@@ -129,7 +133,7 @@ func (t *TopK) rotate(now Tick) {
 	}
 	kept := t.entries[:0]
 	for _, e := range t.entries {
-		copy(e.counts[shift:], e.counts[:TopKGenerations-shift])
+		copy(e.counts[shift:], e.counts[:Generations-shift])
 		clear(e.counts[:shift])
 		if e.total() == 0 {
 			delete(t.index, e.device)
@@ -145,15 +149,15 @@ func (t *TopK) rotate(now Tick) {
 // Top returns the n devices refused most in the generations counted at
 // now, by Refused descending then device ascending; all tracked devices
 // when n <= 0 or n exceeds them.
-func (t *TopK) Top(n int, now Tick) []TopEntry {
+func (t *Tracker) Top(n int, now devicelimit.Tick) []Entry {
 	t.mu.Lock()
 	t.rotate(now)
-	out := make([]TopEntry, 0, len(t.entries))
+	out := make([]Entry, 0, len(t.entries))
 	for i := range t.entries {
-		out = append(out, TopEntry{Device: t.entries[i].device, Refused: t.entries[i].total()})
+		out = append(out, Entry{Device: t.entries[i].device, Refused: t.entries[i].total()})
 	}
 	t.mu.Unlock()
-	slices.SortFunc(out, func(a, b TopEntry) int {
+	slices.SortFunc(out, func(a, b Entry) int {
 		if c := cmp.Compare(b.Refused, a.Refused); c != 0 {
 			return c
 		}
@@ -166,7 +170,7 @@ func (t *TopK) Top(n int, now Tick) []TopEntry {
 }
 
 // Len returns the number of devices tracked at now, at most k.
-func (t *TopK) Len(now Tick) int {
+func (t *Tracker) Len(now devicelimit.Tick) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.rotate(now)
