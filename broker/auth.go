@@ -187,7 +187,7 @@ type authHook struct {
 	identity devicelimit.Identity
 	clock    devicelimit.Clock
 	log      *slog.Logger
-	logs     *devicelimit.Table // one log line per key per refusalLogWindow
+	logs     *logLimiter // one log line per key per refusalLogWindow
 
 	// sessions maps *mqtt.Client to *session for authenticated clients
 	// (not in allow-all mode). Removed at disconnect, and by sweep for
@@ -263,8 +263,7 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		return nil
 	}
 	h.refused[r.reason].Add(1)
-	key := "\x00refused\x00" + refusedNames[r.reason] + "\x00" + remoteHost(cl.Net.Remote)
-	if h.logs.AllowAt(key, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
+	if h.logs.allow(logRefused, refusedNames[r.reason]+" "+remoteHost(cl.Net.Remote), refusalLogWindow) {
 		h.log.Warn("connection refused", "client", clip(cl.ID), "username", clip(string(cl.Properties.Username)),
 			"remote", cl.Net.Remote, "listener", cl.Net.Listener, "reason", r.v5.Reason)
 	}
@@ -487,7 +486,7 @@ func (h *authHook) stats() AuthStats {
 // and logs it at most once per refusalLogWindow.
 func (h *authHook) refusePending() {
 	n := h.refused[refusedPending].Add(1)
-	if h.logs.AllowAt("\x00refused\x00pending", devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
+	if h.logs.allow(logRefused, "pending", refusalLogWindow) {
 		h.log.Warn("connection refused: too many connections have not sent CONNECT yet",
 			"max_pending_connections", h.pending.max, "refused_so_far", n)
 	}
@@ -504,7 +503,7 @@ func (h *authHook) protocolRefused(remote string, atConnect bool, reason string)
 	} else {
 		n = h.protocolErrors.Add(1)
 	}
-	if h.logs.AllowAt("\x00protocol\x00"+reason, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
+	if h.logs.allow(logProtocol, reason, refusalLogWindow) {
 		h.log.Warn("connection ended: protocol error", "reason", reason, "remote", remote, "at_connect", atConnect, "so_far", n)
 	}
 }

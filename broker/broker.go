@@ -151,12 +151,15 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = discardLogger
 	}
-	// One bucket: "at most one line per window" needs no precision.
-	logs, err := devicelimit.NewTable(1)
+	logs, err := newLogLimiter(opts.Clock)
 	if err != nil {
 		return nil, fmt.Errorf("log limiter: %w", err)
 	}
-	mlog := &mochiLimits{logs: logs, clock: opts.Clock}
+	wills, err := newWillAllowance()
+	if err != nil {
+		return nil, fmt.Errorf("will allowance: %w", err)
+	}
+	mlog := &mochiLimits{logs: logs}
 	srv := mqtt.New(&mqtt.Options{
 		// The inline client lets the gateway publish (deferred releases);
 		// the throttle hook never counts its messages.
@@ -173,6 +176,7 @@ func New(opts Options) (*Server, error) {
 		identity: opts.Identity,
 		log:      log,
 		logs:     logs,
+		wills:    wills,
 
 		devices:   make(map[string]*devState),
 		throttled: opts.Throttled,

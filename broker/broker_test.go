@@ -249,17 +249,17 @@ func TestTick(t *testing.T) {
 	ghost.Stop(nil)
 
 	f.srv.tick(f.clock.Now())
-	if f.table.Len() != 1 || f.srv.hook.logs.Len() != 1 || len(f.resolver.Overrides(f.clock.Now())) != 1 {
-		t.Fatalf("tick within the window evicted something: table %d, logs %d", f.table.Len(), f.srv.hook.logs.Len())
+	if f.table.Len() != 1 || f.srv.hook.logs.len() != 1 || len(f.resolver.Overrides(f.clock.Now())) != 1 {
+		t.Fatalf("tick within the window evicted something: table %d, logs %d", f.table.Len(), f.srv.hook.logs.len())
 	}
 	if n := f.srv.hook.connCount(); n != 1 {
 		t.Fatalf("%d cached connections after tick, want 1 (the closed ghost forgotten)", n)
 	}
 	f.clock.Advance(3 * time.Second)
 	f.srv.tick(f.clock.Now())
-	if f.table.Len() != 0 || f.srv.hook.logs.Len() != 0 || len(f.resolver.Overrides(f.clock.Now())) != 0 {
+	if f.table.Len() != 0 || f.srv.hook.logs.len() != 0 || len(f.resolver.Overrides(f.clock.Now())) != 0 {
 		t.Fatalf("after the window: table %d, logs %d, overrides %v; want all empty",
-			f.table.Len(), f.srv.hook.logs.Len(), f.resolver.Overrides(f.clock.Now()))
+			f.table.Len(), f.srv.hook.logs.len(), f.resolver.Overrides(f.clock.Now()))
 	}
 	p.close()
 	eventually(t, "connection forgotten on disconnect", func() bool { return f.srv.hook.connCount() == 0 })

@@ -138,7 +138,7 @@ type deferrer struct {
 	resolver *devicelimit.Resolver
 	clock    devicelimit.Clock
 	log      *slog.Logger
-	logs     *devicelimit.Table // log limiter, shared with the throttle
+	logs     *logLimiter // shared with the throttle
 	// publish delivers a released message as its device; expiry is the
 	// remaining message expiry interval. Called only by release rounds.
 	publish func(device string, m *deferredMsg, expiry uint32) error

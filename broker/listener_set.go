@@ -28,9 +28,9 @@ func (o *Options) validateListeners() error {
 }
 
 // newAuthHook builds the auth hook; logs is the throttle's log limiter,
-// which it shares (its keys start "\x00refused\x00" and a refusal reason
-// name, none of which the throttle uses) and which the throttle sweeps.
-func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger, logs *devicelimit.Table) (*authHook, error) {
+// which it shares (its lines are of kinds logRefused and logProtocol)
+// and which the throttle sweeps.
+func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger, logs *logLimiter) (*authHook, error) {
 	var err error
 	h := &authHook{srv: srv, opts: opts.Auth, limits: opts.Limits, table: opts.Table, identity: opts.Identity,
 		clock: opts.Clock, log: log, logs: logs, pending: newPendingGate(opts.Limits.MaxPendingConnections)}

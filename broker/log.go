@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
-
-	"devicegate/devicelimit"
 )
 
 var discardLogger = slog.New(slog.DiscardHandler)
@@ -43,8 +41,7 @@ type mochiHandler struct {
 
 // mochiLimits is the state mochiHandler's copies share.
 type mochiLimits struct {
-	logs  *devicelimit.Table // one bucket: one line per key per window
-	clock devicelimit.Clock
+	logs *logLimiter
 	// held counts the lines held back since the last one logged, of
 	// all kinds.
 	held atomic.Uint64
@@ -84,7 +81,7 @@ func (h mochiHandler) Handle(ctx context.Context, r slog.Record) error {
 // kind (its message and the value of attribute by, if any) was logged
 // within mochiLogWindow.
 func (h mochiHandler) limited(ctx context.Context, r slog.Record, by string) error {
-	key := "\x00mochi\x00" + r.Message
+	key := r.Message
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		switch v := a.Value.Any().(type) {
@@ -98,8 +95,7 @@ func (h mochiHandler) limited(ctx context.Context, r slog.Record, by string) err
 		}
 		return true
 	})
-	window := devicelimit.Quota{Limit: 1, Window: mochiLogWindow}
-	if !h.l.logs.AllowAt(key, window, h.l.clock.Now()).Allowed {
+	if !h.l.logs.allow(logMochi, key, mochiLogWindow) {
 		h.l.held.Add(1)
 		return nil
 	}

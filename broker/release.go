@@ -34,7 +34,7 @@ func (d *deferrer) schedule(dq *devQueue, due devicelimit.Tick, wake bool) {
 // of all kinds since the last line.
 func (d *deferrer) failed(msg string, err error, device string) {
 	n := d.failures.Add(1)
-	if d.logs.AllowAt("\x00defer\x00"+msg, devicelimit.Quota{Limit: 1, Window: storeErrorLogWindow}, d.clock.Now()).Allowed {
+	if d.logs.allow(logDefer, msg, storeErrorLogWindow) {
 		d.failures.Add(-n)
 		d.log.Error(msg, "error", err, "device", device, "failures", n)
 	}

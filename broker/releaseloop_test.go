@@ -29,7 +29,7 @@ func newLoopDeferrer(t *testing.T, clock devicelimit.Clock, start devicelimit.Ti
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs, err := devicelimit.NewTable(1)
+	logs, err := newLogLimiter(clock)
 	if err != nil {
 		t.Fatal(err)
 	}

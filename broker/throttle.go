@@ -126,7 +126,9 @@ type throttle struct {
 	log      *slog.Logger
 	// logs limits logging: one line per device (or refused client) per
 	// window, whatever the device's message rate.
-	logs *devicelimit.Table
+	logs *logLimiter
+	// wills is the one will per device per window beyond the quota.
+	wills willAllowance
 
 	// def is the deferral queue; nil without a DeferStore, and policy
 	// defer then drops.
@@ -248,11 +250,11 @@ func (h *throttle) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	// Limit the log by the client ID the device chose; without one,
 	// mochi assigned a fresh random ID to this attempt, so limit by the
 	// remote host instead, or every retry would log and take an entry.
-	key := "\x00refused\x00id\x00" + cl.ID
+	key := "id " + cl.ID
 	if pk.Connect.ClientIdentifier == "" {
-		key = "\x00refused\x00host\x00" + remoteHost(cl.Net.Remote)
+		key = "host " + remoteHost(cl.Net.Remote)
 	}
-	if h.logs.AllowAt(key, devicelimit.Quota{Limit: 1, Window: refusalLogWindow}, h.clock.Now()).Allowed {
+	if h.logs.allow(logRefused, key, refusalLogWindow) {
 		h.log.Warn("connection refused", "client", cl.ID, "remote", cl.Net.Remote, "reason", v5.Reason)
 	}
 	if err := h.srv.SendConnack(cl, code, false, nil); err != nil {
@@ -410,10 +412,10 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	}
 	h.refused(c.device, now)
 	if now >= c.fullQuietUntil { // before it the limiter would refuse: skip the key and the lookup
-		if ld := h.logs.AllowAt("\x00full\x00"+c.device, devicelimit.Quota{Limit: 1, Window: q.Window}, now); ld.Allowed {
+		if ok, retry := h.logs.allowAt(logFull, c.device, q.Window, now); ok {
 			h.log.Warn("deferral refused", "device", c.device, "client", cl.ID, "reason", out.String())
 		} else {
-			c.fullQuietUntil = now.Add(ld.RetryAfter)
+			c.fullQuietUntil = now.Add(retry)
 		}
 	}
 	if !wantsRefusal(cl, *pk) {
@@ -467,8 +469,8 @@ func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, q devicelimit.Quot
 		return // the limiter would refuse: skip its lookup
 	}
 	device := c.device
-	if ld := h.logs.AllowAt(device, devicelimit.Quota{Limit: 1, Window: q.Window}, now); !ld.Allowed {
-		c.quietUntil = now.Add(ld.RetryAfter)
+	if ok, retry := h.logs.allowAt(logDevice, device, q.Window, now); !ok {
+		c.quietUntil = now.Add(retry)
 		return
 	}
 	level := slog.LevelInfo
@@ -535,7 +537,8 @@ func hangUp(conn net.Conn) {
 // forgets connections closed without an OnDisconnect.
 func (h *throttle) sweep(now devicelimit.Tick) {
 	h.table.Sweep(now)
-	h.logs.Sweep(now)
+	h.logs.sweep(now)
+	h.wills.sweep(now)
 	for _, device := range h.resolver.Prune(now) {
 		h.log.Info("quota override expired", "device", device)
 	}

@@ -387,7 +387,7 @@ func TestEmptyClientIDRefusalLoggedOnce(t *testing.T) {
 	if n := logs.count("connection refused"); n != 1 {
 		t.Fatalf("got %d \"connection refused\" lines for 6 attempts in one window, want 1", n)
 	}
-	if n := f.srv.hook.logs.Len(); n != 1 {
+	if n := f.srv.hook.logs.len(); n != 1 {
 		t.Fatalf("log limiter holds %d entries after 6 refused attempts from one host, want 1", n)
 	}
 }

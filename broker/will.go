@@ -1,10 +1,6 @@
 package broker
 
-import (
-	mqtt "github.com/mochi-mqtt/server/v2"
-
-	"devicegate/devicelimit"
-)
+import mqtt "github.com/mochi-mqtt/server/v2"
 
 // willHook charges a will against its device's quota when mochi is about
 // to publish it. mochi publishes a will straight to the subscribers,
@@ -47,7 +43,7 @@ func (h *throttle) admitWill(cl *mqtt.Client) bool {
 		return true
 	}
 	h.refused(c.device, now)
-	if h.logs.AllowAt("\x00will\x00"+c.device, devicelimit.Quota{Limit: 1, Window: q.Window}, now).Allowed {
+	if h.wills.take(c.device, q.Window, now) {
 		return true // the one will per window beyond the quota
 	}
 	h.dropped.Add(1)
