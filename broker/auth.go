@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -189,10 +188,10 @@ type authHook struct {
 	log      *slog.Logger
 	logs     *logLimiter // one log line per key per refusalLogWindow
 
-	// sessions maps *mqtt.Client to *session for authenticated clients
-	// (not in allow-all mode). Removed at disconnect, and by sweep for
-	// clients whose CONNACK failed (mochi then skips OnDisconnect).
-	sessions sync.Map
+	// conns is the broker's registry of connections: OnConnect records
+	// an authenticated client's session there, the ACL reads it; the
+	// throttle removes entries.
+	conns *registry
 
 	// rate counts new connections per source address; nil without
 	// Limits.ConnectRate.
@@ -224,7 +223,7 @@ func (h *authHook) ID() string { return "devicegate-auth" }
 // Provides reports the hook methods authHook implements.
 func (h *authHook) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect:
+	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck:
 		return true
 	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnPublishDropped:
 		return true // alias.go, share.go, drops.go
@@ -258,7 +257,7 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	s, r := h.admit(cl, pk)
 	if r == nil {
 		if s != nil {
-			h.sessions.Store(cl, s)
+			h.conns.setSession(cl, s)
 		}
 		return nil
 	}
@@ -403,9 +402,6 @@ func tlsConn(c net.Conn) *tls.Conn {
 	return tc
 }
 
-// OnDisconnect forgets the client's session.
-func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) { h.sessions.Delete(cl) }
-
 // OnACLCheck enforces the topic ACL: a device publishes within its
 // publish template and subscribes (and receives) within its subscribe
 // template; a consumer subscribes to anything and publishes nothing.
@@ -416,8 +412,7 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return true
 	}
 	var ok bool
-	if v, found := h.sessions.Load(cl); found {
-		s := v.(*session)
+	if s := h.conns.session(cl); s != nil {
 		switch {
 		case s.role == auth.RoleConsumer:
 			ok = !write
@@ -461,12 +456,6 @@ func (h *authHook) admitConn(remote net.Addr) bool {
 // sweep forgets the sessions of closed clients and the rate windows of
 // addresses that have gone quiet.
 func (h *authHook) sweep(now devicelimit.Tick) {
-	h.sessions.Range(func(k, _ any) bool {
-		if k.(*mqtt.Client).Closed() {
-			h.sessions.Delete(k)
-		}
-		return true
-	})
 	if h.rate != nil {
 		h.rate.Sweep(now)
 	}

@@ -288,7 +288,7 @@ func TestACLCheckAllocs(t *testing.T) {
 		o.Auth = Auth{Credentials: credentials(t), ACL: defaultACL(t)}
 	}})
 	cl := f.srv.mqtt.NewClient(nil, "test", "dev-1", true)
-	f.srv.auth.sessions.Store(cl, &session{device: "dev-1", role: auth.RoleDevice})
+	f.srv.auth.conns.setSession(cl, &session{device: "dev-1", role: auth.RoleDevice})
 	if !f.srv.auth.OnACLCheck(cl, "devices/dev-1/a/b", true) || f.srv.auth.OnACLCheck(cl, "devices/dev-2/a", true) {
 		t.Fatal("ACL check answers wrong")
 	}
@@ -373,12 +373,9 @@ func TestAuthSweep(t *testing.T) {
 	}})
 	live := mustConnect5(t, dialTCP(t, f.addr), login{"dev-1", "dev-1", "dev-1-pw"}, nil)
 	dead := f.srv.mqtt.NewClient(nil, "test", "dev-2", true)
-	f.srv.auth.sessions.Store(dead, &session{device: "dev-2"})
+	f.srv.auth.conns.setSession(dead, &session{device: "dev-2"})
 	dead.Stop(errors.New("test"))
-	sessions := func() (n int) {
-		f.srv.auth.sessions.Range(func(any, any) bool { n++; return true })
-		return n
-	}
+	sessions := f.srv.auth.conns.len
 	if n := sessions(); n != 2 {
 		t.Fatalf("%d sessions before the sweep, want 2", n)
 	}

@@ -177,11 +177,12 @@ func New(opts Options) (*Server, error) {
 		log:      log,
 		logs:     logs,
 		wills:    wills,
+		conns:    new(registry),
 
 		devices:   make(map[string]*devState),
 		throttled: opts.Throttled,
 	}
-	ah, err := newAuthHook(srv, opts, log, logs)
+	ah, err := newAuthHook(srv, opts, log, logs, h.conns)
 	if err != nil {
 		return nil, err
 	}

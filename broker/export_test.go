@@ -8,10 +8,15 @@ func (s *Server) publishInline(topic string, payload []byte, qos byte) error {
 	return s.mqtt.Publish(topic, payload, false, qos)
 }
 
-// connCount returns the number of cached connections.
+// connCount returns the number of connections the throttle caches.
 func (h *throttle) connCount() int {
 	n := 0
-	h.conns.Range(func(any, any) bool { n++; return true })
+	h.conns.m.Range(func(_, v any) bool {
+		if v.(*regEntry).info.Load() != nil {
+			n++
+		}
+		return true
+	})
 	return n
 }
 

@@ -33,7 +33,7 @@ func newLoopDeferrer(t *testing.T, clock devicelimit.Clock, start devicelimit.Ti
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := newDeferrer(nil, DeferLimits{MaxAge: 24 * time.Hour}, &throttle{table: table, limiter: table, resolver: resolver, clock: clock, log: discardLogger, logs: logs})
+	d := newDeferrer(nil, DeferLimits{MaxAge: 24 * time.Hour}, &throttle{table: table, limiter: table, resolver: resolver, clock: clock, log: discardLogger, logs: logs, conns: new(registry)})
 	var mu sync.Mutex
 	var got []string
 	d.publish = func(device string, _ *deferredMsg, _ uint32) error {

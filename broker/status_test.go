@@ -193,8 +193,7 @@ func TestThrottledRecordAllocatesNothing(t *testing.T) {
 	for range 2 { // admitted, then refused: the device is tracked
 		_, _ = s.hook.OnPublish(cl, pk)
 	}
-	c, _ := s.hook.conns.Load(cl)
-	device := c.(*connInfo).device
+	device := s.hook.conns.info(cl).device
 	if n := testing.AllocsPerRun(1000, func() { s.hook.refused(device, t0) }); n != 0 {
 		t.Fatalf("%v allocs per recorded refusal, want 0", n)
 	}

@@ -134,9 +134,9 @@ type throttle struct {
 	// defer then drops.
 	def *deferrer
 
-	// conns maps *mqtt.Client to *connInfo. Entries are written once per
-	// connection and read on every publish: sync.Map's best case.
-	conns sync.Map
+	// conns is the broker's registry of connections, shared with the
+	// auth hook; the throttle removes entries (forget) and sweeps it.
+	conns *registry
 
 	// devices indexes the live connections by device, and keeps the
 	// devices' last-seen instants; see devState. Guarded by devMu; only
@@ -285,7 +285,7 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 	d.live = append(d.live, c)
 	c.dev = d
 	h.devMu.Unlock()
-	h.conns.Store(cl, c)
+	h.conns.setInfo(cl, c)
 	h.connected.Add(1)
 }
 
@@ -304,12 +304,14 @@ func (h *throttle) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 // forget removes cl from conns and from its device's live connections,
 // once, whether OnDisconnect or sweep comes first.
 func (h *throttle) forget(cl *mqtt.Client) {
-	v, ok := h.conns.LoadAndDelete(cl)
+	c, ok := h.conns.remove(cl)
 	if !ok {
 		return
 	}
+	if c == nil {
+		return // authenticated, never established (its CONNACK failed)
+	}
 	h.connected.Add(-1)
-	c := v.(*connInfo)
 	h.devMu.Lock()
 	defer h.devMu.Unlock()
 	d := c.dev
@@ -388,8 +390,8 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 // (the session was swept as closed while this last packet was in
 // flight) it is computed, and not cached for a dead client.
 func (h *throttle) cachedInfo(cl *mqtt.Client) *connInfo {
-	if v, ok := h.conns.Load(cl); ok {
-		return v.(*connInfo)
+	if c := h.conns.info(cl); c != nil {
+		return c
 	}
 	return h.connInfo(cl)
 }
@@ -542,12 +544,7 @@ func (h *throttle) sweep(now devicelimit.Tick) {
 	for _, device := range h.resolver.Prune(now) {
 		h.log.Info("quota override expired", "device", device)
 	}
-	h.conns.Range(func(k, _ any) bool {
-		if cl := k.(*mqtt.Client); cl.Closed() {
-			h.forget(cl)
-		}
-		return true
-	})
+	h.conns.closed(h.forget)
 	h.devMu.Lock()
 	for device, d := range h.devices {
 		if len(d.live) == 0 && now.Sub(devicelimit.Tick(d.lastSeen.Load())) > lastSeenRetention {
