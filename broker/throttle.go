@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,28 +61,6 @@ type Stats struct {
 	// (Limits.MaxPendingWrites): it reads or acks too slowly.
 	SlowSubscriberDrops uint64
 }
-
-// DeviceStatus is what the broker knows of one device now.
-type DeviceStatus struct {
-	// Connected reports whether the device has a live connection.
-	Connected bool
-	// ClientID and Username are those of the device's latest live
-	// connection; empty when it has none.
-	ClientID, Username string
-	// LastSeen is the decision instant of the device's latest publish
-	// (admitted, refused or deferred) on the clock of Options.Clock,
-	// remembered for lastSeenRetention after its last connection ends;
-	// 0 when unknown (no publish since start, or forgotten).
-	LastSeen devicelimit.Tick
-	// Deferred is the number of the device's messages in the deferral
-	// queue; always 0 without a DeferStore.
-	Deferred int
-}
-
-// lastSeenRetention is how long LastSeen is remembered for a device with
-// no live connection; sweep forgets it after that, bounding the memory
-// to the devices seen in that time.
-const lastSeenRetention = 24 * time.Hour
 
 // errClientIDRequired refuses an MQTT 5 CONNECT with an empty client ID
 // when devices are identified by client ID. MQTT 3.1.1 clients get
@@ -150,25 +127,6 @@ type throttle struct {
 	throttled *topk.Tracker
 
 	allowed, dropped, disconnected, inline atomic.Uint64
-}
-
-// devState is one device's live connections and last publish.
-type devState struct {
-	live []*connInfo // in establishment order; guarded by devMu
-	// lastSeen is the Tick of the latest publish decided. Written on
-	// every publish without devMu.
-	lastSeen atomic.Int64
-}
-
-// seen advances lastSeen to now; publishes on concurrent connections of
-// one device may be decided out of order.
-func (d *devState) seen(now devicelimit.Tick) {
-	for {
-		cur := d.lastSeen.Load()
-		if int64(now) <= cur || d.lastSeen.CompareAndSwap(cur, int64(now)) {
-			return
-		}
-	}
 }
 
 // connInfo is what a connection's publishes need and what cannot change
@@ -272,73 +230,6 @@ func remoteHost(remote string) string {
 	return remote
 }
 
-// OnSessionEstablish caches the connection's device and rule quota. It
-// runs after authentication, so refused connections leave nothing behind.
-func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
-	c := h.connInfo(cl)
-	h.devMu.Lock()
-	d := h.devices[c.device]
-	if d == nil {
-		d = new(devState)
-		h.devices[c.device] = d
-	}
-	d.live = append(d.live, c)
-	c.dev = d
-	h.devMu.Unlock()
-	h.conns.setInfo(cl, c)
-	h.connected.Add(1)
-}
-
-func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {
-	username := string(cl.Properties.Username)
-	q, _ := h.resolver.Rule(cl.ID, username)
-	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q}
-}
-
-// OnDisconnect forgets the connection. (mochi skips OnDisconnect when a
-// CONNACK write fails; sweep removes those entries.)
-func (h *throttle) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
-	h.forget(cl)
-}
-
-// forget removes cl from conns and from its device's live connections,
-// once, whether OnDisconnect or sweep comes first.
-func (h *throttle) forget(cl *mqtt.Client) {
-	c, ok := h.conns.remove(cl)
-	if !ok {
-		return
-	}
-	if c == nil {
-		return // authenticated, never established (its CONNACK failed)
-	}
-	h.connected.Add(-1)
-	h.devMu.Lock()
-	defer h.devMu.Unlock()
-	d := c.dev
-	if i := slices.Index(d.live, c); i >= 0 {
-		d.live = slices.Delete(d.live, i, i+1)
-	}
-	if len(d.live) == 0 && d.lastSeen.Load() == 0 && h.devices[c.device] == d {
-		delete(h.devices, c.device) // nothing to remember
-	}
-}
-
-// status returns what the hook knows of device; Deferred is left 0.
-func (h *throttle) status(device string) DeviceStatus {
-	h.devMu.Lock()
-	defer h.devMu.Unlock()
-	d := h.devices[device]
-	if d == nil {
-		return DeviceStatus{}
-	}
-	st := DeviceStatus{LastSeen: devicelimit.Tick(d.lastSeen.Load())}
-	if n := len(d.live); n > 0 {
-		c := d.live[n-1]
-		st.Connected, st.ClientID, st.Username = true, c.clientID, c.username
-	}
-	return st
-}
-
 // refused records a refusal of device at now in Options.Throttled.
 func (h *throttle) refused(device string, now devicelimit.Tick) {
 	if h.throttled != nil {
@@ -384,16 +275,6 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		return pk, nil
 	}
 	return pk, h.refuse(cl, pk, c, q, d, now)
-}
-
-// cachedInfo returns cl's cached connection info. When it is not cached
-// (the session was swept as closed while this last packet was in
-// flight) it is computed, and not cached for a dead client.
-func (h *throttle) cachedInfo(cl *mqtt.Client) *connInfo {
-	if c := h.conns.info(cl); c != nil {
-		return c
-	}
-	return h.connInfo(cl)
 }
 
 // deferPublish applies policy defer: the publish is forwarded when the
@@ -533,25 +414,6 @@ func hangUp(conn net.Conn) {
 		return
 	}
 	time.AfterFunc(disconnectGrace, func() { _ = conn.Close() })
-}
-
-// sweep evicts expired windows, log-limiter entries and overrides, and
-// forgets connections closed without an OnDisconnect.
-func (h *throttle) sweep(now devicelimit.Tick) {
-	h.table.Sweep(now)
-	h.logs.sweep(now)
-	h.wills.sweep(now)
-	for _, device := range h.resolver.Prune(now) {
-		h.log.Info("quota override expired", "device", device)
-	}
-	h.conns.closed(h.forget)
-	h.devMu.Lock()
-	for device, d := range h.devices {
-		if len(d.live) == 0 && now.Sub(devicelimit.Tick(d.lastSeen.Load())) > lastSeenRetention {
-			delete(h.devices, device)
-		}
-	}
-	h.devMu.Unlock()
 }
 
 // stats returns the counters.
