@@ -1,7 +1,5 @@
 package devicelimit
 
-import "encoding/binary"
-
 // Collect hands out what changed since the last Collect (the first time:
 // every window that gained a count since it was made or restored), for
 // a store to write: fn(device, enc) for every window that gained a count, with enc
@@ -78,16 +76,17 @@ func (t *Table) Dirty() int {
 
 // appendRec appends the encoding of Window.MarshalBinary of r to b.
 func appendRec(b []byte, r rec, buckets int) []byte {
-	slots := buckets + 1
-	b = append(b, windowVersion)
-	b = binary.AppendUvarint(b, uint64(r.length()))
-	b = binary.AppendUvarint(b, uint64(r.head()))
-	b = binary.AppendUvarint(b, uint64(slots))
-	for pos := 0; pos < slots; pos++ {
-		b = binary.AppendUvarint(b, uint64(r.countAt(pos, slots)))
-	}
-	return b
+	return appendWindow(b, r.length(), r.head(), recCounts{r, buckets + 1})
 }
+
+// recCounts are a record's counts, oldest first.
+type recCounts struct {
+	r     rec
+	slots int
+}
+
+func (c recCounts) len() int        { return c.slots }
+func (c recCounts) at(i int) uint64 { return uint64(c.r.countAt(i, c.slots)) }
 
 // countAt returns the count of the bucket at position pos from the
 // oldest of the window's slots.

@@ -44,14 +44,34 @@ func (w Window) AppendBinary(b []byte) ([]byte, error) {
 	if err := w.validate(); err != nil {
 		return nil, err
 	}
+	return appendWindow(b, w.Length, w.Head, windowCounts(w.Counts)), nil
+}
+
+// counts are a window's bucket counts, oldest first, as appendWindow
+// reads them: a Window's, or a table record's (recCounts).
+type counts interface {
+	len() int
+	at(i int) uint64
+}
+
+type windowCounts []uint32
+
+func (c windowCounts) len() int        { return len(c) }
+func (c windowCounts) at(i int) uint64 { return uint64(c[i]) }
+
+// appendWindow is the one encoder of a window (MarshalBinary's format):
+// version 1, then as uvarints the length in nanoseconds, the head, the
+// number of counts and each count.
+func appendWindow[C counts](b []byte, length time.Duration, head int64, c C) []byte {
 	b = append(b, windowVersion)
-	b = binary.AppendUvarint(b, uint64(w.Length))
-	b = binary.AppendUvarint(b, uint64(w.Head))
-	b = binary.AppendUvarint(b, uint64(len(w.Counts)))
-	for _, c := range w.Counts {
-		b = binary.AppendUvarint(b, uint64(c))
+	b = binary.AppendUvarint(b, uint64(length))
+	b = binary.AppendUvarint(b, uint64(head))
+	n := c.len()
+	b = binary.AppendUvarint(b, uint64(n))
+	for i := range n {
+		b = binary.AppendUvarint(b, c.at(i))
 	}
-	return b, nil
+	return b
 }
 
 // maxTick is the latest tick; heads beyond its bucket would overflow the
