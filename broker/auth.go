@@ -348,6 +348,18 @@ func (h *authHook) admit(cl *mqtt.Client, pk packets.Packet) (*session, *refusal
 				"gateway tracks its maximum of "+strconv.Itoa(h.limits.MaxDevices)+" devices; retry later", packets.Err3ServerUnavailable)
 		}
 	}
+	// A CONNECT that names no device: without a client ID mochi would
+	// give each attempt a fresh random one, and a fresh window. MQTT
+	// 3.1.1 gets return code 0x02 (identifier rejected), or 0x05 for a
+	// missing username (mochi's mapping of 0x86).
+	switch {
+	case h.identity == devicelimit.IdentityUsername && len(cl.Properties.Username) == 0:
+		return nil, refuse(refusedCredentials, packets.ErrBadUsernameOrPassword,
+			"username required: devices are identified by username", packets.ErrBadUsernameOrPassword)
+	case h.identity == devicelimit.IdentityClientID && clientID == "":
+		return nil, refuse(refusedClientID, packets.ErrClientIdentifierNotValid,
+			"client identifier required: devices are identified by client ID", packets.ErrClientIdentifierNotValid)
+	}
 	return s, nil
 }
 

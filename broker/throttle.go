@@ -62,22 +62,6 @@ type Stats struct {
 	SlowSubscriberDrops uint64
 }
 
-// errClientIDRequired refuses an MQTT 5 CONNECT with an empty client ID
-// when devices are identified by client ID. MQTT 3.1.1 clients get
-// return code 0x02, identifier rejected.
-var errClientIDRequired = packets.Code{
-	Code:   packets.ErrClientIdentifierNotValid.Code,
-	Reason: "client identifier required: devices are identified by client ID",
-}
-
-// errUsernameRequired refuses an MQTT 5 CONNECT without a username when
-// devices are identified by username. MQTT 3.1.1 clients get mochi's
-// ErrBadUsernameOrPassword instead, which it maps to return code 0x05.
-var errUsernameRequired = packets.Code{
-	Code:   packets.ErrBadUsernameOrPassword.Code,
-	Reason: "username required: devices are identified by username",
-}
-
 // mochi's two publish outcomes, boxed once: a packets.Code converted to
 // error allocates, and mochi compares them by value (errors.Is).
 var (
@@ -160,10 +144,16 @@ type connInfo struct {
 // the connection's last one (a flood repeats it for a millisecond).
 func (c *connInfo) refusalReason(q devicelimit.Quota, retry time.Duration) string {
 	if c.reason == "" || c.reasonQuota != q || c.reasonRetry != retry {
-		c.reason = fmt.Sprintf("quota exceeded: %d messages per %s, retry after %s", q.Limit, q.Window, retry)
+		c.reason = refusalText("quota exceeded", q, "retry after "+retry.String())
 		c.reasonQuota, c.reasonRetry = q, retry
 	}
 	return c.reason
+}
+
+// refusalText is the one builder of a publish refusal's MQTT 5 reason
+// string: "quota exceeded: 10 messages per 1s, retry after 250ms".
+func refusalText(what string, q devicelimit.Quota, detail string) string {
+	return fmt.Sprintf("%s: %d messages per %s, %s", what, q.Limit, q.Window, detail)
 }
 
 // ID returns the hook's ID.
@@ -172,7 +162,7 @@ func (h *throttle) ID() string { return "devicegate-throttle" }
 // Provides reports the hook methods the throttle implements.
 func (h *throttle) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnConnect, mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnPublish:
+	case mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnPublish:
 		return true
 	}
 	return false
@@ -184,41 +174,6 @@ func (h *throttle) Init(any) error {
 		return fmt.Errorf("%w: throttle hook not built by broker.New", ErrInvalidOptions)
 	}
 	return nil
-}
-
-// OnConnect refuses a connection that names no device: with identity
-// username, a CONNECT without a username; with identity client_id, a
-// CONNECT with an empty client ID, for which mochi would assign a fresh
-// random ID, and so a fresh window, on every connect. mochi closes the
-// connection without any CONNACK when OnConnect fails, so the hook sends
-// it.
-func (h *throttle) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
-	var code, v5 packets.Code
-	switch {
-	case h.identity == devicelimit.IdentityUsername && len(cl.Properties.Username) == 0:
-		code, v5 = packets.ErrBadUsernameOrPassword, errUsernameRequired
-	case h.identity == devicelimit.IdentityClientID && pk.Connect.ClientIdentifier == "":
-		code, v5 = packets.ErrClientIdentifierNotValid, errClientIDRequired
-	default:
-		return nil
-	}
-	if cl.Properties.ProtocolVersion == 5 {
-		code = v5 // MQTT 3.1.1 gets the standard code, mapped to its return code
-	}
-	// Limit the log by the client ID the device chose; without one,
-	// mochi assigned a fresh random ID to this attempt, so limit by the
-	// remote host instead, or every retry would log and take an entry.
-	key := "id " + cl.ID
-	if pk.Connect.ClientIdentifier == "" {
-		key = "host " + remoteHost(cl.Net.Remote)
-	}
-	if h.logs.allow(logRefused, key, refusalLogWindow) {
-		h.log.Warn("connection refused", "client", cl.ID, "remote", cl.Net.Remote, "reason", v5.Reason)
-	}
-	if err := h.srv.SendConnack(cl, code, false, nil); err != nil {
-		return fmt.Errorf("refuse connection: %w", err)
-	}
-	return code
 }
 
 // remoteHost returns the host of a remote address "host:port", or the
@@ -304,7 +259,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	if !wantsRefusal(cl, *pk) {
 		return errIgnore // as quotaExceeded would, without the reason string
 	}
-	return h.quotaExceeded(cl, *pk, fmt.Sprintf("quota exceeded: %d messages per %s, %s", q.Limit, q.Window, out))
+	return h.quotaExceeded(cl, *pk, refusalText("quota exceeded", q, out.String()))
 }
 
 // refuse applies q's policy to a publish over quota and returns the error
@@ -323,7 +278,7 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q dev
 				FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
 				ReasonCode:  packets.ErrMessageRateTooHigh.Code,
 				Properties: packets.Properties{
-					ReasonString: fmt.Sprintf("message rate too high: %d messages per %s, retry after %s", q.Limit, q.Window, retry),
+					ReasonString: refusalText("message rate too high", q, "retry after "+retry.String()),
 				},
 			})
 		}
