@@ -215,24 +215,7 @@ func (s *Server) publishDeferred(device string, m *deferredMsg, expiry uint32) e
 	cl := s.releaser
 	cl.ID = device
 	cl.Properties.ProtocolVersion = m.Version
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: m.QoS, Retain: m.Retain},
-		TopicName:   m.Topic,
-		Payload:     m.Payload,
-		Properties: packets.Properties{
-			PayloadFormat:         m.PayloadFormat,
-			PayloadFormatFlag:     m.PayloadFormatFlag,
-			MessageExpiryInterval: expiry,
-			ContentType:           m.ContentType,
-			ResponseTopic:         m.ResponseTopic,
-			CorrelationData:       m.CorrelationData,
-			User:                  m.User,
-		},
-	}
-	if m.QoS > 0 {
-		pk.PacketID = 1 // required; an inline publish is never acked
-	}
-	if err := s.mqtt.InjectPacket(cl, pk); err != nil {
+	if err := s.mqtt.InjectPacket(cl, m.packet(expiry)); err != nil {
 		return fmt.Errorf("publish deferred message on %q: %w", m.Topic, err)
 	}
 	return nil

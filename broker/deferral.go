@@ -278,28 +278,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 	dq.writers++ // from here the queue is not idle: later publishes queue behind this one
 	sh.mu.Unlock()
 
-	m := deferredMsg{
-		Enqueued:          now,
-		Quota:             rule,
-		Version:           cl.Properties.ProtocolVersion,
-		QoS:               pk.FixedHeader.Qos,
-		Retain:            pk.FixedHeader.Retain,
-		Topic:             pk.TopicName,
-		Payload:           pk.Payload,
-		PayloadFormat:     pk.Properties.PayloadFormat,
-		PayloadFormatFlag: pk.Properties.PayloadFormatFlag,
-		MessageExpiry:     pk.Properties.MessageExpiryInterval,
-		ContentType:       pk.Properties.ContentType,
-		ResponseTopic:     pk.Properties.ResponseTopic,
-		CorrelationData:   pk.Properties.CorrelationData,
-		User:              pk.Properties.User,
-	}
-	if !m.PayloadFormatFlag {
-		m.PayloadFormat = 0
-	}
-	if m.Version < 3 || m.Version > 5 {
-		m.Version = 4 // not reachable from a network client; keep the record decodable
-	}
+	m := deferredFromPacket(pk, cl.Properties.ProtocolVersion, now, rule)
 	// Exactly sized: the queue holds its records in memory, and
 	// MaxTotalBytes is meant to bound that memory.
 	rec := appendDeferred(make([]byte, 0, sizeDeferred(&m)), &m)

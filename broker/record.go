@@ -52,6 +52,59 @@ const (
 	flagKnown         = flagRetain | flagPayloadFormat | flagQoSMask
 )
 
+// deferredFromPacket is the one conversion of a device's publish into a
+// deferral record's message, at now under the device's rule quota. A
+// payload format without its flag is dropped, and a protocol version no
+// network client can have becomes 4, so the record stays decodable.
+func deferredFromPacket(pk *packets.Packet, version byte, now devicelimit.Tick, rule devicelimit.Quota) deferredMsg {
+	m := deferredMsg{
+		Enqueued:          now,
+		Quota:             rule,
+		Version:           version,
+		QoS:               pk.FixedHeader.Qos,
+		Retain:            pk.FixedHeader.Retain,
+		Topic:             pk.TopicName,
+		Payload:           pk.Payload,
+		PayloadFormat:     pk.Properties.PayloadFormat,
+		PayloadFormatFlag: pk.Properties.PayloadFormatFlag,
+		MessageExpiry:     pk.Properties.MessageExpiryInterval,
+		ContentType:       pk.Properties.ContentType,
+		ResponseTopic:     pk.Properties.ResponseTopic,
+		CorrelationData:   pk.Properties.CorrelationData,
+		User:              pk.Properties.User,
+	}
+	if !m.PayloadFormatFlag {
+		m.PayloadFormat = 0
+	}
+	if m.Version < 3 || m.Version > 5 {
+		m.Version = 4
+	}
+	return m
+}
+
+// packet is the one conversion back: the publish a release injects, with
+// the Message Expiry Interval left (expiry; 0: none).
+func (m *deferredMsg) packet(expiry uint32) packets.Packet {
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: m.QoS, Retain: m.Retain},
+		TopicName:   m.Topic,
+		Payload:     m.Payload,
+		Properties: packets.Properties{
+			PayloadFormat:         m.PayloadFormat,
+			PayloadFormatFlag:     m.PayloadFormatFlag,
+			MessageExpiryInterval: expiry,
+			ContentType:           m.ContentType,
+			ResponseTopic:         m.ResponseTopic,
+			CorrelationData:       m.CorrelationData,
+			User:                  m.User,
+		},
+	}
+	if m.QoS > 0 {
+		pk.PacketID = 1 // required; an inline publish is never acked
+	}
+	return pk
+}
+
 // appendDeferred appends m's encoding to dst. Layout, version 1:
 //
 //	byte     version (1)
