@@ -181,25 +181,6 @@ func formatTick(t devicelimit.Tick) string {
 	return t.Time().UTC().Format(time.RFC3339Nano)
 }
 
-type quotaJSON struct {
-	Limit  int    `json:"limit"`
-	Window string `json:"window"`
-	Policy string `json:"policy"`
-}
-
-type deviceJSON struct {
-	Device            string    `json:"device"`
-	Quota             quotaJSON `json:"quota"`
-	Source            string    `json:"source"`
-	OverrideExpiresAt string    `json:"override_expires_at,omitempty"`
-	Used              int       `json:"used"`
-	Remaining         int       `json:"remaining"`
-	RetryAfter        string    `json:"retry_after"`
-	Deferred          int       `json:"deferred"`
-	Connected         bool      `json:"connected"`
-	LastSeen          *string   `json:"last_seen"`
-}
-
 func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	id, ok := deviceID(w, r)
 	if !ok {
@@ -232,9 +213,9 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "device window unavailable; see the gateway's log")
 		return
 	}
-	out := deviceJSON{
+	out := DeviceJSON{
 		Device:     id,
-		Quota:      quotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()},
+		Quota:      QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()},
 		Source:     src.String(),
 		Used:       d.Count,
 		Remaining:  d.Remaining,
@@ -252,16 +233,8 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-type overrideJSON struct {
-	Device    string `json:"device"`
-	Limit     int    `json:"limit"`
-	Window    string `json:"window"`
-	Policy    string `json:"policy"`
-	ExpiresAt string `json:"expires_at,omitempty"`
-}
-
-func overrideOut(device string, o devicelimit.Override) overrideJSON {
-	out := overrideJSON{Device: device, Limit: o.Quota.Limit, Window: o.Quota.Window.String(), Policy: o.Quota.Policy.String()}
+func overrideOut(device string, o devicelimit.Override) OverrideJSON {
+	out := OverrideJSON{Device: device, Limit: o.Quota.Limit, Window: o.Quota.Window.String(), Policy: o.Quota.Policy.String()}
 	if o.ExpiresAt != 0 {
 		out.ExpiresAt = formatTick(o.ExpiresAt)
 	}
@@ -352,21 +325,16 @@ func (s *Server) deleteQuota(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("quota override deleted", "device", id)
-	writeJSON(w, http.StatusOK, struct {
-		Device  string `json:"device"`
-		Deleted bool   `json:"deleted"`
-	}{id, true})
+	writeJSON(w, http.StatusOK, DeletedJSON{Device: id, Deleted: true})
 }
 
 func (s *Server) listQuotas(w http.ResponseWriter, r *http.Request) {
 	ovs := s.opts.Resolver.Overrides(s.opts.Clock.Now())
-	out := make([]overrideJSON, 0, len(ovs))
+	out := make([]OverrideJSON, 0, len(ovs))
 	for _, o := range ovs {
 		out = append(out, overrideOut(o.Device, o.Override))
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Overrides []overrideJSON `json:"overrides"`
-	}{out})
+	writeJSON(w, http.StatusOK, OverridesJSON{Overrides: out})
 }
 
 func (s *Server) resetDevice(w http.ResponseWriter, r *http.Request) {
@@ -383,10 +351,7 @@ func (s *Server) resetDevice(w http.ResponseWriter, r *http.Request) {
 	if reset {
 		s.log.Info("device window reset", "device", id)
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Device string `json:"device"`
-		Reset  bool   `json:"reset"`
-	}{id, reset})
+	writeJSON(w, http.StatusOK, ResetJSON{Device: id, Reset: reset})
 }
 
 // Bounds of GET /api/v1/throttled?limit=N.
@@ -394,11 +359,6 @@ const (
 	defaultThrottled = 10
 	maxThrottled     = 1000
 )
-
-type throttledJSON struct {
-	Device  string `json:"device"`
-	Refused uint64 `json:"refused"`
-}
 
 func (s *Server) throttled(w http.ResponseWriter, r *http.Request) {
 	n := defaultThrottled
@@ -416,11 +376,9 @@ func (s *Server) throttled(w http.ResponseWriter, r *http.Request) {
 		n = v
 	}
 	top := s.opts.Throttled.Top(n)
-	out := make([]throttledJSON, 0, min(len(top), n))
+	out := make([]ThrottledJSON, 0, min(len(top), n))
 	for _, d := range top[:min(len(top), n)] {
-		out = append(out, throttledJSON(d))
+		out = append(out, ThrottledJSON(d))
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Devices []throttledJSON `json:"devices"`
-	}{out})
+	writeJSON(w, http.StatusOK, ThrottledListJSON{Devices: out})
 }

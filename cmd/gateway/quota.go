@@ -9,10 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,14 +25,12 @@ const quotaTimeout = 10 * time.Second
 // quotaSubcommands are the subcommands of `gateway quota`.
 const quotaSubcommands = "get, set, delete, list, reset, throttled"
 
-// quotaClient is what `gateway quota` knows of the admin API: where it
-// is, the token, and how to print.
+// quotaClient is what `gateway quota` knows of the admin API: the typed
+// client, and how to print.
 type quotaClient struct {
-	addr  string
-	token string
-	json  bool
-	out   io.Writer
-	http  *http.Client
+	api  *admin.Client
+	json bool
+	out  io.Writer
 }
 
 // quotaFlags are the flags every quota subcommand takes, plus the ones
@@ -178,24 +174,23 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		if set["expires-at"] && set["for"] {
 			return usagef("quota set: give --expires-at or --for, not both")
 		}
-		body := map[string]any{"limit": f.limit.v, "window": f.window.v.String()}
-		if f.policy != "" {
-			body["policy"] = f.policy
-		}
+		body := admin.SetQuotaJSON{Limit: f.limit.v, Window: f.window.v.String(), Policy: f.policy}
 		switch {
 		case set["expires-at"]:
-			body["expires_at"] = f.expiresAt
+			body.ExpiresAt = f.expiresAt
 		case set["for"]:
-			body["expires_at"] = time.Now().Add(f.forDur.v).UTC().Format(time.RFC3339Nano)
+			body.ExpiresAt = time.Now().Add(f.forDur.v).UTC().Format(time.RFC3339Nano)
 		}
 		return c.set(ctx, id, body)
 	case "delete":
-		return c.simple(ctx, sub, http.MethodDelete, "/api/v1/devices/"+url.PathEscape(id)+"/quota", nil, func(m map[string]any) {
+		_, raw, err := c.api.DeleteQuota(ctx, id)
+		return c.print(sub, raw, err, func() {
 			fmt.Fprintf(c.out, "device %s: override deleted; the configured quota applies\n", id)
 		})
 	case "reset":
-		return c.simple(ctx, sub, http.MethodPost, "/api/v1/devices/"+url.PathEscape(id)+"/reset", nil, func(m map[string]any) {
-			if m["reset"] == true {
+		v, raw, err := c.api.Reset(ctx, id)
+		return c.print(sub, raw, err, func() {
+			if v.Reset {
 				fmt.Fprintf(c.out, "device %s: window reset\n", id)
 			} else {
 				fmt.Fprintf(c.out, "device %s: no window to reset\n", id)
@@ -229,151 +224,92 @@ func newQuotaClient(f quotaFlags, out io.Writer) (*quotaClient, error) {
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	return &quotaClient{addr: addr, token: token, json: f.json, out: out, http: &http.Client{Timeout: quotaTimeout}}, nil
+	return &quotaClient{api: newAdminClient(addr, token), json: f.json, out: out}, nil
 }
 
-// do sends a request and returns the response body of a 2xx answer; any
-// other answer becomes an error with the API's message and the status.
-func (c *quotaClient) do(ctx context.Context, sub, method, path string, body any) ([]byte, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("quota %s: %w", sub, err)
+// newAdminClient is the admin API client of `gateway quota` and the
+// simulator.
+func newAdminClient(addr, token string) *admin.Client {
+	return &admin.Client{Addr: addr, Token: token, HTTP: &http.Client{Timeout: quotaTimeout}}
+}
+
+// print prints a call's answer: the API's JSON indented with --json,
+// else text; err becomes the subcommand's error, with a hint when the
+// API could not be reached.
+func (c *quotaClient) print(sub string, raw []byte, err error, text func()) error {
+	if err != nil {
+		var te *admin.TransportError
+		if errors.As(err, &te) {
+			return fmt.Errorf("quota %s: cannot reach the admin API at %s (is the gateway running? --admin-addr or GATEWAY_ADMIN_ADDR): %w", sub, c.api.Addr, te.Err)
 		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.addr+path, rd)
-	if err != nil {
-		return nil, fmt.Errorf("quota %s: admin address %q: %w", sub, c.addr, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("quota %s: cannot reach the admin API at %s (is the gateway running? --admin-addr or GATEWAY_ADMIN_ADDR): %w", sub, c.addr, errors.Unwrap(err))
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("quota %s: read the answer from %s: %w", sub, c.addr, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
-			if e.Error == "" {
-				e.Error = http.StatusText(resp.StatusCode)
-			}
-		}
-		return nil, fmt.Errorf("quota %s: %s (HTTP %d)", sub, e.Error, resp.StatusCode)
-	}
-	return b, nil
-}
-
-// printJSON writes the API's answer indented.
-func (c *quotaClient) printJSON(b []byte) error {
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, b, "", "  "); err != nil {
-		return fmt.Errorf("the admin API answered something other than JSON: %q", b)
-	}
-	buf.WriteByte('\n')
-	_, err := c.out.Write(buf.Bytes())
-	return err
-}
-
-// decode reads an answer into an ordered-agnostic map, numbers kept as
-// written.
-func decode(b []byte) (map[string]any, error) {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var m map[string]any
-	if err := d.Decode(&m); err != nil {
-		return nil, fmt.Errorf("the admin API answered something other than a JSON object: %q", b)
-	}
-	return m, nil
-}
-
-// show formats a JSON value for a table cell; absent is "-".
-func show(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return "-"
-	case string:
-		if v == "" {
-			return "-"
-		}
-		return v
-	case json.Number:
-		return v.String()
-	case bool:
-		return strconv.FormatBool(v)
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
-func (c *quotaClient) simple(ctx context.Context, sub, method, path string, body any, text func(map[string]any)) error {
-	b, err := c.do(ctx, sub, method, path, body)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		return c.printJSON(b)
-	}
-	m, err := decode(b)
-	if err != nil {
 		return fmt.Errorf("quota %s: %w", sub, err)
 	}
-	text(m)
+	if c.json {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+			return fmt.Errorf("the admin API answered something other than JSON: %q", raw)
+		}
+		buf.WriteByte('\n')
+		_, err := c.out.Write(buf.Bytes())
+		return err
+	}
+	text()
 	return nil
 }
 
+// orDash is s, or "-" when empty, for a table cell.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func (c *quotaClient) get(ctx context.Context, id string) error {
-	return c.simple(ctx, "get", http.MethodGet, "/api/v1/devices/"+url.PathEscape(id), nil, func(m map[string]any) {
-		q, _ := m["quota"].(map[string]any)
+	v, raw, err := c.api.Device(ctx, id)
+	return c.print("get", raw, err, func() {
 		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-		row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%s\n", k, show(v)) }
-		row("device", m["device"])
-		row("limit", q["limit"])
-		row("window", q["window"])
-		row("policy", q["policy"])
-		row("source", m["source"])
-		if _, ok := m["override_expires_at"]; ok {
-			row("override expires at", m["override_expires_at"])
+		row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+		row("device", orDash(v.Device))
+		row("limit", v.Quota.Limit)
+		row("window", orDash(v.Quota.Window))
+		row("policy", orDash(v.Quota.Policy))
+		row("source", orDash(v.Source))
+		if v.OverrideExpiresAt != "" {
+			row("override expires at", v.OverrideExpiresAt)
 		}
-		row("used", m["used"])
-		row("remaining", m["remaining"])
-		row("retry after", m["retry_after"])
-		row("deferred", m["deferred"])
-		row("connected", m["connected"])
-		row("last seen", m["last_seen"])
+		row("used", v.Used)
+		row("remaining", v.Remaining)
+		row("retry after", orDash(v.RetryAfter))
+		row("deferred", v.Deferred)
+		row("connected", v.Connected)
+		lastSeen := "-"
+		if v.LastSeen != nil {
+			lastSeen = orDash(*v.LastSeen)
+		}
+		row("last seen", lastSeen)
 		tw.Flush()
 	})
 }
 
-func (c *quotaClient) set(ctx context.Context, id string, body map[string]any) error {
-	return c.simple(ctx, "set", http.MethodPut, "/api/v1/devices/"+url.PathEscape(id)+"/quota", body, func(m map[string]any) {
-		fmt.Fprintf(c.out, "device %s: %s messages per %s, policy %s", id, show(m["limit"]), show(m["window"]), show(m["policy"]))
-		if e, ok := m["expires_at"]; ok && e != nil {
-			fmt.Fprintf(c.out, ", until %s", show(e))
+func (c *quotaClient) set(ctx context.Context, id string, body admin.SetQuotaJSON) error {
+	v, raw, err := c.api.SetQuota(ctx, id, body)
+	return c.print("set", raw, err, func() {
+		fmt.Fprintf(c.out, "device %s: %d messages per %s, policy %s", id, v.Limit, orDash(v.Window), orDash(v.Policy))
+		if v.ExpiresAt != "" {
+			fmt.Fprintf(c.out, ", until %s", v.ExpiresAt)
 		}
 		fmt.Fprintln(c.out)
 	})
 }
 
 func (c *quotaClient) list(ctx context.Context) error {
-	return c.simple(ctx, "list", http.MethodGet, "/api/v1/quotas", nil, func(m map[string]any) {
+	v, raw, err := c.api.Quotas(ctx)
+	return c.print("list", raw, err, func() {
 		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "DEVICE\tLIMIT\tWINDOW\tPOLICY\tEXPIRES AT")
-		list, _ := m["overrides"].([]any)
-		for _, o := range list {
-			o, _ := o.(map[string]any)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", show(o["device"]), show(o["limit"]), show(o["window"]), show(o["policy"]), show(o["expires_at"]))
+		for _, o := range v.Overrides {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", orDash(o.Device), o.Limit, orDash(o.Window), orDash(o.Policy), orDash(o.ExpiresAt))
 		}
 		tw.Flush()
 	})
@@ -383,13 +319,12 @@ func (c *quotaClient) throttled(ctx context.Context, n int) error {
 	if n < 1 {
 		return usagef("quota throttled: --limit must be at least 1 (got %d)", n)
 	}
-	return c.simple(ctx, "throttled", http.MethodGet, "/api/v1/throttled?limit="+strconv.Itoa(n), nil, func(m map[string]any) {
+	v, raw, err := c.api.Throttled(ctx, n)
+	return c.print("throttled", raw, err, func() {
 		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "DEVICE\tREFUSED")
-		list, _ := m["devices"].([]any)
-		for _, d := range list {
-			d, _ := d.(map[string]any)
-			fmt.Fprintf(tw, "%s\t%s\n", show(d["device"]), show(d["refused"]))
+		for _, d := range v.Devices {
+			fmt.Fprintf(tw, "%s\t%d\n", orDash(d.Device), d.Refused)
 		}
 		tw.Flush()
 	})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -200,7 +199,7 @@ func startTarget(f *simulateFlags, set map[string]bool) (target simTarget, gcfg 
 			if token == "" {
 				return nil, nil, usagef("simulate: --admin-addr: needs --admin-token or $GATEWAY_ADMIN_TOKEN")
 			}
-			r.admin = &quotaClient{addr: t.adminAddr, token: token, out: io.Discard, http: &http.Client{Timeout: quotaTimeout}}
+			r.admin = newAdminClient(t.adminAddr, token)
 		}
 		return r, nil, nil
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"devicegate/admin"
 	"devicegate/devicelimit"
 	"devicegate/server"
 )
@@ -41,7 +41,7 @@ type child struct {
 	cmd   *exec.Cmd
 	done  chan struct{} // closed when cmd has exited
 	addr  string
-	admin *quotaClient
+	admin *admin.Client
 	mu    sync.Mutex
 	tail  []string
 }
@@ -117,7 +117,7 @@ func (c *child) start() error {
 				c.stop(true)
 				return fmt.Errorf("child gateway: admin token: %w", err)
 			}
-			c.admin = &quotaClient{addr: a, token: strings.TrimSpace(string(token)), out: os.Stderr, http: &http.Client{Timeout: quotaTimeout}}
+			c.admin = newAdminClient(a, strings.TrimSpace(string(token)))
 		case <-c.done:
 			return fmt.Errorf("child gateway exited at start:\n%s", c.log())
 		case <-timeout:
@@ -161,7 +161,7 @@ func (c *child) stop(kill bool) error {
 func (c *child) mqttAddr() string { return c.addr }
 
 func (c *child) setQuota(ctx context.Context, device string, q devicelimit.Quota) error {
-	return c.admin.put(ctx, device, q)
+	return putQuota(ctx, c.admin, device, q)
 }
 
 func (c *child) restarter() func(ctx context.Context) error {

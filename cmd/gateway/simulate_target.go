@@ -3,14 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"devicegate/admin"
 	"devicegate/config"
 	"devicegate/devicelimit"
 	"devicegate/server"
@@ -173,7 +172,7 @@ func (s steppedTime) Mono() time.Duration { return devicelimit.RealTime.Mono() }
 // its admin API when an address and a token are given.
 type remote struct {
 	addr  string
-	admin *quotaClient // nil without --admin-addr
+	admin *admin.Client // nil without --admin-addr
 }
 
 func (r *remote) mqttAddr() string                           { return r.addr }
@@ -184,14 +183,16 @@ func (r *remote) setQuota(ctx context.Context, device string, q devicelimit.Quot
 	if r.admin == nil {
 		return nil
 	}
-	return r.admin.put(ctx, device, q)
+	return putQuota(ctx, r.admin, device, q)
 }
 
-// put sets device's override through the admin API.
-func (c *quotaClient) put(ctx context.Context, device string, q devicelimit.Quota) error {
-	body := map[string]any{"limit": q.Limit, "window": q.Window.String(), "policy": q.Policy.String()}
-	_, err := c.do(ctx, "set", http.MethodPut, "/api/v1/devices/"+url.PathEscape(device)+"/quota", body)
-	return err
+// putQuota sets device's override through the admin API.
+func putQuota(ctx context.Context, c *admin.Client, device string, q devicelimit.Quota) error {
+	_, _, err := c.SetQuota(ctx, device, admin.SetQuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()})
+	if err != nil {
+		return fmt.Errorf("admin API: %w", err)
+	}
+	return nil
 }
 
 // applyMix gives every device of a class whose quota is not the

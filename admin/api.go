@@ -1,0 +1,73 @@
+package admin
+
+// The admin API's JSON answers, as the server writes them and as Client
+// (and so `gateway quota` and the simulator) reads them: one definition
+// for both sides.
+
+// QuotaJSON is a quota: limit messages per window, and the policy over it.
+type QuotaJSON struct {
+	Limit  int    `json:"limit"`
+	Window string `json:"window"`
+	Policy string `json:"policy"`
+}
+
+// DeviceJSON answers GET /api/v1/devices/{id}.
+type DeviceJSON struct {
+	Device            string    `json:"device"`
+	Quota             QuotaJSON `json:"quota"`
+	Source            string    `json:"source"`
+	OverrideExpiresAt string    `json:"override_expires_at,omitempty"`
+	Used              int       `json:"used"`
+	Remaining         int       `json:"remaining"`
+	RetryAfter        string    `json:"retry_after"`
+	Deferred          int       `json:"deferred"`
+	Connected         bool      `json:"connected"`
+	LastSeen          *string   `json:"last_seen"`
+}
+
+// OverrideJSON is a device's quota override: the answer of PUT
+// /api/v1/devices/{id}/quota and an entry of GET /api/v1/quotas.
+type OverrideJSON struct {
+	Device    string `json:"device"`
+	Limit     int    `json:"limit"`
+	Window    string `json:"window"`
+	Policy    string `json:"policy"`
+	ExpiresAt string `json:"expires_at,omitempty"`
+}
+
+// OverridesJSON answers GET /api/v1/quotas.
+type OverridesJSON struct {
+	Overrides []OverrideJSON `json:"overrides"`
+}
+
+// DeletedJSON answers DELETE /api/v1/devices/{id}/quota.
+type DeletedJSON struct {
+	Device  string `json:"device"`
+	Deleted bool   `json:"deleted"`
+}
+
+// ResetJSON answers POST /api/v1/devices/{id}/reset.
+type ResetJSON struct {
+	Device string `json:"device"`
+	Reset  bool   `json:"reset"`
+}
+
+// ThrottledJSON is a device and how often it was refused lately.
+type ThrottledJSON struct {
+	Device  string `json:"device"`
+	Refused uint64 `json:"refused"`
+}
+
+// ThrottledListJSON answers GET /api/v1/throttled.
+type ThrottledListJSON struct {
+	Devices []ThrottledJSON `json:"devices"`
+}
+
+// SetQuotaJSON is the body of PUT /api/v1/devices/{id}/quota as a client
+// sends it (the server reads it strictly: parseQuotaBody).
+type SetQuotaJSON struct {
+	Limit     int    `json:"limit"`
+	Window    string `json:"window"`
+	Policy    string `json:"policy,omitempty"`     // the server's default (drop) when empty
+	ExpiresAt string `json:"expires_at,omitempty"` // RFC 3339; none when empty
+}

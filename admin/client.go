@@ -1,0 +1,133 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Client calls a gateway's admin API: `gateway quota` and the simulator
+// (its quota mix on a running or spawned gateway) use it. Each call
+// returns the answer decoded into the API's own types, and the raw JSON
+// for those that print it as it came.
+type Client struct {
+	// Addr is the API's host:port; Token its bearer token.
+	Addr, Token string
+	// HTTP makes the requests; it should have a timeout.
+	HTTP *http.Client
+}
+
+// APIError is an answer other than 2xx: the status and the API's
+// message.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
+
+// TransportError is a request that got no answer: the gateway is down,
+// the address is wrong, or the answer could not be read.
+type TransportError struct{ Err error }
+
+func (e *TransportError) Error() string { return e.Err.Error() }
+func (e *TransportError) Unwrap() error { return e.Err }
+
+func devicePath(id, suffix string) string { return "/api/v1/devices/" + url.PathEscape(id) + suffix }
+
+// Device answers GET /api/v1/devices/{id}.
+func (c *Client) Device(ctx context.Context, id string) (DeviceJSON, []byte, error) {
+	var v DeviceJSON
+	raw, err := c.call(ctx, http.MethodGet, devicePath(id, ""), nil, &v)
+	return v, raw, err
+}
+
+// SetQuota sets the device's override (PUT /api/v1/devices/{id}/quota).
+func (c *Client) SetQuota(ctx context.Context, id string, q SetQuotaJSON) (OverrideJSON, []byte, error) {
+	var v OverrideJSON
+	raw, err := c.call(ctx, http.MethodPut, devicePath(id, "/quota"), q, &v)
+	return v, raw, err
+}
+
+// DeleteQuota removes the device's override.
+func (c *Client) DeleteQuota(ctx context.Context, id string) (DeletedJSON, []byte, error) {
+	var v DeletedJSON
+	raw, err := c.call(ctx, http.MethodDelete, devicePath(id, "/quota"), nil, &v)
+	return v, raw, err
+}
+
+// Reset empties the device's window.
+func (c *Client) Reset(ctx context.Context, id string) (ResetJSON, []byte, error) {
+	var v ResetJSON
+	raw, err := c.call(ctx, http.MethodPost, devicePath(id, "/reset"), nil, &v)
+	return v, raw, err
+}
+
+// Quotas lists the overrides (GET /api/v1/quotas).
+func (c *Client) Quotas(ctx context.Context) (OverridesJSON, []byte, error) {
+	var v OverridesJSON
+	raw, err := c.call(ctx, http.MethodGet, "/api/v1/quotas", nil, &v)
+	return v, raw, err
+}
+
+// Throttled lists up to n devices refused most lately.
+func (c *Client) Throttled(ctx context.Context, n int) (ThrottledListJSON, []byte, error) {
+	var v ThrottledListJSON
+	raw, err := c.call(ctx, http.MethodGet, "/api/v1/throttled?limit="+strconv.Itoa(n), nil, &v)
+	return v, raw, err
+}
+
+// call sends a request with body (JSON, when not nil) and decodes a 2xx
+// answer into out; the raw answer is returned too.
+func (c *Client) call(ctx context.Context, method, path string, body, out any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.Addr+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("admin address %q: %w", c.Addr, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the method and URL are the caller's to say
+		}
+		return nil, &TransportError{err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, &TransportError{fmt.Errorf("read the answer from %s: %w", c.Addr, err)}
+	}
+	if resp.StatusCode/100 != 2 {
+		var e errorBody
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+			if e.Error == "" {
+				e.Error = http.StatusText(resp.StatusCode)
+			}
+		}
+		return nil, &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return b, fmt.Errorf("the admin API answered something other than the expected JSON: %q", b)
+	}
+	return b, nil
+}
