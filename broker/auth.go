@@ -105,6 +105,13 @@ func (l Limits) validate() error {
 	return nil
 }
 
+// Defaults of Limits' zero MaxPendingWrites and MaxInflight: mochi's
+// own (its NewDefaultServerCapabilities).
+const (
+	DefaultMaxPendingWrites = 8192
+	DefaultMaxInflight      = 8192
+)
+
 // capabilities returns mochi's capabilities with the limits applied.
 func (l Limits) capabilities() *mqtt.Capabilities {
 	c := mqtt.NewDefaultServerCapabilities()

@@ -87,7 +87,9 @@ import (
 	"strings"
 	"time"
 
+	"devicegate/broker"
 	"devicegate/devicelimit"
+	"devicegate/persist"
 )
 
 // Config is the whole gateway configuration. The zero value is not
@@ -256,16 +258,16 @@ func Default() Config {
 		MQTT:    MQTT{TCP: ":1883"},
 		Admin:   Admin{Addr: "127.0.0.1:8080"},
 		DataDir: "./data",
-		Persist: Persist{SnapshotInterval: Duration(time.Second), CheckOnStart: "always", AfterCrash: "charge"},
+		Persist: Persist{SnapshotInterval: Duration(persist.DefaultInterval), CheckOnStart: "always", AfterCrash: "charge"},
 		Limits: Limits{
 			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
 			Buckets:  devicelimit.DefaultBuckets,
 			Identity: "client_id",
 			Defer: Defer{
-				MaxMessagesPerDevice: 1000,
-				MaxBytesPerDevice:    1 << 20,
-				MaxTotalBytes:        256 << 20,
-				MaxAge:               Duration(time.Hour),
+				MaxMessagesPerDevice: broker.DefaultDeferMaxMessagesPerDevice,
+				MaxBytesPerDevice:    broker.DefaultDeferMaxBytesPerDevice,
+				MaxTotalBytes:        broker.DefaultDeferMaxTotalBytes,
+				MaxAge:               Duration(broker.DefaultDeferMaxAge),
 				RestoreDelay:         Duration(5 * time.Second),
 			},
 		},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"devicegate/auth"
+	"devicegate/broker"
 	"devicegate/devicelimit"
 )
 
@@ -15,9 +16,9 @@ const (
 	DefaultMaxPacketSize     = 256 << 10
 	DefaultMaxClientIDLength = 256
 	DefaultMaxConnections    = 50000
-	DefaultMaxPendingWrites  = 8192 // mochi's own default
-	DefaultMaxInflight       = 8192 // mochi's own default
-	DefaultMaxPendingConns   = 1000
+	DefaultMaxPendingWrites  = broker.DefaultMaxPendingWrites
+	DefaultMaxInflight       = broker.DefaultMaxInflight
+	DefaultMaxPendingConns   = broker.DefaultMaxPendingConnections
 	DefaultMaxDevices        = 1_000_000
 	DefaultConnectRateLimit  = 100
 	DefaultKeepaliveMax      = time.Hour
