@@ -54,8 +54,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Limiter decides on device windows shared in Redis; it has the
-// decision contract of devicelimit.Table (AllowAt, PeekAt). The now
+// Limiter decides on device windows shared in Redis; AllowAt has the
+// decision contract of devicelimit.Table's, and Peek is the one look at
+// a shared window without counting (for the admin API). The now
 // argument is used only by the failure policy: shared windows run on
 // Redis's clock (TIME), the one clock every gateway sees. Use New; Close
 // stops its goroutines. Safe for concurrent use.
@@ -144,13 +145,50 @@ func (l *Limiter) windowKey(device string) string {
 // AllowAt decides whether device may publish one message under quota q,
 // and counts it in the shared window when allowed. An invalid quota is
 // refused, as by devicelimit.Table.
+//
+// A look without counting is Peek: it asks Redis and returns its error,
+// where a decision takes the failure policy's answer.
 func (l *Limiter) AllowAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
-	return l.decide(device, q, now, true)
-}
-
-// PeekAt returns the decision AllowAt would make, without counting.
-func (l *Limiter) PeekAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
-	return l.decide(device, q, now, false)
+	if q.Limit < 1 || q.Limit > devicelimit.MaxLimit || q.Window < time.Duration(l.buckets)*devicelimit.MinBucketWidth || q.Window > devicelimit.MaxWindow {
+		return devicelimit.Decision{Limit: q.Limit}
+	}
+	if l.health.skip() {
+		return l.fallback(device, q, now)
+	}
+	r := l.pool.Get().(*request)
+	r.state.Store(pending)
+	r.key[0] = l.windowKey(device)
+	r.args[0], r.args[1], r.args[2] = q.Limit, int64(q.Window/time.Microsecond), l.buckets
+	r.args[3] = "1"
+	defer l.inflight.Add(-1)
+	if l.inflight.Add(1) == 1 {
+		return l.direct(r, device, q, now)
+	}
+	r.timer.Reset(l.timeout)
+	select {
+	case l.reqs <- r:
+	case <-r.timer.C:
+		l.health.failed(ErrTimeout)
+		return l.fallback(device, q, now)
+	}
+	select {
+	case <-r.done:
+		r.timer.Stop()
+		if r.err != nil {
+			l.failed(device, r.err)
+			l.pool.Put(r)
+			return l.fallback(device, q, now)
+		}
+		l.health.ok()
+		d := r.res
+		d.Limit = q.Limit
+		l.pool.Put(r)
+		return d
+	case <-r.timer.C:
+		r.state.CompareAndSwap(pending, abandoned)
+		l.health.failed(ErrTimeout)
+		return l.fallback(device, q, now)
+	}
 }
 
 // Reset empties the device's shared window and reports whether it had
@@ -182,52 +220,6 @@ type request struct {
 	timer *time.Timer
 }
 
-func (l *Limiter) decide(device string, q devicelimit.Quota, now devicelimit.Tick, count bool) devicelimit.Decision {
-	if q.Limit < 1 || q.Limit > devicelimit.MaxLimit || q.Window < time.Duration(l.buckets)*devicelimit.MinBucketWidth || q.Window > devicelimit.MaxWindow {
-		return devicelimit.Decision{Limit: q.Limit}
-	}
-	if l.health.skip() {
-		return l.fallback(device, q, now, count)
-	}
-	r := l.pool.Get().(*request)
-	r.state.Store(pending)
-	r.key[0] = l.windowKey(device)
-	r.args[0], r.args[1], r.args[2] = q.Limit, int64(q.Window/time.Microsecond), l.buckets
-	r.args[3] = "0"
-	if count {
-		r.args[3] = "1"
-	}
-	defer l.inflight.Add(-1)
-	if l.inflight.Add(1) == 1 {
-		return l.direct(r, device, q, now, count)
-	}
-	r.timer.Reset(l.timeout)
-	select {
-	case l.reqs <- r:
-	case <-r.timer.C:
-		l.health.failed(ErrTimeout)
-		return l.fallback(device, q, now, count)
-	}
-	select {
-	case <-r.done:
-		r.timer.Stop()
-		if r.err != nil {
-			l.failed(device, r.err)
-			l.pool.Put(r)
-			return l.fallback(device, q, now, count)
-		}
-		l.health.ok()
-		d := r.res
-		d.Limit = q.Limit
-		l.pool.Put(r)
-		return d
-	case <-r.timer.C:
-		r.state.CompareAndSwap(pending, abandoned)
-		l.health.failed(ErrTimeout)
-		return l.fallback(device, q, now, count)
-	}
-}
-
 // failed records a decision Redis did not take. An unreadable record
 // is the device's problem alone: Redis answered.
 func (l *Limiter) failed(device string, err error) {
@@ -239,7 +231,7 @@ func (l *Limiter) failed(device string, err error) {
 }
 
 // direct takes r's decision with a call of its own.
-func (l *Limiter) direct(r *request, device string, q devicelimit.Quota, now devicelimit.Tick, count bool) devicelimit.Decision {
+func (l *Limiter) direct(r *request, device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
 	v, err := windowScript.Run(ctx, l.rdb, r.key[:], r.args[:]...).Int64Slice() // EVALSHA, EVAL on NOSCRIPT
@@ -250,7 +242,7 @@ func (l *Limiter) direct(r *request, device string, q devicelimit.Quota, now dev
 	l.pool.Put(r)
 	if err != nil {
 		l.failed(device, err)
-		return l.fallback(device, q, now, count)
+		return l.fallback(device, q, now)
 	}
 	l.health.ok()
 	d.Limit = q.Limit
@@ -382,9 +374,9 @@ func decodeResult(v []int64) (devicelimit.Decision, error) {
 }
 
 // Peek returns the decision a publish would get on the device's shared
-// window, without counting it; unlike PeekAt it asks Redis whatever its
-// health and returns Redis's error instead of the failure policy's
-// answer, and counts no fallback: for the admin API.
+// window, without counting it: the one look at a shared window. It asks
+// Redis whatever its health and returns Redis's error instead of a
+// failure policy's answer, and counts no fallback: for the admin API.
 func (l *Limiter) Peek(ctx context.Context, device string, q devicelimit.Quota) (devicelimit.Decision, error) {
 	if err := q.Validate(l.buckets); err != nil {
 		return devicelimit.Decision{}, err

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -53,11 +54,11 @@ func testConcurrentExactlyN(t *testing.T, multi bool) {
 	if st := l.Stats(); st.Fallbacks != 0 || !st.Up {
 		t.Fatalf("stats %+v: want no fallback", st)
 	}
-	if d := l.PeekAt("shared", q, 0); d.Allowed || d.Count != q.Limit {
-		t.Fatalf("peek %+v", d)
+	if d, err := l.Peek(context.Background(), "shared", q); err != nil || d.Allowed || d.Count != q.Limit {
+		t.Fatalf("peek %+v %v", d, err)
 	}
-	if d := l.PeekAt("unknown", q, 0); d.Allowed || d.Remaining != q.Limit {
-		t.Fatalf("peek of an unknown device %+v: want remaining %d", d, q.Limit)
+	if d, err := l.Peek(context.Background(), "unknown", q); err != nil || d.Allowed || d.Remaining != q.Limit {
+		t.Fatalf("peek of an unknown device %+v %v: want remaining %d", d, err, q.Limit)
 	}
 }
 

@@ -49,18 +49,15 @@ func ParsePolicy(s string) (Policy, error) {
 const failRetryAfter = time.Second
 
 // fallback decides under the failure policy.
-func (l *Limiter) fallback(device string, q devicelimit.Quota, now devicelimit.Tick, count bool) devicelimit.Decision {
+func (l *Limiter) fallback(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
 	l.health.fallbacks.Add(1)
 	switch l.policy {
 	case PolicyFailOpen:
-		return devicelimit.Decision{Allowed: count, Limit: q.Limit, Remaining: q.Limit}
+		return devicelimit.Decision{Allowed: true, Limit: q.Limit, Remaining: q.Limit}
 	case PolicyFailClosed:
 		return devicelimit.Decision{Limit: q.Limit, Count: q.Limit, RetryAfter: failRetryAfter}
 	}
-	if count {
-		return l.local.AllowAt(device, q, now)
-	}
-	return l.local.PeekAt(device, q, now)
+	return l.local.AllowAt(device, q, now)
 }
 
 // health tracks whether Redis answers. After a failure, decisions go

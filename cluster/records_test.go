@@ -83,8 +83,8 @@ func testUnreadableRecord(t *testing.T, multi bool) {
 		t.Fatalf("stats %+v: want Redis up and %d fallbacks (the unreadable records' decisions)", st, 16*10)
 	}
 	for g := range 16 {
-		if d := l.PeekAt(fmt.Sprint("good-", g), q, 0); d.Count != 30 {
-			t.Fatalf("good-%d: count %d in Redis, want 30", g, d.Count)
+		if d, err := l.Peek(ctx, fmt.Sprint("good-", g), q); err != nil || d.Count != 30 {
+			t.Fatalf("good-%d: count %d in Redis (%v), want 30", g, d.Count, err)
 		}
 	}
 	if n, err := c.HLen(ctx, l.windowKey("hash")).Result(); err != nil || n != 1 {

@@ -9,7 +9,7 @@ import "github.com/redis/go-redis/v9"
 // KEYS are the windows of one or more decisions, each its own; ARGV has
 // four values per key: limit, window length T in microseconds, bucket
 // count B (of a window made afresh: an existing one keeps its own until
-// it expires), "1" to count (AllowAt) or "0" to look (PeekAt); then an
+// it expires), "1" to count (AllowAt) or "0" to look (Peek); then an
 // explicit time in microseconds that only tests pass, empty in
 // production, where the clock is Redis's TIME (read once per call). It
 // returns four integers per key: allowed 0|1, count, remaining,
