@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,8 @@ type Deps struct {
 	Time devicelimit.TimeSource
 	// Logger receives every log line; nil discards them.
 	Logger *slog.Logger
+	// Version is logged at start by Run.
+	Version string
 }
 
 // Gateway is a running gateway: its state store, clock, snapshotter,
@@ -267,6 +270,34 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	logSecurity(log, cfg, sec)
 	g.started = true
 	return g, nil
+}
+
+// Run is `gateway serve`: it starts a gateway, logs what it serves,
+// rereads the credentials file on SIGHUP, and when ctx ends shuts the
+// gateway down within ShutdownTimeout.
+func Run(ctx context.Context, cfg config.Config, d Deps) error {
+	g, err := Start(cfg, d)
+	if err != nil {
+		return err
+	}
+	log, def := g.log, cfg.Limits.Default
+	log.Info("gateway started", "version", d.Version, "go", runtime.Version())
+	g.LogListeners()
+	g.ReloadOnHangup(ctx, cfg)
+	log.Info("admin listening", "addr", g.AdminAddr().String())
+	log.Info("default quota", "limit", def.Limit, "window", def.Window.String(), "policy", def.Policy,
+		"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
+
+	<-ctx.Done()
+	log.Info("shutting down", "timeout", ShutdownTimeout.String())
+	begin := time.Now()
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	if err := g.Close(sctx); err != nil {
+		return err
+	}
+	log.Info("stopped", "took", time.Since(begin).Round(time.Millisecond).String())
+	return nil
 }
 
 // SetOverride sets device's quota override by the admin API's path: in

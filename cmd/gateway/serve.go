@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -214,28 +213,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	g, err := server.Start(cfg, server.Deps{Logger: log})
-	if err != nil {
-		return err
-	}
-	def := cfg.Limits.Default
-	log.Info("gateway started", "version", releaseName(), "go", runtime.Version())
-	g.LogListeners()
-	g.ReloadOnHangup(ctx, cfg)
-	log.Info("admin listening", "addr", g.AdminAddr().String())
-	log.Info("default quota", "limit", def.Limit, "window", def.Window.String(), "policy", def.Policy,
-		"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
-
-	<-ctx.Done()
-	log.Info("shutting down", "timeout", server.ShutdownTimeout.String())
-	begin := time.Now()
-	sctx, cancel := context.WithTimeout(context.Background(), server.ShutdownTimeout)
-	defer cancel()
-	if err := g.Close(sctx); err != nil {
-		return err
-	}
-	log.Info("stopped", "took", time.Since(begin).Round(time.Millisecond).String())
-	return nil
+	return server.Run(ctx, cfg, server.Deps{Logger: log, Version: releaseName()})
 }
 
 // intValue is an int flag whose parse errors read like the config's.
