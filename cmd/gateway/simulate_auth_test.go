@@ -85,7 +85,11 @@ func TestSimulateCredentialsProcess(t *testing.T) {
 		rep := readReport(t, jsonPath)
 		checkAddsUp(t, rep)
 		tot := rep.Result.Totals
-		if tot.Devices != 3 || tot.Sent < 30 || tot.Violations != 0 || tot.Lost != 0 || rep.ConnectFailures != 0 || rep.RefusedAtConnect != 0 {
+		t.Logf("%s: totals %+v", name, tot)
+		// 3 devices at 10/s for 1.5 s send 45 on a quiet machine; a run
+		// beside the race-detector suite sent 29 once. A third of that
+		// is plenty to show the connections worked.
+		if tot.Devices != 3 || tot.Sent < 15 || tot.Violations != 0 || tot.Lost != 0 || rep.ConnectFailures != 0 || rep.RefusedAtConnect != 0 {
 			t.Errorf("%s: totals %+v, connect failures %d", name, tot, rep.ConnectFailures)
 		}
 		if a := rep.Config.Auth; a.Username != "fleet" || a.SubUsername != "backend" || a.TLSOn != (name == "tls") {
