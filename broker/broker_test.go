@@ -17,6 +17,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/logtest"
 )
 
 func validOptions(t *testing.T) Options {
@@ -193,7 +194,7 @@ func TestCloseHonoursContext(t *testing.T) {
 // A throttled device is logged once per window however fast it sends,
 // and mochi's per-rejection debug lines never reach the log.
 func TestThrottledLoggedOncePerWindow(t *testing.T) {
-	h := new(captureHandler)
+	h := new(logtest.Capture)
 	f := start(t, fixtureOpts{
 		rules:  []devicelimit.Rule{rule("dev-*", 2, devicelimit.PolicyDrop)},
 		logger: slog.New(h),
@@ -208,10 +209,10 @@ func TestThrottledLoggedOncePerWindow(t *testing.T) {
 		}
 	}
 	burst()
-	if n := h.count("device throttled"); n != 1 {
+	if n := h.Count("device throttled"); n != 1 {
 		t.Fatalf("%d throttle lines after 30 refusals, want 1", n)
 	}
-	got := h.attrs("device throttled")[0]
+	got := h.All("device throttled")[0]
 	want := map[string]string{"level": "INFO", "device": "dev-1", "client": "dev-1", "limit": "2", "window": "1s",
 		"policy": "drop", "retry_after": "1.1s"}
 	for k, v := range want {
@@ -221,13 +222,13 @@ func TestThrottledLoggedOncePerWindow(t *testing.T) {
 	}
 	f.clock.Advance(2 * time.Second)
 	burst()
-	if n := h.count("device throttled"); n != 2 {
+	if n := h.Count("device throttled"); n != 2 {
 		t.Fatalf("%d throttle lines after two windows, want 2", n)
 	}
-	if n := h.count("publish packet rejected"); n != 0 {
+	if n := h.Count("publish packet rejected"); n != 0 {
 		t.Fatalf("mochi logged %d rejections", n)
 	}
-	if n := h.count("attached listener"); n != 1 {
+	if n := h.Count("attached listener"); n != 1 {
 		t.Fatalf("mochi's own lines: %d 'attached listener', want 1 (mochi logs to the injected logger)", n)
 	}
 }

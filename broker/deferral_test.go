@@ -16,6 +16,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/logtest"
 )
 
 // A device with quota 5 per second under policy defer sends 50 QoS 1
@@ -421,7 +422,7 @@ func TestDeferCorruptRecordStopsStart(t *testing.T) {
 // When the store fails, a deferral is refused like a full queue, and the
 // failure is logged once, not per message.
 func TestDeferStoreFailure(t *testing.T) {
-	h := new(captureHandler)
+	h := new(logtest.Capture)
 	store := openStore(t, t.TempDir())
 	f := start(t, fixtureOpts{rules: []devicelimit.Rule{deferRule("dev-*", 1, time.Second)}, store: store, logger: slog.New(h)})
 	p := f.connect(t, 5, "dev-1", "")
@@ -443,10 +444,10 @@ func TestDeferStoreFailure(t *testing.T) {
 	if st := f.srv.Stats(); st.Overflowed != 5 || st.Deferred != 0 || st.QueueMessages != 0 {
 		t.Fatalf("stats %+v, want 5 overflowed", st)
 	}
-	if n := h.count("deferred message not stored"); n != 1 {
+	if n := h.Count("deferred message not stored"); n != 1 {
 		t.Fatalf("%d error lines for 5 failures, want 1", n)
 	}
-	if a := h.attrs("deferred message not stored")[0]; a["level"] != "ERROR" || !strings.Contains(a["error"], "closed") {
+	if a := h.All("deferred message not stored")[0]; a["level"] != "ERROR" || !strings.Contains(a["error"], "closed") {
 		t.Fatalf("log line %v", a)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/logtest"
 )
 
 // The decision table of docs/design.md, policy drop: every protocol × QoS
@@ -373,7 +374,7 @@ func TestDroppedRetainedNotRetained(t *testing.T) {
 // refusalLogWindow, and the log limiter keeps one entry, not one per
 // attempt.
 func TestEmptyClientIDRefusalLoggedOnce(t *testing.T) {
-	logs := new(captureHandler)
+	logs := new(logtest.Capture)
 	f := start(t, fixtureOpts{logger: slog.New(logs)})
 	for i := range 6 {
 		version := 3
@@ -384,7 +385,7 @@ func TestEmptyClientIDRefusalLoggedOnce(t *testing.T) {
 			t.Fatalf("attempt %d: connect with empty client ID accepted", i)
 		}
 	}
-	if n := logs.count("connection refused"); n != 1 {
+	if n := logs.Count("connection refused"); n != 1 {
 		t.Fatalf("got %d \"connection refused\" lines for 6 attempts in one window, want 1", n)
 	}
 	if n := f.srv.hook.logs.len(); n != 1 {

@@ -12,12 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"devicegate/config"
 	"devicegate/devicelimit"
+	"devicegate/internal/logtest"
 	"devicegate/persist"
 )
 
@@ -98,9 +98,9 @@ func TestStartGatewayClockRollback(t *testing.T) {
 	closeGateway(t, g1)
 
 	src2 := devicelimit.NewManualTime(now.Add(-time.Hour))
-	logs := new(captureHandler)
+	logs := new(logtest.Capture)
 	g2 := mustStart(t, cfg, Deps{Time: src2, Logger: slog.New(logs)})
-	warn := logs.find("wall clock is behind the persisted clock")
+	warn := logs.Find("wall clock is behind the persisted clock")
 	if warn == nil || warn["level"] != "WARN" {
 		t.Fatalf("no rollback warning; logs:\n%s", logs)
 	}
@@ -114,7 +114,7 @@ func TestStartGatewayClockRollback(t *testing.T) {
 			t.Errorf("%s=%q is not RFC 3339: %v", key, warn[key], err)
 		}
 	}
-	if r := logs.find("state restored"); r == nil || r["windows"] != "1" {
+	if r := logs.Find("state restored"); r == nil || r["windows"] != "1" {
 		t.Errorf("state restored = %v, want windows=1", r)
 	}
 	if g2.clock.Now() != hw {
@@ -154,9 +154,9 @@ func TestStartGatewayOverridesSurvive(t *testing.T) {
 	}
 	closeGateway(t, g1)
 
-	logs := new(captureHandler)
+	logs := new(logtest.Capture)
 	g2 := mustStart(t, cfg, Deps{Logger: slog.New(logs)})
-	if r := logs.find("state restored"); r == nil || r["overrides"] != "2" {
+	if r := logs.Find("state restored"); r == nil || r["overrides"] != "2" {
 		t.Errorf("state restored = %v, want overrides=2", r)
 	}
 	c := mqtttest.Dial5(t, g2.Addr().String(), "meter-1")
@@ -200,6 +200,23 @@ func TestStartGatewayInUse(t *testing.T) {
 	mqtttest.Dial5(t, g1.Addr().String(), "meter-1").MustPublish(t, "devices/meter-1", "x", mqtttest.CodeSuccess)
 }
 
+// startAfterFailedStart starts a gateway on cfg right after a failed
+// start on the same data directory: at once (the failed start let go of
+// the lock) and without the warning of an unclean shutdown.
+func startAfterFailedStart(t *testing.T, cfg config.Config) *Gateway {
+	t.Helper()
+	logs := new(logtest.Capture)
+	begin := time.Now()
+	g := mustStart(t, cfg, Deps{Logger: slog.New(logs)})
+	if took := time.Since(begin); took > lockTimeout/2 {
+		t.Errorf("start after a failed start took %s: the failed one kept the lock?", took)
+	}
+	if r := logs.Find(uncleanMsg); r != nil {
+		t.Errorf("a failed start left the store marked unclean: %v", r)
+	}
+	return g
+}
+
 // TestStartGatewayFailedStartCloses: when MQTT cannot listen, start-up
 // closes the store (the directory is free again at once) and the next
 // start finds a clean shutdown.
@@ -219,15 +236,7 @@ func TestStartGatewayFailedStartCloses(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("err = %v, want address already in use", err)
 	}
-	logs := new(captureHandler)
-	begin := time.Now()
-	mustStart(t, cfg, Deps{Logger: slog.New(logs)})
-	if took := time.Since(begin); took > lockTimeout/2 {
-		t.Errorf("start after a failed start took %s: the failed one kept the lock?", took)
-	}
-	if r := logs.find(uncleanMsg); r != nil {
-		t.Errorf("a failed start left the store marked unclean: %v", r)
-	}
+	startAfterFailedStart(t, cfg)
 }
 
 // TestStartGatewayAdminPortInUse: an admin address in use stops
@@ -249,15 +258,7 @@ func TestStartGatewayAdminPortInUse(t *testing.T) {
 	} else if msg := err.Error(); !strings.Contains(msg, "admin api") || !strings.Contains(msg, l.Addr().String()) || !strings.Contains(msg, "address already in use") {
 		t.Fatalf("err = %v, want an admin api error naming %s", err, l.Addr())
 	}
-	logs := new(captureHandler)
-	begin := time.Now()
-	g := mustStart(t, cfg, Deps{Logger: slog.New(logs)})
-	if took := time.Since(begin); took > lockTimeout/2 {
-		t.Errorf("start after a failed start took %s: the failed one kept the lock?", took)
-	}
-	if r := logs.find(uncleanMsg); r != nil {
-		t.Errorf("a failed start left the store marked unclean: %v", r)
-	}
+	g := startAfterFailedStart(t, cfg)
 	if g.AdminAddr() == nil || strings.HasSuffix(g.AdminAddr().String(), ":0") {
 		t.Errorf("AdminAddr() = %v, want the bound address", g.AdminAddr())
 	}
@@ -317,52 +318,6 @@ func TestStoreError(t *testing.T) {
 			t.Errorf("storeError(%v) does not wrap %v", tt.err, tt.sentinel)
 		}
 	}
-}
-
-// captureHandler records every log record at every level.
-type captureHandler struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *captureHandler) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.recs = append(h.recs, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-
-func (h *captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *captureHandler) WithGroup(string) slog.Handler      { return h }
-
-// find returns the level and attributes of the first record whose
-// message starts with msg, or nil.
-func (h *captureHandler) find(msg string) map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, r := range h.recs {
-		if !strings.HasPrefix(r.Message, msg) {
-			continue
-		}
-		m := map[string]string{"level": r.Level.String()}
-		r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
-		return m
-	}
-	return nil
-}
-
-func (h *captureHandler) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var b strings.Builder
-	for _, r := range h.recs {
-		fmt.Fprintf(&b, "%s %s", r.Level, r.Message)
-		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%s", a.Key, a.Value); return true })
-		b.WriteByte('\n')
-	}
-	return b.String()
 }
 
 // httpGet GETs url with a bearer token (if not empty) and returns the
@@ -455,9 +410,9 @@ func TestFailedStartKeepsCrashWarning(t *testing.T) {
 		closeGateway(t, g)
 		t.Fatal("started on a port in use")
 	}
-	logs := new(captureHandler)
+	logs := new(logtest.Capture)
 	mustStart(t, cfg, Deps{Logger: slog.New(logs)})
-	if logs.find(uncleanMsg) == nil {
+	if logs.Find(uncleanMsg) == nil {
 		t.Fatal("after a crash and a failed start, the next start did not warn of the unclean shutdown")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"devicegate/auth"
+	"devicegate/internal/logtest"
 	"devicegate/internal/testcert"
 )
 
@@ -47,9 +48,9 @@ func TestGatewayCredentials(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	logs := new(captureHandler)
+	logs := new(logtest.Capture)
 	g := mustStart(t, cfg, Deps{Logger: slog.New(logs)})
-	if rec := logs.find("authentication on"); rec == nil || rec["accounts"] != "1" {
+	if rec := logs.Find("authentication on"); rec == nil || rec["accounts"] != "1" {
 		t.Errorf("start-up log: %v\n%s", rec, logs)
 	}
 
@@ -115,9 +116,9 @@ func TestGatewayCredentials(t *testing.T) {
 // TestGatewayAllowAllWarns: the default configuration warns that any
 // client gets in.
 func TestGatewayAllowAllWarns(t *testing.T) {
-	logs := new(captureHandler)
+	logs := new(logtest.Capture)
 	mustStart(t, testConfig(t.TempDir(), 10, time.Second), Deps{Logger: slog.New(logs)})
-	if rec := logs.find("authentication is off (allow-all)"); rec == nil || rec["level"] != "WARN" {
+	if rec := logs.Find("authentication is off (allow-all)"); rec == nil || rec["level"] != "WARN" {
 		t.Errorf("no allow-all warning:\n%s", logs)
 	}
 }
@@ -136,9 +137,9 @@ func TestGatewayCredentialsFileModes(t *testing.T) {
 	}
 	cfg := testConfig(filepath.Join(dir, "data"), 100, time.Second)
 	cfg.Auth.CredentialsFile = creds
-	logs := new(captureHandler)
+	logs := new(logtest.Capture)
 	mustStart(t, cfg, Deps{Logger: slog.New(logs)})
-	if rec := logs.find("credentials file readable"); rec == nil || rec["level"] != "WARN" || rec["mode"] != "-rw-r--r--" {
+	if rec := logs.Find("credentials file readable"); rec == nil || rec["level"] != "WARN" || rec["mode"] != "-rw-r--r--" {
 		t.Errorf("no warning about a 0644 credentials file: %v\n%s", rec, logs)
 	}
 	if err := os.Chmod(creds, 0o646); err != nil {
