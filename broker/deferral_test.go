@@ -606,17 +606,7 @@ func TestDeferConcurrentDevices(t *testing.T) {
 func TestOnPublishDeferAllowedDoesNotAllocate(t *testing.T) {
 	s, cl, pk := newHookServer(t, devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Second, Policy: devicelimit.PolicyDefer},
 		openStore(t, t.TempDir()))
-	if _, err := s.hook.OnPublish(cl, pk); err != nil { // creates the window
-		t.Fatal(err)
-	}
-	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := s.hook.OnPublish(cl, pk); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if allocs != 0 {
-		t.Fatalf("%v allocs per allowed publish, want 0", allocs)
-	}
+	checkAllowedPublishAllocs(t, s, cl, pk)
 }
 
 // Messages restored at start-up wait RestoreDelay before their release,
