@@ -82,6 +82,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -110,6 +111,12 @@ type Config struct {
 	// Auth turns on device authentication and the topic ACL; its zero
 	// value lets every client in (allow-all).
 	Auth Auth `yaml:"auth"`
+
+	// badNames holds, by key, what was wrong with a name Parse read for
+	// a typed field (a policy, the identity, the log level): the field
+	// keeps its default and Validate reports the name with the other
+	// problems, so that one run shows them all. nil when none.
+	badNames map[string]string
 }
 
 // MQTT configures the MQTT listeners.
@@ -186,8 +193,8 @@ type Limits struct {
 	// Buckets is the number of buckets each window is divided into.
 	Buckets int `yaml:"buckets"`
 	// Identity names the MQTT field that identifies a device:
-	// "client_id" or "username".
-	Identity string `yaml:"identity"`
+	// client_id or username in YAML.
+	Identity devicelimit.Identity `yaml:"identity"`
 	// Rules give quotas to devices by client ID or username pattern;
 	// the first match wins.
 	Rules []Rule `yaml:"rules,omitempty"`
@@ -221,8 +228,8 @@ type Defer struct {
 type Quota struct {
 	Limit  int      `yaml:"limit"`
 	Window Duration `yaml:"window"`
-	// Policy is "drop", "defer" or "disconnect".
-	Policy string `yaml:"policy"`
+	// Policy is drop, defer or disconnect in YAML.
+	Policy devicelimit.Policy `yaml:"policy"`
 }
 
 // Rule gives Quota to the devices that Match selects.
@@ -245,8 +252,9 @@ type Match struct {
 
 // Log configures logging.
 type Log struct {
-	// Level is the lowest level logged: debug, info, warn or error.
-	Level string `yaml:"level"`
+	// Level is the lowest level logged: debug, info, warn or error in
+	// YAML.
+	Level slog.Level `yaml:"level"`
 }
 
 // Default returns the configuration used when no file or flag says
@@ -260,9 +268,9 @@ func Default() Config {
 		DataDir: "./data",
 		Persist: Persist{SnapshotInterval: Duration(persist.DefaultInterval), CheckOnStart: "always", AfterCrash: "charge"},
 		Limits: Limits{
-			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: "drop"},
+			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: devicelimit.PolicyDrop},
 			Buckets:  devicelimit.DefaultBuckets,
-			Identity: "client_id",
+			Identity: devicelimit.IdentityClientID,
 			Defer: Defer{
 				MaxMessagesPerDevice: broker.DefaultDeferMaxMessagesPerDevice,
 				MaxBytesPerDevice:    broker.DefaultDeferMaxBytesPerDevice,
@@ -271,7 +279,7 @@ func Default() Config {
 				RestoreDelay:         Duration(5 * time.Second),
 			},
 		},
-		Log: Log{Level: "info"},
+		Log: Log{Level: slog.LevelInfo},
 		Cluster: Cluster{
 			Redis:         Redis{Timeout: Duration(DefaultRedisTimeout)},
 			FailurePolicy: "local",
@@ -290,14 +298,9 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // MarshalYAML writes the duration as a string such as "10s".
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 
-// Quota returns the quota in devicelimit's terms. The policy must be
-// valid (see Validate).
-func (q Quota) Quota() (devicelimit.Quota, error) {
-	p, err := parsePolicy(q.Policy)
-	if err != nil {
-		return devicelimit.Quota{}, err
-	}
-	return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: p}, nil
+// Quota returns the quota in devicelimit's terms.
+func (q Quota) Quota() devicelimit.Quota {
+	return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: q.Policy}
 }
 
 // RuleName returns the name of the i'th rule (0-based): its Name, or
@@ -311,19 +314,25 @@ func (l Limits) RuleName(i int) string {
 
 // Resolver builds the quota resolver of the default quota and rules.
 func (c Config) Resolver() (*devicelimit.Resolver, error) {
-	def, err := c.Limits.Default.Quota()
-	if err != nil {
-		return nil, fmt.Errorf("limits.default.policy: %w", err)
+	// The quotas' own check first, so that an error names the key.
+	check := func(key string, q Quota) error {
+		var fe *devicelimit.FieldError
+		if err := q.Quota().Validate(c.Limits.Buckets); errors.As(err, &fe) && fe.Field != "buckets" {
+			return fmt.Errorf("%s.%s: %s", key, fe.Field, fe.Msg)
+		}
+		return nil
+	}
+	if err := check("limits.default", c.Limits.Default); err != nil {
+		return nil, err
 	}
 	rules := make([]devicelimit.Rule, len(c.Limits.Rules))
 	for i, r := range c.Limits.Rules {
-		q, err := r.Quota.Quota()
-		if err != nil {
-			return nil, fmt.Errorf("limits.rules[%d].quota.policy: %w", i, err)
+		if err := check(fmt.Sprintf("limits.rules[%d].quota", i), r.Quota); err != nil {
+			return nil, err
 		}
-		rules[i] = devicelimit.Rule{Name: c.Limits.RuleName(i), ClientID: r.Match.ClientID, Username: r.Match.Username, Quota: q}
+		rules[i] = devicelimit.Rule{Name: c.Limits.RuleName(i), ClientID: r.Match.ClientID, Username: r.Match.Username, Quota: r.Quota.Quota()}
 	}
-	return devicelimit.NewResolver(def, rules, c.Limits.Buckets)
+	return devicelimit.NewResolver(c.Limits.Default.Quota(), rules, c.Limits.Buckets)
 }
 
 // Table returns an empty window table with the configured bucket count.
@@ -334,15 +343,28 @@ func (c Config) Table() (*devicelimit.Table, error) {
 	return devicelimit.NewTable(c.Limits.Buckets)
 }
 
-// Identity returns which MQTT field names a device.
+// Identity returns which MQTT field names a device; an error for a
+// value no name stands for (set in code, not read from YAML).
 func (c Config) Identity() (devicelimit.Identity, error) {
-	return devicelimit.ParseIdentity(c.Limits.Identity)
+	if _, err := c.Limits.Identity.MarshalText(); err != nil {
+		return 0, err
+	}
+	return c.Limits.Identity, nil
 }
 
-// LogLevel returns the configured slog level.
+// LogLevel returns the configured slog level; an error for a level
+// other than debug, info, warn and error (set in code, not read from
+// YAML).
 func (c Config) LogLevel() (slog.Level, error) {
-	return parseLevel(c.Log.Level)
+	if _, err := ParseLevel(LevelName(c.Log.Level)); err != nil {
+		return 0, err
+	}
+	return c.Log.Level, nil
 }
+
+// LevelName is the configuration's name of a level: debug, info, warn
+// or error.
+func LevelName(l slog.Level) string { return strings.ToLower(l.String()) }
 
 var levels = map[string]slog.Level{
 	"debug": slog.LevelDebug,
@@ -351,15 +373,18 @@ var levels = map[string]slog.Level{
 	"error": slog.LevelError,
 }
 
-func parseLevel(s string) (slog.Level, error) {
+// ParseLevel returns the level named s (any case): debug, info, warn or
+// error. Its error says what is expected.
+func ParseLevel(s string) (slog.Level, error) {
 	if l, ok := levels[strings.ToLower(s)]; ok {
 		return l, nil
 	}
 	return 0, fmt.Errorf("must be debug, info, warn or error (got %q)", s)
 }
 
-// parsePolicy accepts drop, defer and disconnect.
-func parsePolicy(s string) (devicelimit.Policy, error) {
+// ParsePolicy returns the policy named s: drop, defer or disconnect.
+// Its error says what is expected, without devicelimit's sentinel.
+func ParsePolicy(s string) (devicelimit.Policy, error) {
 	p, err := devicelimit.ParsePolicy(s)
 	if err != nil {
 		return 0, fmt.Errorf("must be drop, defer or disconnect (got %q)", s)

@@ -117,7 +117,7 @@ func TestKeys(t *testing.T) {
 		{name: "limit min", yaml: `limits: {default: {limit: 1}}`, want: func(c Config) bool { return c.Limits.Default.Limit == 1 }},
 		{name: "limit max", yaml: `limits: {default: {limit: 1000000000}}`, want: func(c Config) bool { return c.Limits.Default.Limit == devicelimit.MaxLimit }},
 		{name: "limit keeps other defaults", yaml: `limits: {default: {limit: 7}}`, want: func(c Config) bool {
-			return c.Limits.Default == Quota{Limit: 7, Window: Duration(10 * time.Second), Policy: "drop"}
+			return c.Limits.Default == Quota{Limit: 7, Window: Duration(10 * time.Second), Policy: devicelimit.PolicyDrop}
 		}},
 		{name: "limit zero", yaml: `limits: {default: {limit: 0}}`, err: []string{`limits.default.limit: must be between 1 and 1000000000 (got 0)`}},
 		{name: "limit negative", yaml: `limits: {default: {limit: -5}}`, err: []string{`limits.default.limit: must be between 1 and 1000000000 (got -5)`}},
@@ -138,9 +138,9 @@ func TestKeys(t *testing.T) {
 		{name: "window fits fewer buckets", yaml: `limits: {default: {window: 10ms}, buckets: 10}`, want: func(c Config) bool { return c.Limits.Buckets == 10 }},
 
 		// limits.default.policy
-		{name: "policy drop", yaml: `limits: {default: {policy: drop}}`, want: func(c Config) bool { return c.Limits.Default.Policy == "drop" }},
-		{name: "policy disconnect", yaml: `limits: {default: {policy: disconnect}}`, want: func(c Config) bool { return c.Limits.Default.Policy == "disconnect" }},
-		{name: "policy defer", yaml: `limits: {default: {policy: defer}}`, want: func(c Config) bool { return c.Limits.Default.Policy == "defer" }},
+		{name: "policy drop", yaml: `limits: {default: {policy: drop}}`, want: func(c Config) bool { return c.Limits.Default.Policy == devicelimit.PolicyDrop }},
+		{name: "policy disconnect", yaml: `limits: {default: {policy: disconnect}}`, want: func(c Config) bool { return c.Limits.Default.Policy == devicelimit.PolicyDisconnect }},
+		{name: "policy defer", yaml: `limits: {default: {policy: defer}}`, want: func(c Config) bool { return c.Limits.Default.Policy == devicelimit.PolicyDefer }},
 		{name: "policy unknown", yaml: `limits: {default: {policy: block}}`, err: []string{`limits.default.policy: must be drop, defer or disconnect (got "block")`}},
 		{name: "policy case", yaml: `limits: {default: {policy: DROP}}`, err: []string{`limits.default.policy: must be drop, defer or disconnect (got "DROP")`}},
 
@@ -179,8 +179,8 @@ func TestKeys(t *testing.T) {
 		{name: "buckets string", yaml: `limits: {buckets: "20"}`, err: []string{`limits.buckets: must be an integer (got "20")`}},
 
 		// limits.identity
-		{name: "identity client_id", yaml: `limits: {identity: client_id}`, want: func(c Config) bool { return c.Limits.Identity == "client_id" }},
-		{name: "identity username", yaml: `limits: {identity: username}`, want: func(c Config) bool { return c.Limits.Identity == "username" }},
+		{name: "identity client_id", yaml: `limits: {identity: client_id}`, want: func(c Config) bool { return c.Limits.Identity == devicelimit.IdentityClientID }},
+		{name: "identity username", yaml: `limits: {identity: username}`, want: func(c Config) bool { return c.Limits.Identity == devicelimit.IdentityUsername }},
 		{name: "identity ip", yaml: `limits: {identity: ip}`, err: []string{`limits.identity: must be client_id or username (got "ip")`}},
 
 		// limits.rules
@@ -194,7 +194,7 @@ limits:
 			return reflect.DeepEqual(c.Limits.Rules, []Rule{{
 				Name:  "sensors",
 				Match: Match{ClientID: "sensor-*", Username: "fleet-?"},
-				Quota: Quota{Limit: 10, Window: Duration(time.Second), Policy: "disconnect"},
+				Quota: Quota{Limit: 10, Window: Duration(time.Second), Policy: devicelimit.PolicyDisconnect},
 			}})
 		}},
 		{name: "rule quota inherits default", yaml: `
@@ -205,8 +205,8 @@ limits:
       quota: {limit: 5}
     - match: {username: "b"}
 `, want: func(c Config) bool {
-			return c.Limits.Rules[0].Quota == Quota{Limit: 5, Window: Duration(2 * time.Second), Policy: "disconnect"} &&
-				c.Limits.Rules[1].Quota == Quota{Limit: 50, Window: Duration(2 * time.Second), Policy: "disconnect"}
+			return c.Limits.Rules[0].Quota == Quota{Limit: 5, Window: Duration(2 * time.Second), Policy: devicelimit.PolicyDisconnect} &&
+				c.Limits.Rules[1].Quota == Quota{Limit: 50, Window: Duration(2 * time.Second), Policy: devicelimit.PolicyDisconnect}
 		}},
 		{name: "rules empty list", yaml: `limits: {rules: []}`, want: func(c Config) bool { return c.Limits.Rules == nil }},
 		{name: "rule without match", yaml: `limits: {rules: [{quota: {limit: 1}}]}`, err: []string{`limits.rules[0].match: needs a client_id or username pattern`}},
@@ -216,7 +216,7 @@ limits:
 		{name: "rule zero limit", yaml: `limits: {rules: [{match: {username: u}, quota: {limit: 0}}]}`,
 			err: []string{`limits.rules[0].quota.limit: must be between 1 and 1000000000 (got 0)`}},
 		{name: "rule defer", yaml: `limits: {rules: [{match: {username: u}, quota: {policy: defer}}]}`,
-			want: func(c Config) bool { return c.Limits.Rules[0].Quota.Policy == "defer" }},
+			want: func(c Config) bool { return c.Limits.Rules[0].Quota.Policy == devicelimit.PolicyDefer }},
 		{name: "rule bare window", yaml: `limits: {rules: [{match: {username: u}, quota: {window: 5}}]}`,
 			err: []string{`limits.rules[0].quota.window: must be a duration like "10s" (got 5)`}},
 		{name: "rule duplicate name", yaml: `limits: {rules: [{name: a, match: {username: u}}, {name: a, match: {username: v}}]}`,
@@ -226,10 +226,10 @@ limits:
 		{name: "rules not a list", yaml: `limits: {rules: {match: {username: u}}}`, err: []string{`limits.rules: must be a list (got a mapping)`}},
 
 		// log.level
-		{name: "level debug", yaml: `log: {level: debug}`, want: func(c Config) bool { return c.Log.Level == "debug" }},
-		{name: "level warn", yaml: `log: {level: warn}`, want: func(c Config) bool { return c.Log.Level == "warn" }},
-		{name: "level error", yaml: `log: {level: error}`, want: func(c Config) bool { return c.Log.Level == "error" }},
-		{name: "level upper case", yaml: `log: {level: INFO}`, want: func(c Config) bool { return c.Log.Level == "INFO" }},
+		{name: "level debug", yaml: `log: {level: debug}`, want: func(c Config) bool { return c.Log.Level == slog.LevelDebug }},
+		{name: "level warn", yaml: `log: {level: warn}`, want: func(c Config) bool { return c.Log.Level == slog.LevelWarn }},
+		{name: "level error", yaml: `log: {level: error}`, want: func(c Config) bool { return c.Log.Level == slog.LevelError }},
+		{name: "level upper case", yaml: `log: {level: INFO}`, want: func(c Config) bool { return c.Log.Level == slog.LevelInfo }},
 		{name: "level verbose", yaml: `log: {level: verbose}`, err: []string{`log.level: must be debug, info, warn or error (got "verbose")`}},
 		{name: "level empty", yaml: `log: {level: ""}`, err: []string{`log.level: must be debug, info, warn or error (got "")`}},
 
@@ -242,7 +242,7 @@ limits:
 
 		// aliases resolve like the values they name
 		{name: "alias", yaml: "limits:\n  default: &q {limit: 3, window: 3s}\n  rules: [{match: {username: u}, quota: *q}]\n", want: func(c Config) bool {
-			return c.Limits.Rules[0].Quota == Quota{Limit: 3, Window: Duration(3 * time.Second), Policy: "drop"}
+			return c.Limits.Rules[0].Quota == Quota{Limit: 3, Window: Duration(3 * time.Second), Policy: devicelimit.PolicyDrop}
 		}},
 	}
 	for _, tt := range tests {
@@ -277,8 +277,8 @@ func TestValidateReportsEveryKey(t *testing.T) {
 	c.Limits.Buckets = 0
 	c.Limits.Default.Limit = 0
 	c.Limits.Default.Window = 0
-	c.Limits.Identity = "ip"
-	c.Log.Level = "loud"
+	c.Limits.Identity = 7       // no name stands for it
+	c.Log.Level = slog.Level(3) // between info and warn: no name
 	err := c.Validate()
 	var keys []string
 	for _, fe := range FieldErrors(err) {
@@ -383,7 +383,7 @@ log: {level: warn}
 		t.Errorf("Table() with 0 buckets = %v, want ErrInvalidBuckets", err)
 	}
 	bad = Default()
-	bad.Limits.Default.Policy = "hold"
+	bad.Limits.Default.Policy = 9
 	if _, err := bad.Resolver(); err == nil || !strings.Contains(err.Error(), "limits.default.policy") {
 		t.Errorf("Resolver() with policy hold = %v, want policy error", err)
 	}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"devicegate/devicelimit"
 )
 
 // MaxSize is the largest configuration Parse reads.
@@ -23,7 +26,9 @@ const maxErrors = 20
 // replace the defaults, the others keep them, and an empty input gives
 // Default. Unknown keys, values of the wrong type and durations that are
 // not strings like "10s" are errors naming the key and line (joined, at
-// most 20). Parse does not Validate.
+// most 20). Parse does not Validate; a name no setting has (a policy,
+// the identity, the log level) is left for Validate to report with the
+// other problems, the field holding its default meanwhile.
 func Parse(r io.Reader) (Config, error) {
 	cfg := Default()
 	data, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
@@ -48,20 +53,31 @@ func Parse(r io.Reader) (Config, error) {
 	if isNull(root) {
 		return cfg, nil
 	}
-	w := walker{present: make(map[string]bool)}
+	w := walker{present: make(map[string]bool), badNames: make(map[string]string)}
 	w.walk(root, reflect.TypeFor[Config](), "")
 	if len(w.errs) > 0 {
 		return Config{}, joinErrors(w.errs, w.dropped)
 	}
 
 	// Second pass: the decode proper, with yaml.v3 rejecting unknown
-	// fields too, in case the walk and the decoder ever disagree.
-	dec := yaml.NewDecoder(bytes.NewReader(data))
+	// fields too, in case the walk and the decoder ever disagree. It
+	// decodes the walked tree, in which the names the walk refused are
+	// now those of their types' zero values; Validate reports them.
+	walked := data
+	if len(w.badNames) > 0 {
+		if walked, err = yaml.Marshal(root); err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		cfg.badNames = w.badNames
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(walked))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	var extra yaml.Node
+	dec = yaml.NewDecoder(bytes.NewReader(data))
+	var first, extra yaml.Node
+	_ = dec.Decode(&first) // parsed above
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		if err != nil {
 			return Config{}, fmt.Errorf("config: %w", err)
@@ -112,15 +128,28 @@ func parseDuration(n *yaml.Node) (time.Duration, string) {
 // of its struct types. It follows the types, not the nodes, so its work
 // is bounded by the size of the input even with aliases.
 type walker struct {
-	errs    []error
-	dropped int
-	present map[string]bool // keys set to a non-null value
+	errs     []error
+	dropped  int
+	present  map[string]bool   // keys set to a non-null value
+	badNames map[string]string // see Config.badNames
 }
 
 var (
 	durationType = reflect.TypeFor[Duration]()
 	sizeType     = reflect.TypeFor[Size]()
 )
+
+// names are the fields written as one of a few names, each with its
+// parser: the walk checks the name, and decoding (encoding.TextUnmarshaler)
+// stores the typed value.
+var names = map[reflect.Type]struct {
+	parse func(string) error
+	zero  string // the name of the type's zero value
+}{
+	reflect.TypeFor[devicelimit.Policy]():   {func(s string) error { _, err := ParsePolicy(s); return err }, "drop"},
+	reflect.TypeFor[devicelimit.Identity](): {func(s string) error { _, err := devicelimit.ParseIdentity(s); return err }, "client_id"},
+	reflect.TypeFor[slog.Level]():           {func(s string) error { _, err := ParseLevel(s); return err }, "info"},
+}
 
 func (w *walker) fail(n *yaml.Node, key, format string, args ...any) {
 	if len(w.errs) == maxErrors {
@@ -147,6 +176,18 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 	if t == sizeType {
 		if _, msg := parseSize(n); msg != "" {
 			w.fail(n, path, "%s", msg)
+		}
+		return
+	}
+	if nm, ok := names[t]; ok {
+		if n.Kind != yaml.ScalarNode {
+			w.fail(n, path, "must be a string (got %s)", describe(n))
+			return
+		}
+		if err := nm.parse(n.Value); err != nil {
+			// Validate reports it; decoding takes the zero value.
+			w.badNames[path] = err.Error()
+			n.Value, n.Tag, n.Style = nm.zero, "!!str", 0
 		}
 		return
 	}

@@ -16,7 +16,7 @@ import (
 // as FieldErrors naming the key and the value (joined, at most 20). The
 // quota ranges are devicelimit's (Quota.Validate).
 func (c Config) Validate() error {
-	var v validator
+	v := validator{badNames: c.badNames}
 	if c.MQTT.TCP != "" {
 		v.tcp("mqtt.tcp", c.MQTT.TCP)
 	}
@@ -56,9 +56,8 @@ func (c Config) Validate() error {
 		buckets = 1
 	}
 	v.quota("limits.default", c.Limits.Default, buckets)
-	if _, err := devicelimit.ParseIdentity(c.Limits.Identity); err != nil {
-		v.add("limits.identity", err.Error())
-	}
+	_, err := c.Identity()
+	v.name("limits.identity", err)
 	names := make(map[string]int, len(c.Limits.Rules))
 	for i, r := range c.Limits.Rules {
 		key := fmt.Sprintf("limits.rules[%d]", i)
@@ -91,9 +90,8 @@ func (c Config) Validate() error {
 	if rd := time.Duration(d.RestoreDelay); rd < 0 || rd > time.Hour {
 		v.add("limits.defer.restore_delay", fmt.Sprintf("must be between 0s and 1h (got %q)", rd.String()))
 	}
-	if _, err := parseLevel(c.Log.Level); err != nil {
-		v.add("log.level", err.Error())
-	}
+	_, err = c.LogLevel()
+	v.name("log.level", err)
 	v.cluster(c.Cluster)
 	c.validateSecurity(&v)
 	if len(v.errs) == 0 {
@@ -106,8 +104,19 @@ func (c Config) Validate() error {
 const MaxDeferMessages = 1_000_000
 
 type validator struct {
-	errs    []error
-	dropped int
+	errs     []error
+	dropped  int
+	badNames map[string]string // Config.badNames
+}
+
+// name reports a name Parse refused under key, else err (a typed value
+// no name stands for), if any.
+func (v *validator) name(key string, err error) {
+	if msg, ok := v.badNames[key]; ok {
+		v.add(key, msg)
+	} else if err != nil {
+		v.add(key, err.Error())
+	}
 }
 
 func (v *validator) add(key, msg string) {
@@ -154,12 +163,11 @@ func (v *validator) glob(key, pattern string) {
 // devicelimit names goes into the key ("limits.default.limit: must be
 // ...").
 func (v *validator) quota(key string, q Quota, buckets int) {
-	p, err := parsePolicy(q.Policy)
-	if err != nil {
-		v.add(key+".policy", err.Error())
+	if _, bad := v.badNames[key+".policy"]; bad {
+		v.name(key+".policy", nil)
+		q.Policy = devicelimit.PolicyDrop // reported: check the rest
 	}
-	dq := devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: p}
-	if err := dq.Validate(buckets); err != nil {
+	if err := q.Quota().Validate(buckets); err != nil {
 		v.field(key, err)
 	}
 }

@@ -34,6 +34,24 @@ func ParseIdentity(s string) (Identity, error) {
 	return 0, fmt.Errorf("must be client_id or username (got %q)", s)
 }
 
+// MarshalText implements encoding.TextMarshaler.
+func (i Identity) MarshalText() ([]byte, error) {
+	if i > IdentityUsername {
+		return nil, fmt.Errorf("must be client_id or username (got %d)", uint8(i))
+	}
+	return []byte(i.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (i *Identity) UnmarshalText(b []byte) error {
+	v, err := ParseIdentity(string(b))
+	if err != nil {
+		return err
+	}
+	*i = v
+	return nil
+}
+
 // Of returns the device ID of a connection with this client ID and
 // username.
 func (i Identity) Of(clientID, username string) string {

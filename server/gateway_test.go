@@ -36,7 +36,7 @@ func testConfig(dir string, limit int, window time.Duration) config.Config {
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.DataDir = dir
 	cfg.Persist.SnapshotInterval = config.Duration(100 * time.Millisecond)
-	cfg.Limits.Default = config.Quota{Limit: limit, Window: config.Duration(window), Policy: "drop"}
+	cfg.Limits.Default = config.Quota{Limit: limit, Window: config.Duration(window), Policy: devicelimit.PolicyDrop}
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}

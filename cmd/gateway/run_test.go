@@ -15,6 +15,9 @@ import (
 
 	"devicegate/config"
 	"devicegate/server"
+	"log/slog"
+
+	"devicegate/devicelimit"
 )
 
 func TestRunArgs(t *testing.T) {
@@ -128,10 +131,10 @@ log: {level: warn}
 	fromFile.MQTT.TCP = "127.0.0.1:1999"
 	fromFile.DataDir = "/var/lib/gw"
 	fromFile.Persist.SnapshotInterval = config.Duration(5 * time.Second)
-	fromFile.Limits.Default = config.Quota{Limit: 5, Window: config.Duration(2 * time.Second), Policy: "drop"}
+	fromFile.Limits.Default = config.Quota{Limit: 5, Window: config.Duration(2 * time.Second), Policy: devicelimit.PolicyDrop}
 	fromFile.Limits.Buckets = 10
 	fromFile.Limits.Rules = []config.Rule{{Match: config.Match{Username: "u"}, Quota: fromFile.Limits.Default}}
-	fromFile.Log.Level = "warn"
+	fromFile.Log.Level = slog.LevelWarn
 
 	tests := []struct {
 		name string
@@ -146,9 +149,9 @@ log: {level: warn}
 				c.MQTT.TCP = ":2883"
 				c.DataDir = "/srv/gw"
 				c.Persist.SnapshotInterval = config.Duration(250 * time.Millisecond)
-				c.Limits.Default = config.Quota{Limit: 9, Window: config.Duration(time.Minute), Policy: "disconnect"}
+				c.Limits.Default = config.Quota{Limit: 9, Window: config.Duration(time.Minute), Policy: devicelimit.PolicyDisconnect}
 				c.Limits.Buckets = 60
-				c.Log.Level = "debug"
+				c.Log.Level = slog.LevelDebug
 				return c
 			}},
 		{"file only", []string{"--config", file}, func() config.Config { return fromFile }},

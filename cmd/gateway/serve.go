@@ -61,9 +61,9 @@ func newServeFlags(f *serveFlags) *flag.FlagSet {
 	fs.Var(&f.snapshotInterval, "snapshot-interval", fmt.Sprintf("write changed windows every `duration`; a crash loses at most about this long of admissions (persist.snapshot_interval, default %s)", d.Persist.SnapshotInterval))
 	fs.Var(&f.limit, "limit", fmt.Sprintf("default quota: `N` messages per window (limits.default.limit, default %d)", d.Limits.Default.Limit))
 	fs.Var(&f.window, "window", fmt.Sprintf("default quota `duration` such as 10s (limits.default.window, default %s)", d.Limits.Default.Window))
-	fs.StringVar(&f.policy, "policy", d.Limits.Default.Policy, fmt.Sprintf("default quota `policy` over the limit: drop, defer or disconnect (limits.default.policy, default %s)", d.Limits.Default.Policy))
+	fs.StringVar(&f.policy, "policy", d.Limits.Default.Policy.String(), fmt.Sprintf("default quota `policy` over the limit: drop, defer or disconnect (limits.default.policy, default %s)", d.Limits.Default.Policy))
 	fs.Var(&f.buckets, "buckets", fmt.Sprintf("`N` buckets per window, 1..%d (limits.buckets, default %d)", devicelimit.MaxBuckets, d.Limits.Buckets))
-	fs.StringVar(&f.logLevel, "log-level", d.Log.Level, fmt.Sprintf("lowest log `level`: debug, info, warn or error (log.level, default %s)", d.Log.Level))
+	fs.StringVar(&f.logLevel, "log-level", config.LevelName(d.Log.Level), fmt.Sprintf("lowest log `level`: debug, info, warn or error (log.level, default %s)", config.LevelName(d.Log.Level)))
 	return fs
 }
 
@@ -114,6 +114,12 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 	}
 
 	set := make(map[string]bool)
+	var flagErrs []error // a name no setting has: the flag is to blame
+	named := func(flag, s string, parse func(string) error) {
+		if err := parse(s); err != nil {
+			flagErrs = append(flagErrs, fmt.Errorf("--%s: %w", flag, err))
+		}
+	}
 	fs.Visit(func(fl *flag.Flag) {
 		set[fl.Name] = true
 		switch fl.Name {
@@ -132,20 +138,24 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 		case "window":
 			cfg.Limits.Default.Window = config.Duration(f.window.v)
 		case "policy":
-			cfg.Limits.Default.Policy = f.policy
+			named("policy", f.policy, func(s string) (err error) { cfg.Limits.Default.Policy, err = config.ParsePolicy(s); return err })
 		case "buckets":
 			cfg.Limits.Buckets = f.buckets.v
 		case "log-level":
-			cfg.Log.Level = f.logLevel
+			named("log-level", f.logLevel, func(s string) (err error) { cfg.Log.Level, err = config.ParseLevel(s); return err })
 		}
 	})
 
+	errs := flagErrs
 	if err := cfg.Validate(); err != nil {
+		errs = append(errs, blameFlags(err, set))
+	}
+	if len(errs) > 0 {
 		source := "invalid settings"
 		if f.config != "" {
 			source += " (config " + f.config + ")"
 		}
-		return config.Config{}, withContext(source, blameFlags(err, set))
+		return config.Config{}, withContext(source, errors.Join(errs...))
 	}
 	return cfg, nil
 }

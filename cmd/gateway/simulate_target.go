@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -60,7 +62,7 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 	}
 	cfg.MQTT.TCP, cfg.Admin.Addr, cfg.DataDir = mqttAddr, "127.0.0.1:0", dataDir
 	if f.target.spawn {
-		cfg.Log.Level = "info"
+		cfg.Log.Level = slog.LevelInfo
 	}
 	given := map[string]bool{"snapshot-interval": set["snapshot-interval"]}
 	if given["snapshot-interval"] {
@@ -75,15 +77,23 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 	if given["window"] {
 		cfg.Limits.Default.Window = config.Duration(f.window.v)
 	}
+	var errs []error
 	if given["policy"] {
-		cfg.Limits.Default.Policy = f.policy
+		p, err := config.ParsePolicy(f.policy)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--policy: %w", err))
+		}
+		cfg.Limits.Default.Policy = p
 	}
 	if err := cfg.Validate(); err != nil {
+		errs = append(errs, blameFlags(err, given))
+	}
+	if len(errs) > 0 {
 		source := "invalid settings"
 		if f.target.config != "" {
 			source += " (config " + f.target.config + ")"
 		}
-		return config.Config{}, withContext(source, blameFlags(err, given))
+		return config.Config{}, withContext(source, errors.Join(errs...))
 	}
 	return cfg, nil
 }
