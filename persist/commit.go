@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"bytes"
 	"sync"
 	"sync/atomic"
 
@@ -48,6 +49,9 @@ type committer struct {
 // request is one queued operation: a put of rec under key, or the
 // deletion of dels. It is answered on done (capacity 1) and reused.
 type request struct {
+	// log names the forward log the request writes (forward.go); nil:
+	// the deferred messages' bucket.
+	log  []byte
 	key  []byte
 	rec  []byte
 	dels [][]byte
@@ -179,15 +183,18 @@ func (c *committer) commit(reqs []*request) {
 		failed := -1
 		err := guard(func() error {
 			return closedErr(c.db.Update(func(tx *bolt.Tx) error {
-				b := tx.Bucket(bucketDeferred)
-				if b == nil {
-					var err error
-					if b, err = tx.CreateBucket(bucketDeferred); err != nil {
-						return err
-					}
-				}
+				var last *bolt.Bucket
+				var lastLog []byte
 				for i, r := range reqs {
 					failed = i
+					b := last
+					if b == nil || !bytes.Equal(r.log, lastLog) {
+						var err error
+						if b, err = requestBucket(tx, r.log); err != nil {
+							return err
+						}
+						last, lastLog = b, r.log
+					}
 					if err := r.apply(b); err != nil {
 						return err
 					}
@@ -214,6 +221,19 @@ func (c *committer) commit(reqs []*request) {
 func (c *committer) answer(r *request, err error) {
 	c.pending.Add(-1)
 	r.done <- err
+}
+
+// requestBucket returns the bucket a request writes, made if missing:
+// the deferred messages', or forward log log's.
+func requestBucket(tx *bolt.Tx, log []byte) (*bolt.Bucket, error) {
+	if log == nil {
+		return tx.CreateBucketIfNotExists(bucketDeferred)
+	}
+	root, err := tx.CreateBucketIfNotExists(bucketForward)
+	if err != nil {
+		return nil, err
+	}
+	return root.CreateBucketIfNotExists(log)
 }
 
 // apply writes r in b. Applying it twice has the effect of once.

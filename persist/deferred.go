@@ -53,6 +53,7 @@ func (s *Store) Enqueue(device string, seq uint64, rec []byte) error {
 		return fmt.Errorf("enqueue deferred message %d of device %s: %d bytes, the store keeps at most %d", seq, keyName([]byte(device)), len(rec), int64(bolt.MaxValueSize))
 	}
 	r := requests.Get().(*request)
+	r.log = nil
 	r.key = appendDeferredKey(r.key[:0], device, seq)
 	r.rec = rec
 	err := s.commit.do(r)

@@ -36,6 +36,7 @@ var (
 	bucketOverrides = []byte("overrides")
 	bucketMeta      = []byte("meta")
 	bucketDeferred  = []byte("deferred")
+	bucketForward   = []byte("forward") // a bucket per forward log (forward.go)
 )
 
 // Options configures Open. The zero value is ready to use.

@@ -1,0 +1,158 @@
+package persist
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// A forward log holds, in order, the messages one upstream connection
+// has still to deliver: appended before the device is acknowledged,
+// deleted once the upstream acknowledged them. Each log is a bucket of
+// its own under "forward", keyed by an 8-byte big-endian sequence number
+// the caller assigns in increasing order, so a read in key order is the
+// order of appends; the record is the caller's. Appends and deletions
+// share the store's group commit with the deferral queue: a device's
+// publish costs one transaction shared with everyone's.
+//
+// The backlog lives in the file (bbolt's memory map), not in the heap:
+// reading a log walks it from a sequence number on, a page at a time.
+
+// validLog checks a forward log's name: 1..255 bytes (a bbolt bucket
+// name).
+func validLog(log string) error {
+	if log == "" || len(log) > 255 {
+		return fmt.Errorf("forward log name must be 1 to 255 bytes (got %d)", len(log))
+	}
+	return nil
+}
+
+func forwardKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq) }
+
+// AppendForward stores rec as message seq of forward log log durably: it
+// returns only after the transaction holding it was committed and
+// fsynced, in a group commit shared with concurrent appends and
+// deferrals (see Enqueue for what an error means). A record already
+// stored under seq is replaced. rec is not retained.
+func (s *Store) AppendForward(log string, seq uint64, rec []byte) error {
+	if err := validLog(log); err != nil {
+		return err
+	}
+	if int64(len(rec)) > bolt.MaxValueSize {
+		return fmt.Errorf("append to forward log %q: %d bytes, the store keeps at most %d", log, len(rec), int64(bolt.MaxValueSize))
+	}
+	r := requests.Get().(*request)
+	r.log = []byte(log)
+	r.key = binary.BigEndian.AppendUint64(r.key[:0], seq)
+	r.rec = rec
+	err := s.commit.do(r)
+	r.rec, r.log = nil, nil
+	requests.Put(r)
+	if err != nil {
+		return fmt.Errorf("append message %d to forward log %q in %q: %w", seq, log, s.path, err)
+	}
+	return nil
+}
+
+// DeleteForward removes messages of forward log log durably (the
+// upstream acknowledged them), in transactions shared with appends.
+// Sequence numbers not stored are not an error.
+func (s *Store) DeleteForward(log string, seqs []uint64) error {
+	if err := validLog(log); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return fmt.Errorf("delete from forward log %q in %q: %w", log, s.path, ErrClosed)
+	}
+	for len(seqs) > 0 {
+		chunk := seqs[:min(len(seqs), s.delChunk)]
+		seqs = seqs[len(chunk):]
+		dels := make([][]byte, len(chunk))
+		for i, seq := range chunk {
+			dels[i] = forwardKey(seq)
+		}
+		if err := s.commit.do(&request{log: []byte(log), dels: dels, done: make(chan error, 1)}); err != nil {
+			return fmt.Errorf("delete %d messages from forward log %q in %q: %w", len(dels), log, s.path, err)
+		}
+	}
+	return nil
+}
+
+// errStopRead ends a ReadForward early.
+var errStopRead = errors.New("stop")
+
+// ReadForward calls fn, in sequence order, for the messages of forward
+// log log from sequence number from on, until fn returns false or the
+// log ends. rec is valid only during the call. A log never written is
+// empty.
+func (s *Store) ReadForward(log string, from uint64, fn func(seq uint64, rec []byte) bool) error {
+	if err := validLog(log); err != nil {
+		return err
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		b := forwardBucket(tx, log)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Seek(forwardKey(from)); k != nil; k, v = c.Next() {
+			if len(k) != 8 {
+				return fmt.Errorf("%w: forward log %q: a key of %d bytes", ErrCorrupt, log, len(k))
+			}
+			if !fn(binary.BigEndian.Uint64(k), v) {
+				return errStopRead
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errStopRead) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read forward log %q in %q: %w", log, s.path, err)
+	}
+	return nil
+}
+
+// ForwardStats returns the number of messages and record bytes held by
+// forward log log, and the sequence numbers of its first and last
+// message (0, 0 when it is empty). Counting walks the log.
+func (s *Store) ForwardStats(log string) (messages int, bytes int64, first, last uint64, err error) {
+	if err := validLog(log); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	err = s.view(func(tx *bolt.Tx) error {
+		b := forwardBucket(tx, log)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if len(k) != 8 {
+				return fmt.Errorf("%w: forward log %q: a key of %d bytes", ErrCorrupt, log, len(k))
+			}
+			seq := binary.BigEndian.Uint64(k)
+			if messages == 0 {
+				first = seq
+			}
+			last = seq
+			messages++
+			bytes += int64(len(v))
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("forward log %q in %q: %w", log, s.path, err)
+	}
+	return messages, bytes, first, last, nil
+}
+
+// forwardBucket returns forward log log's bucket, or nil.
+func forwardBucket(tx *bolt.Tx, log string) *bolt.Bucket {
+	root := tx.Bucket(bucketForward)
+	if root == nil {
+		return nil
+	}
+	return root.Bucket([]byte(log))
+}
