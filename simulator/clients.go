@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"devicegate/internal/mqtt3"
 	paho "github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
@@ -105,15 +106,11 @@ func dial4(ctx context.Context, addr, id string, qos byte, auth Auth) (*client4,
 	if auth.Username != "" {
 		opts.SetUsername(auth.Username).SetPassword(auth.Password)
 	}
-	c := mqtt.NewClient(opts)
-	tok := c.Connect()
-	select {
-	case <-tok.Done():
-	case <-ctx.Done():
-		c.Disconnect(0)
-		return nil, ctx.Err()
-	}
-	if err := tok.Error(); err != nil {
+	c, err := mqtt3.Connect(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
 		return nil, refused4(err)
 	}
 	return &client4{c: c, qos: qos}, nil

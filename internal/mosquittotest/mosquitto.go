@@ -1,0 +1,75 @@
+// Package mosquittotest runs a real Mosquitto broker for tests: the
+// upstream the gateway forwards to. `make test` installs the mosquitto
+// package when it is missing; a missing binary fails the test.
+package mosquittotest
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is a running mosquitto on 127.0.0.1.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+	t    testing.TB
+}
+
+// Start runs mosquitto on a free loopback port, anonymous clients
+// allowed, no persistence; the test's cleanup stops it.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
+			t.Fatalf("mosquitto not found (package mosquitto; `make test` installs it): %v", err)
+		}
+		bin = "/usr/sbin/mosquitto"
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
+	if err := os.WriteFile(conf, []byte("listener "+port+" 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\nlog_type error\nuser root\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", conf)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start mosquitto: %v", err)
+	}
+	s := &Server{Addr: addr, cmd: cmd, t: t}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // if a test paused it
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mosquitto did not listen on %s within 10s: %v", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for a process to listen
+	}
+}
+
+// Pause stops the broker's process (SIGSTOP): connections stay open and
+// nothing is answered, as over a link that went dead.
+func (s *Server) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused broker.
+func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
