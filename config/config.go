@@ -108,6 +108,8 @@ type Config struct {
 	// Cluster, when cluster.redis.addrs is set, shares device windows
 	// and quota overrides between gateways in Redis.
 	Cluster Cluster `yaml:"cluster"`
+	// Forward lists the upstreams admitted messages are handed on to.
+	Forward []Forward `yaml:"forward,omitempty"`
 	// Auth turns on device authentication and the topic ACL; its zero
 	// value lets every client in (allow-all).
 	Auth Auth `yaml:"auth"`

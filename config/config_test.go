@@ -234,7 +234,7 @@ limits:
 		{name: "level empty", yaml: `log: {level: ""}`, err: []string{`log.level: must be debug, info, warn or error (got "")`}},
 
 		// unknown keys, at every depth
-		{name: "unknown top", yaml: "mqtt: {}\nauthz: {}\n", err: []string{`line 2: authz: unknown key; expected one of mqtt, admin, data_dir, persist, limits, log, cluster, auth`}},
+		{name: "unknown top", yaml: "mqtt: {}\nauthz: {}\n", err: []string{`line 2: authz: unknown key; expected one of mqtt, admin, data_dir, persist, limits, log, cluster, forward, auth`}},
 		{name: "unknown nested", yaml: "limits:\n  default:\n    burst: 5\n", err: []string{`line 3: limits.default.burst: unknown key; expected one of limit, window, policy`}},
 		{name: "unknown in rule", yaml: `limits: {rules: [{match: {ip: "10.*"}}]}`, err: []string{`limits.rules[0].match.ip: unknown key; expected one of client_id, username`}},
 		{name: "unknown odd key", yaml: "\"a.b\": 1\n", err: []string{`line 1: "a.b": unknown key`}},

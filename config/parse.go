@@ -248,6 +248,9 @@ func yamlFields(t reflect.Type) map[string]reflect.StructField {
 	m := make(map[string]reflect.StructField, t.NumField())
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if !f.IsExported() {
+			continue // Config.badNames: not a key
+		}
 		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		m[name] = f
 	}
@@ -257,6 +260,9 @@ func yamlFields(t reflect.Type) map[string]reflect.StructField {
 func fieldNames(t reflect.Type) []string {
 	names := make([]string, 0, t.NumField())
 	for i := range t.NumField() {
+		if !t.Field(i).IsExported() {
+			continue
+		}
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
 		names = append(names, name)
 	}

@@ -93,6 +93,7 @@ func (c Config) Validate() error {
 	_, err = c.LogLevel()
 	v.name("log.level", err)
 	v.cluster(c.Cluster)
+	v.forward(c.Forward)
 	c.validateSecurity(&v)
 	if len(v.errs) == 0 {
 		return nil
