@@ -52,6 +52,11 @@ type Options struct {
 	// at its decision instant. Admitted and deferred publishes are not
 	// recorded.
 	Throttled *topk.Tracker
+	// Forward, when set, takes every admitted message (and every
+	// released deferred one) for the upstreams (forward.Set): it returns
+	// once the upstreams' forward logs hold it durably, and the device is
+	// acknowledged only then.
+	Forward Forwarder
 	// Limiter, when not nil, takes the publish and release decisions
 	// instead of Table, for example windows shared in Redis
 	// (cluster.Limiter). Table still holds this process's windows
@@ -181,6 +186,7 @@ func New(opts Options) (*Server, error) {
 
 		devices:   make(map[string]*devState),
 		throttled: opts.Throttled,
+		fwd:       opts.Forward,
 	}
 	ah, err := newAuthHook(srv, opts, log, logs, h.conns)
 	if err != nil {

@@ -27,6 +27,7 @@ const (
 	logProtocol logKind = "protocol" // a protocol error, per rule (protocheck.go)
 	logDefer    logKind = "defer"    // a store or release failure, per kind (release.go)
 	logMochi    logKind = "mochi"    // one of mochi's lines, per message (log.go)
+	logForward  logKind = "forward"  // a publish the forward log did not take
 )
 
 func newLogLimiter(clock devicelimit.Clock) (*logLimiter, error) {

@@ -90,6 +90,8 @@ type throttle struct {
 	logs *logLimiter
 	// wills is the one will per device per window beyond the quota.
 	wills willAllowance
+	// fwd takes admitted messages for the upstreams; nil without any.
+	fwd Forwarder
 
 	// def is the deferral queue; nil without a DeferStore, and policy
 	// defer then drops.
@@ -205,6 +207,13 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		// first arrived, or never subject to a quota.
 		if cl.Net.Listener != releaseListener {
 			h.inline.Add(1)
+			return pk, nil
+		}
+		// A released deferred message: it was acknowledged when stored,
+		// so a failure here can only be logged (the release loop keeps
+		// it in the queue only until it publishes it).
+		if err := h.forward(&pk); err != nil {
+			h.log.Error("released message not forwarded", "topic", pk.TopicName, "error", err)
 		}
 		return pk, nil
 	}
@@ -227,9 +236,32 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	d := h.limiter.AllowAt(c.device, q, now)
 	if d.Allowed {
 		h.allowed.Add(1)
-		return pk, nil
+		return pk, h.forwardOrReject(cl, &pk)
 	}
 	return pk, h.refuse(cl, pk, c, q, d, now)
+}
+
+// forward hands pk to the upstreams, if any.
+func (h *throttle) forward(pk *packets.Packet) error {
+	if h.fwd == nil {
+		return nil
+	}
+	return h.fwd.Forward(pk.TopicName, pk.FixedHeader.Qos, pk.FixedHeader.Retain, pk.Payload)
+}
+
+// forwardOrReject forwards an admitted publish; when the forward logs
+// cannot take it, the publish is dropped without an acknowledgement
+// (errReject), so a QoS 1 or 2 device sends it again, and the failure is
+// logged once per window.
+func (h *throttle) forwardOrReject(cl *mqtt.Client, pk *packets.Packet) error {
+	err := h.forward(pk)
+	if err == nil {
+		return nil
+	}
+	if h.logs.allow(logForward, "", refusalLogWindow) {
+		h.log.Error("message not acknowledged: the forward log did not take it", "client", cl.ID, "topic", pk.TopicName, "error", err)
+	}
+	return errReject
 }
 
 // deferPublish applies policy defer: the publish is forwarded when the
@@ -244,7 +276,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	switch out {
 	case outAllowed:
 		h.allowed.Add(1)
-		return nil
+		return h.forwardOrReject(cl, pk)
 	case outDeferred:
 		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)
 	}

@@ -21,7 +21,9 @@ type Forward struct {
 	// upstream.
 	LocalPrefix  string `yaml:"local_prefix,omitempty"`
 	RemotePrefix string `yaml:"remote_prefix,omitempty"`
-	// MaxQoS bounds the QoS upstream: 0 or 1 (default 1).
+	// MaxQoS bounds the QoS upstream: 0 or 1 (1 when the file does not
+	// say; with 0 a message leaves the forward log once written to the
+	// connection, and an outage can lose it).
 	MaxQoS int `yaml:"max_qos"`
 	// ClientID upstream; default devicegate-HOST-NAME.
 	ClientID string `yaml:"client_id,omitempty"`

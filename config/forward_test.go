@@ -23,6 +23,12 @@ func TestForwardConfig(t *testing.T) {
 	if err != nil || len(c.Forward) != 1 || c.Forward[0].Addr() != "127.0.0.1:1884" || c.Forward[0].Topics[0] != "devices/#" {
 		t.Fatalf("good forward: %+v, %v", c.Forward, err)
 	}
+	if c, err := Parse(strings.NewReader(`forward: [{name: a, to: "mqtt://x:1", topics: [t]}]`)); err != nil || c.Forward[0].MaxQoS != 1 {
+		t.Fatalf("max_qos not given: %+v %v, want 1", c.Forward, err)
+	}
+	if c, err := Parse(strings.NewReader(`forward: [{name: a, to: "mqtt://x:1", topics: [t], max_qos: 0}]`)); err != nil || c.Forward[0].MaxQoS != 0 {
+		t.Fatalf("max_qos 0: %+v %v", c.Forward, err)
+	}
 	for _, tc := range []struct{ yaml, want string }{
 		{`forward: [{name: a, to: "http://x:1", topics: [t]}]`, `forward[0].to: must be mqtt://host:port (got "http://x:1")`},
 		{`forward: [{name: a, to: "mqtt://x", topics: [t]}]`, `forward[0].to: must be mqtt://host:port, with the port (got "mqtt://x")`},

@@ -102,6 +102,12 @@ func Parse(r io.Reader) (Config, error) {
 	if len(cfg.Limits.Rules) == 0 {
 		cfg.Limits.Rules = nil
 	}
+	// An upstream's QoS is at most 1 unless the file says 0.
+	for i := range cfg.Forward {
+		if !w.present[fmt.Sprintf("forward[%d].max_qos", i)] {
+			cfg.Forward[i].MaxQoS = 1
+		}
+	}
 	return cfg, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicegate/internal/mosquittotest"
+	"devicegate/internal/poll"
 	"devicegate/persist"
 )
 
@@ -63,17 +64,6 @@ func (s *upstreamSub) firsts(t *testing.T) int {
 	return len(seen)
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the network
-	}
-}
-
 func newForwarder(t *testing.T, addr string) (*Forwarder, *persist.Store) {
 	t.Helper()
 	st, err := persist.Open(t.TempDir(), persist.Options{})
@@ -113,7 +103,7 @@ func TestForwardInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "every message upstream", func() bool { return sub.firsts(t) == n && logLen(t, st) == 0 })
+	poll.Until(t, 20*time.Second, "every message upstream", func() bool { return sub.firsts(t) == n && logLen(t, st) == 0 })
 	if !sub.topics["site-7/devices/dev-1/t"] || len(sub.topics) != 1 {
 		t.Fatalf("upstream topics %v, want the remote prefix", sub.topics)
 	}
@@ -136,19 +126,19 @@ func TestForwardThroughOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the first 100 upstream", func() bool { return sub.firsts(t) == 100 })
+	poll.Until(t, 20*time.Second, "the first 100 upstream", func() bool { return sub.firsts(t) == 100 })
 	up.Pause()
 	for i := 101; i <= 200; i++ {
 		if err := f.Append("devices/dev-1/t", 1, false, []byte(strconv.Itoa(i))); err != nil {
 			t.Fatal(err) // appends never wait for the upstream
 		}
 	}
-	eventually(t, "the forwarder to notice the outage", func() bool { return !f.Connected() })
+	poll.Until(t, 20*time.Second, "the forwarder to notice the outage", func() bool { return !f.Connected() })
 	if n := logLen(t, st); n == 0 {
 		t.Fatal("the log is empty during the outage")
 	}
 	up.Resume()
-	eventually(t, "every message upstream after the outage", func() bool { return sub.firsts(t) == 200 && logLen(t, st) == 0 })
+	poll.Until(t, 20*time.Second, "every message upstream after the outage", func() bool { return sub.firsts(t) == 200 && logLen(t, st) == 0 })
 	sub.mu.Lock()
 	dups := len(sub.got) - 200
 	sub.mu.Unlock()

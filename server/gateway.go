@@ -20,6 +20,7 @@ import (
 	"devicegate/broker"
 	"devicegate/config"
 	"devicegate/devicelimit"
+	"devicegate/forward"
 	"devicegate/internal/topk"
 	"devicegate/persist"
 )
@@ -68,6 +69,7 @@ type Gateway struct {
 	topk     *topk.Tracker
 	admin    *admin.Server
 	cluster  *clusterParts // nil unless cluster.redis is configured
+	forward  *forward.Set  // nil without forward: upstreams
 
 	// started is set once Start has succeeded; prevUnclean when
 	// the previous run had not shut down cleanly. Close keeps the file
@@ -187,9 +189,13 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	if err := g.startCluster(cfg); err != nil {
 		return nil, err
 	}
+	if g.forward, err = startForward(cfg, store, log); err != nil {
+		return nil, err
+	}
 	g.topk = topk.New(throttledK, throttledPeriod)
 	srv, err := broker.New(broker.Options{
 		Throttled: g.topk,
+		Forward:   g.forwarder(),
 		Limiter:   g.brokerLimiter(),
 		TCPAddr:   cfg.MQTT.TCP,
 		Table:     table,
@@ -355,6 +361,9 @@ func (g *Gateway) close(ctx context.Context) error {
 		if err := within(actx, g.admin.Close); err != nil {
 			errs = append(errs, fmt.Errorf("stop admin api: %w", err))
 		}
+	}
+	if g.forward != nil {
+		g.forward.Stop() // what was not sent stays in the forward logs
 	}
 	stopFailed := len(errs) > 0 // MQTT or admin may still have changed state
 	if err := within(ctx, g.closeCluster); err != nil {

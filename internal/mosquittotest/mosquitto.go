@@ -4,10 +4,12 @@
 package mosquittotest
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -68,8 +70,24 @@ func Start(t testing.TB) *Server {
 }
 
 // Pause stops the broker's process (SIGSTOP): connections stay open and
-// nothing is answered, as over a link that went dead.
-func (s *Server) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+// nothing is answered, as over a link that went dead. It returns once
+// the process is stopped (a signal is delivered asynchronously).
+func (s *Server) Pause() {
+	_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(stat)
+		// The state follows the command name in parentheses: "pid (comm) T ...".
+		if i := strings.LastIndexByte(string(b), ')'); err == nil && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("mosquitto did not stop within 10s of SIGSTOP")
+		}
+		time.Sleep(time.Millisecond) // waiting for the kernel to stop it
+	}
+}
 
 // Resume continues a paused broker.
 func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }

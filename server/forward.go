@@ -1,0 +1,50 @@
+package server
+
+import (
+	"log/slog"
+	"os"
+	"strings"
+
+	"devicegate/broker"
+	"devicegate/config"
+	"devicegate/forward"
+	"devicegate/persist"
+)
+
+// startForward builds and starts a forwarder per forward: upstream, each
+// over its forward log in the data file; nil without any.
+func startForward(cfg config.Config, store *persist.Store, log *slog.Logger) (*forward.Set, error) {
+	if len(cfg.Forward) == 0 {
+		return nil, nil
+	}
+	host, _ := os.Hostname()
+	host = strings.NewReplacer("/", "-", "+", "-", "#", "-").Replace(host)
+	routes := make([]forward.Route, 0, len(cfg.Forward))
+	for _, fc := range cfg.Forward {
+		id := fc.ClientID
+		if id == "" {
+			id = "devicegate-" + host + "-" + fc.Name
+		}
+		f, err := forward.New(forward.Config{
+			Name: fc.Name + "/0", Addr: fc.Addr(), ClientID: id, Username: fc.Username, Password: fc.Password,
+			LocalPrefix: fc.LocalPrefix, RemotePrefix: fc.RemotePrefix, MaxQoS: byte(fc.MaxQoS),
+		}, store, log)
+		if err != nil {
+			return nil, err
+		}
+		routes = append(routes, forward.Route{Filters: fc.Topics, F: f})
+		log.Info("forwarding upstream", "name", fc.Name, "to", fc.To, "topics", strings.Join(fc.Topics, ","), "client_id", id)
+	}
+	s := forward.NewSet(routes)
+	s.Start()
+	return s, nil
+}
+
+// forwarder is the broker's Forwarder: the set, or nil without one (a
+// nil *forward.Set in the interface would not be nil).
+func (g *Gateway) forwarder() broker.Forwarder {
+	if g.forward == nil {
+		return nil
+	}
+	return g.forward
+}

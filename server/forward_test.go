@@ -1,0 +1,82 @@
+package server
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicegate/config"
+	"devicegate/internal/mosquittotest"
+	"devicegate/internal/mqtttest"
+	"devicegate/internal/poll"
+)
+
+// TestForwardUpstream: a gateway configured with forward: hands the
+// device's acknowledged messages on to a real Mosquitto under the remote
+// prefix, in order, also through an outage of the upstream during which
+// the device keeps getting its acknowledgements.
+func TestForwardUpstream(t *testing.T) {
+	up := mosquittotest.Start(t)
+	var mu sync.Mutex
+	var got []string
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr).SetClientID("backend").SetOrderMatters(true))
+	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("upstream subscriber: %v", tok.Error())
+	}
+	defer sub.Disconnect(0)
+	if tok := sub.Subscribe("site-7/devices/#", 1, func(_ mqtt.Client, m mqtt.Message) {
+		mu.Lock()
+		got = append(got, m.Topic()+" "+string(m.Payload()))
+		mu.Unlock()
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe upstream: %v", tok.Error())
+	}
+
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"},
+		LocalPrefix: "devices/", RemotePrefix: "site-7/devices/", MaxQoS: 1}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+	for i := 1; i <= 50; i++ {
+		dev.MustPublish(t, "devices/meter-1/t", strconv.Itoa(i), mqtttest.CodeSuccess)
+	}
+	arrived := func(n int) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			seen := map[string]bool{}
+			for _, s := range got {
+				seen[s] = true
+			}
+			return len(seen) == n
+		}
+	}
+	poll.Until(t, 20*time.Second, "50 messages upstream", arrived(50))
+	up.Pause()
+	for i := 51; i <= 100; i++ { // acknowledged during the outage
+		dev.MustPublish(t, "devices/meter-1/t", strconv.Itoa(i), mqtttest.CodeSuccess)
+	}
+	up.Resume()
+	poll.Until(t, 20*time.Second, "100 messages upstream after the outage", arrived(100))
+	mu.Lock()
+	defer mu.Unlock()
+	prev := 0
+	seen := map[string]bool{}
+	for _, s := range got {
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
+		n, err := strconv.Atoi(s[len("site-7/devices/meter-1/t "):])
+		if err != nil || n <= prev {
+			t.Fatalf("upstream got %q after %d: out of order or mapped wrong", s, prev)
+		}
+		prev = n
+	}
+}
