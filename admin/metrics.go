@@ -30,6 +30,18 @@ type Snapshot struct {
 	// ProtocolErrors counts connections ended after CONNECT for a
 	// packet the MQTT specification forbids.
 	ProtocolErrors uint64
+	// Forward is each upstream's forwarding state (README, Forwarding
+	// upstream).
+	Forward []ForwardStats
+}
+
+// ForwardStats is one upstream's forwarding state.
+type ForwardStats struct {
+	Upstream     string
+	Connected    bool
+	Forwarded    uint64 // acknowledged by the upstream since start
+	Backlog      int64  // messages in the forward log
+	BacklogBytes int64
 }
 
 // StatsSource reports the gateway's counters; main adapts the broker's,
@@ -55,6 +67,10 @@ var (
 	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
 	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
 	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.", nil, nil)
+	descFwdConnected  = prometheus.NewDesc("devicegate_forward_connected", "1 while the upstream connection is up, else 0.", []string{"upstream"}, nil)
+	descFwdForwarded  = prometheus.NewDesc("devicegate_forward_forwarded_total", "Messages the upstream acknowledged.", []string{"upstream"}, nil)
+	descFwdBacklog    = prometheus.NewDesc("devicegate_forward_backlog_messages", "Messages in the upstream's forward log, not yet acknowledged upstream.", []string{"upstream"}, nil)
+	descFwdBytes      = prometheus.NewDesc("devicegate_forward_backlog_bytes", "Record bytes of the messages in the upstream's forward log.", []string{"upstream"}, nil)
 	descProtoErrors   = prometheus.NewDesc("devicegate_protocol_errors_total", "Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).", nil, nil)
 	descPersistErrs   = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
 )
@@ -71,7 +87,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes} {
 		ch <- d
 	}
 }
@@ -110,6 +126,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPersistErrs, s.PersistFailures)
 	counter(descSlowDrops, s.SlowSubscriberDrops)
 	counter(descProtoErrors, s.ProtocolErrors)
+	for _, f := range s.Forward {
+		up := 0.0
+		if f.Connected {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descFwdConnected, prometheus.GaugeValue, up, f.Upstream)
+		counter(descFwdForwarded, f.Forwarded, f.Upstream)
+		ch <- prometheus.MustNewConstMetric(descFwdBacklog, prometheus.GaugeValue, float64(f.Backlog), f.Upstream)
+		ch <- prometheus.MustNewConstMetric(descFwdBytes, prometheus.GaugeValue, float64(f.BacklogBytes), f.Upstream)
+	}
 	for reason, n := range s.ConnectsRefused {
 		counter(descRefused, n, reason)
 	}

@@ -12,6 +12,7 @@ func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
 		Allowed: 10, Dropped: 2, Disconnected: 1, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
 		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20,
+		Forward:         []ForwardStats{{Upstream: "cloud", Connected: true, Forwarded: 21, Backlog: 22, BacklogBytes: 2300}},
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 	}}
@@ -54,6 +55,18 @@ devicegate_persist_failing 1
 # HELP devicegate_persist_write_failures_total Failed writes to the data file.
 # TYPE devicegate_persist_write_failures_total counter
 devicegate_persist_write_failures_total 18
+# HELP devicegate_forward_backlog_bytes Record bytes of the messages in the upstream's forward log.
+# TYPE devicegate_forward_backlog_bytes gauge
+devicegate_forward_backlog_bytes{upstream="cloud"} 2300
+# HELP devicegate_forward_backlog_messages Messages in the upstream's forward log, not yet acknowledged upstream.
+# TYPE devicegate_forward_backlog_messages gauge
+devicegate_forward_backlog_messages{upstream="cloud"} 22
+# HELP devicegate_forward_connected 1 while the upstream connection is up, else 0.
+# TYPE devicegate_forward_connected gauge
+devicegate_forward_connected{upstream="cloud"} 1
+# HELP devicegate_forward_forwarded_total Messages the upstream acknowledged.
+# TYPE devicegate_forward_forwarded_total counter
+devicegate_forward_forwarded_total{upstream="cloud"} 21
 # HELP devicegate_protocol_errors_total Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).
 # TYPE devicegate_protocol_errors_total counter
 devicegate_protocol_errors_total 20
@@ -83,8 +96,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 24 {
-		t.Fatalf("%d series, want 24", n)
+	if n := testutil.CollectAndCount(c); n != 28 {
+		t.Fatalf("%d series, want 28", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

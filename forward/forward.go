@@ -40,6 +40,9 @@ type Log interface {
 type Config struct {
 	// Name names the connection in logs and its forward log.
 	Name string
+	// Upstream names the upstream the connection belongs to, for
+	// metrics; Name when empty.
+	Upstream string
 	// Addr is the upstream broker's host:port (MQTT 3.1.1 over TCP).
 	Addr string
 	// ClientID is the connection's client ID, unique upstream.
@@ -75,6 +78,9 @@ func (c *Config) defaults() error {
 	case c.MaxQoS > 1:
 		return fmt.Errorf("forward %s: max QoS must be 0 or 1 (got %d)", c.Name, c.MaxQoS)
 	}
+	if c.Upstream == "" {
+		c.Upstream = c.Name
+	}
 	if c.Window <= 0 {
 		c.Window = 100
 	}
@@ -103,6 +109,24 @@ type Forwarder struct {
 
 	connected atomic.Bool
 	forwarded atomic.Uint64 // messages the upstream acknowledged
+	// backlog and backlogBytes count what the log holds: what it held
+	// at New, plus appends, less what left it.
+	backlog, backlogBytes atomic.Int64
+}
+
+// Stats is a forwarder's state for metrics and the admin API.
+type Stats struct {
+	Name         string // the upstream's
+	Connected    bool
+	Forwarded    uint64 // acknowledged by the upstream since start
+	Backlog      int64  // messages in the forward log
+	BacklogBytes int64  // their record bytes
+}
+
+// Stats returns the forwarder's state.
+func (f *Forwarder) Stats() Stats {
+	return Stats{Name: f.cfg.Upstream, Connected: f.connected.Load(), Forwarded: f.forwarded.Load(),
+		Backlog: f.backlog.Load(), BacklogBytes: f.backlogBytes.Load()}
 }
 
 // New returns the forwarder of cfg's connection over log, continuing the
@@ -111,14 +135,17 @@ func New(cfg Config, log Log, logger *slog.Logger) (*Forwarder, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	_, _, _, last, err := log.ForwardStats(cfg.Name)
+	msgs, bytes, _, last, err := log.ForwardStats(cfg.Name)
 	if err != nil {
 		return nil, err
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Forwarder{cfg: cfg, log: log, slog: logger.With("forward", cfg.Name), next: last + 1, wake: make(chan struct{}, 1)}, nil
+	f := &Forwarder{cfg: cfg, log: log, slog: logger.With("forward", cfg.Name), next: last + 1, wake: make(chan struct{}, 1)}
+	f.backlog.Store(int64(msgs))
+	f.backlogBytes.Store(bytes)
+	return f, nil
 }
 
 // Append stores a message for the upstream durably and returns once it
@@ -135,6 +162,8 @@ func (f *Forwarder) Append(topic string, qos byte, retain bool, payload []byte) 
 	if err := f.log.AppendForward(f.cfg.Name, seq, rec); err != nil {
 		return err
 	}
+	f.backlog.Add(1)
+	f.backlogBytes.Add(int64(len(rec)))
 	select {
 	case f.wake <- struct{}{}:
 	default:
@@ -203,8 +232,9 @@ func (f *Forwarder) connect(ctx context.Context) (mqtt.Client, <-chan struct{}, 
 
 // inflight is a message sent and not yet acknowledged.
 type inflight struct {
-	seq uint64
-	tok mqtt.Token
+	seq  uint64
+	size int // its record's bytes
+	tok  mqtt.Token
 }
 
 // pump sends the log, oldest first, with up to Window messages in
@@ -225,13 +255,16 @@ func (f *Forwarder) pump(ctx context.Context, c mqtt.Client, lost <-chan struct{
 				topic, qos, retain, payload, err := decodeRecord(rec)
 				if err != nil {
 					f.slog.Error("forward log record unreadable; dropped", "seq", seq, "error", err)
-					_ = f.log.DeleteForward(f.cfg.Name, []uint64{seq})
+					if f.log.DeleteForward(f.cfg.Name, []uint64{seq}) == nil {
+						f.backlog.Add(-1)
+						f.backlogBytes.Add(-int64(len(rec)))
+					}
 					return true
 				}
 				if len(sent) == 0 {
 					headSince = time.Now()
 				}
-				sent = append(sent, inflight{seq, c.Publish(f.remote(topic), min(qos, f.cfg.MaxQoS), retain, payload)})
+				sent = append(sent, inflight{seq, len(rec), c.Publish(f.remote(topic), min(qos, f.cfg.MaxQoS), retain, payload)})
 				last = seq
 				return len(sent) < f.cfg.Window
 			})
@@ -268,11 +301,13 @@ func (f *Forwarder) pump(ctx context.Context, c mqtt.Client, lost <-chan struct{
 		}
 		// Acknowledged messages at the head of the window leave the log.
 		var done []uint64
+		var doneBytes int64
 		for len(sent) > 0 && isDone(sent[0].tok) {
 			if err := sent[0].tok.Error(); err != nil {
 				return fmt.Errorf("publish: %w", err)
 			}
 			done = append(done, sent[0].seq)
+			doneBytes += int64(sent[0].size)
 			sent = sent[1:]
 			headSince = time.Now()
 		}
@@ -280,6 +315,8 @@ func (f *Forwarder) pump(ctx context.Context, c mqtt.Client, lost <-chan struct{
 			return err
 		}
 		f.forwarded.Add(uint64(len(done)))
+		f.backlog.Add(-int64(len(done)))
+		f.backlogBytes.Add(-doneBytes)
 	}
 }
 

@@ -107,8 +107,8 @@ func TestForwardInOrder(t *testing.T) {
 	if !sub.topics["site-7/devices/dev-1/t"] || len(sub.topics) != 1 {
 		t.Fatalf("upstream topics %v, want the remote prefix", sub.topics)
 	}
-	if f.Forwarded() != n {
-		t.Fatalf("forwarded %d, want %d", f.Forwarded(), n)
+	if st := f.Stats(); st.Forwarded != n || st.Backlog != 0 || st.BacklogBytes != 0 || !st.Connected {
+		t.Fatalf("stats %+v, want %d forwarded and nothing left", st, n)
 	}
 }
 
@@ -134,8 +134,8 @@ func TestForwardThroughOutage(t *testing.T) {
 		}
 	}
 	poll.Until(t, 20*time.Second, "the forwarder to notice the outage", func() bool { return !f.Connected() })
-	if n := logLen(t, st); n == 0 {
-		t.Fatal("the log is empty during the outage")
+	if n := logLen(t, st); n == 0 || f.Stats().Backlog != int64(n) {
+		t.Fatalf("during the outage: log %d, stats %+v", n, f.Stats())
 	}
 	up.Resume()
 	poll.Until(t, 20*time.Second, "every message upstream after the outage", func() bool { return sub.firsts(t) == 200 && logLen(t, st) == 0 })

@@ -55,6 +55,15 @@ func (s *Set) Stop() {
 	s.wg.Wait()
 }
 
+// Stats returns every forwarder's state, in configuration order.
+func (s *Set) Stats() []Stats {
+	out := make([]Stats, len(s.routes))
+	for i, r := range s.routes {
+		out[i] = r.F.Stats()
+	}
+	return out
+}
+
 // Routes returns the routes.
 func (s *Set) Routes() []Route { return s.routes }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"devicegate/admin"
 	"devicegate/broker"
 	"devicegate/config"
 	"devicegate/forward"
@@ -26,7 +27,7 @@ func startForward(cfg config.Config, store *persist.Store, log *slog.Logger) (*f
 			id = "devicegate-" + host + "-" + fc.Name
 		}
 		f, err := forward.New(forward.Config{
-			Name: fc.Name + "/0", Addr: fc.Addr(), ClientID: id, Username: fc.Username, Password: fc.Password,
+			Name: fc.Name + "/0", Upstream: fc.Name, Addr: fc.Addr(), ClientID: id, Username: fc.Username, Password: fc.Password,
 			LocalPrefix: fc.LocalPrefix, RemotePrefix: fc.RemotePrefix, MaxQoS: byte(fc.MaxQoS),
 		}, store, log)
 		if err != nil {
@@ -47,4 +48,17 @@ func (g *Gateway) forwarder() broker.Forwarder {
 		return nil
 	}
 	return g.forward
+}
+
+// forwardStats converts the forwarders' states for the metrics.
+func forwardStats(s *forward.Set) []admin.ForwardStats {
+	if s == nil {
+		return nil
+	}
+	var out []admin.ForwardStats
+	for _, st := range s.Stats() {
+		out = append(out, admin.ForwardStats{Upstream: st.Name, Connected: st.Connected, Forwarded: st.Forwarded,
+			Backlog: st.Backlog, BacklogBytes: st.BacklogBytes})
+	}
+	return out
 }

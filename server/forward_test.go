@@ -2,6 +2,7 @@ package server
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +65,16 @@ func TestForwardUpstream(t *testing.T) {
 	}
 	up.Resume()
 	poll.Until(t, 20*time.Second, "100 messages upstream after the outage", arrived(100))
+	poll.Until(t, 20*time.Second, "the forward log emptied", func() bool {
+		st := g.forward.Stats()[0]
+		return st.Backlog == 0 && st.Forwarded >= 100
+	})
+	m := httpGet(t, "http://"+g.AdminAddr().String()+"/metrics", "")
+	for _, want := range []string{`devicegate_forward_connected{upstream="cloud"} 1`, `devicegate_forward_backlog_messages{upstream="cloud"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	prev := 0

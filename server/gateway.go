@@ -246,7 +246,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		admin.NewCollector(statsSource{store: store, srv: srv, table: table, snap: g.snap, rollbacks: rollbacks}),
+		admin.NewCollector(statsSource{forward: g.forward, store: store, srv: srv, table: table, snap: g.snap, rollbacks: rollbacks}),
 	)
 	g.registerClusterMetrics(reg)
 	g.admin, err = admin.New(admin.Options{
@@ -478,6 +478,7 @@ func (g *Gateway) health() error {
 }
 
 type statsSource struct {
+	forward   *forward.Set // nil without upstreams
 	store     *persist.Store
 	srv       *broker.Server
 	table     *devicelimit.Table
@@ -515,5 +516,6 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		PersistFailures:     ph.Failures,
 		SlowSubscriberDrops: st.SlowSubscriberDrops,
 		ProtocolErrors:      as.ProtocolErrors,
+		Forward:             forwardStats(s.forward),
 	}
 }
