@@ -10,9 +10,11 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicegate/config"
+	"devicegate/internal/logtest"
 	"devicegate/internal/mosquittotest"
 	"devicegate/internal/mqtttest"
 	"devicegate/internal/poll"
+	"log/slog"
 )
 
 // TestForwardUpstream: a gateway configured with forward: hands the
@@ -89,5 +91,31 @@ func TestForwardUpstream(t *testing.T) {
 			t.Fatalf("upstream got %q after %d: out of order or mapped wrong", s, prev)
 		}
 		prev = n
+	}
+}
+
+// TestForwardRefusedLogin: an upstream that refuses the gateway's login
+// does not stop the gateway: devices are acknowledged (their messages
+// wait in the forward log) and the log says why nothing is forwarded.
+func TestForwardRefusedLogin(t *testing.T) {
+	up := mosquittotest.StartClosed(t)
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"}, MaxQoS: 1,
+		Username: "gw", Password: "wrong"}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	logs := new(logtest.Capture)
+	g := mustStart(t, cfg, Deps{Logger: slog.New(logs)})
+	dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+	for i := range 5 {
+		dev.MustPublish(t, "devices/meter-1/t", strconv.Itoa(i), mqtttest.CodeSuccess)
+	}
+	poll.Until(t, 20*time.Second, "the refusal in the log", func() bool {
+		r := logs.Find("upstream unavailable")
+		return r != nil && strings.Contains(strings.ToLower(r["error"]), "not authorized")
+	})
+	if st := g.forward.Stats()[0]; st.Connected || st.Backlog != 5 {
+		t.Fatalf("forward state %+v, want not connected and the 5 messages waiting", st)
 	}
 }

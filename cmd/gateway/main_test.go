@@ -346,6 +346,10 @@ func TestBadSettingsProcess(t *testing.T) {
 	}{
 		{name: "unknown key", yaml: "limits:\n  burst: 5\n", code: 1,
 			want: []string{"line 2: limits.burst: unknown key"}},
+		{name: "forward: bad address and filter", yaml: "forward: [{name: cloud, to: \"tcp://up:1883\", topics: [\"a/#/b\"]}]\n", code: 1,
+			want: []string{`forward[0].to: must be mqtt://host:port (got "tcp://up:1883")`, `forward[0].topics[0]: is not a valid topic filter`}},
+		{name: "forward: unknown key", yaml: "forward: [{name: cloud, to: \"mqtt://up:1883\", topics: [t], rate: 0}]\n", code: 1,
+			want: []string{"forward[0].rate: unknown key"}},
 		{name: "zero window", yaml: "limits: {default: {window: 0s}}\n", code: 1,
 			want: []string{`limits.default.window: must be > 0 (got "0s")`}},
 		{name: "limit 0", yaml: "limits: {default: {limit: 0}}\n", code: 1,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,7 +25,13 @@ type Server struct {
 
 // Start runs mosquitto on a free loopback port, anonymous clients
 // allowed, no persistence; the test's cleanup stops it.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return start(t, true) }
+
+// StartClosed is Start with anonymous clients refused and no accounts:
+// every login is refused (CONNACK 5, not authorized).
+func StartClosed(t testing.TB) *Server { return start(t, false) }
+
+func start(t testing.TB, anonymous bool) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
@@ -41,7 +48,7 @@ func Start(t testing.TB) *Server {
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
 	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	if err := os.WriteFile(conf, []byte("listener "+port+" 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\nlog_type error\nuser root\n"), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte("listener "+port+" 127.0.0.1\nallow_anonymous "+strconv.FormatBool(anonymous)+"\npersistence false\nlog_dest stderr\nlog_type error\nuser root\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-c", conf)
