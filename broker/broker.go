@@ -227,6 +227,14 @@ func (s *Server) publishDeferred(device string, m *deferredMsg, expiry uint32) e
 	return nil
 }
 
+// Publish publishes a message as the server itself (mochi's inline
+// client) to the local subscribers: a command from upstream (forward's
+// subscribe:). It is counted against no quota and not forwarded
+// upstream again.
+func (s *Server) Publish(topic string, payload []byte, retain bool, qos byte) error {
+	return s.mqtt.Publish(topic, payload, retain, qos)
+}
+
 // releaseTick runs one release round at now; see deferrer.releaseTick.
 func (s *Server) releaseTick(now devicelimit.Tick) {
 	if s.def != nil {

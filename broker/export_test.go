@@ -5,7 +5,7 @@ import "devicegate/devicelimit"
 // publishInline publishes as the server itself (mochi's inline client),
 // the way deferred messages will be released.
 func (s *Server) publishInline(topic string, payload []byte, qos byte) error {
-	return s.mqtt.Publish(topic, payload, false, qos)
+	return s.Publish(topic, payload, false, qos)
 }
 
 // connCount returns the number of connections the throttle caches.

@@ -27,6 +27,10 @@ type Forward struct {
 	MaxQoS int `yaml:"max_qos"`
 	// ClientID upstream; default devicegate-HOST-NAME.
 	ClientID string `yaml:"client_id,omitempty"`
+	// Subscribe lists upstream topic filters whose messages are
+	// published to the local subscribers, under the reverse prefix
+	// mapping (commands to devices); counted against no quota.
+	Subscribe []string `yaml:"subscribe,omitempty"`
 	// Username and Password log in upstream.
 	Username string `yaml:"username,omitempty"`
 	Password string `yaml:"password,omitempty"`
@@ -59,6 +63,11 @@ func (v *validator) forward(list []Forward) {
 		for j, t := range f.Topics {
 			if msg := topicFilter(t); msg != "" {
 				v.add(fmt.Sprintf("%s.topics[%d]", key, j), msg)
+			}
+		}
+		for j, s := range f.Subscribe {
+			if msg := topicFilter(s); msg != "" {
+				v.add(fmt.Sprintf("%s.subscribe[%d]", key, j), msg)
 			}
 		}
 		if (f.LocalPrefix == "") != (f.RemotePrefix == "") || strings.ContainsAny(f.LocalPrefix+f.RemotePrefix, "+#") {

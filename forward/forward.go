@@ -61,6 +61,11 @@ type Config struct {
 	// its acknowledgement before the connection is taken for dead
 	// (default 5 s).
 	AckTimeout time.Duration
+	// Subscribe lists upstream topic filters whose messages Deliver
+	// publishes locally, under the reverse prefix mapping (commands to
+	// devices).
+	Subscribe []string
+	Deliver   func(topic string, payload []byte, retain bool, qos byte) error
 	// MinBackoff and MaxBackoff bound the wait between connection
 	// attempts, doubled after each failure, with jitter (defaults 100 ms
 	// and 30 s).
@@ -227,6 +232,22 @@ func (f *Forwarder) connect(ctx context.Context) (mqtt.Client, <-chan struct{}, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", f.cfg.Addr, err)
 	}
+	if len(f.cfg.Subscribe) > 0 && f.cfg.Deliver != nil {
+		filters := make(map[string]byte, len(f.cfg.Subscribe))
+		for _, s := range f.cfg.Subscribe {
+			filters[s] = 1
+		}
+		tok := c.SubscribeMultiple(filters, func(_ mqtt.Client, m mqtt.Message) {
+			topic := f.local(m.Topic())
+			if err := f.cfg.Deliver(topic, m.Payload(), m.Retained(), m.Qos()); err != nil {
+				f.slog.Error("command from upstream not delivered", "topic", topic, "error", err)
+			}
+		})
+		if !tok.WaitTimeout(f.cfg.AckTimeout) || tok.Error() != nil {
+			c.Disconnect(0)
+			return nil, nil, fmt.Errorf("subscribe upstream to %v: %v", f.cfg.Subscribe, tok.Error())
+		}
+	}
 	return c, lost, nil
 }
 
@@ -333,6 +354,14 @@ func isDone(t mqtt.Token) bool {
 func (f *Forwarder) remote(topic string) string {
 	if f.cfg.LocalPrefix != "" && strings.HasPrefix(topic, f.cfg.LocalPrefix) {
 		return f.cfg.RemotePrefix + topic[len(f.cfg.LocalPrefix):]
+	}
+	return topic
+}
+
+// local maps an upstream topic back to the local one.
+func (f *Forwarder) local(topic string) string {
+	if f.cfg.RemotePrefix != "" && strings.HasPrefix(topic, f.cfg.RemotePrefix) {
+		return f.cfg.LocalPrefix + topic[len(f.cfg.RemotePrefix):]
 	}
 	return topic
 }

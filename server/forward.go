@@ -12,9 +12,9 @@ import (
 	"devicegate/persist"
 )
 
-// startForward builds and starts a forwarder per forward: upstream, each
-// over its forward log in the data file; nil without any.
-func startForward(cfg config.Config, store *persist.Store, log *slog.Logger) (*forward.Set, error) {
+// newForward builds a forwarder per forward: upstream, each over its
+// forward log in the data file (Start runs them); nil without any.
+func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, deliver func(topic string, payload []byte, retain bool, qos byte) error) (*forward.Set, error) {
 	if len(cfg.Forward) == 0 {
 		return nil, nil
 	}
@@ -29,6 +29,7 @@ func startForward(cfg config.Config, store *persist.Store, log *slog.Logger) (*f
 		f, err := forward.New(forward.Config{
 			Name: fc.Name + "/0", Upstream: fc.Name, Addr: fc.Addr(), ClientID: id, Username: fc.Username, Password: fc.Password,
 			LocalPrefix: fc.LocalPrefix, RemotePrefix: fc.RemotePrefix, MaxQoS: byte(fc.MaxQoS),
+			Subscribe: fc.Subscribe, Deliver: deliver,
 		}, store, log)
 		if err != nil {
 			return nil, err
@@ -36,9 +37,7 @@ func startForward(cfg config.Config, store *persist.Store, log *slog.Logger) (*f
 		routes = append(routes, forward.Route{Filters: fc.Topics, F: f})
 		log.Info("forwarding upstream", "name", fc.Name, "to", fc.To, "topics", strings.Join(fc.Topics, ","), "client_id", id)
 	}
-	s := forward.NewSet(routes)
-	s.Start()
-	return s, nil
+	return forward.NewSet(routes), nil
 }
 
 // forwarder is the broker's Forwarder: the set, or nil without one (a

@@ -9,12 +9,15 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"context"
 	"devicegate/config"
 	"devicegate/internal/logtest"
 	"devicegate/internal/mosquittotest"
 	"devicegate/internal/mqtttest"
 	"devicegate/internal/poll"
+	"github.com/eclipse/paho.golang/paho"
 	"log/slog"
+	"net"
 )
 
 // TestForwardUpstream: a gateway configured with forward: hands the
@@ -117,5 +120,59 @@ func TestForwardRefusedLogin(t *testing.T) {
 	})
 	if st := g.forward.Stats()[0]; st.Connected || st.Backlog != 5 {
 		t.Fatalf("forward state %+v, want not connected and the 5 messages waiting", st)
+	}
+}
+
+// TestForwardCommandDownlink: a command published upstream under the
+// remote prefix reaches the device subscribed to it on the gateway, under
+// the local topic, and is not forwarded upstream again.
+func TestForwardCommandDownlink(t *testing.T) {
+	up := mosquittotest.Start(t)
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"}, MaxQoS: 1,
+		LocalPrefix: "devices/", RemotePrefix: "site-7/devices/", Subscribe: []string{"site-7/devices/+/cmd"}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	poll.Until(t, 20*time.Second, "the upstream connection", func() bool { return g.forward.Stats()[0].Connected })
+
+	got := make(chan string, 4)
+	conn, err := net.DialTimeout("tcp", g.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := paho.NewClient(paho.ClientConfig{ClientID: "meter-1", Conn: conn,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			got <- pr.Packet.Topic + " " + string(pr.Packet.Payload)
+			return true, nil
+		}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := dev.Connect(ctx, &paho.Connect{ClientID: "meter-1", CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Disconnect(&paho.Disconnect{})
+	if _, err := dev.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "devices/meter-1/cmd", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	back := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr).SetClientID("backend"))
+	if tok := back.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("backend: %v", tok.Error())
+	}
+	defer back.Disconnect(0)
+	if tok := back.Publish("site-7/devices/meter-1/cmd", 1, false, "reboot"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("command upstream: %v", tok.Error())
+	}
+	select {
+	case m := <-got:
+		if m != "devices/meter-1/cmd reboot" {
+			t.Fatalf("device got %q", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("the command never reached the device")
+	}
+	if st := g.forward.Stats()[0]; st.Forwarded != 0 || st.Backlog != 0 {
+		t.Fatalf("the command went back upstream: %+v", st)
 	}
 }

@@ -189,7 +189,11 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	if err := g.startCluster(cfg); err != nil {
 		return nil, err
 	}
-	if g.forward, err = startForward(cfg, store, log); err != nil {
+	// Commands from upstream are published once the broker runs: the
+	// forwarders start after it.
+	if g.forward, err = newForward(cfg, store, log, func(topic string, payload []byte, retain bool, qos byte) error {
+		return g.srv.Publish(topic, payload, retain, qos)
+	}); err != nil {
 		return nil, err
 	}
 	g.topk = topk.New(throttledK, throttledPeriod)
@@ -224,6 +228,9 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	g.srv = srv
 	if err := srv.Start(); err != nil {
 		return nil, err
+	}
+	if g.forward != nil {
+		g.forward.Start()
 	}
 
 	token, path, created, err := admin.LoadOrCreateToken(cfg.Admin.Token, cfg.DataDir)
