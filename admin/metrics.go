@@ -42,6 +42,8 @@ type ForwardStats struct {
 	Forwarded    uint64 // acknowledged by the upstream since start
 	Backlog      int64  // messages in the forward log
 	BacklogBytes int64
+	// DroppedOldest and Refused count what the log's bound cost.
+	DroppedOldest, Refused uint64
 }
 
 // StatsSource reports the gateway's counters; main adapts the broker's,
@@ -71,6 +73,7 @@ var (
 	descFwdForwarded  = prometheus.NewDesc("devicegate_forward_forwarded_total", "Messages the upstream acknowledged.", []string{"upstream"}, nil)
 	descFwdBacklog    = prometheus.NewDesc("devicegate_forward_backlog_messages", "Messages in the upstream's forward log, not yet acknowledged upstream.", []string{"upstream"}, nil)
 	descFwdBytes      = prometheus.NewDesc("devicegate_forward_backlog_bytes", "Record bytes of the messages in the upstream's forward log.", []string{"upstream"}, nil)
+	descFwdDropped    = prometheus.NewDesc("devicegate_forward_dropped_total", "Messages the full forward log cost: the oldest dropped (drop_oldest) or new ones refused (refuse_new).", []string{"upstream", "reason"}, nil)
 	descProtoErrors   = prometheus.NewDesc("devicegate_protocol_errors_total", "Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).", nil, nil)
 	descPersistErrs   = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
 )
@@ -87,7 +90,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped} {
 		ch <- d
 	}
 }
@@ -135,6 +138,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descFwdForwarded, f.Forwarded, f.Upstream)
 		ch <- prometheus.MustNewConstMetric(descFwdBacklog, prometheus.GaugeValue, float64(f.Backlog), f.Upstream)
 		ch <- prometheus.MustNewConstMetric(descFwdBytes, prometheus.GaugeValue, float64(f.BacklogBytes), f.Upstream)
+		counter(descFwdDropped, f.DroppedOldest, f.Upstream, "oldest")
+		counter(descFwdDropped, f.Refused, f.Upstream, "refused")
 	}
 	for reason, n := range s.ConnectsRefused {
 		counter(descRefused, n, reason)

@@ -12,7 +12,7 @@ func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
 		Allowed: 10, Dropped: 2, Disconnected: 1, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
 		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20,
-		Forward:         []ForwardStats{{Upstream: "cloud", Connected: true, Forwarded: 21, Backlog: 22, BacklogBytes: 2300}},
+		Forward:         []ForwardStats{{Upstream: "cloud", Connected: true, Forwarded: 21, Backlog: 22, BacklogBytes: 2300, DroppedOldest: 3, Refused: 4}},
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 	}}
@@ -64,6 +64,10 @@ devicegate_forward_backlog_messages{upstream="cloud"} 22
 # HELP devicegate_forward_connected 1 while the upstream connection is up, else 0.
 # TYPE devicegate_forward_connected gauge
 devicegate_forward_connected{upstream="cloud"} 1
+# HELP devicegate_forward_dropped_total Messages the full forward log cost: the oldest dropped (drop_oldest) or new ones refused (refuse_new).
+# TYPE devicegate_forward_dropped_total counter
+devicegate_forward_dropped_total{reason="oldest",upstream="cloud"} 3
+devicegate_forward_dropped_total{reason="refused",upstream="cloud"} 4
 # HELP devicegate_forward_forwarded_total Messages the upstream acknowledged.
 # TYPE devicegate_forward_forwarded_total counter
 devicegate_forward_forwarded_total{upstream="cloud"} 21
@@ -96,8 +100,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 28 {
-		t.Fatalf("%d series, want 28", n)
+	if n := testutil.CollectAndCount(c); n != 30 {
+		t.Fatalf("%d series, want 30", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

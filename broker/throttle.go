@@ -13,7 +13,9 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"devicegate/devicelimit"
+	"devicegate/forward"
 	"devicegate/internal/topk"
+	"errors"
 )
 
 // Stats counts the throttle hook's decisions since New. Every publish
@@ -257,6 +259,19 @@ func (h *throttle) forwardOrReject(cl *mqtt.Client, pk *packets.Packet) error {
 	err := h.forward(pk)
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, forward.ErrFull) {
+		// overflow refuse_new: MQTT 5 is told (0x97); an MQTT 3.1.1
+		// QoS 1/2 publish gets no ack (acked would say it will get
+		// upstream), and a QoS 0 one is dropped.
+		h.dropped.Add(1)
+		if wantsRefusal(cl, *pk) {
+			return h.quotaExceeded(cl, *pk, "forward log full: the upstream is away; retry later")
+		}
+		if pk.FixedHeader.Qos == 0 {
+			return errIgnore
+		}
+		return errReject
 	}
 	if h.logs.allow(logForward, "", refusalLogWindow) {
 		h.log.Error("message not acknowledged: the forward log did not take it", "client", cl.ID, "topic", pk.TopicName, "error", err)

@@ -27,6 +27,11 @@ type Forward struct {
 	MaxQoS int `yaml:"max_qos"`
 	// ClientID upstream; default devicegate-HOST-NAME.
 	ClientID string `yaml:"client_id,omitempty"`
+	// MaxBytes bounds the upstream's forward log (record bytes); 0: no
+	// bound. Overflow says what happens beyond: drop_oldest (the
+	// default) or refuse_new.
+	MaxBytes Size   `yaml:"max_bytes,omitempty"`
+	Overflow string `yaml:"overflow,omitempty"`
 	// Subscribe lists upstream topic filters whose messages are
 	// published to the local subscribers, under the reverse prefix
 	// mapping (commands to devices); counted against no quota.
@@ -72,6 +77,12 @@ func (v *validator) forward(list []Forward) {
 		}
 		if (f.LocalPrefix == "") != (f.RemotePrefix == "") || strings.ContainsAny(f.LocalPrefix+f.RemotePrefix, "+#") {
 			v.add(key+".remote_prefix", fmt.Sprintf("local_prefix and remote_prefix go together, without wildcards (got %q and %q)", f.LocalPrefix, f.RemotePrefix))
+		}
+		if f.MaxBytes < 0 {
+			v.add(key+".max_bytes", fmt.Sprintf("must be >= 0, 0 for no bound (got %d)", f.MaxBytes))
+		}
+		if f.Overflow != "" && f.Overflow != "drop_oldest" && f.Overflow != "refuse_new" {
+			v.add(key+".overflow", fmt.Sprintf("must be drop_oldest or refuse_new (got %q)", f.Overflow))
 		}
 		if f.MaxQoS < 0 || f.MaxQoS > 1 {
 			v.add(key+".max_qos", fmt.Sprintf("must be 0 or 1 (got %d)", f.MaxQoS))

@@ -38,6 +38,8 @@ func TestForwardConfig(t *testing.T) {
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], local_prefix: "devices/"}]`, `forward[0].remote_prefix: local_prefix and remote_prefix go together`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], max_qos: 2}]`, `forward[0].max_qos: must be 0 or 1 (got 2)`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], subscribe: ["cmd/#/x"]}]`, `forward[0].subscribe[0]: is not a valid topic filter`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], overflow: block}]`, `forward[0].overflow: must be drop_oldest or refuse_new (got "block")`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], max_bytes: 1TB}]`, `forward[0].max_bytes: must be a size in bytes`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t]}, {name: a, to: "mqtt://y:1", topics: [t]}]`, `forward[1].name: "a" names two upstreams`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], rate: 0}]`, `forward[0].rate: unknown key`},
 	} {

@@ -36,6 +36,18 @@ type Log interface {
 	ForwardStats(log string) (messages int, bytes int64, first, last uint64, err error)
 }
 
+// Overflow says what happens when a forward log is full.
+type Overflow uint8
+
+// The overflow policies.
+const (
+	DropOldest Overflow = iota // the oldest messages waiting make room
+	RefuseNew                  // new messages are refused (ErrFull)
+)
+
+// ErrFull is Append's error when the log is full under RefuseNew.
+var ErrFull = errors.New("forward log full")
+
 // Config is one upstream connection.
 type Config struct {
 	// Name names the connection in logs and its forward log.
@@ -61,6 +73,12 @@ type Config struct {
 	// its acknowledgement before the connection is taken for dead
 	// (default 5 s).
 	AckTimeout time.Duration
+	// MaxBytes bounds the log's record bytes (0: no bound). Beyond it,
+	// Overflow decides: drop the oldest messages waiting (DropOldest,
+	// the default) or refuse new ones (RefuseNew: Append fails with
+	// ErrFull).
+	MaxBytes int64
+	Overflow Overflow
 	// Subscribe lists upstream topic filters whose messages Deliver
 	// publishes locally, under the reverse prefix mapping (commands to
 	// devices).
@@ -115,8 +133,12 @@ type Forwarder struct {
 	connected atomic.Bool
 	forwarded atomic.Uint64 // messages the upstream acknowledged
 	// backlog and backlogBytes count what the log holds: what it held
-	// at New, plus appends, less what left it.
+	// at New, plus appends, less what left it. Only Run's goroutine
+	// deletes, so the counts stay exact.
 	backlog, backlogBytes atomic.Int64
+	// droppedOldest and refused count what overflow cost.
+	droppedOldest, refused atomic.Uint64
+	fullLogged             time.Time // Run's goroutine: the last "log full" line
 }
 
 // Stats is a forwarder's state for metrics and the admin API.
@@ -126,12 +148,16 @@ type Stats struct {
 	Forwarded    uint64 // acknowledged by the upstream since start
 	Backlog      int64  // messages in the forward log
 	BacklogBytes int64  // their record bytes
+	// DroppedOldest and Refused count the messages overflow cost: the
+	// oldest dropped for room, the new refused.
+	DroppedOldest, Refused uint64
 }
 
 // Stats returns the forwarder's state.
 func (f *Forwarder) Stats() Stats {
 	return Stats{Name: f.cfg.Upstream, Connected: f.connected.Load(), Forwarded: f.forwarded.Load(),
-		Backlog: f.backlog.Load(), BacklogBytes: f.backlogBytes.Load()}
+		Backlog: f.backlog.Load(), BacklogBytes: f.backlogBytes.Load(),
+		DroppedOldest: f.droppedOldest.Load(), Refused: f.refused.Load()}
 }
 
 // New returns the forwarder of cfg's connection over log, continuing the
@@ -160,6 +186,10 @@ func New(cfg Config, log Log, logger *slog.Logger) (*Forwarder, error) {
 // are then forwarded in that order.
 func (f *Forwarder) Append(topic string, qos byte, retain bool, payload []byte) error {
 	rec := appendRecord(nil, topic, qos, retain, payload)
+	if f.cfg.MaxBytes > 0 && f.cfg.Overflow == RefuseNew && f.backlogBytes.Load()+int64(len(rec)) > f.cfg.MaxBytes {
+		f.refused.Add(1)
+		return ErrFull
+	}
 	f.mu.Lock()
 	seq := f.next
 	f.next++
@@ -201,11 +231,17 @@ func (f *Forwarder) Run(ctx context.Context) {
 		}
 		f.slog.Warn("upstream unavailable; messages wait in the forward log", "addr", f.cfg.Addr, "error", err, "retry_in", backoff)
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
+	wait:
+		for {
+			f.trim(nil)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-f.wake: // a message appended: keep within MaxBytes
+			case <-t.C:
+				break wait
+			}
 		}
 		backoff = min(2*backoff, f.cfg.MaxBackoff)
 	}
@@ -266,6 +302,7 @@ func (f *Forwarder) pump(ctx context.Context, c mqtt.Client, lost <-chan struct{
 	var last uint64         // the newest sequence number sent on this connection
 	var headSince time.Time // when sent[0] became the oldest in flight
 	for {
+		f.trim(sent)
 		if len(sent) < f.cfg.Window {
 			var err error
 			from := last + 1
@@ -347,6 +384,42 @@ func isDone(t mqtt.Token) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// trim drops the oldest messages not in flight while the log holds more
+// than MaxBytes under DropOldest. Called from Run's goroutine only.
+func (f *Forwarder) trim(sent []inflight) {
+	over := f.backlogBytes.Load() - f.cfg.MaxBytes
+	if f.cfg.MaxBytes <= 0 || f.cfg.Overflow != DropOldest || over <= 0 {
+		return
+	}
+	busy := make(map[uint64]bool, len(sent))
+	for _, s := range sent {
+		busy[s.seq] = true
+	}
+	var drop []uint64
+	var bytes int64
+	_ = f.log.ReadForward(f.cfg.Name, 0, func(seq uint64, rec []byte) bool {
+		if !busy[seq] {
+			drop = append(drop, seq)
+			bytes += int64(len(rec))
+		}
+		return bytes < over
+	})
+	if len(drop) == 0 {
+		return
+	}
+	if err := f.log.DeleteForward(f.cfg.Name, drop); err != nil {
+		f.slog.Error("forward log full; the oldest messages could not be dropped", "error", err)
+		return
+	}
+	f.backlog.Add(-int64(len(drop)))
+	f.backlogBytes.Add(-bytes)
+	f.droppedOldest.Add(uint64(len(drop)))
+	if time.Since(f.fullLogged) >= 10*time.Second {
+		f.fullLogged = time.Now()
+		f.slog.Warn("forward log full; oldest messages dropped", "dropped_so_far", f.droppedOldest.Load(), "max_bytes", f.cfg.MaxBytes)
 	}
 }
 

@@ -66,13 +66,20 @@ func (s *upstreamSub) firsts(t *testing.T) int {
 
 func newForwarder(t *testing.T, addr string) (*Forwarder, *persist.Store) {
 	t.Helper()
+	return runForwarder(t, Config{Name: "up/0", Addr: addr, ClientID: "gw-test-0", LocalPrefix: "devices/", RemotePrefix: "site-7/devices/",
+		MaxQoS: 1, Window: 16, AckTimeout: 500 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+}
+
+// runForwarder runs a forwarder of cfg over a fresh store until the test
+// ends.
+func runForwarder(t *testing.T, cfg Config) (*Forwarder, *persist.Store) {
+	t.Helper()
 	st, err := persist.Open(t.TempDir(), persist.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	f, err := New(Config{Name: "up/0", Addr: addr, ClientID: "gw-test-0", LocalPrefix: "devices/", RemotePrefix: "site-7/devices/",
-		MaxQoS: 1, Window: 16, AckTimeout: 500 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}, st, nil)
+	f, err := New(cfg, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

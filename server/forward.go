@@ -29,7 +29,7 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, deliv
 		f, err := forward.New(forward.Config{
 			Name: fc.Name + "/0", Upstream: fc.Name, Addr: fc.Addr(), ClientID: id, Username: fc.Username, Password: fc.Password,
 			LocalPrefix: fc.LocalPrefix, RemotePrefix: fc.RemotePrefix, MaxQoS: byte(fc.MaxQoS),
-			Subscribe: fc.Subscribe, Deliver: deliver,
+			Subscribe: fc.Subscribe, Deliver: deliver, MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow),
 		}, store, log)
 		if err != nil {
 			return nil, err
@@ -57,7 +57,16 @@ func forwardStats(s *forward.Set) []admin.ForwardStats {
 	var out []admin.ForwardStats
 	for _, st := range s.Stats() {
 		out = append(out, admin.ForwardStats{Upstream: st.Name, Connected: st.Connected, Forwarded: st.Forwarded,
-			Backlog: st.Backlog, BacklogBytes: st.BacklogBytes})
+			Backlog: st.Backlog, BacklogBytes: st.BacklogBytes, DroppedOldest: st.DroppedOldest, Refused: st.Refused})
 	}
 	return out
+}
+
+// overflow is the forward package's overflow policy of a configuration
+// name (validated): drop_oldest when empty.
+func overflow(name string) forward.Overflow {
+	if name == "refuse_new" {
+		return forward.RefuseNew
+	}
+	return forward.DropOldest
 }

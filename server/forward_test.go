@@ -176,3 +176,57 @@ func TestForwardCommandDownlink(t *testing.T) {
 		t.Fatalf("the command went back upstream: %+v", st)
 	}
 }
+
+// TestForwardOverflow: with the upstream away and the forward log
+// bounded, refuse_new tells an MQTT 5 device 0x97 once the log is full,
+// and drop_oldest keeps acknowledging while it drops the oldest
+// messages; both are counted in /metrics.
+func TestForwardOverflow(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	away := l.Addr().String()
+	l.Close()
+	for _, policy := range []string{"refuse_new", "drop_oldest"} {
+		t.Run(policy, func(t *testing.T) {
+			cfg := testConfig(t.TempDir(), 1000, time.Hour)
+			cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + away, Topics: []string{"devices/#"}, MaxQoS: 1,
+				MaxBytes: 400, Overflow: policy}}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			g := mustStart(t, cfg, Deps{})
+			dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+			refused := 0
+			for i := range 40 {
+				code, err := dev.Publish("devices/meter-1/t", strconv.Itoa(1000+i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if code == mqtttest.CodeQuotaExceeded {
+					refused++
+				}
+			}
+			st := g.forward.Stats()[0]
+			switch policy {
+			case "refuse_new":
+				if refused == 0 || st.Refused != uint64(refused) || st.BacklogBytes > 400 {
+					t.Fatalf("%d refused (0x97), stats %+v; want refusals once 400 bytes are held", refused, st)
+				}
+			case "drop_oldest":
+				if refused != 0 {
+					t.Fatalf("%d refused under drop_oldest", refused)
+				}
+				poll.Until(t, 10*time.Second, "the oldest dropped", func() bool {
+					st = g.forward.Stats()[0]
+					return st.DroppedOldest > 0 && st.BacklogBytes <= 400
+				})
+			}
+			m := httpGet(t, "http://"+g.AdminAddr().String()+"/metrics", "")
+			if !strings.Contains(m, `devicegate_forward_dropped_total{reason="refused",upstream="cloud"}`) {
+				t.Errorf("/metrics lacks the forward drops")
+			}
+		})
+	}
+}
