@@ -85,6 +85,9 @@ type Options struct {
 	// Health, when not nil, is asked at every GET /healthz; a non-nil
 	// error makes it answer 503 with the error's message.
 	Health func() error
+	// Forward, when not nil, reports each upstream's forwarding state
+	// (GET /api/v1/forward).
+	Forward func() []ForwardStats
 }
 
 // Server is the admin HTTP server. Create it with New; Handler serves

@@ -71,3 +71,19 @@ type SetQuotaJSON struct {
 	Policy    string `json:"policy,omitempty"`     // the server's default (drop) when empty
 	ExpiresAt string `json:"expires_at,omitempty"` // RFC 3339; none when empty
 }
+
+// UpstreamJSON is one upstream's forwarding state.
+type UpstreamJSON struct {
+	Name            string `json:"name"`
+	Connected       bool   `json:"connected"`
+	Forwarded       uint64 `json:"forwarded"`
+	BacklogMessages int64  `json:"backlog_messages"`
+	BacklogBytes    int64  `json:"backlog_bytes"`
+	DroppedOldest   uint64 `json:"dropped_oldest"`
+	Refused         uint64 `json:"refused"`
+}
+
+// ForwardListJSON answers GET /api/v1/forward.
+type ForwardListJSON struct {
+	Upstreams []UpstreamJSON `json:"upstreams"`
+}

@@ -84,6 +84,13 @@ func (c *Client) Throttled(ctx context.Context, n int) (ThrottledListJSON, []byt
 	return v, raw, err
 }
 
+// Forward reports each upstream's forwarding state.
+func (c *Client) Forward(ctx context.Context) (ForwardListJSON, []byte, error) {
+	var v ForwardListJSON
+	raw, err := c.call(ctx, http.MethodGet, "/api/v1/forward", nil, &v)
+	return v, raw, err
+}
+
 // call sends a request with body (JSON, when not nil) and decodes a 2xx
 // answer into out; the raw answer is returned too.
 func (c *Client) call(ctx context.Context, method, path string, body, out any) ([]byte, error) {

@@ -35,6 +35,9 @@ func TestClient(t *testing.T) {
 	if th, _, err := c.Throttled(ctx, 2); err != nil || len(th.Devices) != 2 || th.Devices[0] != (ThrottledJSON{"a", 9}) {
 		t.Fatalf("Throttled: %+v %v", th, err)
 	}
+	if f, raw, err := c.Forward(ctx); err != nil || len(f.Upstreams) != 0 || !strings.Contains(string(raw), `"upstreams":[]`) {
+		t.Fatalf("Forward without upstreams: %+v %s %v", f, raw, err)
+	}
 	if r, _, err := c.Reset(ctx, "meter-1"); err != nil || !r.Reset {
 		t.Fatalf("Reset: %+v %v", r, err)
 	}

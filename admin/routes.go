@@ -40,6 +40,7 @@ var routes = []route{
 	{http.MethodGet, "/api/v1/quotas", true, (*Server).listQuotas},
 	{http.MethodPost, "/api/v1/devices/{id}/reset", true, (*Server).resetDevice},
 	{http.MethodGet, "/api/v1/throttled", true, (*Server).throttled},
+	{http.MethodGet, "/api/v1/forward", true, (*Server).forward},
 }
 
 // newMux registers one handler per path that dispatches on the method
@@ -381,4 +382,15 @@ func (s *Server) throttled(w http.ResponseWriter, r *http.Request) {
 		out = append(out, ThrottledJSON(d))
 	}
 	writeJSON(w, http.StatusOK, ThrottledListJSON{Devices: out})
+}
+
+func (s *Server) forward(w http.ResponseWriter, _ *http.Request) {
+	out := ForwardListJSON{Upstreams: []UpstreamJSON{}}
+	if s.opts.Forward != nil {
+		for _, f := range s.opts.Forward() {
+			out.Upstreams = append(out.Upstreams, UpstreamJSON{Name: f.Upstream, Connected: f.Connected, Forwarded: f.Forwarded,
+				BacklogMessages: f.Backlog, BacklogBytes: f.BacklogBytes, DroppedOldest: f.DroppedOldest, Refused: f.Refused})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -270,6 +270,9 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Registry:  reg,
 		Logger:    log,
 		Health:    g.health,
+		Forward: func() []admin.ForwardStats {
+			return forwardStats(g.forward)
+		},
 
 		TLSCertFile: cfg.Admin.TLS.CertFile,
 		TLSKeyFile:  cfg.Admin.TLS.KeyFile,

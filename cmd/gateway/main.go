@@ -68,7 +68,7 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-const commands = "serve, quota, simulate, passwd, version, help"
+const commands = "serve, quota, forward, simulate, passwd, version, help"
 
 // run runs the command named by args (without the program name) until it
 // finishes or ctx is cancelled; serve treats cancellation as the signal
@@ -83,6 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, rest, stdout, stderr)
 	case "quota":
 		return quota(ctx, rest, stdout)
+	case "forward":
+		return forwardCmd(ctx, rest, stdout)
 	case "simulate":
 		return simulate(ctx, rest, stdout, stderr)
 	case "passwd":
@@ -108,6 +110,7 @@ message quota.
 Usage:
   gateway [serve] [flags]   run the gateway (the default command)
   gateway quota SUBCOMMAND  read and change device quotas through the admin API
+  gateway forward status    show the upstreams the gateway forwards to
   gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
   gateway passwd ...        add or replace an account in a credentials file
   gateway version           print the version
@@ -122,6 +125,9 @@ for the quota subcommands, "gateway help simulate" for the simulator's.
 		return nil
 	case len(args) == 1 && args[0] == "quota":
 		printQuotaUsage(stdout)
+		return nil
+	case len(args) == 1 && args[0] == "forward":
+		fmt.Fprint(stdout, forwardUsage)
 		return nil
 	case len(args) == 1 && args[0] == "simulate":
 		printSimulateUsage(stdout, newSimulateFlags(new(simulateFlags)))

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+const forwardUsage = `Usage:
+  gateway forward status [flags]
+
+Shows each upstream the gateway forwards to (forward: in its config):
+whether its connection is up, the messages the upstream acknowledged
+since start, the messages and bytes waiting in its forward log, and what
+a full log cost (dropped oldest, refused). The admin API's address and
+token come as for gateway quota.
+`
+
+// forwardCmd runs `gateway forward SUB ...`.
+func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "status" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprint(stdout, forwardUsage)
+			return flag.ErrHelp
+		}
+		return usagef("forward: want the subcommand status (run \"gateway help forward\")")
+	}
+	var f quotaFlags
+	fs := newQuotaFlags("status", &f)
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, forwardUsage)
+			return err
+		}
+		return usagef("forward status: %v (run \"gateway help forward\")", err)
+	}
+	if len(pos) > 0 {
+		return usagef("forward status: takes no arguments (got %q)", pos)
+	}
+	c, err := newQuotaClient(f, stdout)
+	if err != nil {
+		return fmt.Errorf("forward status: %w", err)
+	}
+	v, raw, err := c.api.Forward(ctx)
+	return c.print("forward status", raw, err, func() {
+		if len(v.Upstreams) == 0 {
+			fmt.Fprintln(c.out, "no upstreams: the gateway's config has no forward:")
+			return
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "UPSTREAM\tCONNECTED\tFORWARDED\tBACKLOG\tBACKLOG BYTES\tDROPPED OLDEST\tREFUSED")
+		for _, u := range v.Upstreams {
+			fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%d\t%d\n", u.Name, u.Connected, u.Forwarded, u.BacklogMessages, u.BacklogBytes, u.DroppedOldest, u.Refused)
+		}
+		tw.Flush()
+	})
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"devicegate/config"
+	"devicegate/internal/mosquittotest"
+	"devicegate/internal/poll"
+	"devicegate/server"
+)
+
+// TestForwardStatus: gateway forward status shows the upstream, its
+// connection and its log, in a table and as the API's JSON.
+func TestForwardStatus(t *testing.T) {
+	up := mosquittotest.Start(t)
+	cfg := config.Default()
+	cfg.MQTT.TCP, cfg.Admin.Addr, cfg.DataDir, cfg.Admin.Token = "127.0.0.1:0", "127.0.0.1:0", t.TempDir(), "forward-test-token"
+	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"}, MaxQoS: 1}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := server.Start(cfg, server.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), server.ShutdownTimeout)
+		defer cancel()
+		_ = g.Close(ctx)
+	}()
+	status := func(args ...string) string {
+		var out strings.Builder
+		all := append([]string{"forward", "status", "--admin-addr", g.AdminAddr().String(), "--token", cfg.Admin.Token}, args...)
+		if err := run(context.Background(), all, &out, &out); err != nil {
+			t.Fatalf("forward status: %v\n%s", err, out.String())
+		}
+		return out.String()
+	}
+	poll.Until(t, 20*time.Second, "the upstream connected", func() bool {
+		return strings.Contains(status(), "cloud     true")
+	})
+	if out := status("--json"); !strings.Contains(out, `"name": "cloud"`) || !strings.Contains(out, `"connected": true`) {
+		t.Fatalf("--json:\n%s", out)
+	}
+	if err := run(context.Background(), []string{"forward", "list"}, new(strings.Builder), new(strings.Builder)); err == nil {
+		t.Fatal("forward list: want a usage error")
+	}
+}
