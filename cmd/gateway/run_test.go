@@ -38,7 +38,7 @@ func TestRunArgs(t *testing.T) {
 		{args: []string{"help", "nope"}, code: 2, errMsg: `help: unknown command "nope"`},
 		{args: []string{"version"}, out: "devicegate "},
 		{args: []string{"version", "--short"}, code: 2, errMsg: "version takes no arguments"},
-		{args: []string{"bogus"}, code: 2, errMsg: `unknown command "bogus"; commands are serve, quota, simulate, passwd, version, help`},
+		{args: []string{"bogus"}, code: 2, errMsg: `unknown command "bogus"; commands are serve, quota, forward, simulate, passwd, version, help`},
 		{args: []string{"help", "quota"}, out: "gateway quota set ID --limit N --window D"},
 		{args: []string{"help", "serve"}, out: "--admin-addr address"},
 		{args: []string{"quota"}, code: 2, errMsg: "quota: missing subcommand; subcommands are get, set, delete, list, reset, throttled"},
