@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,7 +16,6 @@ import (
 	"devicegate/devicelimit"
 	"devicegate/forward"
 	"devicegate/internal/topk"
-	"errors"
 )
 
 // Stats counts the throttle hook's decisions since New. Every publish
@@ -212,10 +212,10 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 			return pk, nil
 		}
 		// A released deferred message: it was acknowledged when stored,
-		// so a failure here can only be logged (the release loop keeps
-		// it in the queue only until it publishes it).
-		if err := h.forward(&pk); err != nil {
-			h.log.Error("released message not forwarded", "topic", pk.TopicName, "error", err)
+		// so a failure here can only be logged, once per window (the
+		// release loop keeps it in the queue only until it publishes it).
+		if err := h.forward(&pk); err != nil && h.logs.allow(logForward, "release", refusalLogWindow) {
+			h.log.Error("released message not forwarded upstream", "topic", pk.TopicName, "error", err)
 		}
 		return pk, nil
 	}
@@ -237,8 +237,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	}
 	d := h.limiter.AllowAt(c.device, q, now)
 	if d.Allowed {
-		h.allowed.Add(1)
-		return pk, h.forwardOrReject(cl, &pk)
+		return pk, h.admit(cl, &pk)
 	}
 	return pk, h.refuse(cl, pk, c, q, d, now)
 }
@@ -251,20 +250,23 @@ func (h *throttle) forward(pk *packets.Packet) error {
 	return h.fwd.Forward(pk.TopicName, pk.FixedHeader.Qos, pk.FixedHeader.Retain, pk.Payload)
 }
 
-// forwardOrReject forwards an admitted publish; when the forward logs
-// cannot take it, the publish is dropped without an acknowledgement
-// (errReject), so a QoS 1 or 2 device sends it again, and the failure is
-// logged once per window.
-func (h *throttle) forwardOrReject(cl *mqtt.Client, pk *packets.Packet) error {
+// admit lets a publish the window admitted through: forwarded to the
+// upstreams, if any, and counted allowed. When the forward logs cannot
+// take it, it is counted dropped instead (its window count stays: the
+// window admitted it) and dropped without an acknowledgement (errReject),
+// so a QoS 1 or 2 device sends it again; the failure is logged once per
+// window.
+func (h *throttle) admit(cl *mqtt.Client, pk *packets.Packet) error {
 	err := h.forward(pk)
 	if err == nil {
+		h.allowed.Add(1)
 		return nil
 	}
+	h.dropped.Add(1)
 	if errors.Is(err, forward.ErrFull) {
 		// overflow refuse_new: MQTT 5 is told (0x97); an MQTT 3.1.1
 		// QoS 1/2 publish gets no ack (acked would say it will get
 		// upstream), and a QoS 0 one is dropped.
-		h.dropped.Add(1)
 		if wantsRefusal(cl, *pk) {
 			return h.quotaExceeded(cl, *pk, "forward log full: the upstream is away; retry later")
 		}
@@ -290,8 +292,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	}
 	switch out {
 	case outAllowed:
-		h.allowed.Add(1)
-		return h.forwardOrReject(cl, pk)
+		return h.admit(cl, pk)
 	case outDeferred:
 		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)
 	}

@@ -214,6 +214,11 @@ func TestForwardOverflow(t *testing.T) {
 				if refused == 0 || st.Refused != uint64(refused) || st.BacklogBytes > 400 {
 					t.Fatalf("%d refused (0x97), stats %+v; want refusals once 400 bytes are held", refused, st)
 				}
+				// Each publish counts once: allowed, or dropped when the
+				// forward log refused it.
+				if bs := g.srv.Stats(); bs.Dropped != uint64(refused) || bs.Allowed != uint64(40-refused) {
+					t.Fatalf("broker stats allowed %d dropped %d, want %d and %d", bs.Allowed, bs.Dropped, 40-refused, refused)
+				}
 			case "drop_oldest":
 				if refused != 0 {
 					t.Fatalf("%d refused under drop_oldest", refused)
