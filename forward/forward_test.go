@@ -110,7 +110,10 @@ func TestForwardInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poll.Until(t, 20*time.Second, "every message upstream", func() bool { return sub.firsts(t) == n && logLen(t, st) == 0 })
+	// The counters follow the deletion: wait for them too.
+	poll.Until(t, 20*time.Second, "every message upstream", func() bool {
+		return sub.firsts(t) == n && logLen(t, st) == 0 && f.Stats().Forwarded == n
+	})
 	if !sub.topics["site-7/devices/dev-1/t"] || len(sub.topics) != 1 {
 		t.Fatalf("upstream topics %v, want the remote prefix", sub.topics)
 	}
