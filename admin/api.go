@@ -74,13 +74,18 @@ type SetQuotaJSON struct {
 
 // UpstreamJSON is one upstream's forwarding state.
 type UpstreamJSON struct {
-	Name            string `json:"name"`
-	Connected       bool   `json:"connected"`
-	Forwarded       uint64 `json:"forwarded"`
-	BacklogMessages int64  `json:"backlog_messages"`
-	BacklogBytes    int64  `json:"backlog_bytes"`
-	DroppedOldest   uint64 `json:"dropped_oldest"`
-	Refused         uint64 `json:"refused"`
+	Name        string `json:"name"`
+	Connections int    `json:"connections"` // configured
+	Connected   int    `json:"connected"`   // of them, up
+	// LastError says why a connection is down ("" when none is).
+	LastError        string  `json:"last_error,omitempty"`
+	Forwarded        uint64  `json:"forwarded"`
+	BacklogMessages  int64   `json:"backlog_messages"`
+	BacklogBytes     int64   `json:"backlog_bytes"`
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	DroppedOldest    uint64  `json:"dropped_oldest"`
+	Refused          uint64  `json:"refused"`
+	Expired          uint64  `json:"expired"`
 }
 
 // ForwardListJSON answers GET /api/v1/forward.

@@ -1,6 +1,10 @@
 package admin
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Snapshot is the gateway's counters and gauges at one instant. Counters
 // count since the process started.
@@ -36,14 +40,19 @@ type Snapshot struct {
 }
 
 // ForwardStats is one upstream's forwarding state.
+// (forward.Stats, field for field).
 type ForwardStats struct {
-	Upstream     string
-	Connected    bool
-	Forwarded    uint64 // acknowledged by the upstream since start
-	Backlog      int64  // messages in the forward log
-	BacklogBytes int64
-	// DroppedOldest and Refused count what the log's bound cost.
-	DroppedOldest, Refused uint64
+	Upstream string
+	// Connections counts the upstream's connections, Connected those up.
+	Connections, Connected int
+	LastError              string // why a connection is down
+	Forwarded              uint64 // acknowledged by the upstream since start
+	Backlog                int64  // messages in the forward logs
+	BacklogBytes           int64
+	OldestAge              time.Duration // of the oldest message waiting
+	// DroppedOldest, Refused and Expired count the messages that never
+	// went: dropped for room, refused when full, too old (max_age).
+	DroppedOldest, Refused, Expired uint64
 }
 
 // StatsSource reports the gateway's counters; main adapts the broker's,
@@ -69,11 +78,12 @@ var (
 	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
 	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
 	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.", nil, nil)
-	descFwdConnected  = prometheus.NewDesc("devicegate_forward_connected", "1 while the upstream connection is up, else 0.", []string{"upstream"}, nil)
+	descFwdConnected  = prometheus.NewDesc("devicegate_forward_connected", "The upstream's connections that are up.", []string{"upstream"}, nil)
+	descFwdOldest     = prometheus.NewDesc("devicegate_forward_oldest_age_seconds", "How long the oldest message in the upstream's forward logs has waited; 0 when none waits.", []string{"upstream"}, nil)
 	descFwdForwarded  = prometheus.NewDesc("devicegate_forward_forwarded_total", "Messages the upstream acknowledged.", []string{"upstream"}, nil)
 	descFwdBacklog    = prometheus.NewDesc("devicegate_forward_backlog_messages", "Messages in the upstream's forward log, not yet acknowledged upstream.", []string{"upstream"}, nil)
 	descFwdBytes      = prometheus.NewDesc("devicegate_forward_backlog_bytes", "Record bytes of the messages in the upstream's forward log.", []string{"upstream"}, nil)
-	descFwdDropped    = prometheus.NewDesc("devicegate_forward_dropped_total", "Messages the full forward log cost: the oldest dropped (drop_oldest) or new ones refused (refuse_new).", []string{"upstream", "reason"}, nil)
+	descFwdDropped    = prometheus.NewDesc("devicegate_forward_dropped_total", "Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came (expired).", []string{"upstream", "reason"}, nil)
 	descProtoErrors   = prometheus.NewDesc("devicegate_protocol_errors_total", "Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).", nil, nil)
 	descPersistErrs   = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
 )
@@ -90,7 +100,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest} {
 		ch <- d
 	}
 }
@@ -130,16 +140,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSlowDrops, s.SlowSubscriberDrops)
 	counter(descProtoErrors, s.ProtocolErrors)
 	for _, f := range s.Forward {
-		up := 0.0
-		if f.Connected {
-			up = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descFwdConnected, prometheus.GaugeValue, up, f.Upstream)
+		ch <- prometheus.MustNewConstMetric(descFwdConnected, prometheus.GaugeValue, float64(f.Connected), f.Upstream)
+		ch <- prometheus.MustNewConstMetric(descFwdOldest, prometheus.GaugeValue, f.OldestAge.Seconds(), f.Upstream)
 		counter(descFwdForwarded, f.Forwarded, f.Upstream)
 		ch <- prometheus.MustNewConstMetric(descFwdBacklog, prometheus.GaugeValue, float64(f.Backlog), f.Upstream)
 		ch <- prometheus.MustNewConstMetric(descFwdBytes, prometheus.GaugeValue, float64(f.BacklogBytes), f.Upstream)
 		counter(descFwdDropped, f.DroppedOldest, f.Upstream, "oldest")
 		counter(descFwdDropped, f.Refused, f.Upstream, "refused")
+		counter(descFwdDropped, f.Expired, f.Upstream, "expired")
 	}
 	for reason, n := range s.ConnectsRefused {
 		counter(descRefused, n, reason)

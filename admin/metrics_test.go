@@ -3,6 +3,7 @@ package admin
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -12,7 +13,8 @@ func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
 		Allowed: 10, Dropped: 2, Disconnected: 1, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
 		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20,
-		Forward:         []ForwardStats{{Upstream: "cloud", Connected: true, Forwarded: 21, Backlog: 22, BacklogBytes: 2300, DroppedOldest: 3, Refused: 4}},
+		Forward: []ForwardStats{{Upstream: "cloud", Connections: 2, Connected: 1, Forwarded: 21, Backlog: 22, BacklogBytes: 2300,
+			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5}},
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 	}}
@@ -61,16 +63,20 @@ devicegate_forward_backlog_bytes{upstream="cloud"} 2300
 # HELP devicegate_forward_backlog_messages Messages in the upstream's forward log, not yet acknowledged upstream.
 # TYPE devicegate_forward_backlog_messages gauge
 devicegate_forward_backlog_messages{upstream="cloud"} 22
-# HELP devicegate_forward_connected 1 while the upstream connection is up, else 0.
+# HELP devicegate_forward_connected The upstream's connections that are up.
 # TYPE devicegate_forward_connected gauge
 devicegate_forward_connected{upstream="cloud"} 1
-# HELP devicegate_forward_dropped_total Messages the full forward log cost: the oldest dropped (drop_oldest) or new ones refused (refuse_new).
+# HELP devicegate_forward_dropped_total Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came (expired).
 # TYPE devicegate_forward_dropped_total counter
+devicegate_forward_dropped_total{reason="expired",upstream="cloud"} 5
 devicegate_forward_dropped_total{reason="oldest",upstream="cloud"} 3
 devicegate_forward_dropped_total{reason="refused",upstream="cloud"} 4
 # HELP devicegate_forward_forwarded_total Messages the upstream acknowledged.
 # TYPE devicegate_forward_forwarded_total counter
 devicegate_forward_forwarded_total{upstream="cloud"} 21
+# HELP devicegate_forward_oldest_age_seconds How long the oldest message in the upstream's forward logs has waited; 0 when none waits.
+# TYPE devicegate_forward_oldest_age_seconds gauge
+devicegate_forward_oldest_age_seconds{upstream="cloud"} 1.5
 # HELP devicegate_protocol_errors_total Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).
 # TYPE devicegate_protocol_errors_total counter
 devicegate_protocol_errors_total 20
@@ -100,8 +106,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 30 {
-		t.Fatalf("%d series, want 30", n)
+	if n := testutil.CollectAndCount(c); n != 32 {
+		t.Fatalf("%d series, want 32", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

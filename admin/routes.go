@@ -388,8 +388,9 @@ func (s *Server) forward(w http.ResponseWriter, _ *http.Request) {
 	out := ForwardListJSON{Upstreams: []UpstreamJSON{}}
 	if s.opts.Forward != nil {
 		for _, f := range s.opts.Forward() {
-			out.Upstreams = append(out.Upstreams, UpstreamJSON{Name: f.Upstream, Connected: f.Connected, Forwarded: f.Forwarded,
-				BacklogMessages: f.Backlog, BacklogBytes: f.BacklogBytes, DroppedOldest: f.DroppedOldest, Refused: f.Refused})
+			out.Upstreams = append(out.Upstreams, UpstreamJSON{Name: f.Upstream, Connections: f.Connections, Connected: f.Connected,
+				LastError: f.LastError, Forwarded: f.Forwarded, BacklogMessages: f.Backlog, BacklogBytes: f.BacklogBytes,
+				OldestAgeSeconds: f.OldestAge.Seconds(), DroppedOldest: f.DroppedOldest, Refused: f.Refused, Expired: f.Expired})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -185,7 +185,7 @@ func TestAuthCertificates(t *testing.T) {
 		o.Auth = Auth{Certificates: true, CertField: auth.CertCN, ACL: defaultACL(t)}
 	}})
 	tlsAddr := f.srv.TLSAddr().String()
-	good := ca.issue(t, "cert-dev", nil, false)
+	good := ca.Issue(t, "cert-dev", nil, false)
 
 	conn, err := dialTLS(t, tlsAddr, clientTLS(ca, good))
 	if err != nil {
@@ -211,7 +211,7 @@ func TestAuthCertificates(t *testing.T) {
 	}
 
 	for name, cfg := range map[string]*tls.Config{
-		"certificate from another CA": clientTLS(ca, other.issue(t, "cert-dev", nil, false)),
+		"certificate from another CA": clientTLS(ca, other.Issue(t, "cert-dev", nil, false)),
 		"no certificate":              clientTLS(ca),
 	} {
 		conn, err := dialTLS(t, tlsAddr, cfg)
@@ -236,7 +236,7 @@ func TestAuthCertificateSAN(t *testing.T) {
 		o.TLS = serverTLS(t, ca, false)
 		o.Auth = Auth{Certificates: true, CertField: auth.CertDNS, Credentials: credentials(t), ACL: defaultACL(t)}
 	}})
-	conn, err := dialTLS(t, f.srv.TLSAddr().String(), clientTLS(ca, ca.issue(t, "ignored-cn", []string{"san-dev"}, false)))
+	conn, err := dialTLS(t, f.srv.TLSAddr().String(), clientTLS(ca, ca.Issue(t, "ignored-cn", []string{"san-dev"}, false)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestWebSocketTLSCertificates(t *testing.T) {
 		o.Auth = Auth{Certificates: true, CertField: auth.CertCN, ACL: defaultACL(t)}
 	}})
 	addr := f.srv.WebSocketAddr().String()
-	conn, err := dialWSS(t, addr, clientTLS(ca, ca.issue(t, "wss-dev", nil, false)))
+	conn, err := dialWSS(t, addr, clientTLS(ca, ca.Issue(t, "wss-dev", nil, false)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,21 +2,11 @@ package broker
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/eclipse/paho.golang/paho/log"
@@ -24,92 +14,21 @@ import (
 	"github.com/gorilla/websocket"
 
 	"devicegate/auth"
+	"devicegate/internal/testcert"
 )
 
 // testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
+type testCA = testcert.CA
 
-var serial struct {
-	sync.Mutex
-	n int64
-}
-
-func nextSerial() *big.Int {
-	serial.Lock()
-	defer serial.Unlock()
-	serial.n++
-	return big.NewInt(serial.n)
-}
-
-func newCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue makes a certificate signed by ca: a server certificate for
-// 127.0.0.1, or a client certificate with the common name and DNS SAN.
-func (ca *testCA) issue(t *testing.T, cn string, dns []string, server bool) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: cn}, DNSNames: dns,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
-}
+func newCA(t *testing.T, name string) *testCA { return testcert.NewCA(t, name) }
 
 // serverTLS writes a server certificate and the client CA to files and
 // loads them with auth.ServerTLS, as the gateway does.
 func serverTLS(t *testing.T, ca *testCA, requireClientCert bool) *tls.Config {
 	t.Helper()
 	dir := t.TempDir()
-	c := ca.issue(t, "gateway", nil, true)
-	keyDER, err := x509.MarshalECPrivateKey(c.PrivateKey.(*ecdsa.PrivateKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	certFile := write("cert.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}))
-	keyFile := write("key.pem", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
-	caFile := write("ca.pem", ca.pem)
-	cfg, err := auth.ServerTLS(certFile, keyFile, caFile, requireClientCert)
+	certFile, keyFile := testcert.WritePair(t, dir, "gateway", ca.Issue(t, "gateway", nil, true))
+	cfg, err := auth.ServerTLS(certFile, keyFile, ca.WriteCA(t, dir, "ca.pem"), requireClientCert)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +38,7 @@ func serverTLS(t *testing.T, ca *testCA, requireClientCert bool) *tls.Config {
 // clientTLS trusts ca for the server and presents certs.
 func clientTLS(ca *testCA, certs ...tls.Certificate) *tls.Config {
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	return &tls.Config{RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12}
 }
 

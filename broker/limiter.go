@@ -18,11 +18,6 @@ type Limiter interface {
 	Buckets() int
 }
 
-// Forwarder hands admitted messages on to upstreams durably.
-type Forwarder interface {
-	Forward(topic string, qos byte, retain bool, payload []byte) error
-}
-
 // limiterOf returns the limiter Options asks for: Options.Limiter, or
 // the table when there is none.
 func limiterOf(o *Options) Limiter {

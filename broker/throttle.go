@@ -214,7 +214,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		// A released deferred message: it was acknowledged when stored,
 		// so a failure here can only be logged, once per window (the
 		// release loop keeps it in the queue only until it publishes it).
-		if err := h.forward(&pk); err != nil && h.logs.allow(logForward, "release", refusalLogWindow) {
+		if err := h.forward(cl.ID, &pk); err != nil && h.logs.allow(logForward, "release", refusalLogWindow) {
 			h.log.Error("released message not forwarded upstream", "topic", pk.TopicName, "error", err)
 		}
 		return pk, nil
@@ -237,17 +237,9 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	}
 	d := h.limiter.AllowAt(c.device, q, now)
 	if d.Allowed {
-		return pk, h.admit(cl, &pk)
+		return pk, h.admit(cl, c.device, &pk)
 	}
 	return pk, h.refuse(cl, pk, c, q, d, now)
-}
-
-// forward hands pk to the upstreams, if any.
-func (h *throttle) forward(pk *packets.Packet) error {
-	if h.fwd == nil {
-		return nil
-	}
-	return h.fwd.Forward(pk.TopicName, pk.FixedHeader.Qos, pk.FixedHeader.Retain, pk.Payload)
 }
 
 // admit lets a publish the window admitted through: forwarded to the
@@ -256,8 +248,8 @@ func (h *throttle) forward(pk *packets.Packet) error {
 // window admitted it) and dropped without an acknowledgement (errReject),
 // so a QoS 1 or 2 device sends it again; the failure is logged once per
 // window.
-func (h *throttle) admit(cl *mqtt.Client, pk *packets.Packet) error {
-	err := h.forward(pk)
+func (h *throttle) admit(cl *mqtt.Client, device string, pk *packets.Packet) error {
+	err := h.forward(device, pk)
 	if err == nil {
 		h.allowed.Add(1)
 		return nil
@@ -292,7 +284,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	}
 	switch out {
 	case outAllowed:
-		return h.admit(cl, pk)
+		return h.admit(cl, c.device, pk)
 	case outDeferred:
 		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)
 	}

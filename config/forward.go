@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Forward is one upstream the gateway hands admitted messages on to
@@ -13,7 +14,8 @@ import (
 type Forward struct {
 	// Name names the upstream in logs and its forward log; unique.
 	Name string `yaml:"name"`
-	// To is the upstream broker: mqtt://host:port (MQTT 3.1.1 over TCP).
+	// To is the upstream broker: mqtt://host:port (MQTT 3.1.1 over
+	// TCP) or mqtts://host:port (over TLS, see TLS).
 	To string `yaml:"to"`
 	// Topics are the local topic filters whose messages go upstream.
 	Topics []string `yaml:"topics"`
@@ -36,9 +38,72 @@ type Forward struct {
 	// published to the local subscribers, under the reverse prefix
 	// mapping (commands to devices); counted against no quota.
 	Subscribe []string `yaml:"subscribe,omitempty"`
-	// Username and Password log in upstream.
-	Username string `yaml:"username,omitempty"`
-	Password string `yaml:"password,omitempty"`
+	// Username and Password log in upstream; the password may instead
+	// come from a file (its first line) or an environment variable.
+	Username     string `yaml:"username,omitempty"`
+	Password     string `yaml:"password,omitempty"`
+	PasswordFile string `yaml:"password_file,omitempty"`
+	PasswordEnv  string `yaml:"password_env,omitempty"`
+	// TLS holds the files of an mqtts:// upstream.
+	TLS ForwardTLS `yaml:"tls,omitempty"`
+	// Connections is the number of upstream connections (default 1); a
+	// device always goes through the same one.
+	Connections int `yaml:"connections,omitempty"`
+	// Rate bounds the messages sent per second on each connection
+	// (backlog and live together); no bound when not given.
+	Rate *float64 `yaml:"rate,omitempty"`
+	// MaxAge drops a message older than this when its turn to be sent
+	// comes (counted, never sent late); 0: no bound.
+	MaxAge Duration `yaml:"max_age,omitempty"`
+	// KeepAlive is the upstream connection's MQTT keepalive (default
+	// 30s).
+	KeepAlive Duration `yaml:"keepalive,omitempty"`
+	// PersistentSession asks the upstream to keep the connection's
+	// session (clean session false): its subscribe: filters, and the
+	// commands published while the gateway was away.
+	PersistentSession bool `yaml:"persistent_session,omitempty"`
+}
+
+// ForwardTLS holds the PEM files of a TLS upstream connection.
+type ForwardTLS struct {
+	// CAFile holds the CAs the upstream's certificate is checked
+	// against; the system's when empty.
+	CAFile string `yaml:"ca_file,omitempty"`
+	// CertFile and KeyFile are the gateway's client certificate and key
+	// (mutual TLS, as AWS IoT Core requires).
+	CertFile string `yaml:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file,omitempty"`
+	// ServerName is the name the upstream's certificate must carry;
+	// to's host when empty.
+	ServerName string `yaml:"server_name,omitempty"`
+}
+
+// MaxForwardConnections bounds forward[].connections.
+const MaxForwardConnections = 64
+
+// Secure reports whether the upstream is reached over TLS (mqtts://).
+func (f Forward) Secure() bool { return strings.HasPrefix(f.To, "mqtts://") }
+
+// Secret returns the upstream password: password, the first line of
+// password_file, or the environment variable password_env. The error
+// names the key.
+func (f Forward) Secret(getenv func(string) string, readFile func(string) ([]byte, error)) (string, error) {
+	switch {
+	case f.PasswordFile != "":
+		b, err := readFile(f.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("password_file: %w", err)
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		return strings.TrimSuffix(line, "\r"), nil
+	case f.PasswordEnv != "":
+		v := getenv(f.PasswordEnv)
+		if v == "" {
+			return "", fmt.Errorf("password_env: the environment variable %s is not set", f.PasswordEnv)
+		}
+		return v, nil
+	}
+	return f.Password, nil
 }
 
 // Addr returns the upstream's host:port from To, which must be valid.
@@ -62,6 +127,37 @@ func (v *validator) forward(list []Forward) {
 		if msg := upstreamURL(f.To); msg != "" {
 			v.add(key+".to", msg)
 		}
+		secure := f.Secure()
+		if !secure && f.TLS != (ForwardTLS{}) {
+			v.add(key+".tls", fmt.Sprintf("is for an mqtts:// upstream (to is %q)", f.To))
+		}
+		if (f.TLS.CertFile == "") != (f.TLS.KeyFile == "") {
+			v.add(key+".tls.key_file", fmt.Sprintf("cert_file and key_file go together (got %q and %q)", f.TLS.CertFile, f.TLS.KeyFile))
+		}
+		set := 0
+		for _, p := range []string{f.Password, f.PasswordFile, f.PasswordEnv} {
+			if p != "" {
+				set++
+			}
+		}
+		if set > 1 {
+			v.add(key+".password", "give one of password, password_file and password_env")
+		}
+		if set > 0 && f.Username == "" {
+			v.add(key+".username", "a password needs a username")
+		}
+		if f.Connections < 0 || f.Connections > MaxForwardConnections {
+			v.add(key+".connections", fmt.Sprintf("must be 1 to %d (got %d)", MaxForwardConnections, f.Connections))
+		}
+		if f.Rate != nil && !(*f.Rate > 0 && *f.Rate <= 1e9) {
+			v.add(key+".rate", fmt.Sprintf("must be > 0 messages per second, or left out for no bound (got %g)", *f.Rate))
+		}
+		if f.MaxAge < 0 {
+			v.add(key+".max_age", fmt.Sprintf("must be >= 0, 0 for no bound (got %s)", f.MaxAge))
+		}
+		if f.KeepAlive < 0 || f.KeepAlive > 0 && time.Duration(f.KeepAlive) < time.Second || time.Duration(f.KeepAlive) > 18*time.Hour {
+			v.add(key+".keepalive", fmt.Sprintf("must be 1s to 18h, or 0 for 30s (got %s)", f.KeepAlive))
+		}
 		if len(f.Topics) == 0 {
 			v.add(key+".topics", "must list at least one topic filter")
 		}
@@ -75,8 +171,8 @@ func (v *validator) forward(list []Forward) {
 				v.add(fmt.Sprintf("%s.subscribe[%d]", key, j), msg)
 			}
 		}
-		if (f.LocalPrefix == "") != (f.RemotePrefix == "") || strings.ContainsAny(f.LocalPrefix+f.RemotePrefix, "+#") {
-			v.add(key+".remote_prefix", fmt.Sprintf("local_prefix and remote_prefix go together, without wildcards (got %q and %q)", f.LocalPrefix, f.RemotePrefix))
+		if msg := prefixMapping(f.LocalPrefix, f.RemotePrefix); msg != "" {
+			v.add(key+".remote_prefix", msg)
 		}
 		if f.MaxBytes < 0 {
 			v.add(key+".max_bytes", fmt.Sprintf("must be >= 0, 0 for no bound (got %d)", f.MaxBytes))
@@ -90,17 +186,32 @@ func (v *validator) forward(list []Forward) {
 	}
 }
 
-// upstreamURL checks an upstream address: mqtt://host:port.
+// prefixMapping checks a topic mapping: both prefixes or neither, each
+// whole levels (ending in '/'), without wildcards, not a '$' topic, so
+// that every mapped topic maps back to itself.
+func prefixMapping(local, remote string) string {
+	switch {
+	case local == "" && remote == "":
+		return ""
+	case local == "" || remote == "":
+		return fmt.Sprintf("local_prefix and remote_prefix go together (got %q and %q)", local, remote)
+	case strings.ContainsAny(local+remote, "+#\x00") || strings.HasPrefix(local, "$") || strings.HasPrefix(remote, "$"):
+		return fmt.Sprintf("local_prefix and remote_prefix take no wildcards and no '$' start (got %q and %q)", local, remote)
+	case !strings.HasSuffix(local, "/") || !strings.HasSuffix(remote, "/"):
+		return fmt.Sprintf("local_prefix and remote_prefix must end in '/' so the mapping is of whole levels and can be reversed (got %q and %q)", local, remote)
+	}
+	return ""
+}
+
+// upstreamURL checks an upstream address: mqtt://host:port or
+// mqtts://host:port.
 func upstreamURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "mqtt" || u.Host == "" || u.Path != "" && u.Path != "/" {
-		if err == nil && u.Scheme == "mqtts" {
-			return fmt.Sprintf("mqtts:// is not supported yet; use mqtt://host:port (got %q)", s)
-		}
-		return fmt.Sprintf("must be mqtt://host:port (got %q)", s)
+	if err != nil || u.Scheme != "mqtt" && u.Scheme != "mqtts" || u.Host == "" || u.Path != "" && u.Path != "/" || u.User != nil || u.RawQuery != "" {
+		return fmt.Sprintf("must be mqtt://host:port or mqtts://host:port (got %q)", s)
 	}
 	if _, port, err := net.SplitHostPort(u.Host); err != nil || port == "" {
-		return fmt.Sprintf("must be mqtt://host:port, with the port (got %q)", s)
+		return fmt.Sprintf("must be %s://host:port, with the port (got %q)", u.Scheme, s)
 	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return fmt.Sprintf("port must be 1 to 65535 (got %q)", s)
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -15,12 +16,20 @@ func TestForwardConfig(t *testing.T) {
     local_prefix: "devices/"
     remote_prefix: "site-7/devices/"
     max_qos: 1
+    connections: 4
+    rate: 100
+    max_age: 1h
+    keepalive: 20s
+    persistent_session: true
+    username: gw
+    password_env: UPSTREAM_PASSWORD
 `
 	c, err := Parse(strings.NewReader(good))
 	if err == nil {
 		err = c.Validate()
 	}
-	if err != nil || len(c.Forward) != 1 || c.Forward[0].Addr() != "127.0.0.1:1884" || c.Forward[0].Topics[0] != "devices/#" {
+	if err != nil || len(c.Forward) != 1 || c.Forward[0].Addr() != "127.0.0.1:1884" || c.Forward[0].Topics[0] != "devices/#" ||
+		c.Forward[0].Connections != 4 || *c.Forward[0].Rate != 100 || !c.Forward[0].PersistentSession {
 		t.Fatalf("good forward: %+v, %v", c.Forward, err)
 	}
 	if c, err := Parse(strings.NewReader(`forward: [{name: a, to: "mqtt://x:1", topics: [t]}]`)); err != nil || c.Forward[0].MaxQoS != 1 {
@@ -30,9 +39,21 @@ func TestForwardConfig(t *testing.T) {
 		t.Fatalf("max_qos 0: %+v %v", c.Forward, err)
 	}
 	for _, tc := range []struct{ yaml, want string }{
-		{`forward: [{name: a, to: "http://x:1", topics: [t]}]`, `forward[0].to: must be mqtt://host:port (got "http://x:1")`},
+		{`forward: [{name: a, to: "http://x:1", topics: [t]}]`, `forward[0].to: must be mqtt://host:port or mqtts://host:port (got "http://x:1")`},
 		{`forward: [{name: a, to: "mqtt://x", topics: [t]}]`, `forward[0].to: must be mqtt://host:port, with the port (got "mqtt://x")`},
-		{`forward: [{name: a, to: "mqtts://x:8883", topics: [t]}]`, `forward[0].to: mqtts:// is not supported yet`},
+		{`forward: [{name: a, to: "mqtts://u:p@x:8883", topics: [t]}]`, `forward[0].to: must be mqtt://host:port or mqtts://host:port`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], tls: {ca_file: ca.pem}}]`, `forward[0].tls: is for an mqtts:// upstream (to is "mqtt://x:1")`},
+		{`forward: [{name: a, to: "mqtts://x:1", topics: [t], tls: {cert_file: c.pem}}]`, `forward[0].tls.key_file: cert_file and key_file go together`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], username: u, password: p, password_env: P}]`, `forward[0].password: give one of password, password_file and password_env`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], password_file: /p}]`, `forward[0].username: a password needs a username`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], connections: 65}]`, `forward[0].connections: must be 1 to 64 (got 65)`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], rate: 0}]`, `forward[0].rate: must be > 0 messages per second, or left out for no bound (got 0)`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], rate: fast}]`, `forward[0].rate: must be a number (got`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], max_age: -1s}]`, `forward[0].max_age: must be >= 0`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], keepalive: 100ms}]`, `forward[0].keepalive: must be 1s to 18h`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], local_prefix: "devices", remote_prefix: "site/"}]`, `forward[0].remote_prefix: local_prefix and remote_prefix must end in '/'`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], local_prefix: "d/", remote_prefix: "$aws/"}]`, `forward[0].remote_prefix: local_prefix and remote_prefix take no wildcards and no '$' start`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], tlss: {}}]`, `forward[0].tlss: unknown key`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: ["a/#/b"]}]`, `forward[0].topics[0]: is not a valid topic filter`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: []}]`, `forward[0].topics: must list at least one topic filter`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], local_prefix: "devices/"}]`, `forward[0].remote_prefix: local_prefix and remote_prefix go together`},
@@ -41,7 +62,6 @@ func TestForwardConfig(t *testing.T) {
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], overflow: block}]`, `forward[0].overflow: must be drop_oldest or refuse_new (got "block")`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], max_bytes: 1TB}]`, `forward[0].max_bytes: must be a size in bytes`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t]}, {name: a, to: "mqtt://y:1", topics: [t]}]`, `forward[1].name: "a" names two upstreams`},
-		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], rate: 0}]`, `forward[0].rate: unknown key`},
 	} {
 		c, err := Parse(strings.NewReader(tc.yaml))
 		if err == nil {
@@ -49,6 +69,36 @@ func TestForwardConfig(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+// TestForwardSecret: the password comes from password, the first line
+// of password_file, or password_env; a missing file or variable is an
+// error naming the key.
+func TestForwardSecret(t *testing.T) {
+	env := map[string]string{"P": "from-env"}
+	files := map[string]string{"/p": "from-file\nsecond line\n"}
+	getenv := func(k string) string { return env[k] }
+	read := func(f string) ([]byte, error) {
+		if v, ok := files[f]; ok {
+			return []byte(v), nil
+		}
+		return nil, os.ErrNotExist
+	}
+	for _, c := range []struct {
+		f         Forward
+		want, err string
+	}{
+		{Forward{Password: "plain"}, "plain", ""},
+		{Forward{PasswordFile: "/p"}, "from-file", ""},
+		{Forward{PasswordEnv: "P"}, "from-env", ""},
+		{Forward{PasswordFile: "/missing"}, "", "password_file: file does not exist"},
+		{Forward{PasswordEnv: "UNSET"}, "", "password_env: the environment variable UNSET is not set"},
+	} {
+		got, err := c.f.Secret(getenv, read)
+		if got != c.want || (err == nil) != (c.err == "") || err != nil && err.Error() != c.err {
+			t.Errorf("%+v: %q, %v; want %q, %q", c.f, got, err, c.want, c.err)
 		}
 	}
 }

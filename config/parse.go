@@ -238,6 +238,13 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
 			w.fail(n, path, "must be an integer (got %s)", describe(n))
 		}
+	case reflect.Float64:
+		var v float64
+		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") || n.Decode(&v) != nil {
+			w.fail(n, path, "must be a number (got %s)", describe(n))
+		}
+	case reflect.Pointer:
+		w.walk(n, t.Elem(), path)
 	case reflect.Bool:
 		var v bool
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&v) != nil {

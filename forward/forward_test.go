@@ -2,7 +2,9 @@ package forward
 
 import (
 	"context"
+	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,8 +27,10 @@ type upstreamSub struct {
 func subscribe(t *testing.T, addr, filter string) *upstreamSub {
 	t.Helper()
 	s := &upstreamSub{topics: map[string]bool{}}
-	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("upstream-sub").
-		SetCleanSession(true).SetAutoReconnect(true).SetOrderMatters(true))
+	// A persistent session: across a restart of a broker that persists,
+	// the subscription stays and what arrived meanwhile is queued.
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("upstream-sub-" + strings.NewReplacer("/", "", "#", "", "+", "").Replace(filter)).
+		SetCleanSession(false).SetAutoReconnect(true).SetMaxReconnectInterval(100 * time.Millisecond).SetOrderMatters(true))
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscriber connect: %v", tok.Error())
 	}
@@ -66,7 +70,7 @@ func (s *upstreamSub) firsts(t *testing.T) int {
 
 func newForwarder(t *testing.T, addr string) (*Forwarder, *persist.Store) {
 	t.Helper()
-	return runForwarder(t, Config{Name: "up/0", Addr: addr, ClientID: "gw-test-0", LocalPrefix: "devices/", RemotePrefix: "site-7/devices/",
+	return runForwarder(t, Config{Name: "up/0", Dial: &MQTT{Address: addr, ClientID: "gw-test-0"}, Map: Map{Local: "devices/", Remote: "site-7/devices/"},
 		MaxQoS: 1, Window: 16, AckTimeout: 500 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 }
 
@@ -106,7 +110,7 @@ func TestForwardInOrder(t *testing.T) {
 	f, st := newForwarder(t, up.Addr)
 	const n = 300
 	for i := 1; i <= n; i++ {
-		if err := f.Append("devices/dev-1/t", 1, false, []byte(strconv.Itoa(i))); err != nil {
+		if err := f.Append(msg("devices/dev-1/t", strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,7 +121,7 @@ func TestForwardInOrder(t *testing.T) {
 	if !sub.topics["site-7/devices/dev-1/t"] || len(sub.topics) != 1 {
 		t.Fatalf("upstream topics %v, want the remote prefix", sub.topics)
 	}
-	if st := f.Stats(); st.Forwarded != n || st.Backlog != 0 || st.BacklogBytes != 0 || !st.Connected {
+	if st := f.Stats(); st.Forwarded != n || st.Backlog != 0 || st.BacklogBytes != 0 || st.Connected != 1 || st.LastError != "" {
 		t.Fatalf("stats %+v, want %d forwarded and nothing left", st, n)
 	}
 }
@@ -132,14 +136,14 @@ func TestForwardThroughOutage(t *testing.T) {
 	sub := subscribe(t, up.Addr, "site-7/#")
 	f, st := newForwarder(t, up.Addr)
 	for i := 1; i <= 100; i++ {
-		if err := f.Append("devices/dev-1/t", 1, false, []byte(strconv.Itoa(i))); err != nil {
+		if err := f.Append(msg("devices/dev-1/t", strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	poll.Until(t, 20*time.Second, "the first 100 upstream", func() bool { return sub.firsts(t) == 100 })
 	up.Pause()
 	for i := 101; i <= 200; i++ {
-		if err := f.Append("devices/dev-1/t", 1, false, []byte(strconv.Itoa(i))); err != nil {
+		if err := f.Append(msg("devices/dev-1/t", strconv.Itoa(i))); err != nil {
 			t.Fatal(err) // appends never wait for the upstream
 		}
 	}
@@ -158,23 +162,54 @@ func TestForwardThroughOutage(t *testing.T) {
 	t.Logf("200 messages through the outage, %d duplicates", dups)
 }
 
-// TestRecordRoundTrip: a forward record keeps topic, QoS, retain and
-// payload; a damaged one is refused.
+// TestRecordRoundTrip: a forward record keeps every field of a message,
+// properties included; a record of version 1 (no device, time or
+// properties) still reads; a damaged one is refused.
 func TestRecordRoundTrip(t *testing.T) {
-	for _, c := range []struct {
-		topic   string
-		qos     byte
-		retain  bool
-		payload string
-	}{{"a/b", 1, true, "x"}, {"", 0, false, ""}, {"t", 2, false, string(make([]byte, 300))}} {
-		topic, qos, retain, payload, err := decodeRecord(appendRecord(nil, c.topic, c.qos, c.retain, []byte(c.payload)))
-		if err != nil || topic != c.topic || qos != c.qos || retain != c.retain || string(payload) != c.payload {
-			t.Fatalf("%+v: got %q %d %v %q %v", c, topic, qos, retain, payload, err)
+	at := time.UnixMilli(1_790_000_000_123)
+	for _, m := range []Message{
+		{Device: "dev-1", At: at, Topic: "a/b", QoS: 1, Retain: true, Payload: []byte("x")},
+		{Topic: "", Payload: []byte{}},
+		{Device: "d", At: at, Topic: "t", QoS: 2, Payload: make([]byte, 300), Props: &Props{
+			PayloadFormat: 1, HasPayloadFormat: true, MessageExpiry: 60, ContentType: "application/json", ResponseTopic: "r/1",
+			CorrelationData: []byte{0, 1}, User: []UserProperty{{"k", "v"}, {"k", "w"}}}},
+		{Device: "d", At: at, Topic: "t", Props: &Props{}, Payload: []byte("p")},
+	} {
+		got, err := decodeRecord(appendRecord(nil, &m))
+		if err != nil || !reflect.DeepEqual(got, m) {
+			t.Fatalf("%+v: got %+v, %v", m, got, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, {2, 0, 0}, {1, 0, 9, 'a'}} {
-		if _, _, _, _, err := decodeRecord(bad); err == nil {
+	v1, err := decodeRecord([]byte{1, 1 | 4, 3, 'a', '/', 'b', 'h', 'i'})
+	if err != nil || v1.Topic != "a/b" || v1.QoS != 1 || !v1.Retain || string(v1.Payload) != "hi" || !v1.At.IsZero() || v1.Device != "" {
+		t.Fatalf("version 1 record: %+v, %v", v1, err)
+	}
+	full := appendRecord(nil, &Message{Device: "d", At: at, Topic: "t", Props: &Props{User: []UserProperty{{"k", "v"}}}, Payload: []byte("p")})
+	for _, bad := range [][]byte{nil, {3, 0, 0}, {1, 0, 9, 'a'}, {2, 0, 0x80}, full[:len(full)-5]} {
+		if _, err := decodeRecord(bad); err == nil {
 			t.Errorf("decodeRecord(% x) accepted", bad)
 		}
 	}
+}
+
+// FuzzRecord: any bytes decode to a message or an error, never a panic;
+// a message that decodes encodes to a record that decodes the same.
+func FuzzRecord(f *testing.F) {
+	f.Add(appendRecord(nil, &Message{Device: "d", At: time.UnixMilli(5), Topic: "t", Props: &Props{User: []UserProperty{{"k", "v"}}}, Payload: []byte("p")}))
+	f.Add([]byte{1, 1, 1, 'a', 'b'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeRecord(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeRecord(appendRecord(nil, &m))
+		if err != nil || !reflect.DeepEqual(again, m) {
+			t.Fatalf("% x: %+v then %+v, %v", b, m, again, err)
+		}
+	})
+}
+
+// msg is a QoS 1 message of device dev-1.
+func msg(topic, payload string) *Message {
+	return &Message{Device: "dev-1", Topic: topic, QoS: 1, Payload: []byte(payload)}
 }

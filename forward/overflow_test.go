@@ -25,20 +25,20 @@ func deadAddr(t *testing.T) string {
 
 func overflowForwarder(t *testing.T, max int64, policy Overflow) (*Forwarder, *persist.Store) {
 	t.Helper()
-	return runForwarder(t, Config{Name: "up/0", Addr: deadAddr(t), ClientID: "gw", MaxQoS: 1, MaxBytes: max, Overflow: policy,
+	return runForwarder(t, Config{Name: "up/0", Dial: &MQTT{Address: deadAddr(t), ClientID: "gw"}, MaxQoS: 1, MaxBytes: max, Overflow: policy,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 }
 
 // recordSize is the size of the test's records: "devices/d/t" and a
 // 3-digit payload.
-var recordSize = int64(len(appendRecord(nil, "devices/d/t", 1, false, []byte("100"))))
+var recordSize = int64(len(appendRecord(nil, &Message{Device: "dev-1", At: time.Now(), Topic: "devices/d/t", QoS: 1, Payload: []byte("100")})))
 
 // TestOverflowDropOldest: with the upstream down, a log bounded to 10
 // messages keeps the newest ones; the dropped are counted.
 func TestOverflowDropOldest(t *testing.T) {
 	f, st := overflowForwarder(t, 10*recordSize, DropOldest)
 	for i := 100; i < 150; i++ {
-		if err := f.Append("devices/d/t", 1, false, []byte(strconv.Itoa(i))); err != nil {
+		if err := f.Append(msg("devices/d/t", strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -46,7 +46,8 @@ func TestOverflowDropOldest(t *testing.T) {
 	var first string
 	n := 0
 	if err := st.ReadForward("up/0", 0, func(_ uint64, rec []byte) bool {
-		_, _, _, p, _ := decodeRecord(rec)
+		m, _ := decodeRecord(rec)
+		p := m.Payload
 		if n == 0 {
 			first = string(p)
 		}
@@ -67,7 +68,7 @@ func TestOverflowDropOldest(t *testing.T) {
 func TestOverflowRefuseNew(t *testing.T) {
 	f, _ := overflowForwarder(t, 10*recordSize, RefuseNew)
 	for i := 100; i < 120; i++ {
-		err := f.Append("devices/d/t", 1, false, []byte(strconv.Itoa(i)))
+		err := f.Append(msg("devices/d/t", strconv.Itoa(i)))
 		if want := i >= 110; errors.Is(err, ErrFull) != want {
 			t.Fatalf("message %d: %v (full: want %v)", i, err, want)
 		}

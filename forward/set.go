@@ -2,34 +2,44 @@ package forward
 
 import (
 	"context"
+	"hash/maphash"
 	"strings"
 	"sync"
 )
 
-// Route sends the messages whose topic matches one of Filters to F.
+// Route sends the messages whose topic matches one of Filters to one of
+// Conns, chosen by the device: a device always goes through the same
+// connection, so its order holds. Drain are connections left from a
+// larger count: they send what their logs hold and take nothing new.
 type Route struct {
 	Filters []string
-	F       *Forwarder
+	Conns   []*Forwarder
+	Drain   []*Forwarder
 }
 
 // Set is every upstream of a gateway: the broker hands it each admitted
 // message (and each released deferred one).
 type Set struct {
 	routes []Route
+	seed   maphash.Seed
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
 }
 
 // NewSet returns the set of routes; Start runs their forwarders.
-func NewSet(routes []Route) *Set { return &Set{routes: routes} }
+func NewSet(routes []Route) *Set { return &Set{routes: routes, seed: maphash.MakeSeed()} }
 
-// Forward appends the message to every upstream whose filters match
-// topic, durably, and returns once all hold it; an error means at least
-// one does not (the device is then not acknowledged, and sends again).
-func (s *Set) Forward(topic string, qos byte, retain bool, payload []byte) error {
+// Forward appends m to every upstream whose filters match its topic,
+// durably, and returns once all hold it; an error means at least one
+// does not (the device is then not acknowledged, and sends again).
+func (s *Set) Forward(m *Message) error {
 	for _, r := range s.routes {
-		if matchAny(r.Filters, topic) {
-			if err := r.F.Append(topic, qos, retain, payload); err != nil {
+		if len(r.Conns) > 0 && matchAny(r.Filters, m.Topic) {
+			f := r.Conns[0]
+			if len(r.Conns) > 1 {
+				f = r.Conns[maphash.String(s.seed, m.Device)%uint64(len(r.Conns))]
+			}
+			if err := f.Append(m); err != nil {
 				return err
 			}
 		}
@@ -42,9 +52,13 @@ func (s *Set) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	for _, r := range s.routes {
-		s.wg.Go(func() { r.F.Run(ctx) })
+		for _, f := range r.all() {
+			s.wg.Go(func() { f.Run(ctx) })
+		}
 	}
 }
+
+func (r Route) all() []*Forwarder { return append(r.Conns[:len(r.Conns):len(r.Conns)], r.Drain...) }
 
 // Stop ends the forwarders and waits for them; what they had not sent
 // stays in the forward logs for the next start.
@@ -55,13 +69,38 @@ func (s *Set) Stop() {
 	s.wg.Wait()
 }
 
-// Stats returns every forwarder's state, in configuration order.
+// Stats returns every upstream's state (its connections' summed; the
+// oldest age the greatest), in configuration order.
 func (s *Set) Stats() []Stats {
 	out := make([]Stats, len(s.routes))
 	for i, r := range s.routes {
-		out[i] = r.F.Stats()
+		for j, f := range r.all() {
+			st := f.Stats()
+			if j >= len(r.Conns) {
+				st.Connections = 0 // a draining connection is not one of the configured
+			}
+			out[i] = out[i].add(st)
+		}
 	}
 	return out
+}
+
+// add sums two states of one upstream.
+func (a Stats) add(b Stats) Stats {
+	a.Upstream = b.Upstream
+	a.Connections += b.Connections
+	a.Connected += b.Connected
+	if a.LastError == "" {
+		a.LastError = b.LastError
+	}
+	a.Forwarded += b.Forwarded
+	a.Backlog += b.Backlog
+	a.BacklogBytes += b.BacklogBytes
+	a.OldestAge = max(a.OldestAge, b.OldestAge)
+	a.DroppedOldest += b.DroppedOldest
+	a.Refused += b.Refused
+	a.Expired += b.Expired
+	return a
 }
 
 // Routes returns the routes.

@@ -1,43 +1,105 @@
 package server
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"devicegate/admin"
+	"devicegate/auth"
 	"devicegate/broker"
 	"devicegate/config"
 	"devicegate/forward"
 	"devicegate/persist"
 )
 
-// newForward builds a forwarder per forward: upstream, each over its
-// forward log in the data file (Start runs them); nil without any.
-func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, deliver func(topic string, payload []byte, retain bool, qos byte) error) (*forward.Set, error) {
+// newForward builds the forwarders of every forward: upstream, each
+// connection over its forward log in the data file ("NAME/I"; Start runs
+// them); nil without any. A log left from a larger connections count
+// gets a forwarder that drains it.
+func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now func() time.Time,
+	deliver func(topic string, payload []byte, retain bool, qos byte) error) (*forward.Set, error) {
 	if len(cfg.Forward) == 0 {
 		return nil, nil
 	}
 	host, _ := os.Hostname()
 	host = strings.NewReplacer("/", "-", "+", "-", "#", "-").Replace(host)
+	logs, err := store.ForwardLogs()
+	if err != nil {
+		return nil, err
+	}
 	routes := make([]forward.Route, 0, len(cfg.Forward))
-	for _, fc := range cfg.Forward {
-		id := fc.ClientID
-		if id == "" {
-			id = "devicegate-" + host + "-" + fc.Name
-		}
-		f, err := forward.New(forward.Config{
-			Name: fc.Name + "/0", Upstream: fc.Name, Addr: fc.Addr(), ClientID: id, Username: fc.Username, Password: fc.Password,
-			LocalPrefix: fc.LocalPrefix, RemotePrefix: fc.RemotePrefix, MaxQoS: byte(fc.MaxQoS),
-			Subscribe: fc.Subscribe, Deliver: deliver, MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow),
-		}, store, log)
+	for i, fc := range cfg.Forward {
+		key := fmt.Sprintf("forward[%d]", i)
+		dial, err := dialer(fc, host, deliver, log)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s.%w", key, err)
 		}
-		routes = append(routes, forward.Route{Filters: fc.Topics, F: f})
-		log.Info("forwarding upstream", "name", fc.Name, "to", fc.To, "topics", strings.Join(fc.Topics, ","), "client_id", id)
+		conns := max(fc.Connections, 1)
+		route := forward.Route{Filters: fc.Topics}
+		build := func(n int, drain bool) (*forward.Forwarder, error) {
+			d := *dial
+			if conns > 1 || drain {
+				d.ClientID += "-" + strconv.Itoa(n)
+			}
+			c := forward.Config{Name: fc.Name + "/" + strconv.Itoa(n), Upstream: fc.Name, Dial: &d,
+				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS),
+				MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow), MaxAge: time.Duration(fc.MaxAge), Now: now}
+			if fc.Rate != nil {
+				c.Rate = *fc.Rate
+			}
+			return forward.New(c, store, log)
+		}
+		for n := range conns {
+			f, err := build(n, false)
+			if err != nil {
+				return nil, err
+			}
+			route.Conns = append(route.Conns, f)
+		}
+		for _, name := range logs {
+			rest, ok := strings.CutPrefix(name, fc.Name+"/")
+			if n, err := strconv.Atoi(rest); ok && err == nil && n >= conns {
+				f, err := build(n, true)
+				if err != nil {
+					return nil, err
+				}
+				route.Drain = append(route.Drain, f)
+				log.Warn("forward log of a connection no longer configured: draining it", "upstream", fc.Name, "log", name)
+			}
+		}
+		routes = append(routes, route)
+		log.Info("forwarding upstream", "name", fc.Name, "to", fc.To, "topics", strings.Join(fc.Topics, ","),
+			"client_id", dial.ClientID, "connections", conns)
 	}
 	return forward.NewSet(routes), nil
+}
+
+// dialer is the MQTT dialer of fc, its secrets and TLS files read; the
+// error names the key.
+func dialer(fc config.Forward, host string, deliver func(topic string, payload []byte, retain bool, qos byte) error, log *slog.Logger) (*forward.MQTT, error) {
+	password, err := fc.Secret(os.Getenv, os.ReadFile)
+	if err != nil {
+		return nil, err
+	}
+	d := &forward.MQTT{Address: fc.Addr(), ClientID: fc.ClientID, Username: fc.Username, Password: password,
+		KeepAlive: time.Duration(fc.KeepAlive), Persistent: fc.PersistentSession,
+		Subscribe: fc.Subscribe, Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, Deliver: deliver,
+		OnDeliverError: func(topic string, err error) {
+			log.Error("command from upstream not delivered", "upstream", fc.Name, "topic", topic, "error", err)
+		}}
+	if d.ClientID == "" {
+		d.ClientID = "devicegate-" + host + "-" + fc.Name
+	}
+	if fc.Secure() {
+		if d.TLS, err = auth.ClientTLS(fc.TLS.CAFile, fc.TLS.CertFile, fc.TLS.KeyFile, fc.TLS.ServerName); err != nil {
+			return nil, fmt.Errorf("tls.%w", err)
+		}
+	}
+	return d, nil
 }
 
 // forwarder is the broker's Forwarder: the set, or nil without one (a
@@ -49,15 +111,14 @@ func (g *Gateway) forwarder() broker.Forwarder {
 	return g.forward
 }
 
-// forwardStats converts the forwarders' states for the metrics.
+// forwardStats converts the upstreams' states for the metrics.
 func forwardStats(s *forward.Set) []admin.ForwardStats {
 	if s == nil {
 		return nil
 	}
 	var out []admin.ForwardStats
 	for _, st := range s.Stats() {
-		out = append(out, admin.ForwardStats{Upstream: st.Name, Connected: st.Connected, Forwarded: st.Forwarded,
-			Backlog: st.Backlog, BacklogBytes: st.BacklogBytes, DroppedOldest: st.DroppedOldest, Refused: st.Refused})
+		out = append(out, admin.ForwardStats(st))
 	}
 	return out
 }

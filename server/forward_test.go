@@ -10,11 +10,13 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"context"
+	"devicegate/auth"
 	"devicegate/config"
 	"devicegate/internal/logtest"
 	"devicegate/internal/mosquittotest"
 	"devicegate/internal/mqtttest"
 	"devicegate/internal/poll"
+	"devicegate/internal/testcert"
 	"github.com/eclipse/paho.golang/paho"
 	"log/slog"
 	"net"
@@ -97,17 +99,21 @@ func TestForwardUpstream(t *testing.T) {
 	}
 }
 
-// TestForwardRefusedLogin: an upstream that refuses the gateway's login
-// does not stop the gateway: devices are acknowledged (their messages
-// wait in the forward log) and the log says why nothing is forwarded.
+// TestForwardRefusedLogin: an upstream that refuses the gateway's
+// password does not stop the gateway: devices are acknowledged (their
+// messages wait in the forward log), the log and GET /api/v1/forward say
+// why nothing is forwarded, and the same failure is logged once, not on
+// every retry.
 func TestForwardRefusedLogin(t *testing.T) {
-	up := mosquittotest.StartClosed(t)
+	up := mosquittotest.StartWith(t, mosquittotest.Options{Users: map[string]string{"gw": "right"}})
 	cfg := testConfig(t.TempDir(), 1000, time.Hour)
 	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"}, MaxQoS: 1,
-		Username: "gw", Password: "wrong"}}
+		Username: "gw", PasswordEnv: "DEVICEGATE_TEST_UPSTREAM_PASSWORD"}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	cfg.Admin.Token = "test-token"
+	t.Setenv("DEVICEGATE_TEST_UPSTREAM_PASSWORD", "wrong")
 	logs := new(logtest.Capture)
 	g := mustStart(t, cfg, Deps{Logger: slog.New(logs)})
 	dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
@@ -118,8 +124,184 @@ func TestForwardRefusedLogin(t *testing.T) {
 		r := logs.Find("upstream unavailable")
 		return r != nil && strings.Contains(strings.ToLower(r["error"]), "not authorized")
 	})
-	if st := g.forward.Stats()[0]; st.Connected || st.Backlog != 5 {
-		t.Fatalf("forward state %+v, want not connected and the 5 messages waiting", st)
+	st := g.forward.Stats()[0]
+	if st.Connected != 0 || st.Backlog != 5 || !strings.Contains(strings.ToLower(st.LastError), "not authorized") {
+		t.Fatalf("forward state %+v, want not connected, the 5 messages waiting and why", st)
+	}
+	api := httpGet(t, "http://"+g.AdminAddr().String()+"/api/v1/forward", cfg.Admin.Token)
+	if !strings.Contains(strings.ToLower(api), `"last_error":"connect to mqtt://`+up.Addr+`: not authorized`) {
+		t.Fatalf("GET /api/v1/forward = %s, want the reason", api)
+	}
+	poll.Until(t, 20*time.Second, "several retries", func() bool { return retries(g) >= 3 })
+	if n := logs.Count("upstream unavailable; messages wait in the forward log"); n != 1 {
+		t.Fatalf("the same failure logged %d times, want once", n)
+	}
+}
+
+// retries counts the upstream connection attempts of the gateway's
+// first upstream.
+func retries(g *Gateway) uint64 { return g.forward.Routes()[0].Conns[0].Attempts() }
+
+// TestForwardMutualTLS: an mqtts:// upstream that requires a client
+// certificate (as AWS IoT Core does) takes the gateway's, issued by the
+// test CA, and gets the device's messages; without the certificate the
+// gateway says why it cannot forward.
+func TestForwardMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, "upstream CA")
+	caFile := ca.WriteCA(t, dir, "ca.pem")
+	srvCert, srvKey := testcert.WritePair(t, dir, "upstream", ca.Issue(t, "upstream", nil, true))
+	gwCert, gwKey := testcert.WritePair(t, dir, "gateway", ca.Issue(t, "devicegate", nil, false))
+	up := mosquittotest.StartWith(t, mosquittotest.Options{TLS: &mosquittotest.TLS{CAFile: caFile, CertFile: srvCert, KeyFile: srvKey, RequireCert: true}})
+
+	got := make(chan string, 10)
+	subCfg, err := auth.ClientTLS(caFile, gwCert, gwKey, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("ssl://" + up.Addr).SetClientID("backend").SetTLSConfig(subCfg))
+	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("upstream subscriber: %v", tok.Error())
+	}
+	defer sub.Disconnect(0)
+	if tok := sub.Subscribe("devices/#", 1, func(_ mqtt.Client, m mqtt.Message) { got <- string(m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe upstream: %v", tok.Error())
+	}
+
+	for _, c := range []struct {
+		name     string
+		tls      config.ForwardTLS
+		delivers bool
+	}{
+		{"with the client certificate", config.ForwardTLS{CAFile: caFile, CertFile: gwCert, KeyFile: gwKey}, true},
+		{"without it", config.ForwardTLS{CAFile: caFile}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir(), 1000, time.Hour)
+			cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtts://" + up.Addr, Topics: []string{"devices/#"}, MaxQoS: 1, TLS: c.tls}}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			g := mustStart(t, cfg, Deps{})
+			dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+			dev.MustPublish(t, "devices/meter-1/t", c.name, mqtttest.CodeSuccess)
+			if !c.delivers {
+				poll.Until(t, 20*time.Second, "the TLS failure reported", func() bool { return g.forward.Stats()[0].LastError != "" })
+				if st := g.forward.Stats()[0]; st.Backlog != 1 || st.Connected != 0 {
+					t.Fatalf("without a client certificate: %+v", st)
+				}
+				t.Logf("without a client certificate: %s", g.forward.Stats()[0].LastError)
+				return
+			}
+			select {
+			case m := <-got:
+				if m != c.name {
+					t.Fatalf("upstream got %q", m)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("nothing upstream over mutual TLS; forward state %+v", g.forward.Stats()[0])
+			}
+		})
+	}
+}
+
+// TestForwardConnections: with connections: 3 every device goes through
+// one connection (its messages arrive in order) and the devices spread
+// over the three; restarted with connections: 1 while the upstream is
+// away, the gateway drains the logs of connections 1 and 2 as well, so
+// nothing acknowledged is stranded.
+func TestForwardConnections(t *testing.T) {
+	up := mosquittotest.StartWith(t, mosquittotest.Options{Persist: true})
+	var mu sync.Mutex
+	got := map[string][]int{}
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr).SetClientID("backend").SetCleanSession(false).
+		SetAutoReconnect(true).SetMaxReconnectInterval(100 * time.Millisecond).SetOrderMatters(true))
+	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("upstream subscriber: %v", tok.Error())
+	}
+	defer sub.Disconnect(0)
+	if tok := sub.Subscribe("devices/#", 1, func(_ mqtt.Client, m mqtt.Message) {
+		n, _ := strconv.Atoi(string(m.Payload()))
+		mu.Lock()
+		got[m.Topic()] = append(got[m.Topic()], n)
+		mu.Unlock()
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe upstream: %v", tok.Error())
+	}
+	dir := t.TempDir()
+	cfg := testConfig(dir, 1000, time.Hour)
+	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"}, MaxQoS: 1, Connections: 3}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	const devices, each = 12, 20
+	publish := func(g *Gateway, from int) {
+		for d := range devices {
+			dev := mqtttest.Dial5(t, g.Addr().String(), "meter-"+strconv.Itoa(d))
+			for i := from; i < from+each; i++ {
+				dev.MustPublish(t, "devices/meter-"+strconv.Itoa(d)+"/t", strconv.Itoa(i), mqtttest.CodeSuccess)
+			}
+			dev.Close()
+		}
+	}
+	complete := func(n int) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for d := range devices {
+				seen := map[int]bool{}
+				for _, v := range got["devices/meter-"+strconv.Itoa(d)+"/t"] {
+					seen[v] = true
+				}
+				if len(seen) != n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	g, err := Start(cfg, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 20*time.Second, "three connections up", func() bool { return g.forward.Stats()[0].Connected == 3 })
+	publish(g, 0)
+	poll.Until(t, 20*time.Second, "every message upstream", complete(each))
+	used := 0
+	for _, f := range g.forward.Routes()[0].Conns {
+		if f.Forwarded() > 0 {
+			used++
+		}
+	}
+	if used < 2 {
+		t.Fatalf("%d devices went through %d of 3 connections", devices, used)
+	}
+
+	up.Stop()
+	publish(g, each) // waits in the three logs
+	closeGateway(t, g)
+	cfg.Forward[0].Connections = 1
+	g = mustStart(t, cfg, Deps{})
+	if st := g.forward.Stats()[0]; st.Connections != 1 || st.Backlog != devices*each || len(g.forward.Routes()[0].Drain) == 0 {
+		t.Fatalf("after the restart with one connection: %+v, %d draining", st, len(g.forward.Routes()[0].Drain))
+	}
+	up.Restart()
+	poll.Until(t, 30*time.Second, "the stranded logs drained", complete(2*each))
+	mu.Lock()
+	defer mu.Unlock()
+	for topic, vs := range got {
+		prev := -1
+		seen := map[int]bool{}
+		for _, v := range vs {
+			if seen[v] {
+				continue
+			}
+			seen[v] = true
+			if v < prev {
+				t.Fatalf("%s: %d arrived first after %d", topic, v, prev)
+			}
+			prev = v
+		}
 	}
 }
 
@@ -135,7 +317,7 @@ func TestForwardCommandDownlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := mustStart(t, cfg, Deps{})
-	poll.Until(t, 20*time.Second, "the upstream connection", func() bool { return g.forward.Stats()[0].Connected })
+	poll.Until(t, 20*time.Second, "the upstream connection", func() bool { return g.forward.Stats()[0].Connected == 1 })
 
 	got := make(chan string, 4)
 	conn, err := net.DialTimeout("tcp", g.Addr().String(), 10*time.Second)

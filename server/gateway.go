@@ -191,7 +191,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	}
 	// Commands from upstream are published once the broker runs: the
 	// forwarders start after it.
-	if g.forward, err = newForward(cfg, store, log, func(topic string, payload []byte, retain bool, qos byte) error {
+	if g.forward, err = newForward(cfg, store, log, src.Wall, func(topic string, payload []byte, retain bool, qos byte) error {
 		return g.srv.Publish(topic, payload, retain, qos)
 	}); err != nil {
 		return nil, err

@@ -7,16 +7,18 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 )
 
 const forwardUsage = `Usage:
   gateway forward status [flags]
 
 Shows each upstream the gateway forwards to (forward: in its config):
-whether its connection is up, the messages the upstream acknowledged
-since start, the messages and bytes waiting in its forward log, and what
-a full log cost (dropped oldest, refused). The admin API's address and
-token come as for gateway quota.
+how many of its connections are up, the messages the upstream
+acknowledged since start, the messages and bytes waiting in its forward
+logs and how long the oldest has waited, what never went (dropped
+oldest, refused, expired), and why a connection is down. The admin
+API's address and token come as for gateway quota.
 `
 
 // forwardCmd runs `gateway forward SUB ...`.
@@ -52,10 +54,16 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			return
 		}
 		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "UPSTREAM\tCONNECTED\tFORWARDED\tBACKLOG\tBACKLOG BYTES\tDROPPED OLDEST\tREFUSED")
+		fmt.Fprintln(tw, "UPSTREAM\tCONNECTED\tFORWARDED\tBACKLOG\tBACKLOG BYTES\tOLDEST\tDROPPED OLDEST\tREFUSED\tEXPIRED")
 		for _, u := range v.Upstreams {
-			fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%d\t%d\n", u.Name, u.Connected, u.Forwarded, u.BacklogMessages, u.BacklogBytes, u.DroppedOldest, u.Refused)
+			fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\n", u.Name, u.Connected, u.Connections, u.Forwarded, u.BacklogMessages,
+				u.BacklogBytes, time.Duration(u.OldestAgeSeconds*float64(time.Second)).Round(time.Millisecond), u.DroppedOldest, u.Refused, u.Expired)
 		}
 		tw.Flush()
+		for _, u := range v.Upstreams {
+			if u.LastError != "" {
+				fmt.Fprintf(c.out, "%s: %s\n", u.Name, u.LastError)
+			}
+		}
 	})
 }

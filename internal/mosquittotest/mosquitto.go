@@ -9,37 +9,54 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
+// Options shape the broker.
+type Options struct {
+	// Users are the accounts (name: password); with none, anonymous
+	// clients are allowed unless Closed.
+	Users map[string]string
+	// Closed refuses every login (CONNACK 5, not authorized).
+	Closed bool
+	// TLS, when set, makes the listener speak TLS only.
+	TLS *TLS
+	// Persist keeps sessions (and their queued messages) across Stop
+	// and Restart, in the test's directory.
+	Persist bool
+}
+
+// TLS holds a TLS listener's PEM files.
+type TLS struct {
+	CAFile, CertFile, KeyFile string
+	// RequireCert asks clients for a certificate signed by CAFile
+	// (mutual TLS).
+	RequireCert bool
+}
+
 // Server is a running mosquitto on 127.0.0.1.
 type Server struct {
 	Addr string
+	conf string
 	cmd  *exec.Cmd
 	t    testing.TB
 }
 
 // Start runs mosquitto on a free loopback port, anonymous clients
 // allowed, no persistence; the test's cleanup stops it.
-func Start(t testing.TB) *Server { return start(t, true) }
+func Start(t testing.TB) *Server { return StartWith(t, Options{}) }
 
 // StartClosed is Start with anonymous clients refused and no accounts:
 // every login is refused (CONNACK 5, not authorized).
-func StartClosed(t testing.TB) *Server { return start(t, false) }
+func StartClosed(t testing.TB) *Server { return StartWith(t, Options{Closed: true}) }
 
-func start(t testing.TB, anonymous bool) *Server {
+// StartWith runs mosquitto shaped by o on a free loopback port; the
+// test's cleanup stops it.
+func StartWith(t testing.TB, o Options) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
-			t.Fatalf("mosquitto not found (package mosquitto; `make test` installs it): %v", err)
-		}
-		bin = "/usr/sbin/mosquitto"
-	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -47,34 +64,99 @@ func start(t testing.TB, anonymous bool) *Server {
 	addr := l.Addr().String()
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
-	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	if err := os.WriteFile(conf, []byte("listener "+port+" 127.0.0.1\nallow_anonymous "+strconv.FormatBool(anonymous)+"\npersistence false\nlog_dest stderr\nlog_type error\nuser root\n"), 0o600); err != nil {
+	dir := t.TempDir()
+	conf := []string{"listener " + port + " 127.0.0.1", "log_dest stderr", "log_type error", "user root"}
+	switch {
+	case len(o.Users) > 0:
+		pw := filepath.Join(dir, "passwd")
+		for user, pass := range o.Users {
+			args := []string{"-b", pw, user, pass}
+			if _, err := os.Stat(pw); err != nil {
+				args = append([]string{"-c"}, args...)
+			}
+			if out, err := exec.Command(tool(t, "mosquitto_passwd"), args...).CombinedOutput(); err != nil {
+				t.Fatalf("mosquitto_passwd: %v: %s", err, out)
+			}
+		}
+		conf = append(conf, "allow_anonymous false", "password_file "+pw)
+	case o.Closed:
+		conf = append(conf, "allow_anonymous false")
+	default:
+		conf = append(conf, "allow_anonymous true")
+	}
+	if o.TLS != nil {
+		conf = append(conf, "cafile "+o.TLS.CAFile, "certfile "+o.TLS.CertFile, "keyfile "+o.TLS.KeyFile,
+			fmt.Sprintf("require_certificate %v", o.TLS.RequireCert))
+	}
+	if o.Persist {
+		conf = append(conf, "persistence true", "persistence_location "+dir+"/", "autosave_interval 0")
+	} else {
+		conf = append(conf, "persistence false")
+	}
+	s := &Server{Addr: addr, conf: filepath.Join(dir, "mosquitto.conf"), t: t}
+	if err := os.WriteFile(s.conf, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-c", conf)
+	s.run()
+	t.Cleanup(func() {
+		if s.cmd != nil {
+			_ = s.cmd.Process.Signal(syscall.SIGCONT) // if a test paused it
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+	})
+	return s
+}
+
+// tool finds a Mosquitto binary.
+func tool(t testing.TB, name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/bin"} {
+		if p := filepath.Join(dir, name); fileExists(p) {
+			return p
+		}
+	}
+	t.Fatalf("%s not found (package mosquitto; `make test` installs it)", name)
+	return ""
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// run starts the process and waits until it listens.
+func (s *Server) run() {
+	s.t.Helper()
+	cmd := exec.Command(tool(s.t, "mosquitto"), "-c", s.conf)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start mosquitto: %v", err)
+		s.t.Fatalf("start mosquitto: %v", err)
 	}
-	s := &Server{Addr: addr, cmd: cmd, t: t}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT) // if a test paused it
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	s.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		c, err := net.DialTimeout("tcp", s.Addr, time.Second)
 		if err == nil {
 			c.Close()
-			return s
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("mosquitto did not listen on %s within 10s: %v", addr, err)
+			s.t.Fatalf("mosquitto did not listen on %s within 10s: %v", s.Addr, err)
 		}
 		time.Sleep(20 * time.Millisecond) // waiting for a process to listen
 	}
 }
+
+// Stop ends the broker (SIGTERM: with Persist, it saves its sessions)
+// and waits for it.
+func (s *Server) Stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart starts a stopped broker again on the same address.
+func (s *Server) Restart() { s.run() }
 
 // Pause stops the broker's process (SIGSTOP): connections stay open and
 // nothing is answered, as over a link that went dead. It returns once

@@ -1,0 +1,39 @@
+package broker
+
+import (
+	"devicegate/forward"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// Forwarder hands admitted messages on to upstreams durably
+// (forward.Set).
+type Forwarder interface {
+	Forward(m *forward.Message) error
+}
+
+// forward hands device's pk to the upstreams, if any.
+func (h *throttle) forward(device string, pk *packets.Packet) error {
+	if h.fwd == nil {
+		return nil
+	}
+	return h.fwd.Forward(forwardMessage(device, pk))
+}
+
+// forwardMessage is pk of device as the forward log keeps it: with the
+// MQTT 5 properties that belong to the message (not the topic alias or
+// subscription identifiers, which belong to one hop).
+func forwardMessage(device string, pk *packets.Packet) *forward.Message {
+	m := &forward.Message{Device: device, Topic: pk.TopicName, QoS: pk.FixedHeader.Qos, Retain: pk.FixedHeader.Retain, Payload: pk.Payload}
+	p := &pk.Properties
+	if pk.ProtocolVersion == 5 && (p.PayloadFormatFlag || p.MessageExpiryInterval > 0 || p.ContentType != "" || p.ResponseTopic != "" ||
+		len(p.CorrelationData) > 0 || len(p.User) > 0) {
+		fp := &forward.Props{PayloadFormat: p.PayloadFormat, HasPayloadFormat: p.PayloadFormatFlag, MessageExpiry: p.MessageExpiryInterval,
+			ContentType: p.ContentType, ResponseTopic: p.ResponseTopic, CorrelationData: p.CorrelationData}
+		for _, u := range p.User {
+			fp.User = append(fp.User, forward.UserProperty{Key: u.Key, Value: u.Val})
+		}
+		m.Props = fp
+	}
+	return m
+}

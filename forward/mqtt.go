@@ -1,0 +1,119 @@
+package forward
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"sync"
+	"time"
+
+	"devicegate/internal/mqtt3"
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+// MQTT dials an upstream MQTT 3.1.1 broker with paho.mqtt.golang.
+type MQTT struct {
+	// Address is the broker's host:port.
+	Address string
+	// TLS, when set, wraps the connection (mqtts://): the CA to trust
+	// and, for mutual TLS, the client certificate.
+	TLS *tls.Config
+	// ClientID is the connection's client ID, unique upstream.
+	ClientID string
+	// Username and Password log in upstream, when Username is set.
+	Username, Password string
+	// KeepAlive is the MQTT keepalive (default 30 s).
+	KeepAlive time.Duration
+	// Persistent asks for a persistent session (clean session false):
+	// the upstream keeps the Subscribe filters and queues the commands
+	// published while the gateway is away.
+	Persistent bool
+	// Timeout bounds the connection and subscription handshakes
+	// (default 5 s).
+	Timeout time.Duration
+	// Subscribe lists upstream topic filters whose messages Deliver
+	// publishes locally, under Map's reverse mapping (commands to
+	// devices).
+	Subscribe []string
+	Map       Map
+	Deliver   func(topic string, payload []byte, retain bool, qos byte) error
+	// OnDeliverError is told about a command Deliver refused.
+	OnDeliverError func(topic string, err error)
+}
+
+// Addr returns the broker's address, with the scheme.
+func (d *MQTT) Addr() string {
+	if d.TLS != nil {
+		return "mqtts://" + d.Address
+	}
+	return "mqtt://" + d.Address
+}
+
+// Dial connects and subscribes to the Subscribe filters.
+func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	keepAlive := d.KeepAlive
+	if keepAlive <= 0 {
+		keepAlive = 30 * time.Second
+	}
+	conn := &mqttConn{lost: make(chan struct{})}
+	broker := "tcp://" + d.Address
+	if d.TLS != nil {
+		broker = "ssl://" + d.Address
+	}
+	opts := mqtt.NewClientOptions().
+		AddBroker(broker).
+		SetClientID(d.ClientID).
+		SetProtocolVersion(4).
+		SetCleanSession(!d.Persistent).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetConnectTimeout(timeout).
+		SetKeepAlive(keepAlive).
+		SetConnectionLostHandler(func(mqtt.Client, error) { conn.once.Do(func() { close(conn.lost) }) })
+	if d.TLS != nil {
+		opts.SetTLSConfig(d.TLS)
+	}
+	if d.Username != "" {
+		opts.SetUsername(d.Username).SetPassword(d.Password)
+	}
+	c, err := mqtt3.Connect(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
+	}
+	conn.c = c
+	if len(d.Subscribe) > 0 && d.Deliver != nil {
+		filters := make(map[string]byte, len(d.Subscribe))
+		for _, s := range d.Subscribe {
+			filters[s] = 1
+		}
+		tok := c.SubscribeMultiple(filters, func(_ mqtt.Client, m mqtt.Message) {
+			topic := d.Map.Down(m.Topic())
+			if err := d.Deliver(topic, m.Payload(), m.Retained(), m.Qos()); err != nil && d.OnDeliverError != nil {
+				d.OnDeliverError(topic, err)
+			}
+		})
+		if !tok.WaitTimeout(timeout) || tok.Error() != nil {
+			c.Disconnect(0)
+			return nil, fmt.Errorf("subscribe upstream to %v: %v", d.Subscribe, tok.Error())
+		}
+	}
+	return conn, nil
+}
+
+type mqttConn struct {
+	c    mqtt.Client
+	lost chan struct{}
+	once sync.Once
+}
+
+func (c *mqttConn) Send(m *Message, qos byte) Ack {
+	return c.c.Publish(m.Topic, qos, m.Retain, m.Payload)
+}
+
+func (c *mqttConn) Lost() <-chan struct{} { return c.lost }
+
+func (c *mqttConn) Close() { c.c.Disconnect(0) }

@@ -1,0 +1,289 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Run connects to the upstream and forwards the log until ctx ends,
+// reconnecting with backoff (and jitter) when the connection fails. The
+// same failure is logged at most once per failureLogEvery.
+func (f *Forwarder) Run(ctx context.Context) {
+	backoff := f.cfg.MinBackoff
+	var logged string
+	var loggedAt time.Time
+	for ctx.Err() == nil {
+		f.attempts.Add(1)
+		c, err := f.cfg.Dial.Dial(ctx)
+		if err == nil {
+			f.setConnected(true, "")
+			f.slog.Info("upstream connected", "addr", f.cfg.Dial.Addr())
+			logged = ""
+			backoff = f.cfg.MinBackoff
+			err = f.pump(ctx, c)
+			c.Close()
+		}
+		if ctx.Err() != nil {
+			f.setConnected(false, "")
+			return
+		}
+		f.setConnected(false, err.Error())
+		if msg := err.Error(); msg != logged || time.Since(loggedAt) >= failureLogEvery {
+			logged, loggedAt = msg, time.Now()
+			f.slog.Warn("upstream unavailable; messages wait in the forward log", "addr", f.cfg.Dial.Addr(), "error", err,
+				"backlog", f.backlog.Load(), "retry_in", backoff)
+		}
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+	wait:
+		for {
+			f.trim(nil)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-f.wake: // a message appended: keep within MaxBytes
+			case <-t.C:
+				break wait
+			}
+		}
+		backoff = min(2*backoff, f.cfg.MaxBackoff)
+	}
+}
+
+// failureLogEvery spaces the lines of a failure that repeats.
+const failureLogEvery = time.Minute
+
+func (f *Forwarder) setConnected(up bool, why string) {
+	f.mu.Lock()
+	f.lastErr = why
+	f.mu.Unlock()
+	f.connected.Store(up)
+}
+
+// inflight is a message sent and not yet acknowledged.
+type inflight struct {
+	seq  uint64
+	size int // its record's bytes
+	ack  Ack
+}
+
+// pump sends the log, oldest first, with up to Window messages in
+// flight and at most Rate per second, drops the messages older than
+// MaxAge when their turn comes, and deletes what the upstream
+// acknowledged, until the connection fails or ctx ends.
+func (f *Forwarder) pump(ctx context.Context, c Conn) error {
+	var sent []inflight
+	var last uint64         // the newest sequence number sent on this connection
+	var headSince time.Time // when sent[0] became the oldest in flight
+	pace := newPacer(f.cfg.Rate)
+	for {
+		f.trim(sent)
+		var paceWait time.Duration
+		if len(sent) < f.cfg.Window {
+			from := last + 1
+			if len(sent) == 0 {
+				from = 0 // everything left: a lower number may have committed late
+			}
+			var expired []uint64
+			var expiredBytes int64
+			now := f.cfg.Now()
+			err := f.log.ReadForward(f.cfg.Name, from, func(seq uint64, rec []byte) bool {
+				m, err := decodeRecord(rec)
+				if err != nil {
+					f.slog.Error("forward log record unreadable; dropped", "seq", seq, "error", err)
+					expired = append(expired, seq)
+					expiredBytes += int64(len(rec))
+					last = seq
+					return true
+				}
+				if f.cfg.MaxAge > 0 && !m.At.IsZero() && now.Sub(m.At) > f.cfg.MaxAge {
+					expired = append(expired, seq)
+					expiredBytes += int64(len(rec))
+					f.expired.Add(1)
+					last = seq
+					return true
+				}
+				if paceWait = pace.wait(time.Now()); paceWait > 0 {
+					return false
+				}
+				if len(sent) == 0 {
+					headSince = time.Now()
+				}
+				m.Topic = f.cfg.Map.Up(m.Topic)
+				sent = append(sent, inflight{seq, len(rec), c.Send(&m, min(m.QoS, f.cfg.MaxQoS))})
+				last = seq
+				return len(sent) < f.cfg.Window
+			})
+			if err != nil {
+				return err
+			}
+			if err := f.remove(expired, expiredBytes); err != nil {
+				return err
+			}
+		}
+		var paced <-chan time.Time
+		if paceWait > 0 {
+			paced = time.After(paceWait) // collected unfired (Go 1.23 timers)
+		}
+		if len(sent) == 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-c.Lost():
+				return errors.New("connection lost")
+			case <-f.wake:
+			case <-paced:
+			}
+			continue
+		}
+		// New messages (wake) do not postpone the oldest one's deadline.
+		t := time.NewTimer(f.cfg.AckTimeout - time.Since(headSince))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-c.Lost():
+			t.Stop()
+			return errors.New("connection lost")
+		case <-t.C:
+			return fmt.Errorf("no acknowledgement within %s", f.cfg.AckTimeout)
+		case <-f.wake:
+			t.Stop()
+			continue
+		case <-paced:
+			t.Stop()
+			continue
+		case <-sent[0].ack.Done():
+			t.Stop()
+		}
+		// Acknowledged messages at the head of the window leave the log.
+		var done []uint64
+		var doneBytes int64
+		for len(sent) > 0 && isDone(sent[0].ack) {
+			if err := sent[0].ack.Error(); err != nil {
+				return fmt.Errorf("publish: %w", err)
+			}
+			done = append(done, sent[0].seq)
+			doneBytes += int64(sent[0].size)
+			sent = sent[1:]
+			headSince = time.Now()
+		}
+		if err := f.remove(done, doneBytes); err != nil {
+			return err
+		}
+		f.forwarded.Add(uint64(len(done)))
+	}
+}
+
+// remove deletes messages from the log and the backlog counts.
+func (f *Forwarder) remove(seqs []uint64, bytes int64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	if err := f.log.DeleteForward(f.cfg.Name, seqs); err != nil {
+		return err
+	}
+	f.backlog.Add(-int64(len(seqs)))
+	f.backlogBytes.Add(-bytes)
+	return nil
+}
+
+func isDone(a Ack) bool {
+	select {
+	case <-a.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// trim drops the oldest messages not in flight while the log holds more
+// than MaxBytes under DropOldest. Called from Run's goroutine only.
+func (f *Forwarder) trim(sent []inflight) {
+	over := f.backlogBytes.Load() - f.cfg.MaxBytes
+	if f.cfg.MaxBytes <= 0 || f.cfg.Overflow != DropOldest || over <= 0 {
+		return
+	}
+	busy := make(map[uint64]bool, len(sent))
+	for _, s := range sent {
+		busy[s.seq] = true
+	}
+	var drop []uint64
+	var bytes int64
+	_ = f.log.ReadForward(f.cfg.Name, 0, func(seq uint64, rec []byte) bool {
+		if !busy[seq] {
+			drop = append(drop, seq)
+			bytes += int64(len(rec))
+		}
+		return bytes < over
+	})
+	if err := f.remove(drop, bytes); err != nil {
+		f.slog.Error("forward log full; the oldest messages could not be dropped", "error", err)
+		return
+	}
+	if len(drop) == 0 {
+		return
+	}
+	f.droppedOldest.Add(uint64(len(drop)))
+	if time.Since(f.fullLogged) >= 10*time.Second {
+		f.fullLogged = time.Now()
+		f.slog.Warn("forward log full; oldest messages dropped", "dropped_so_far", f.droppedOldest.Load(), "max_bytes", f.cfg.MaxBytes)
+	}
+}
+
+// pacer spaces sends to a rate, allowing a burst of a tenth of a
+// second's worth (at least one message) after a pause: over any
+// interval d, at most rate*d + burst messages go.
+type pacer struct {
+	interval time.Duration // between two messages; 0: no pacing
+	burst    time.Duration // how far behind now the schedule may fall
+	next     time.Time     // when the next message is due
+}
+
+func newPacer(rate float64) *pacer {
+	if rate <= 0 {
+		return &pacer{}
+	}
+	iv := time.Duration(float64(time.Second) / rate)
+	return &pacer{interval: iv, burst: max(iv, 100*time.Millisecond)}
+}
+
+// wait returns 0 and takes a slot when a message may go now, or how long
+// until one may.
+func (p *pacer) wait(now time.Time) time.Duration {
+	if p.interval == 0 {
+		return 0
+	}
+	if p.next.Before(now.Add(-p.burst)) {
+		p.next = now.Add(-p.burst)
+	}
+	if d := p.next.Sub(now); d > 0 {
+		return d
+	}
+	p.next = p.next.Add(p.interval)
+	return 0
+}
+
+// Map maps topics between the gateway and an upstream: a topic starting
+// with Local goes upstream starting with Remote instead, and back.
+type Map struct{ Local, Remote string }
+
+// Up maps a local topic to the upstream's.
+func (m Map) Up(topic string) string {
+	if m.Local != "" && strings.HasPrefix(topic, m.Local) {
+		return m.Remote + topic[len(m.Local):]
+	}
+	return topic
+}
+
+// Down maps an upstream topic back to the local one.
+func (m Map) Down(topic string) string {
+	if m.Remote != "" && strings.HasPrefix(topic, m.Remote) {
+		return m.Local + topic[len(m.Remote):]
+	}
+	return topic
+}

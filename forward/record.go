@@ -1,0 +1,175 @@
+package forward
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Message is one device message on its way upstream.
+type Message struct {
+	Device  string    // the client ID that published it
+	At      time.Time // when the gateway accepted it; zero when unknown (records of version 1)
+	Topic   string    // the local topic
+	QoS     byte
+	Retain  bool
+	Payload []byte
+	Props   *Props // MQTT 5 properties carried upstream; nil when none
+}
+
+// Props are the MQTT 5 PUBLISH properties a message carries upstream
+// (the ones that belong to the message, not to one hop: no topic alias,
+// no subscription identifier).
+type Props struct {
+	PayloadFormat    byte // 0 bytes, 1 UTF-8; only when HasPayloadFormat
+	HasPayloadFormat bool
+	MessageExpiry    uint32 // seconds; 0: none
+	ContentType      string
+	ResponseTopic    string
+	CorrelationData  []byte
+	User             []UserProperty
+}
+
+// UserProperty is one MQTT 5 user property.
+type UserProperty struct{ Key, Value string }
+
+// A forward log record of version 2: version (2), flags (QoS in the low
+// two bits, retain in bit 2, properties in bit 3), the acceptance time in
+// Unix milliseconds (uvarint), the device and the topic (each a uvarint
+// length and the bytes), the properties when flagged, then the payload.
+// Version 1 (written before version 2 existed) had no time, device or
+// properties: version, flags, topic, payload. Both are read.
+const (
+	recordV1 = 1
+	recordV2 = 2
+
+	maxMillis = 253402300799999 // 9999-12-31T23:59:59.999Z
+
+	flagRetain = 4
+	flagProps  = 8
+)
+
+// appendRecord appends m's record to b.
+func appendRecord(b []byte, m *Message) []byte {
+	flags := m.QoS & 3
+	if m.Retain {
+		flags |= flagRetain
+	}
+	if m.Props != nil {
+		flags |= flagProps
+	}
+	var ms uint64
+	if !m.At.IsZero() {
+		ms = uint64(max(m.At.UnixMilli(), 0))
+	}
+	b = append(b, recordV2, flags)
+	b = binary.AppendUvarint(b, ms)
+	b = appendString(b, m.Device)
+	b = appendString(b, m.Topic)
+	if p := m.Props; p != nil {
+		pf := byte(0xff)
+		if p.HasPayloadFormat {
+			pf = p.PayloadFormat
+		}
+		b = append(b, pf)
+		b = binary.AppendUvarint(b, uint64(p.MessageExpiry))
+		b = appendString(b, p.ContentType)
+		b = appendString(b, p.ResponseTopic)
+		b = appendString(b, string(p.CorrelationData))
+		b = binary.AppendUvarint(b, uint64(len(p.User)))
+		for _, u := range p.User {
+			b = appendString(b, u.Key)
+			b = appendString(b, u.Value)
+		}
+	}
+	return append(b, m.Payload...)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// recordReader reads a record's fields in order; the first failure
+// sticks.
+type recordReader struct {
+	b   []byte
+	err error
+}
+
+func (r *recordReader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = fmt.Errorf("forward record: bad %s", what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *recordReader) bytes(what string) []byte {
+	n := r.uvarint(what + " length")
+	if r.err != nil {
+		return nil
+	}
+	if uint64(len(r.b)) < n {
+		r.err = fmt.Errorf("forward record: %s of %d bytes, %d left", what, n, len(r.b))
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// decodeRecord reads a record of version 1 or 2. The payload and the
+// correlation data share b's memory.
+func decodeRecord(b []byte) (Message, error) {
+	if len(b) < 3 || (b[0] != recordV1 && b[0] != recordV2) {
+		return Message{}, errors.New("not a forward record of version 1 or 2")
+	}
+	flags := b[1]
+	m := Message{QoS: flags & 3, Retain: flags&flagRetain != 0}
+	r := recordReader{b: b[2:]}
+	if b[0] == recordV2 {
+		if ms := r.uvarint("time"); ms > maxMillis {
+			return Message{}, fmt.Errorf("forward record: time %d ms is past the year 9999", ms)
+		} else if ms > 0 {
+			m.At = time.UnixMilli(int64(ms))
+		}
+		m.Device = string(r.bytes("device"))
+	}
+	m.Topic = string(r.bytes("topic"))
+	if b[0] == recordV2 && flags&flagProps != 0 {
+		if len(r.b) == 0 {
+			return Message{}, errors.New("forward record: properties cut short")
+		}
+		p := &Props{}
+		if pf := r.b[0]; pf != 0xff {
+			p.PayloadFormat, p.HasPayloadFormat = pf, true
+		}
+		r.b = r.b[1:]
+		p.MessageExpiry = uint32(r.uvarint("message expiry"))
+		p.ContentType = string(r.bytes("content type"))
+		p.ResponseTopic = string(r.bytes("response topic"))
+		if cd := r.bytes("correlation data"); len(cd) > 0 {
+			p.CorrelationData = cd
+		}
+		n := r.uvarint("user property count")
+		if r.err == nil && n > uint64(len(r.b)) {
+			return Message{}, fmt.Errorf("forward record: %d user properties in %d bytes", n, len(r.b))
+		}
+		for i := uint64(0); i < n && r.err == nil; i++ {
+			p.User = append(p.User, UserProperty{string(r.bytes("user property key")), string(r.bytes("user property value"))})
+		}
+		m.Props = p
+	}
+	if r.err != nil {
+		return Message{}, r.err
+	}
+	m.Payload = r.b
+	return m, nil
+}
