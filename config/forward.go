@@ -46,6 +46,9 @@ type Forward struct {
 	PasswordEnv  string `yaml:"password_env,omitempty"`
 	// TLS holds the files of an mqtts:// upstream.
 	TLS ForwardTLS `yaml:"tls,omitempty"`
+	// MQTTVersion is the upstream protocol: "3.1.1" (the default) or
+	// "5" (the messages' MQTT 5 properties are carried).
+	MQTTVersion string `yaml:"mqtt_version,omitempty"`
 	// Connections is the number of upstream connections (default 1); a
 	// device always goes through the same one.
 	Connections int `yaml:"connections,omitempty"`
@@ -145,6 +148,9 @@ func (v *validator) forward(list []Forward) {
 		}
 		if set > 0 && f.Username == "" {
 			v.add(key+".username", "a password needs a username")
+		}
+		if f.MQTTVersion != "" && f.MQTTVersion != "3.1.1" && f.MQTTVersion != "5" {
+			v.add(key+".mqtt_version", fmt.Sprintf("must be \"3.1.1\" or \"5\" (got %q)", f.MQTTVersion))
 		}
 		if f.Connections < 0 || f.Connections > MaxForwardConnections {
 			v.add(key+".connections", fmt.Sprintf("must be 1 to %d (got %d)", MaxForwardConnections, f.Connections))

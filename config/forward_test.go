@@ -54,6 +54,7 @@ func TestForwardConfig(t *testing.T) {
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], local_prefix: "devices", remote_prefix: "site/"}]`, `forward[0].remote_prefix: local_prefix and remote_prefix must end in '/'`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], local_prefix: "d/", remote_prefix: "$aws/"}]`, `forward[0].remote_prefix: local_prefix and remote_prefix take no wildcards and no '$' start`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], tlss: {}}]`, `forward[0].tlss: unknown key`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], mqtt_version: 4}]`, `forward[0].mqtt_version: must be "3.1.1" or "5" (got "4")`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: ["a/#/b"]}]`, `forward[0].topics[0]: is not a valid topic filter`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: []}]`, `forward[0].topics: must list at least one topic filter`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], local_prefix: "devices/"}]`, `forward[0].remote_prefix: local_prefix and remote_prefix go together`},

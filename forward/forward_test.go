@@ -68,9 +68,9 @@ func (s *upstreamSub) firsts(t *testing.T) int {
 	return len(seen)
 }
 
-func newForwarder(t *testing.T, addr string) (*Forwarder, *persist.Store) {
+func newForwarder(t *testing.T, addr string, v5 bool) (*Forwarder, *persist.Store) {
 	t.Helper()
-	return runForwarder(t, Config{Name: "up/0", Dial: &MQTT{Address: addr, ClientID: "gw-test-0"}, Map: Map{Local: "devices/", Remote: "site-7/devices/"},
+	return runForwarder(t, Config{Name: "up/0", Dial: &MQTT{Address: addr, ClientID: "gw-test-0", V5: v5}, Map: Map{Local: "devices/", Remote: "site-7/devices/"},
 		MaxQoS: 1, Window: 16, AckTimeout: 500 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 }
 
@@ -105,24 +105,28 @@ func logLen(t *testing.T, st *persist.Store) int {
 // TestForwardInOrder: appended messages reach a real Mosquitto under the
 // remote prefix, in order, and leave the log once acknowledged.
 func TestForwardInOrder(t *testing.T) {
-	up := mosquittotest.Start(t)
-	sub := subscribe(t, up.Addr, "site-7/#")
-	f, st := newForwarder(t, up.Addr)
-	const n = 300
-	for i := 1; i <= n; i++ {
-		if err := f.Append(msg("devices/dev-1/t", strconv.Itoa(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The counters follow the deletion: wait for them too.
-	poll.Until(t, 20*time.Second, "every message upstream", func() bool {
-		return sub.firsts(t) == n && logLen(t, st) == 0 && f.Stats().Forwarded == n
-	})
-	if !sub.topics["site-7/devices/dev-1/t"] || len(sub.topics) != 1 {
-		t.Fatalf("upstream topics %v, want the remote prefix", sub.topics)
-	}
-	if st := f.Stats(); st.Forwarded != n || st.Backlog != 0 || st.BacklogBytes != 0 || st.Connected != 1 || st.LastError != "" {
-		t.Fatalf("stats %+v, want %d forwarded and nothing left", st, n)
+	for _, v5 := range []bool{false, true} {
+		t.Run(protocol(v5), func(t *testing.T) {
+			up := mosquittotest.Start(t)
+			sub := subscribe(t, up.Addr, "site-7/#")
+			f, st := newForwarder(t, up.Addr, v5)
+			const n = 300
+			for i := 1; i <= n; i++ {
+				if err := f.Append(msg("devices/dev-1/t", strconv.Itoa(i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The counters follow the deletion: wait for them too.
+			poll.Until(t, 20*time.Second, "every message upstream", func() bool {
+				return sub.firsts(t) == n && logLen(t, st) == 0 && f.Stats().Forwarded == n
+			})
+			if !sub.topics["site-7/devices/dev-1/t"] || len(sub.topics) != 1 {
+				t.Fatalf("upstream topics %v, want the remote prefix", sub.topics)
+			}
+			if st := f.Stats(); st.Forwarded != n || st.Backlog != 0 || st.BacklogBytes != 0 || st.Connected != 1 || st.LastError != "" {
+				t.Fatalf("stats %+v, want %d forwarded and nothing left", st, n)
+			}
+		})
 	}
 }
 
@@ -132,34 +136,38 @@ func TestForwardInOrder(t *testing.T) {
 // one, the first arrivals in order (duplicates only from the window in
 // flight).
 func TestForwardThroughOutage(t *testing.T) {
-	up := mosquittotest.Start(t)
-	sub := subscribe(t, up.Addr, "site-7/#")
-	f, st := newForwarder(t, up.Addr)
-	for i := 1; i <= 100; i++ {
-		if err := f.Append(msg("devices/dev-1/t", strconv.Itoa(i))); err != nil {
-			t.Fatal(err)
-		}
+	for _, v5 := range []bool{false, true} {
+		t.Run(protocol(v5), func(t *testing.T) {
+			up := mosquittotest.Start(t)
+			sub := subscribe(t, up.Addr, "site-7/#")
+			f, st := newForwarder(t, up.Addr, v5)
+			for i := 1; i <= 100; i++ {
+				if err := f.Append(msg("devices/dev-1/t", strconv.Itoa(i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			poll.Until(t, 20*time.Second, "the first 100 upstream", func() bool { return sub.firsts(t) == 100 })
+			up.Pause()
+			for i := 101; i <= 200; i++ {
+				if err := f.Append(msg("devices/dev-1/t", strconv.Itoa(i))); err != nil {
+					t.Fatal(err) // appends never wait for the upstream
+				}
+			}
+			poll.Until(t, 20*time.Second, "the forwarder to notice the outage", func() bool { return !f.Connected() })
+			if n := logLen(t, st); n == 0 || f.Stats().Backlog != int64(n) {
+				t.Fatalf("during the outage: log %d, stats %+v", n, f.Stats())
+			}
+			up.Resume()
+			poll.Until(t, 20*time.Second, "every message upstream after the outage", func() bool { return sub.firsts(t) == 200 && logLen(t, st) == 0 })
+			sub.mu.Lock()
+			dups := len(sub.got) - 200
+			sub.mu.Unlock()
+			if dups > 16+16 {
+				t.Fatalf("%d duplicates, more than the window in flight", dups)
+			}
+			t.Logf("200 messages through the outage, %d duplicates", dups)
+		})
 	}
-	poll.Until(t, 20*time.Second, "the first 100 upstream", func() bool { return sub.firsts(t) == 100 })
-	up.Pause()
-	for i := 101; i <= 200; i++ {
-		if err := f.Append(msg("devices/dev-1/t", strconv.Itoa(i))); err != nil {
-			t.Fatal(err) // appends never wait for the upstream
-		}
-	}
-	poll.Until(t, 20*time.Second, "the forwarder to notice the outage", func() bool { return !f.Connected() })
-	if n := logLen(t, st); n == 0 || f.Stats().Backlog != int64(n) {
-		t.Fatalf("during the outage: log %d, stats %+v", n, f.Stats())
-	}
-	up.Resume()
-	poll.Until(t, 20*time.Second, "every message upstream after the outage", func() bool { return sub.firsts(t) == 200 && logLen(t, st) == 0 })
-	sub.mu.Lock()
-	dups := len(sub.got) - 200
-	sub.mu.Unlock()
-	if dups > 16+16 {
-		t.Fatalf("%d duplicates, more than the window in flight", dups)
-	}
-	t.Logf("200 messages through the outage, %d duplicates", dups)
 }
 
 // TestRecordRoundTrip: a forward record keeps every field of a message,
@@ -207,6 +215,14 @@ func FuzzRecord(f *testing.F) {
 			t.Fatalf("% x: %+v then %+v, %v", b, m, again, err)
 		}
 	})
+}
+
+// protocol names an upstream protocol in subtests.
+func protocol(v5 bool) string {
+	if v5 {
+		return "mqtt5"
+	}
+	return "mqtt3.1.1"
 }
 
 // msg is a QoS 1 message of device dev-1.

@@ -11,10 +11,14 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
-// MQTT dials an upstream MQTT 3.1.1 broker with paho.mqtt.golang.
+// MQTT dials an upstream MQTT broker: MQTT 3.1.1 with
+// paho.mqtt.golang, MQTT 5 with paho.golang (which carries the
+// messages' properties).
 type MQTT struct {
 	// Address is the broker's host:port.
 	Address string
+	// V5 speaks MQTT 5 (else 3.1.1).
+	V5 bool
 	// TLS, when set, wraps the connection (mqtts://): the CA to trust
 	// and, for mutual TLS, the client certificate.
 	TLS *tls.Config
@@ -58,6 +62,9 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 	keepAlive := d.KeepAlive
 	if keepAlive <= 0 {
 		keepAlive = 30 * time.Second
+	}
+	if d.V5 {
+		return d.dial5(ctx, timeout, keepAlive)
 	}
 	conn := &mqttConn{lost: make(chan struct{})}
 	broker := "tcp://" + d.Address

@@ -85,7 +85,7 @@ func dialer(fc config.Forward, host string, deliver func(topic string, payload [
 	if err != nil {
 		return nil, err
 	}
-	d := &forward.MQTT{Address: fc.Addr(), ClientID: fc.ClientID, Username: fc.Username, Password: password,
+	d := &forward.MQTT{Address: fc.Addr(), V5: fc.MQTTVersion == "5", ClientID: fc.ClientID, Username: fc.Username, Password: password,
 		KeepAlive: time.Duration(fc.KeepAlive), Persistent: fc.PersistentSession,
 		Subscribe: fc.Subscribe, Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, Deliver: deliver,
 		OnDeliverError: func(topic string, err error) {

@@ -417,3 +417,58 @@ func TestForwardOverflow(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardMQTT5: with mqtt_version "5" the gateway speaks MQTT 5 to
+// the upstream (a real Mosquitto) and carries the device's message
+// properties: an MQTT 5 subscriber upstream sees the content type, user
+// properties, correlation data, response topic and payload format the
+// device sent, and the retain flag.
+func TestForwardMQTT5(t *testing.T) {
+	up := mosquittotest.Start(t)
+	got := make(chan *paho.Publish, 4)
+	conn, err := net.DialTimeout("tcp", up.Addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := paho.NewClient(paho.ClientConfig{ClientID: "backend", Conn: conn,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			got <- pr.Packet
+			return true, nil
+		}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := sub.Connect(ctx, &paho.Connect{ClientID: "backend", CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Disconnect(&paho.Disconnect{})
+	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "site-7/#", QoS: 1, RetainAsPublished: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"}, MaxQoS: 1, MQTTVersion: "5",
+		LocalPrefix: "devices/", RemotePrefix: "site-7/devices/"}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+	format := byte(1)
+	sent := &paho.Publish{Topic: "devices/meter-1/t", QoS: 1, Retain: true, Payload: []byte(`{"v":1}`), Properties: &paho.PublishProperties{
+		ContentType: "application/json", ResponseTopic: "devices/meter-1/reply", CorrelationData: []byte{7, 8}, PayloadFormat: &format,
+		User: paho.UserProperties{{Key: "site", Value: "7"}, {Key: "unit", Value: "kWh"}}}}
+	if code, err := dev.PublishPacket(sent); err != nil || code != mqtttest.CodeSuccess {
+		t.Fatalf("publish: 0x%02x %v", code, err)
+	}
+	select {
+	case p := <-got:
+		pp := p.Properties
+		if p.Topic != "site-7/devices/meter-1/t" || string(p.Payload) != `{"v":1}` || !p.Retain || pp == nil ||
+			pp.ContentType != "application/json" || pp.ResponseTopic != "devices/meter-1/reply" || string(pp.CorrelationData) != "\a\b" ||
+			pp.PayloadFormat == nil || *pp.PayloadFormat != 1 || len(pp.User) != 2 || pp.User.Get("unit") != "kWh" {
+			t.Fatalf("upstream got %s %q retain %v, properties %+v", p.Topic, p.Payload, p.Retain, pp)
+		}
+	case <-ctx.Done():
+		t.Fatalf("nothing upstream; forward state %+v", g.forward.Stats()[0])
+	}
+	poll.Until(t, 10*time.Second, "the log emptied", func() bool { st := g.forward.Stats()[0]; return st.Backlog == 0 && st.Forwarded == 1 })
+}

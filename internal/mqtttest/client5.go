@@ -60,9 +60,14 @@ func (cl *Client5) Lost() <-chan struct{} { return cl.lost }
 // An error means no PUBACK came (the connection ended, or none within
 // 5 s); a refusal (code >= 0x80) is not an error.
 func (cl *Client5) Publish(topic, payload string) (byte, error) {
+	return cl.PublishPacket(&paho.Publish{Topic: topic, QoS: 1, Payload: []byte(payload)})
+}
+
+// PublishPacket is Publish of a whole PUBLISH (properties, QoS).
+func (cl *Client5) PublishPacket(p *paho.Publish) (byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := cl.c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(payload)})
+	resp, err := cl.c.Publish(ctx, p)
 	if resp == nil {
 		return 0, err
 	}

@@ -1,0 +1,201 @@
+package forward
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/eclipse/paho.golang/packets"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session"
+	"github.com/eclipse/paho.golang/paho/session/state"
+)
+
+// dial5 connects to d's upstream over MQTT 5 with paho.golang.
+//
+// paho.golang's Publish either blocks until the acknowledgement (one
+// message in flight at a time) or returns at once without telling when
+// it is acknowledged. To keep a window in flight, in order, each Send
+// publishes asynchronously from the forwarder's goroutine (so in
+// order), and ackSession, wrapped around paho's own session state, hands
+// the acknowledgement of that very packet to the Send's Ack.
+func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Conn, error) {
+	dialer := &net.Dialer{Timeout: timeout}
+	var nc net.Conn
+	var err error
+	if d.TLS != nil {
+		nc, err = (&tls.Dialer{NetDialer: dialer, Config: d.TLS}).DialContext(ctx, "tcp", d.Address)
+	} else {
+		nc, err = dialer.DialContext(ctx, "tcp", d.Address)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
+	}
+	conn := &mqtt5Conn{lost: make(chan struct{}), sess: &ackSession{SessionManager: state.NewInMemory()}}
+	lose := func() { conn.once.Do(func() { close(conn.lost) }) }
+	cfg := paho.ClientConfig{ClientID: d.ClientID, Conn: nc, Session: conn.sess, PacketTimeout: timeout,
+		OnClientError:      func(error) { lose() },
+		OnServerDisconnect: func(*paho.Disconnect) { lose() }}
+	if len(d.Subscribe) > 0 && d.Deliver != nil {
+		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			topic := d.Map.Down(pr.Packet.Topic)
+			if err := d.Deliver(topic, pr.Packet.Payload, pr.Packet.Retain, pr.Packet.QoS); err != nil && d.OnDeliverError != nil {
+				d.OnDeliverError(topic, err)
+			}
+			return true, nil
+		}}
+	}
+	conn.c = paho.NewClient(cfg)
+	cp := &paho.Connect{ClientID: d.ClientID, CleanStart: !d.Persistent, KeepAlive: uint16(keepAlive / time.Second),
+		Properties: &paho.ConnectProperties{ReceiveMaximum: ptr(uint16(64))}}
+	if d.Persistent {
+		cp.Properties.SessionExpiryInterval = ptr(uint32(7 * 24 * 3600))
+	}
+	if d.Username != "" {
+		cp.Username, cp.UsernameFlag = d.Username, true
+		cp.Password, cp.PasswordFlag = []byte(d.Password), true
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ca, err := conn.c.Connect(cctx, cp)
+	if err != nil {
+		conn.sess.Close()
+		nc.Close()
+		if ca != nil && ca.ReasonCode >= 0x80 {
+			return nil, fmt.Errorf("connect to %s: refused: %s (reason 0x%02X)", d.Addr(), reasonText(ca.Properties), ca.ReasonCode)
+		}
+		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
+	}
+	if len(d.Subscribe) > 0 && d.Deliver != nil {
+		sub := &paho.Subscribe{}
+		for _, s := range d.Subscribe {
+			sub.Subscriptions = append(sub.Subscriptions, paho.SubscribeOptions{Topic: s, QoS: 1})
+		}
+		sa, err := conn.c.Subscribe(cctx, sub)
+		if err == nil {
+			for _, r := range sa.Reasons {
+				if r >= 0x80 {
+					err = fmt.Errorf("refused with reason 0x%02X", r)
+				}
+			}
+		}
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("subscribe upstream to %v: %w", d.Subscribe, err)
+		}
+	}
+	return conn, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func reasonText(p *paho.ConnackProperties) string {
+	if p != nil && p.ReasonString != "" {
+		return p.ReasonString
+	}
+	return "no reason given"
+}
+
+type mqtt5Conn struct {
+	c    *paho.Client
+	sess *ackSession
+	lost chan struct{}
+	once sync.Once
+}
+
+func (c *mqtt5Conn) Send(m *Message, qos byte) Ack {
+	a := &ack{done: make(chan struct{})}
+	p := &paho.Publish{Topic: m.Topic, QoS: qos, Retain: m.Retain, Payload: m.Payload, Properties: props5(m.Props)}
+	if qos > 0 {
+		c.sess.next = a // read by AddToSession, in this goroutine
+	}
+	_, err := c.c.PublishWithOptions(context.Background(), p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
+	c.sess.next = nil
+	switch {
+	case qos == 0:
+		a.finish(err)
+	case err != nil && !errors.Is(err, paho.ErrNetworkErrorAfterStored):
+		a.finish(err) // never stored: no acknowledgement will come
+	}
+	return a
+}
+
+func (c *mqtt5Conn) Lost() <-chan struct{} { return c.lost }
+
+func (c *mqtt5Conn) Close() {
+	_ = c.c.Disconnect(&paho.Disconnect{ReasonCode: 0})
+	_ = c.sess.Close() // paho closes only sessions it made; this ends the waits on acknowledgements
+}
+
+// props5 are p as paho.golang's publish properties.
+func props5(p *Props) *paho.PublishProperties {
+	if p == nil {
+		return nil
+	}
+	out := &paho.PublishProperties{ContentType: p.ContentType, ResponseTopic: p.ResponseTopic, CorrelationData: p.CorrelationData}
+	if p.HasPayloadFormat {
+		out.PayloadFormat = ptr(p.PayloadFormat)
+	}
+	if p.MessageExpiry > 0 {
+		out.MessageExpiry = ptr(p.MessageExpiry)
+	}
+	for _, u := range p.User {
+		out.User = append(out.User, paho.UserProperty{Key: u.Key, Value: u.Value})
+	}
+	return out
+}
+
+// ack is the Ack of one MQTT 5 publish.
+type ack struct {
+	done chan struct{}
+	err  error
+}
+
+func (a *ack) Done() <-chan struct{} { return a.done }
+func (a *ack) Error() error          { return a.err }
+func (a *ack) finish(err error)      { a.err = err; close(a.done) }
+
+// ackSession is paho's session state, telling the Send that added a
+// QoS 1 or 2 publish when the upstream acknowledged it.
+type ackSession struct {
+	session.SessionManager
+	next *ack // the Send in progress; set and read on the forwarder's goroutine
+}
+
+func (s *ackSession) AddToSession(ctx context.Context, p session.Packet, resp chan<- packets.ControlPacket) error {
+	a := s.next
+	s.next = nil
+	if a == nil {
+		return s.SessionManager.AddToSession(ctx, p, resp)
+	}
+	mine := make(chan packets.ControlPacket, 1)
+	if err := s.SessionManager.AddToSession(ctx, p, mine); err != nil {
+		return err
+	}
+	go func() {
+		cp := <-mine
+		switch r := cp.Content.(type) {
+		case *packets.Puback:
+			if r.ReasonCode >= 0x80 {
+				a.finish(fmt.Errorf("upstream refused the message: reason 0x%02X %s", r.ReasonCode, r.Reason()))
+				return
+			}
+			a.finish(nil)
+		case *packets.Pubrec:
+			if r.ReasonCode >= 0x80 {
+				a.finish(fmt.Errorf("upstream refused the message: reason 0x%02X", r.ReasonCode))
+				return
+			}
+			a.finish(nil)
+		case *packets.Pubcomp:
+			a.finish(nil)
+		default:
+			a.finish(errors.New("the connection ended before the upstream acknowledged the message"))
+		}
+	}()
+	return nil
+}
