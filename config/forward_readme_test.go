@@ -6,10 +6,11 @@ import (
 	"testing"
 )
 
-// TestREADMEForwardExample: the README's forward: example parses and
-// validates (with a host that resolves nowhere: the address is only
-// checked for its form).
-func TestREADMEForwardExample(t *testing.T) {
+// TestREADMEForwardExamples: every yaml block of the README's Forwarding
+// upstream section parses and validates (the hosts resolve nowhere: an
+// address is only checked for its form): the reference example with
+// every key, and the Mosquitto, EMQX and AWS IoT Core examples.
+func TestREADMEForwardExamples(t *testing.T) {
 	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -18,16 +19,24 @@ func TestREADMEForwardExample(t *testing.T) {
 	if !ok {
 		t.Fatal("README has no Forwarding upstream section")
 	}
-	_, block, ok := strings.Cut(section, "```yaml\n")
-	if !ok {
-		t.Fatal("the section has no yaml block")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var names []string
+	for {
+		var block string
+		if _, block, ok = strings.Cut(section, "```yaml\n"); !ok {
+			break
+		}
+		block, section, _ = strings.Cut(block, "```")
+		c, err := Parse(strings.NewReader(block))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err != nil || len(c.Forward) != 1 {
+			t.Fatalf("README example:\n%s\n%+v, %v", block, c.Forward, err)
+		}
+		names = append(names, c.Forward[0].Name)
 	}
-	block, _, _ = strings.Cut(block, "```")
-	c, err := Parse(strings.NewReader(block))
-	if err == nil {
-		err = c.Validate()
-	}
-	if err != nil || len(c.Forward) != 1 || c.Forward[0].Name != "cloud" || c.Forward[0].MaxQoS != 1 {
-		t.Fatalf("README example: %+v, %v", c.Forward, err)
+	if strings.Join(names, ",") != "cloud,mosquitto,emqx,aws" {
+		t.Fatalf("README forward examples %v, want cloud, mosquitto, emqx and aws", names)
 	}
 }
