@@ -52,6 +52,11 @@ fuzz:
 BENCH_E2E_FLAGS ?=
 bench-e2e: tools
 	$(GO) run ./bench/harness $(BENCH_E2E_FLAGS)
+# test-forward-outage: issue 15's acceptance run, 50 devices through a
+# 30 s upstream outage, with and without kill -9 (make test runs 5 s).
+.PHONY: test-forward-outage
+test-forward-outage: tools
+	DEVICEGATE_FORWARD_OUTAGE=30s $(GO) test -count=1 -run '^TestForwardOutageProcess$$' -v ./cmd/gateway
 # hostile runs the hostile-client test at full size: 100k distinct client
 # IDs (make test runs 10k).
 hostile:

@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -114,6 +115,12 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) error {
 					headSince = time.Now()
 				}
 				m.Topic = f.cfg.Map.Up(m.Topic)
+				// rec is the file's memory, valid only during the read;
+				// the connection writes the payload later.
+				m.Payload = bytes.Clone(m.Payload)
+				if m.Props != nil {
+					m.Props.CorrelationData = bytes.Clone(m.Props.CorrelationData)
+				}
 				sent = append(sent, inflight{seq, len(rec), c.Send(&m, min(m.QoS, f.cfg.MaxQoS))})
 				last = seq
 				return len(sent) < f.cfg.Window

@@ -40,9 +40,10 @@ func TestForwardStatus(t *testing.T) {
 		return out.String()
 	}
 	poll.Until(t, 20*time.Second, "the upstream connected", func() bool {
-		return strings.Contains(status(), "cloud     true")
+		out := status()
+		return strings.Contains(out, "cloud ") && strings.Contains(out, " 1/1 ")
 	})
-	if out := status("--json"); !strings.Contains(out, `"name": "cloud"`) || !strings.Contains(out, `"connected": true`) {
+	if out := status("--json"); !strings.Contains(out, `"name": "cloud"`) || !strings.Contains(out, `"connected": 1`) || !strings.Contains(out, `"connections": 1`) {
 		t.Fatalf("--json:\n%s", out)
 	}
 	if err := run(context.Background(), []string{"forward", "list"}, new(strings.Builder), new(strings.Builder)); err == nil {

@@ -65,7 +65,9 @@ func StartWith(t testing.TB, o Options) *Server {
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
 	dir := t.TempDir()
-	conf := []string{"listener " + port + " 127.0.0.1", "log_dest stderr", "log_type error", "user root"}
+	// No bound on the messages queued for a client: a test upstream
+	// must not lose what it accepted (Mosquitto's default keeps 1000).
+	conf := []string{"listener " + port + " 127.0.0.1", "log_dest stderr", "log_type error", "user root", "max_queued_messages 0"}
 	switch {
 	case len(o.Users) > 0:
 		pw := filepath.Join(dir, "passwd")

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicegate/internal/mosquittotest"
+	"devicegate/internal/poll"
+)
+
+// forwardOutage is the upstream outage of TestForwardOutageProcess: 5 s
+// in `make test`; the issue's 30 s with DEVICEGATE_FORWARD_OUTAGE=30s
+// (`make test-forward-outage`).
+func forwardOutage(t *testing.T) time.Duration {
+	v := os.Getenv("DEVICEGATE_FORWARD_OUTAGE")
+	if v == "" {
+		return 5 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Second {
+		t.Fatalf("DEVICEGATE_FORWARD_OUTAGE=%q: want a duration of 1s or more", v)
+	}
+	return d
+}
+
+// upstreamLog records, per device, the sequence numbers that arrive at
+// the upstream, in arrival order.
+type upstreamLog struct {
+	mu  sync.Mutex
+	got map[string][]int
+}
+
+func (u *upstreamLog) add(topic string, payload []byte) {
+	n, _ := strconv.Atoi(string(payload))
+	u.mu.Lock()
+	u.got[topic] = append(u.got[topic], n)
+	u.mu.Unlock()
+}
+
+// check reports, per device, whether every acknowledged sequence number
+// arrived, whether first arrivals are in order, and the duplicates.
+func (u *upstreamLog) check(acked map[string]int) (missing int, outOfOrder string, dups int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for topic, last := range acked {
+		seen := map[int]bool{}
+		prev := 0
+		for _, n := range u.got[topic] {
+			if seen[n] {
+				dups++
+				continue
+			}
+			seen[n] = true
+			if n < prev && outOfOrder == "" {
+				outOfOrder = fmt.Sprintf("%s: %d arrived first after %d", topic, n, prev)
+			}
+			prev = max(prev, n)
+		}
+		for n := 1; n <= last; n++ {
+			if !seen[n] {
+				missing++
+			}
+		}
+	}
+	return missing, outOfOrder, dups
+}
+
+// missingSample names a few acknowledged messages that did not arrive.
+func (u *upstreamLog) missingSample(acked map[string]int) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []string
+	for topic, last := range acked {
+		seen := map[int]bool{}
+		for _, n := range u.got[topic] {
+			seen[n] = true
+		}
+		for n := 1; n <= last && len(out) < 10; n++ {
+			if !seen[n] {
+				out = append(out, fmt.Sprintf("%s #%d (of %d acked, %d arrivals: %v)", topic, n, last, len(u.got[topic]), u.got[topic]))
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// fleet is MQTT 5 devices publishing numbered QoS 1 messages to a
+// gateway whose process may die: each resends a message until it is
+// acknowledged with success, reconnecting as needed, and remembers the
+// last acknowledged number. (MQTT 5, because an MQTT 3.1.1 device is
+// acknowledged for a message its quota drops.)
+type fleet struct {
+	acked   []atomic.Int64
+	sent    atomic.Int64
+	refused atomic.Int64 // publishes refused over quota (0x97)
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	topics  []string
+}
+
+func startFleet(addr string, devices int, every time.Duration) *fleet {
+	f := &fleet{acked: make([]atomic.Int64, devices), stop: make(chan struct{})}
+	for i := range devices {
+		id := fmt.Sprintf("dev-%02d", i)
+		f.topics = append(f.topics, "devices/"+id+"/t")
+		f.wg.Go(func() { f.device(addr, id, &f.acked[i], every) })
+	}
+	return f
+}
+
+func (f *fleet) device(addr, id string, acked *atomic.Int64, every time.Duration) {
+	var c *paho.Client
+	defer func() {
+		if c != nil {
+			_ = c.Disconnect(&paho.Disconnect{})
+		}
+	}()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	n := 1
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-tick.C:
+		}
+		if c == nil {
+			c = connect5(addr, id)
+			if c == nil {
+				continue
+			}
+		}
+		f.sent.Add(1)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := c.Publish(ctx, &paho.Publish{Topic: "devices/" + id + "/t", QoS: 1, Payload: []byte(strconv.Itoa(n))})
+		cancel()
+		switch {
+		case err == nil:
+			acked.Store(int64(n))
+			n++
+		case resp != nil && resp.ReasonCode == 0x97:
+			// Over quota (after a crash the gateway charges each device
+			// its quota): refused, sent again at the next tick.
+			f.refused.Add(1)
+		default:
+			_ = c.Disconnect(&paho.Disconnect{}) // no acknowledgement: send n again on a new connection
+			c = nil
+		}
+	}
+}
+
+// connect5 connects an MQTT 5 device, or returns nil.
+func connect5(addr, id string) *paho.Client {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return nil
+	}
+	c := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+		conn.Close()
+		return nil
+	}
+	return c
+}
+
+func (f *fleet) halt() map[string]int {
+	close(f.stop)
+	f.wg.Wait()
+	out := map[string]int{}
+	for i, topic := range f.topics {
+		out[topic] = int(f.acked[i].Load())
+	}
+	return out
+}
+
+// TestForwardOutageProcess is the issue's acceptance run with a real
+// gateway process, a real Mosquitto upstream and a backend subscribed
+// upstream with a persistent session: 50 devices publish QoS 1 while the
+// upstream is stopped for an outage (5 s here, 30 s with
+// DEVICEGATE_FORWARD_OUTAGE=30s), then restarted; in the second run the
+// gateway is also killed (SIGKILL) during the outage and again during
+// the paced replay. Every acknowledged message must arrive upstream,
+// each device's first arrivals in order; duplicates are counted.
+func TestForwardOutageProcess(t *testing.T) {
+	outage := forwardOutage(t)
+	for _, kill := range []bool{false, true} {
+		name := "outage"
+		if kill {
+			name = "outage and kill -9 twice"
+		}
+		t.Run(name, func(t *testing.T) { forwardOutageRun(t, outage, kill) })
+	}
+}
+
+func forwardOutageRun(t *testing.T, outage time.Duration, kill bool) {
+	const devices, every, rate = 50, 100 * time.Millisecond, 1500
+	up := mosquittotest.StartWith(t, mosquittotest.Options{Persist: true})
+	log := &upstreamLog{got: map[string][]int{}}
+	back := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr).SetClientID("backend").SetCleanSession(false).
+		SetAutoReconnect(true).SetMaxReconnectInterval(100 * time.Millisecond).SetOrderMatters(true))
+	if tok := back.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("backend: %v", tok.Error())
+	}
+	defer back.Disconnect(0)
+	if tok := back.Subscribe("devices/#", 1, func(_ mqtt.Client, m mqtt.Message) { log.add(m.Topic(), m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("backend subscribe: %v", tok.Error())
+	}
+
+	dir := t.TempDir()
+	conf := filepath.Join(t.TempDir(), "gateway.yaml")
+	yaml := fmt.Sprintf("forward: [{name: cloud, to: \"mqtt://%s\", topics: [\"devices/#\"], rate: %d}]\n", up.Addr, rate)
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config", conf, "--mqtt-addr", addr, "--limit", "1000", "--window", "1s"}
+	g := startGW(t, dir, args...)
+	backlog := func() (forwarded, waiting float64) {
+		code, v := g.call(t, "GET", "/api/v1/forward", "")
+		if code != 200 {
+			t.Fatalf("GET /api/v1/forward: %d %v", code, v)
+		}
+		u := v["upstreams"].([]any)[0].(map[string]any)
+		return u["forwarded"].(float64), u["backlog_messages"].(float64)
+	}
+	poll.Until(t, 10*time.Second, "the upstream connection", func() bool {
+		_, v := g.call(t, "GET", "/api/v1/forward", "")
+		return strings.Contains(fmt.Sprint(v), "connected:1")
+	})
+
+	f := startFleet(addr, devices, every)
+	poll.Until(t, 20*time.Second, "traffic upstream", func() bool { fw, _ := backlog(); return fw > 500 })
+	up.Stop()
+	start := time.Now()
+	kills := 0
+	if kill {
+		poll.Until(t, outage, "a backlog", func() bool { _, w := backlog(); return w > 100 })
+		_, before := backlog()
+		g.kill()
+		kills++
+		g = startGW(t, dir, args...)
+		_, after := backlog()
+		t.Logf("backlog %v before the kill, %v after the restart", before, after)
+	}
+	time.Sleep(time.Until(start.Add(outage))) // the outage's length is the test's subject
+	_, during := backlog()
+	up.Restart()
+	if kill {
+		poll.Until(t, 20*time.Second, "the replay under way", func() bool { fw, _ := backlog(); return fw > 200 })
+		_, w := backlog()
+		if w < 200 {
+			t.Fatalf("the replay is nearly over (%v waiting): the kill would not land in it", w)
+		}
+		g.kill()
+		kills++
+		g = startGW(t, dir, args...)
+	}
+	poll.Until(t, 60*time.Second, "the backlog drained", func() bool { _, w := backlog(); return w < 50 })
+	acked := f.halt()
+	total := 0
+	for _, n := range acked {
+		total += n
+	}
+	var missing, dups int
+	var order string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) { // polling the subscriber
+		if missing, order, dups = log.check(acked); missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, w := backlog()
+			t.Fatalf("%d acknowledged messages never arrived upstream (%d waiting in the forward log): %s", missing, int(w), log.missingSample(acked))
+		}
+	}
+	g.stop()
+	if order != "" {
+		t.Fatalf("out of order: %s", order)
+	}
+	// Duplicates come only from what was in flight when a connection
+	// broke: the forwarder's window (100) per break, and a device's one
+	// message per kill.
+	if bound := 100*(2+kills) + devices*kills; dups > bound {
+		t.Fatalf("%d duplicates, more than %d", dups, bound)
+	}
+	t.Logf("%d devices, outage %s, %d kills: %d acknowledged messages, all upstream in order, %d duplicates; backlog at the end of the outage %.0f; %d publishes refused over quota after crashes",
+		devices, outage, kills, total, dups, during, f.refused.Load())
+}
