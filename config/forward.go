@@ -52,6 +52,9 @@ type Forward struct {
 	// Connections is the number of upstream connections (default 1); a
 	// device always goes through the same one.
 	Connections int `yaml:"connections,omitempty"`
+	// MaxInflight is the most messages a connection has sent and the
+	// upstream not yet acknowledged (default 100).
+	MaxInflight int `yaml:"max_inflight,omitempty"`
 	// Rate bounds the messages sent per second on each connection
 	// (backlog and live together); no bound when not given.
 	Rate *float64 `yaml:"rate,omitempty"`
@@ -154,6 +157,9 @@ func (v *validator) forward(list []Forward) {
 		}
 		if f.Connections < 0 || f.Connections > MaxForwardConnections {
 			v.add(key+".connections", fmt.Sprintf("must be 1 to %d (got %d)", MaxForwardConnections, f.Connections))
+		}
+		if f.MaxInflight < 0 || f.MaxInflight > 65535 {
+			v.add(key+".max_inflight", fmt.Sprintf("must be 1 to 65535, or 0 for 100 (got %d)", f.MaxInflight))
 		}
 		if f.Rate != nil && !(*f.Rate > 0 && *f.Rate <= 1e9) {
 			v.add(key+".rate", fmt.Sprintf("must be > 0 messages per second, or left out for no bound (got %g)", *f.Rate))

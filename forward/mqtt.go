@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
+	"net/url"
 	"sync"
 	"time"
 
@@ -81,9 +83,21 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 		SetConnectTimeout(timeout).
 		SetKeepAlive(keepAlive).
 		SetConnectionLostHandler(func(mqtt.Client, error) { conn.once.Do(func() { close(conn.lost) }) })
-	if d.TLS != nil {
-		opts.SetTLSConfig(d.TLS)
-	}
+	// Our own dial, to read and write through a batchConn.
+	opts.SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) {
+		dialer := &net.Dialer{Timeout: timeout}
+		var c net.Conn
+		var err error
+		if d.TLS != nil {
+			c, err = (&tls.Dialer{NetDialer: dialer, Config: d.TLS}).DialContext(ctx, "tcp", d.Address)
+		} else {
+			c, err = dialer.DialContext(ctx, "tcp", d.Address)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return newBatchConn(c), nil
+	})
 	if d.Username != "" {
 		opts.SetUsername(d.Username).SetPassword(d.Password)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -72,65 +73,110 @@ type inflight struct {
 	ack  Ack
 }
 
+// queued is a message read from the log, not sent yet.
+type queued struct {
+	seq  uint64
+	size int // its record's bytes
+	m    Message
+}
+
+// readAhead reads up to Window messages of the log from sequence number
+// from into queue (their topics mapped upstream, their bytes copied out
+// of the file's memory), dropping the unreadable and, under MaxAge, the
+// too old. It returns the queue and the newest sequence number read.
+func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint64, error) {
+	var drop []uint64
+	var dropBytes int64
+	now := f.cfg.Now()
+	err := f.log.ReadForward(f.cfg.Name, from, func(seq uint64, rec []byte) bool {
+		read = seq
+		m, err := decodeRecord(rec)
+		if err != nil {
+			f.slog.Error("forward log record unreadable; dropped", "seq", seq, "error", err)
+			drop = append(drop, seq)
+			dropBytes += int64(len(rec))
+			return true
+		}
+		if f.cfg.MaxAge > 0 && !m.At.IsZero() && now.Sub(m.At) > f.cfg.MaxAge {
+			drop = append(drop, seq)
+			dropBytes += int64(len(rec))
+			f.expired.Add(1)
+			return true
+		}
+		m.Topic = f.cfg.Map.Up(m.Topic)
+		// rec is the file's memory, valid only during the read; the
+		// connection writes the payload later.
+		m.Payload = bytes.Clone(m.Payload)
+		if m.Props != nil {
+			m.Props.CorrelationData = bytes.Clone(m.Props.CorrelationData)
+		}
+		queue = append(queue, queued{seq, len(rec), m})
+		return len(queue) < f.cfg.Window
+	})
+	if err != nil {
+		return queue, read, err
+	}
+	return queue, read, f.remove(drop, dropBytes)
+}
+
 // pump sends the log, oldest first, with up to Window messages in
 // flight and at most Rate per second, drops the messages older than
 // MaxAge when their turn comes, and deletes what the upstream
 // acknowledged, until the connection fails or ctx ends.
-func (f *Forwarder) pump(ctx context.Context, c Conn) error {
+func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
+	del := f.startDeleter()
+	defer func() {
+		// What this connection had acknowledged leaves the log before
+		// the next connection reads it from the start.
+		if derr := del.stop(); err == nil {
+			err = derr
+		}
+	}()
 	var sent []inflight
-	var last uint64         // the newest sequence number sent on this connection
+	// queue holds messages read from the log and not sent yet: the log
+	// is read once per window's worth, not once per acknowledgement.
+	var queue []queued
+	var read uint64         // the newest sequence number read on this connection
 	var headSince time.Time // when sent[0] became the oldest in flight
 	pace := newPacer(f.cfg.Rate)
 	for {
-		f.trim(sent)
-		var paceWait time.Duration
-		if len(sent) < f.cfg.Window {
-			from := last + 1
+		if f.overBound() {
+			if err := del.flush(); err != nil {
+				return err
+			}
+			f.trim(sent)
+			// trim may have dropped what the queue holds: read again.
+			queue, read = nil, 0
+			if len(sent) > 0 {
+				read = sent[len(sent)-1].seq
+			}
+		}
+		if len(queue) == 0 && len(sent) < f.cfg.Window {
+			from := read + 1
 			if len(sent) == 0 {
-				from = 0 // everything left: a lower number may have committed late
+				// Everything left (a lower number may have committed
+				// late), once what was acknowledged has left.
+				if err := del.flush(); err != nil {
+					return err
+				}
+				from = 0
 			}
-			var expired []uint64
-			var expiredBytes int64
-			now := f.cfg.Now()
-			err := f.log.ReadForward(f.cfg.Name, from, func(seq uint64, rec []byte) bool {
-				m, err := decodeRecord(rec)
-				if err != nil {
-					f.slog.Error("forward log record unreadable; dropped", "seq", seq, "error", err)
-					expired = append(expired, seq)
-					expiredBytes += int64(len(rec))
-					last = seq
-					return true
-				}
-				if f.cfg.MaxAge > 0 && !m.At.IsZero() && now.Sub(m.At) > f.cfg.MaxAge {
-					expired = append(expired, seq)
-					expiredBytes += int64(len(rec))
-					f.expired.Add(1)
-					last = seq
-					return true
-				}
-				if paceWait = pace.wait(time.Now()); paceWait > 0 {
-					return false
-				}
-				if len(sent) == 0 {
-					headSince = time.Now()
-				}
-				m.Topic = f.cfg.Map.Up(m.Topic)
-				// rec is the file's memory, valid only during the read;
-				// the connection writes the payload later.
-				m.Payload = bytes.Clone(m.Payload)
-				if m.Props != nil {
-					m.Props.CorrelationData = bytes.Clone(m.Props.CorrelationData)
-				}
-				sent = append(sent, inflight{seq, len(rec), c.Send(&m, min(m.QoS, f.cfg.MaxQoS))})
-				last = seq
-				return len(sent) < f.cfg.Window
-			})
-			if err != nil {
+			var err error
+			if queue, read, err = f.readAhead(from, read, queue); err != nil {
 				return err
 			}
-			if err := f.remove(expired, expiredBytes); err != nil {
-				return err
+		}
+		var paceWait time.Duration
+		for len(queue) > 0 && len(sent) < f.cfg.Window {
+			if paceWait = pace.wait(time.Now()); paceWait > 0 {
+				break
 			}
+			q := &queue[0]
+			if len(sent) == 0 {
+				headSince = time.Now()
+			}
+			sent = append(sent, inflight{q.seq, q.size, c.Send(&q.m, min(q.m.QoS, f.cfg.MaxQoS))})
+			queue = queue[1:]
 		}
 		var paced <-chan time.Time
 		if paceWait > 0 {
@@ -166,6 +212,9 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) error {
 			continue
 		case <-sent[0].ack.Done():
 			t.Stop()
+		case err := <-del.failed:
+			t.Stop()
+			return err
 		}
 		// Acknowledged messages at the head of the window leave the log.
 		var done []uint64
@@ -179,11 +228,99 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) error {
 			sent = sent[1:]
 			headSince = time.Now()
 		}
-		if err := f.remove(done, doneBytes); err != nil {
-			return err
-		}
-		f.forwarded.Add(uint64(len(done)))
+		del.add(done, doneBytes)
 	}
+}
+
+// deleter removes what the upstream acknowledged from the log on a
+// goroutine of its own, so that the connection keeps sending while a
+// deletion is committed (an fsync); the acknowledgements that arrive
+// meanwhile go in the next deletion together.
+type deleter struct {
+	f      *Forwarder
+	mu     sync.Mutex
+	seqs   []uint64
+	bytes  int64
+	kick   chan struct{} // something to delete
+	idle   *sync.Cond    // signalled after each deletion
+	busy   bool
+	err    error
+	failed chan error // the first deletion failure
+	done   chan struct{}
+}
+
+func (f *Forwarder) startDeleter() *deleter {
+	d := &deleter{f: f, kick: make(chan struct{}, 1), failed: make(chan error, 1), done: make(chan struct{})}
+	d.idle = sync.NewCond(&d.mu)
+	go d.run()
+	return d
+}
+
+// add queues acknowledged messages for deletion.
+func (d *deleter) add(seqs []uint64, bytes int64) {
+	if len(seqs) == 0 {
+		return
+	}
+	d.mu.Lock()
+	d.seqs = append(d.seqs, seqs...)
+	d.bytes += bytes
+	d.mu.Unlock()
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (d *deleter) run() {
+	defer close(d.done)
+	for range d.kick {
+		d.mu.Lock()
+		seqs, bytes := d.seqs, d.bytes
+		d.seqs, d.bytes, d.busy = nil, 0, len(seqs) > 0
+		d.mu.Unlock()
+		var err error
+		if len(seqs) > 0 {
+			if err = d.f.remove(seqs, bytes); err == nil {
+				d.f.forwarded.Add(uint64(len(seqs)))
+			}
+		}
+		d.mu.Lock()
+		d.busy = false
+		if err != nil && d.err == nil {
+			d.err = err
+			d.failed <- err
+		}
+		d.idle.Broadcast()
+		d.mu.Unlock()
+	}
+}
+
+// flush waits until everything queued is deleted.
+func (d *deleter) flush() error {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for (len(d.seqs) > 0 || d.busy) && d.err == nil {
+		d.idle.Wait()
+	}
+	return d.err
+}
+
+// stop deletes what is queued and ends the goroutine.
+func (d *deleter) stop() error {
+	err := d.flush()
+	close(d.kick) // only the pump's goroutine sends on it
+	<-d.done
+	return err
+}
+
+// overBound reports whether the log holds more than MaxBytes under
+// DropOldest (trim has work).
+func (f *Forwarder) overBound() bool {
+	return f.cfg.MaxBytes > 0 && f.cfg.Overflow == DropOldest && f.backlogBytes.Load() > f.cfg.MaxBytes
 }
 
 // remove deletes messages from the log and the backlog counts.

@@ -46,7 +46,7 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 				d.ClientID += "-" + strconv.Itoa(n)
 			}
 			c := forward.Config{Name: fc.Name + "/" + strconv.Itoa(n), Upstream: fc.Name, Dial: &d,
-				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS),
+				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS), Window: fc.MaxInflight,
 				MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow), MaxAge: time.Duration(fc.MaxAge), Now: now}
 			if fc.Rate != nil {
 				c.Rate = *fc.Rate
