@@ -84,20 +84,7 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 		SetKeepAlive(keepAlive).
 		SetConnectionLostHandler(func(mqtt.Client, error) { conn.once.Do(func() { close(conn.lost) }) })
 	// Our own dial, to read and write through a batchConn.
-	opts.SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) {
-		dialer := &net.Dialer{Timeout: timeout}
-		var c net.Conn
-		var err error
-		if d.TLS != nil {
-			c, err = (&tls.Dialer{NetDialer: dialer, Config: d.TLS}).DialContext(ctx, "tcp", d.Address)
-		} else {
-			c, err = dialer.DialContext(ctx, "tcp", d.Address)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return newBatchConn(c), nil
-	})
+	opts.SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) { return d.dial(ctx, timeout) })
 	if d.Username != "" {
 		opts.SetUsername(d.Username).SetPassword(d.Password)
 	}
@@ -123,6 +110,23 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 		}
 	}
 	return conn, nil
+}
+
+// dial opens the TCP or TLS connection, reading and writing through a
+// batchConn.
+func (d *MQTT) dial(ctx context.Context, timeout time.Duration) (net.Conn, error) {
+	dialer := &net.Dialer{Timeout: timeout}
+	var c net.Conn
+	var err error
+	if d.TLS != nil {
+		c, err = (&tls.Dialer{NetDialer: dialer, Config: d.TLS}).DialContext(ctx, "tcp", d.Address)
+	} else {
+		c, err = dialer.DialContext(ctx, "tcp", d.Address)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newBatchConn(c), nil
 }
 
 type mqttConn struct {

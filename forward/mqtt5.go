@@ -2,10 +2,8 @@ package forward
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -24,14 +22,7 @@ import (
 // order), and ackSession, wrapped around paho's own session state, hands
 // the acknowledgement of that very packet to the Send's Ack.
 func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Conn, error) {
-	dialer := &net.Dialer{Timeout: timeout}
-	var nc net.Conn
-	var err error
-	if d.TLS != nil {
-		nc, err = (&tls.Dialer{NetDialer: dialer, Config: d.TLS}).DialContext(ctx, "tcp", d.Address)
-	} else {
-		nc, err = dialer.DialContext(ctx, "tcp", d.Address)
-	}
+	nc, err := d.dial(ctx, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
