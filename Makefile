@@ -57,6 +57,13 @@ bench-e2e: tools
 .PHONY: test-forward-outage
 test-forward-outage: tools
 	DEVICEGATE_FORWARD_OUTAGE=30s $(GO) test -count=1 -run '^TestForwardOutageProcess$$' -v ./cmd/gateway
+# bench-forward: the gateway without forwarding, forwarding to Mosquitto,
+# and Mosquitto's bridge side by side, then a 1,000,000-message backlog's
+# drain with the gateway's anonymous memory (bench/harness -mode forward).
+BENCH_FORWARD_FLAGS ?=
+.PHONY: bench-forward
+bench-forward: tools
+	$(GO) run ./bench/harness -mode forward $(BENCH_FORWARD_FLAGS)
 # hostile runs the hostile-client test at full size: 100k distinct client
 # IDs (make test runs 10k).
 hostile:

@@ -40,6 +40,7 @@ type options struct {
 	inflight                int
 	profile                 string
 	keep                    bool
+	mode                    string
 }
 
 // target is one broker configuration under test.
@@ -56,6 +57,8 @@ type result struct {
 	ReceivedPS  float64 `json:"received_per_s"`
 	Delivered   int64   `json:"delivered"`
 	DeliveredPS float64 `json:"delivered_per_s"`
+	AckP50      float64 `json:"ack_p50_ms"`
+	AckP99      float64 `json:"ack_p99_ms"`
 	// CPU is the server's CPU time (user and system, all threads)
 	// during the round, measured by the harness.
 	CPU time.Duration `json:"-"`
@@ -78,6 +81,9 @@ func mainErr(args []string) error {
 	fs.IntVar(&o.inflight, "inflight", 32, "unacknowledged QoS 1 publishes per publisher")
 	fs.StringVar(&o.profile, "profile", "", "write CPU and allocation profiles of the gateway under load to `dir`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, server logs)")
+	fs.StringVar(&o.mode, "mode", "e2e", "e2e (gateway, plain mochi, Mosquitto) or forward (make bench-forward)")
+	var fo forwardOptions
+	fs.IntVar(&fo.backlog, "backlog", 1_000_000, "forward mode: messages in the backlog whose drain is timed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -114,6 +120,13 @@ func mainErr(args []string) error {
 	// current round's loadgen has been cancelled.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	switch o.mode {
+	case "forward":
+		return forwardBench(ctx, dir, o, fo, mosquitto)
+	case "e2e":
+	default:
+		return fmt.Errorf("-mode %q: want e2e or forward", o.mode)
+	}
 
 	gw, pprofAddr, err := startGateway(dir, o.profile != "")
 	if gw != nil {
@@ -254,46 +267,76 @@ func startGateway(dir string, pprof bool) (*gateway, string, error) {
 }
 
 func startMosquitto(dir, mosquitto string) (string, *proc, error) {
+	addr, _, p, err := startMosquittoConf(dir, mosquitto, "mosquitto", "")
+	return addr, p, err
+}
+
+// startMosquittoConf starts a Mosquitto named name on a free port with
+// bench/mosquitto.conf plus extra lines (a bridge), and returns its
+// address and configuration file.
+func startMosquittoConf(dir, mosquitto, name, extra string) (string, string, *proc, error) {
 	addr, err := freePort()
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	tmpl, err := os.ReadFile("bench/mosquitto.conf")
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	port := addr[strings.LastIndexByte(addr, ':')+1:]
-	conf := dir + "/mosquitto.conf"
-	if err := os.WriteFile(conf, []byte(strings.ReplaceAll(string(tmpl), "@PORT@", port)), 0o644); err != nil {
-		return "", nil, err
+	conf := dir + "/" + name + ".conf"
+	if err := os.WriteFile(conf, []byte(strings.ReplaceAll(string(tmpl), "@PORT@", port)+extra), 0o644); err != nil {
+		return "", "", nil, err
 	}
-	p, err := start(dir, "mosquitto", nil, mosquitto, "-c", conf)
+	p, err := start(dir, name, nil, mosquitto, "-c", conf)
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
-	return addr, p, waitDial(addr, 10*time.Second)
+	return addr, conf, p, waitDial(addr, 10*time.Second)
 }
 
 // load runs one loadgen round against tg.
 func load(ctx context.Context, dir string, o options, tg target, qos int) (result, error) {
-	// The round may take duration plus draining; bounded all the same.
-	ctx, cancel := context.WithTimeout(ctx, o.duration+90*time.Second)
-	defer cancel()
-	cpu0, err := tg.proc.cpu()
-	if err != nil {
-		return result{}, err
-	}
-	out, err := run(ctx, dir+"/loadgen", "-addr", tg.addr, "-qos", strconv.Itoa(qos),
-		"-publishers", strconv.Itoa(o.publishers), "-subscribers", strconv.Itoa(o.subscribers),
-		"-hot", strconv.Itoa(tg.hot), "-inflight", strconv.Itoa(o.inflight), "-duration", o.duration.String())
+	res, err := loadgen(ctx, dir, o, tg.proc, "-addr", tg.addr, "-qos", strconv.Itoa(qos),
+		"-subscribers", strconv.Itoa(o.subscribers), "-hot", strconv.Itoa(tg.hot), "-duration", o.duration.String())
 	if err != nil {
 		return result{}, fmt.Errorf("%s, qos %d: %w", tg.name, qos, err)
 	}
+	return res, nil
+}
+
+// loadRound runs one QoS 1 loadgen round: publishers on pub,
+// subscribers on sub.
+func loadRound(ctx context.Context, dir string, o options, pub, sub string, subscribers int, d time.Duration, server *proc) (result, error) {
+	return loadgen(ctx, dir, o, server, "-addr", pub, "-sub-addr", sub, "-qos", "1",
+		"-subscribers", strconv.Itoa(subscribers), "-duration", d.String())
+}
+
+// loadgen runs loadgen with args and o's publishers and window, and
+// measures server's CPU time during the round.
+func loadgen(ctx context.Context, dir string, o options, server *proc, args ...string) (result, error) {
+	d := o.duration
+	for i, a := range args {
+		if a == "-duration" {
+			d, _ = time.ParseDuration(args[i+1])
+		}
+	}
+	// The round may take its duration plus draining; bounded all the same.
+	ctx, cancel := context.WithTimeout(ctx, d+90*time.Second)
+	defer cancel()
+	cpu0, err := server.cpu()
+	if err != nil {
+		return result{}, err
+	}
+	out, err := run(ctx, dir+"/loadgen", append(args, "-publishers", strconv.Itoa(o.publishers), "-inflight", strconv.Itoa(o.inflight))...)
+	if err != nil {
+		return result{}, err
+	}
 	var res result
 	if err := json.Unmarshal(out, &res); err != nil {
-		return result{}, fmt.Errorf("%s, qos %d: loadgen printed %q: %w", tg.name, qos, out, err)
+		return result{}, fmt.Errorf("loadgen printed %q: %w", out, err)
 	}
-	cpu1, err := tg.proc.cpu()
+	cpu1, err := server.cpu()
 	res.CPU = cpu1 - cpu0
 	return res, err
 }

@@ -28,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,7 @@ import (
 )
 
 type config struct {
-	addr                    string
+	addr, subAddr           string
 	qos                     byte
 	publishers, subscribers int
 	hot                     int
@@ -53,6 +54,10 @@ type Result struct {
 	Delivered   int64   `json:"delivered"`
 	DeliveredPS float64 `json:"delivered_per_s"`
 	Seconds     float64 `json:"seconds"`
+	// AckP50 and AckP99 are the QoS 1 acknowledgement latencies in
+	// milliseconds (publish to PUBACK), over every publish.
+	AckP50 float64 `json:"ack_p50_ms,omitempty"`
+	AckP99 float64 `json:"ack_p99_ms,omitempty"`
 }
 
 func main() {
@@ -67,9 +72,10 @@ func run(args []string) error {
 	var qos uint
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:1883", "broker `address`")
+	fs.StringVar(&c.subAddr, "sub-addr", "", "the subscribers' broker `address` (default -addr): an upstream the broker forwards to")
 	fs.UintVar(&qos, "qos", 0, "QoS of publishes and subscriptions, 0 or 1")
 	fs.IntVar(&c.publishers, "publishers", 50, "publishing clients")
-	fs.IntVar(&c.subscribers, "subscribers", 5, "subscribing clients")
+	fs.IntVar(&c.subscribers, "subscribers", 5, "subscribing clients (0: none, nothing delivered is measured)")
 	fs.IntVar(&c.hot, "hot", 0, "how many publishers are named hot-i instead of pub-i")
 	fs.IntVar(&c.inflight, "inflight", 32, "unacknowledged QoS 1 publishes per publisher")
 	fs.IntVar(&c.payload, "payload", 64, "payload `bytes`")
@@ -78,8 +84,11 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if qos > 1 || c.publishers < 1 || c.subscribers < 1 || c.inflight < 1 || c.hot > c.publishers {
-		return errors.New("need qos 0 or 1, publishers, subscribers and inflight >= 1, hot <= publishers")
+	if qos > 1 || c.publishers < 1 || c.subscribers < 0 || c.inflight < 1 || c.hot > c.publishers {
+		return errors.New("need qos 0 or 1, publishers and inflight >= 1, subscribers >= 0, hot <= publishers")
+	}
+	if c.subAddr == "" {
+		c.subAddr = c.addr
 	}
 	c.qos = byte(qos)
 	res, err := round(c)
@@ -114,7 +123,7 @@ func round(c config) (Result, error) {
 		}
 	}()
 	for k := range c.subscribers {
-		cl, err := connect(c.addr, "sub-"+strconv.Itoa(k))
+		cl, err := connect(c.subAddr, "sub-"+strconv.Itoa(k))
 		if err != nil {
 			return Result{}, err
 		}
@@ -146,6 +155,7 @@ func round(c config) (Result, error) {
 		payload[i] = 'a' + byte(i%26)
 	}
 	var published atomic.Int64
+	lat := make([][]time.Duration, len(pubs)) // per publisher: QoS 1 ack latencies
 	var wg sync.WaitGroup
 	errs := make(chan error, len(pubs))
 	start := time.Now()
@@ -154,7 +164,7 @@ func round(c config) (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := publish(cl, i, c, payload, deadline, &published); err != nil {
+			if err := publish(cl, i, c, payload, deadline, &published, &lat[i]); err != nil {
 				errs <- err
 			}
 		}()
@@ -166,7 +176,7 @@ func round(c config) (Result, error) {
 		return Result{}, err
 	}
 	// Wait for the deliveries to stop, at most 10 s.
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+	for end := time.Now().Add(10 * time.Second); c.subscribers > 0 && time.Now().Before(end); {
 		last := lastDelivery.Load()
 		if last != 0 && time.Since(time.Unix(0, last)) > c.quiet || last == 0 && time.Since(start) > c.duration+c.quiet {
 			break
@@ -179,6 +189,15 @@ func round(c config) (Result, error) {
 	if last := lastDelivery.Load(); last != 0 {
 		res.DeliveredPS = float64(d) / time.Unix(0, last).Sub(start).Seconds()
 	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	if len(all) > 0 {
+		slices.Sort(all)
+		ms := func(q float64) float64 { return float64(all[int(q*float64(len(all)-1))]) / float64(time.Millisecond) }
+		res.AckP50, res.AckP99 = ms(0.50), ms(0.99)
+	}
 	return res, nil
 }
 
@@ -188,9 +207,14 @@ const qos0Sync = 1000
 
 // publish publishes until deadline, then sends the QoS 1 end marker and
 // waits for every ack.
-func publish(cl paho.Client, i int, c config, payload []byte, deadline time.Time, published *atomic.Int64) error {
+//
+// A QoS 1 publish's latency is taken when it is the oldest in the
+// window and its ack is waited for: the publisher is then blocked on it,
+// so the time is the ack's, to within one Publish call.
+func publish(cl paho.Client, i int, c config, payload []byte, deadline time.Time, published *atomic.Int64, lat *[]time.Duration) error {
 	topic := "bench/" + strconv.Itoa(i)
 	var window []paho.Token // unacknowledged QoS 1 publishes, oldest first
+	var sentAt []time.Time  // when each was published
 	wait := func(t paho.Token) error {
 		if !t.WaitTimeout(60 * time.Second) {
 			return fmt.Errorf("publisher %d: no ack within 60 s", i)
@@ -220,11 +244,13 @@ func publish(cl paho.Client, i int, c config, payload []byte, deadline time.Time
 			continue
 		}
 		window = append(window, t)
+		sentAt = append(sentAt, time.Now())
 		if len(window) == c.inflight {
 			if err := wait(window[0]); err != nil {
 				return err
 			}
-			window = window[1:]
+			*lat = append(*lat, time.Since(sentAt[0]))
+			window, sentAt = window[1:], sentAt[1:]
 		}
 	}
 	if sync != nil {

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// forwardOptions shape `make bench-forward` (-mode forward).
+type forwardOptions struct {
+	backlog int // messages in the backlog drained after the outage
+}
+
+// forwardTargets are the three setups of the forwarding benchmark, each
+// with its publishers' broker and its subscribers' broker.
+type forwardTarget struct {
+	name     string
+	pub, sub string
+	proc     *proc // the process the publishers talk to, for CPU
+}
+
+// forwardBench is `make bench-forward`: side by side in one run, QoS 1,
+// o.publishers publishers: the gateway without forwarding (subscribers
+// on the gateway), the gateway forwarding to Mosquitto (subscribers on
+// the Mosquitto), and Mosquitto's own bridge (Mosquitto -> Mosquitto,
+// subscribers on the second). Then the forwarding gateway's upstream is
+// stopped, a backlog of fo.backlog messages builds, the upstream comes
+// back and the drain is timed, with the gateway's anonymous memory.
+func forwardBench(ctx context.Context, dir string, o options, fo forwardOptions, mosquitto string) error {
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	keep := func(p *proc) *proc {
+		if p != nil {
+			procs = append(procs, p)
+		}
+		return p
+	}
+	plain, _, err := startGateway(dir, false)
+	keep(gwProc(plain))
+	if err != nil {
+		return err
+	}
+	upAddr, upConf, up, err := startMosquittoConf(dir, mosquitto, "upstream", "")
+	keep(up)
+	if err != nil {
+		return err
+	}
+	fwd, err := startForwardingGateway(dir, upAddr)
+	keep(gwProc(fwd.gateway))
+	if err != nil {
+		return err
+	}
+	bridgeUpAddr, _, bridgeUp, err := startMosquittoConf(dir, mosquitto, "bridge-upstream", "")
+	keep(bridgeUp)
+	if err != nil {
+		return err
+	}
+	bridge := "connection up\naddress " + bridgeUpAddr + "\ntopic bench/# out 1\nbridge_protocol_version mqttv311\ncleansession true\n"
+	bridgeAddr, _, bridgeProc, err := startMosquittoConf(dir, mosquitto, "bridge", bridge)
+	keep(bridgeProc)
+	if err != nil {
+		return err
+	}
+	targets := []forwardTarget{
+		{"gateway, no forwarding", plain.addr, plain.addr, plain.p},
+		{"gateway -> mosquitto", fwd.addr, upAddr, fwd.p},
+		{"mosquitto bridge -> mosquitto", bridgeAddr, bridgeUpAddr, bridgeProc},
+	}
+	results := map[string][]result{}
+	for r := range o.rounds {
+		for i := range targets {
+			tg := targets[(i+r)%len(targets)]
+			res, err := loadRound(ctx, dir, o, tg.pub, tg.sub, o.subscribers, o.duration, tg.proc)
+			if err != nil {
+				return fmt.Errorf("%s: %w", tg.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "round %d %-30s received %8.0f/s delivered upstream %8.0f/s ack p50 %.1f ms p99 %.1f ms\n",
+				r+1, tg.name, res.ReceivedPS, res.DeliveredPS, res.AckP50, res.AckP99)
+			results[tg.name] = append(results[tg.name], res)
+		}
+	}
+	d, err := drain(ctx, dir, o, fo, fwd, up, upAddr, upConf, mosquitto, keep)
+	if err != nil {
+		return err
+	}
+	printForwardTable(os.Stdout, o, targets, results, d)
+	return nil
+}
+
+func gwProc(g *gateway) *proc {
+	if g == nil {
+		return nil
+	}
+	return g.p
+}
+
+// forwardingGateway is the gateway that forwards, with its admin API.
+type forwardingGateway struct {
+	*gateway
+	admin, token string
+}
+
+const forwardGatewayConfig = `mqtt: {tcp: "127.0.0.1:0"}
+admin: {addr: "127.0.0.1:0"}
+data_dir: %q
+limits:
+  default: {limit: 1000000000, window: 1s, policy: drop}
+forward:
+  - {name: up, to: "mqtt://%s", topics: ["bench/#"]}
+`
+
+func startForwardingGateway(dir, upAddr string) (*forwardingGateway, error) {
+	conf := dir + "/gateway-forward.yaml"
+	data := dir + "/data-forward"
+	if err := os.WriteFile(conf, fmt.Appendf(nil, forwardGatewayConfig, data, upAddr), 0o644); err != nil {
+		return nil, err
+	}
+	p, err := start(dir, "gateway-forward", nil, dir+"/gateway", "serve", "--config", conf)
+	if err != nil {
+		return nil, err
+	}
+	g := &forwardingGateway{gateway: &gateway{p: p}}
+	if g.addr, err = p.waitLog(regexp.MustCompile(`msg="mqtt listening" addr=(\S+)`), 15*time.Second); err != nil {
+		return g, err
+	}
+	if g.admin, err = p.waitLog(regexp.MustCompile(`msg="admin listening" addr=(\S+)`), 15*time.Second); err != nil {
+		return g, err
+	}
+	tok, err := os.ReadFile(data + "/admin.token")
+	g.token = strings.TrimSpace(string(tok))
+	return g, err
+}
+
+// upstream is GET /api/v1/forward's first upstream.
+type upstream struct {
+	Connected int   `json:"connected"`
+	Forwarded int64 `json:"forwarded"`
+	Backlog   int64 `json:"backlog_messages"`
+}
+
+func (g *forwardingGateway) status(ctx context.Context) (upstream, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.admin+"/api/v1/forward", nil)
+	req.Header.Set("Authorization", "Bearer "+g.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return upstream{}, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var v struct {
+		Upstreams []upstream `json:"upstreams"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil || len(v.Upstreams) != 1 {
+		return upstream{}, fmt.Errorf("GET /api/v1/forward: %q: %v", b, err)
+	}
+	return v.Upstreams[0], nil
+}
+
+// rssAnon is the process's anonymous resident memory (/proc/PID/status;
+// the data file's mapped pages are not anonymous).
+func rssAnon(p *proc) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "RssAnon:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("%s: no RssAnon in /proc status", p.name)
+}
+
+// drained is what the backlog phase measured.
+type drained struct {
+	backlog                       int64
+	fill                          time.Duration // building the backlog
+	drain                         time.Duration
+	idle, peakFill, peakDrain     int64 // RssAnon bytes
+	idleAfterRounds, afterDrained int64
+}
+
+// drain stops the upstream, publishes until the forwarding gateway's
+// backlog holds fo.backlog messages, restarts the upstream on the same
+// port and times the backlog's drain, sampling the gateway's RssAnon.
+func drain(ctx context.Context, dir string, o options, fo forwardOptions, g *forwardingGateway, up *proc, upAddr, upConf, mosquitto string, keep func(*proc) *proc) (drained, error) {
+	var d drained
+	var err error
+	if d.idleAfterRounds, err = rssAnon(g.p); err != nil {
+		return d, err
+	}
+	up.stop()
+	fmt.Fprintf(os.Stderr, "backlog: upstream stopped; publishing until %d messages wait\n", fo.backlog)
+	began := time.Now()
+	for {
+		st, err := g.status(ctx)
+		if err != nil {
+			return d, err
+		}
+		if st.Backlog >= int64(fo.backlog) {
+			d.backlog = st.Backlog
+			break
+		}
+		// A round as long as the rest should take at 20,000/s, at most 10 s.
+		rest := time.Duration(float64(int64(fo.backlog)-st.Backlog)/20000*float64(time.Second)) + time.Second
+		if _, err := loadRound(ctx, dir, o, g.addr, g.addr, 0, min(rest, 10*time.Second), g.p); err != nil {
+			return d, err
+		}
+		rss, err := rssAnon(g.p)
+		if err != nil {
+			return d, err
+		}
+		d.peakFill = max(d.peakFill, rss)
+		fmt.Fprintf(os.Stderr, "backlog: %d messages, gateway RssAnon %d MiB\n", st.Backlog, rss>>20)
+	}
+	d.fill = time.Since(began)
+	if d.idle, err = rssAnon(g.p); err != nil { // at rest with the backlog
+		return d, err
+	}
+	d.peakFill = max(d.peakFill, d.idle)
+	p, err := start(dir, "upstream-again", nil, mosquitto, "-c", upConf)
+	if err != nil {
+		return d, err
+	}
+	keep(p)
+	if err := waitDial(upAddr, 10*time.Second); err != nil {
+		return d, err
+	}
+	began = time.Now()
+	for {
+		st, err := g.status(ctx)
+		if err != nil {
+			return d, err
+		}
+		rss, err := rssAnon(g.p)
+		if err != nil {
+			return d, err
+		}
+		d.peakDrain = max(d.peakDrain, rss)
+		if st.Backlog == 0 {
+			break
+		}
+		if time.Since(began) > 10*time.Minute {
+			return d, fmt.Errorf("backlog not drained in 10 minutes (%d left)", st.Backlog)
+		}
+		time.Sleep(100 * time.Millisecond) // sampling the drain
+	}
+	d.drain = time.Since(began)
+	d.afterDrained, err = rssAnon(g.p)
+	return d, err
+}
+
+func printForwardTable(w io.Writer, o options, targets []forwardTarget, results map[string][]result, d drained) {
+	fmt.Fprintf(w, "\n%d publishers (QoS 1, window %d), %d subscribers upstream, 64-byte payloads, %d rounds of %s; median (min–max)\n\n",
+		o.publishers, o.inflight, o.subscribers, o.rounds, o.duration)
+	fmt.Fprintln(w, "| setup | received msgs/s | delivered upstream msgs/s | ack p50 ms | ack p99 ms |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, tg := range targets {
+		rs := results[tg.name]
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", tg.name, spreadOf(column(rs, received)), spreadOf(column(rs, delivered)),
+			spreadOf(column(rs, func(r result) float64 { return r.AckP50 })), spreadOf(column(rs, func(r result) float64 { return r.AckP99 })))
+	}
+	med := func(name string) float64 { return spreadOf(column(results[name], delivered)).med }
+	fw, plain, br := med(targets[1].name), med(targets[0].name), med(targets[2].name)
+	verdict := func(ok bool) string { return map[bool]string{true: "met", false: "not met"}[ok] }
+	fmt.Fprintln(w, "\n| goal | measured | |")
+	fmt.Fprintln(w, "|---|---|---|")
+	fmt.Fprintf(w, "| forwarding ≥ 0.9 × the gateway without forwarding (delivered) | %.2f | %s |\n", fw/plain, verdict(fw/plain >= 0.9))
+	fmt.Fprintf(w, "| forwarding ≥ 1.0 × Mosquitto's bridge (delivered) | %.2f | %s |\n", fw/br, verdict(fw/br >= 1.0))
+	rate := float64(d.backlog) / d.drain.Seconds()
+	fmt.Fprintf(w, "| drain of a %d-message backlog ≥ 50,000 msgs/s | %.0f msgs/s (%s) | %s |\n", d.backlog, rate, d.drain.Round(time.Millisecond), verdict(rate >= 50000))
+	grow := max(d.peakFill, d.peakDrain) - d.idleAfterRounds
+	fmt.Fprintf(w, "| RssAnon with the backlog within 100 MiB of idle | idle %d MiB, backlog at rest %d MiB, peak filling %d MiB, peak draining %d MiB, after %d MiB: +%d MiB | %s |\n",
+		d.idleAfterRounds>>20, d.idle>>20, d.peakFill>>20, d.peakDrain>>20, d.afterDrained>>20, grow>>20, verdict(grow <= 100<<20))
+	fmt.Fprintf(w, "\nThe backlog took %s to build through the gateway (upstream stopped). Idle is the forwarding gateway's RssAnon\n", d.fill.Round(time.Millisecond))
+	fmt.Fprintln(w, "after the throughput rounds, before the outage. All processes share this machine's cores.")
+}
