@@ -70,13 +70,20 @@ hostile:
 	DEVICEGATE_HOSTILE_IDS=100000 $(GO) test -count=1 -run '^TestHostileClients$$' -v ./broker
 # Simulator runs too long for `make test`; reports go to SIM_OUT (gitignored).
 SIM_OUT ?= sim-out
-.PHONY: sim-acceptance sim-10k report-png
+.PHONY: sim-acceptance sim-10k sim-upstream report-png
 
 # sim-acceptance: issue 6's acceptance run, 1000 devices on an embedded gateway.
 sim-acceptance: build
 	mkdir -p $(SIM_OUT)
 	./gateway simulate --embedded --devices 1000 --rate 5/s --duration 30s --limit 50 --window 10s \
 		--json $(SIM_OUT)/acceptance.json --report $(SIM_OUT)/acceptance.html
+
+# sim-upstream: issue 15's run, 1000 devices forwarded to an upstream
+# through a 20 s outage of the link.
+sim-upstream: build
+	mkdir -p $(SIM_OUT)
+	./gateway simulate --embedded --upstream embedded --devices 1000 --rate 5/s --duration 40s --limit 50 --window 10s \
+		--upstream-outage-at 10s --upstream-outage-for 20s --json $(SIM_OUT)/upstream.json --report $(SIM_OUT)/upstream.html
 
 # sim-10k: 10,000 devices at 0.2/s for 60 s against a separate gateway, with CPU and memory of both.
 sim-10k: build

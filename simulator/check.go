@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -164,8 +165,8 @@ func (r DeviceResult) Judged() int {
 func (r DeviceResult) UnackedMissing() int { return r.Unacked - r.UnackedArrived }
 
 // Unexpected is the number of faults on this device other than quota
-// excess: lost, leaked and phantom messages.
-func (r DeviceResult) Unexpected() int { return r.Lost + r.Leaked + r.Phantom }
+// excess: lost, leaked, phantom and out-of-order messages.
+func (r DeviceResult) Unexpected() int { return r.Lost + r.Leaked + r.Phantom + r.OutOfOrder }
 
 // Failed reports whether the device shows a violation or an unexpected
 // fault.
@@ -223,6 +224,10 @@ type Counts struct {
 	Duplicated int `json:"duplicated"`
 	// Phantom counts arrivals of sequence numbers never sent; unexpected.
 	Phantom int `json:"phantom"`
+	// OutOfOrder counts first arrivals of a sequence number lower than
+	// one that arrived before it: the device's order broken on the way;
+	// unexpected.
+	OutOfOrder int `json:"out_of_order"`
 }
 
 // add adds o's counters to c.
@@ -239,6 +244,7 @@ func (c *Counts) add(o Counts) {
 	c.UnackedArrived += o.UnackedArrived
 	c.Leaked += o.Leaked
 	c.Duplicated += o.Duplicated
+	c.OutOfOrder += o.OutOfOrder
 	c.Phantom += o.Phantom
 }
 
@@ -293,6 +299,30 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 	return res
 }
 
+// outOfOrder counts the first arrivals (sequence number: time) of a
+// lower sequence number than one that arrived before.
+func outOfOrder(first map[uint64]time.Time) int {
+	seqs := make([]uint64, 0, len(first))
+	for seq := range first {
+		seqs = append(seqs, seq)
+	}
+	slices.SortFunc(seqs, func(a, b uint64) int {
+		if c := first[a].Compare(first[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	n := 0
+	var high uint64
+	for i, seq := range seqs {
+		if i > 0 && seq < high {
+			n++
+		}
+		high = max(high, seq)
+	}
+	return n
+}
+
 // checkDevice returns the device's result and its sorted latencies.
 func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []time.Duration) {
 	r := DeviceResult{
@@ -314,6 +344,7 @@ func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []
 		}
 		first[a.Seq] = a.At
 	}
+	r.OutOfOrder = outOfOrder(first)
 	sent := make(map[uint64]bool, len(l.Sent))
 	var lat []time.Duration
 	deferPolicy := l.Quota.Policy == devicelimit.PolicyDefer

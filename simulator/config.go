@@ -24,6 +24,11 @@ type Config struct {
 	// Addr is the gateway's MQTT address, host:port. Only loopback
 	// hosts (127.0.0.0/8, ::1, localhost) are allowed.
 	Addr string `json:"addr"`
+	// SubAddr, when set, is where the subscriber counts arrivals
+	// instead of Addr: an upstream broker the gateway forwards to
+	// (plain TCP, no login). The checker then judges loss, duplicates,
+	// order and the quota end to end. Loopback only.
+	SubAddr string `json:"sub_addr,omitempty"`
 	// Devices is the fleet size (> 0).
 	Devices int `json:"devices"`
 	// IDPattern makes device i's client ID with fmt.Sprintf; default
@@ -110,6 +115,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Drain == 0 {
 		c.Drain = 2 * time.Second
+		if c.SubAddr != "" {
+			// A backlog forwarded after an outage takes its time; the
+			// drain ends as soon as everything acknowledged arrived.
+			c.Drain = time.Minute
+		}
 	}
 	if c.Tolerance == 0 {
 		c.Tolerance = 50 * time.Millisecond
@@ -122,6 +132,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := checkLoopback(c.Addr); err != nil {
 		return c, err
+	}
+	if c.SubAddr != "" {
+		if err := checkLoopback(c.SubAddr); err != nil {
+			return c, err
+		}
 	}
 	switch {
 	case c.Devices <= 0:

@@ -34,6 +34,14 @@ type Faults struct {
 	// Tolerance) before the restart (DeviceLog.Allowance); more is a
 	// violation.
 	CrashLoss time.Duration `json:"crash_loss_ns,omitempty"`
+	// UpstreamOutageAt, when > 0, is the offset at which the link from
+	// the gateway to the upstream it forwards to (SubAddr) goes down,
+	// for UpstreamOutageFor, through UpstreamOutage (down, then up).
+	// Devices keep publishing; the gateway keeps what it acknowledged
+	// and sends it once the link is back.
+	UpstreamOutageAt  time.Duration   `json:"upstream_outage_at_ns,omitempty"`
+	UpstreamOutageFor time.Duration   `json:"upstream_outage_for_ns,omitempty"`
+	UpstreamOutage    func(down bool) `json:"-"`
 }
 
 func (f Faults) validate(duration time.Duration) error {
@@ -49,8 +57,33 @@ func (f Faults) validate(duration time.Duration) error {
 		return bad("restart_at", f.RestartAt, "needs a gateway the simulator can restart")
 	case f.CrashLoss < 0:
 		return bad("crash_loss", f.CrashLoss, "must be >= 0")
+	case f.UpstreamOutageAt < 0 || f.UpstreamOutageAt >= duration && f.UpstreamOutageAt > 0:
+		return bad("upstream_outage_at", f.UpstreamOutageAt, "must be within the duration")
+	case f.UpstreamOutageAt > 0 && (f.UpstreamOutageFor <= 0 || f.UpstreamOutage == nil):
+		return bad("upstream_outage_for", f.UpstreamOutageFor, "an upstream outage needs a length > 0 and an upstream the simulator can cut")
 	}
 	return nil
+}
+
+// runOutage takes the upstream link down at UpstreamOutageAt and up
+// again UpstreamOutageFor later (at once if ctx ends meanwhile), and
+// records when.
+func (f *fleet) runOutage(ctx context.Context, rep *Report) {
+	if !sleepUntil(ctx, rep.Started.Add(f.cfg.UpstreamOutageAt)) {
+		return
+	}
+	f.cfg.UpstreamOutage(true)
+	ev := OutageEvent{At: time.Now()}
+	sleepUntil(ctx, ev.At.Add(f.cfg.UpstreamOutageFor))
+	f.cfg.UpstreamOutage(false)
+	ev.Took = time.Since(ev.At)
+	rep.Outages = append(rep.Outages, ev)
+}
+
+// OutageEvent is one outage of the upstream link during a run.
+type OutageEvent struct {
+	At   time.Time     `json:"at"`
+	Took time.Duration `json:"took_ns"`
 }
 
 // RestartEvent is one gateway restart during a run.

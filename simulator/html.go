@@ -129,6 +129,12 @@ func throughputSVG(r *Report) string {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#000" stroke-dasharray="4 3"/><text x="%.1f" y="%d">restart (%s)</text>`,
 			x, padT, x, chartH-padB, x+3, padT+12, template.HTMLEscapeString(ev.Mode))
 	}
+	for _, ev := range r.Outages {
+		x0 := float64(padL) + plotW*float64(ev.At.Sub(tl.Start))/float64(span)
+		x1 := float64(padL) + plotW*float64(ev.At.Add(ev.Took).Sub(tl.Start))/float64(span)
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#000" fill-opacity="0.08"/><text x="%.1f" y="%d">upstream down</text>`,
+			x0, padT, max(x1-x0, 1), chartH-padB-padT, x0+3, padT+26)
+	}
 	y := padT
 	for _, s := range outcomeSeries {
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`, chartW-padR+16, y, s.color, chartW-padR+34, y+10, s.name)

@@ -36,6 +36,8 @@ type Report struct {
 	Reconnects int `json:"reconnects"`
 	// Restarts lists the gateway restarts of the run.
 	Restarts []RestartEvent `json:"restarts,omitempty"`
+	// Outages lists the upstream link's outages of the run.
+	Outages []OutageEvent `json:"upstream_outages,omitempty"`
 	// Errors holds the first few distinct error messages seen.
 	Errors []string `json:"errors,omitempty"`
 	Result Result   `json:"result"`

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		})
 	}
+	if cfg.UpstreamOutageAt > 0 {
+		bg.Go(func() { f.runOutage(ctx, rep) })
+	}
 	progressDone := make(chan struct{})
 	if cfg.Progress != nil {
 		bg.Go(func() { f.report(progressDone) })
@@ -57,7 +61,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	wg.Wait()
 	cancel() // a restart not reached yet is not started
 	close(progressDone)
-	bg.Wait()
+	bg.Wait() // an outage still on ends: the backlog drains below
 
 	// Drain: poll until every success-acked message has arrived or
 	// the drain period ends.
@@ -146,11 +150,20 @@ func (s *subscriber) close() {
 }
 
 func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, error) {
-	conn, err := cfg.Auth.dialConn(ctx, cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("subscriber: dial %s: %w", cfg.Addr, err)
-	}
+	addr := cfg.Addr
+	dial := cfg.Auth.dialConn
 	user, password := cfg.Auth.subCredentials()
+	if cfg.SubAddr != "" {
+		// The upstream the gateway forwards to: plain TCP, no login.
+		addr, user, password = cfg.SubAddr, "", ""
+		dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", addr)
+		}
+	}
+	conn, err := dial(ctx, addr)
+	if err != nil {
+		return nil, fmt.Errorf("subscriber: dial %s: %w", addr, err)
+	}
 	id := cfg.Auth.SubClientID
 	if id == "" && user != "" {
 		id = user
@@ -190,7 +203,7 @@ func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, err
 	defer cancel()
 	if ca, err := c.Connect(cctx, connect5(id, user, password, 0)); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("subscriber %s (user %q): connect to %s: %w", id, user, cfg.Addr, refused5(ca, err))
+		return nil, fmt.Errorf("subscriber %s (user %q): connect to %s: %w", id, user, addr, refused5(ca, err))
 	}
 	filter := strings.Replace(cfg.Topic, "%s", "+", 1)
 	if sa, err := c.Subscribe(cctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: max(1, cfg.QoS)}}}); err != nil {

@@ -32,6 +32,14 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		}
 		fmt.Fprintln(w)
 	}
+	if r.Config.SubAddr != "" {
+		fmt.Fprintf(w, "arrivals counted upstream at %s: %d duplicated, %d out of order\n", r.Config.SubAddr, t.Duplicated, t.OutOfOrder)
+	} else if t.OutOfOrder > 0 {
+		fmt.Fprintf(w, "%d messages arrived out of order\n", t.OutOfOrder)
+	}
+	for _, ev := range r.Outages {
+		fmt.Fprintf(w, "upstream link down at %s for %s\n", fmtMS(ev.At.Sub(r.Started)), fmtMS(ev.Took))
+	}
 	if r.Config.CrashLoss > 0 {
 		fmt.Fprintf(w, "persistence bound: a device may exceed its quota by what reached the subscriber in the %s before a crash; %d devices exceeded it within that bound, %d beyond it\n",
 			r.Config.CrashLoss+r.Result.Tolerance, t.WithinBound, t.Violations)

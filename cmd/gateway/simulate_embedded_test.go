@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"devicegate/internal/mosquittotest"
 	"devicegate/simulator"
 )
 
@@ -167,5 +168,69 @@ func TestSimulateEmbeddedConfigFileAndSomeQuotaFlags(t *testing.T) {
 	}
 	if tot := rep.Result.Totals; tot.Refused == 0 || tot.Violations != 0 {
 		t.Fatalf("totals %+v", tot)
+	}
+}
+
+// TestSimulateUpstreamOutage: `simulate --embedded --upstream embedded`
+// counts arrivals at an upstream broker the gateway forwards to, and
+// --upstream-outage-at cuts the gateway's link to it for a while: every
+// acknowledged message still arrives, in order, the quota holds end to
+// end, and the summary, the JSON and the HTML report say so. Against a
+// real Mosquitto upstream (an address) the same.
+func TestSimulateUpstreamOutage(t *testing.T) {
+	for _, up := range []string{"embedded", "mosquitto"} {
+		t.Run(up, func(t *testing.T) {
+			spec := up
+			if up == "mosquitto" {
+				spec = mosquittotest.Start(t).Addr
+			}
+			dir := t.TempDir()
+			jsonPath, htmlPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.html")
+			code, stdout, stderr := runBinary(t, "simulate", "--embedded", "--upstream", spec, "--devices", "50", "--rate", "10/s",
+				"--duration", "4s", "--limit", "20", "--window", "1s", "--upstream-outage-at", "1s", "--upstream-outage-for", "2s",
+				"--json", jsonPath, "--report", htmlPath)
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+			for _, want := range []string{"OK: 0 devices over quota", "arrivals counted upstream at ", "0 out of order", "upstream link down at "} {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("summary lacks %q:\n%s", want, stdout)
+				}
+			}
+			rep := readReport(t, jsonPath)
+			checkAddsUp(t, rep)
+			tot := rep.Result.Totals
+			if tot.Sent == 0 || tot.Accepted == 0 || tot.Lost != 0 || tot.OutOfOrder != 0 || tot.Violations != 0 || len(rep.Outages) != 1 || rep.Config.SubAddr == "" {
+				t.Fatalf("totals %+v, outages %v, sub addr %q", tot, rep.Outages, rep.Config.SubAddr)
+			}
+			// Messages sent during the outage arrived after it: the
+			// latency shows the backlog.
+			if tot.LatencyMax < time.Second {
+				t.Fatalf("max latency %s: the outage held nothing back", tot.LatencyMax)
+			}
+			html, err := os.ReadFile(htmlPath)
+			if err != nil || !strings.Contains(string(html), "upstream down") {
+				t.Fatalf("HTML report lacks the outage: %v", err)
+			}
+		})
+	}
+}
+
+// TestSimulateUpstreamFlags: the upstream flags refuse what cannot work.
+func TestSimulateUpstreamFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--upstream-outage-at", "1s", "--upstream-outage-for", "1s"}, "--upstream-outage-at: needs --upstream"},
+		{[]string{"--upstream", "embedded", "--upstream-outage-at", "1s", "--upstream-outage-for", "1s"}, "a gateway the simulator starts"},
+		{[]string{"--embedded", "--upstream", "embedded", "--upstream-outage-at", "1s"}, "--upstream-outage-at and --upstream-outage-for go together"},
+		{[]string{"--embedded", "--upstream", "embedded", "--upstream-outage-at", "20s", "--upstream-outage-for", "1s"}, "must be within --duration"},
+		{[]string{"--embedded", "--upstream", "10.0.0.1:1883"}, `--upstream: "embedded" or a loopback host:port (got "10.0.0.1:1883")`},
+	} {
+		code, _, stderr := runBinary(t, append([]string{"simulate"}, c.args...)...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr, c.want)
+		}
 	}
 }

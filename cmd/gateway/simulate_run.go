@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -57,6 +58,14 @@ func (f *simulateFlags) checkTarget(set map[string]bool) error {
 		return usagef("simulate: --restart: only with --restart-at")
 	case set["clock-step"] && (!t.embedded || f.restartAt.v == 0):
 		return usagef("simulate: --clock-step: only with --embedded and --restart-at")
+	case set["upstream-outage-at"] && (t.upstream == "" || !own):
+		return usagef("simulate: --upstream-outage-at: needs --upstream and a gateway the simulator starts (--embedded or --spawn), whose link it cuts")
+	case t.outageAt.v < 0 || t.outageAt.v >= f.duration.v:
+		return usagef("simulate: --upstream-outage-at: must be within --duration (got %s)", t.outageAt.v)
+	case set["upstream-outage-at"] != set["upstream-outage-for"] || t.outageFor.v < 0:
+		return usagef("simulate: --upstream-outage-at and --upstream-outage-for go together, the length > 0 (got %s)", t.outageFor.v)
+	case t.upstream != "" && t.upstream != "embedded" && !isLoopbackAddr(t.upstream):
+		return usagef("simulate: --upstream: \"embedded\" or a loopback host:port (got %q)", t.upstream)
 	}
 	return nil
 }
@@ -75,6 +84,25 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	if limit, err := raiseFileLimit(); err == nil && limit < need {
 		fmt.Fprintf(stderr, "gateway: simulate: warning: %d devices need about %d open files, the limit is %d (ulimit -n); some will fail to connect\n", cfg.Devices, need, limit)
+	}
+	if f.target.upstream != "" {
+		own := f.target.embedded || f.target.spawn
+		up, err := startSimUpstream(f.target.upstream, own)
+		if err != nil {
+			return err
+		}
+		defer up.close()
+		cfg.SubAddr = up.addr
+		if own {
+			fw := up.forward()
+			f.target.forward = &fw
+		}
+		if f.target.outageAt.v > 0 {
+			cfg.UpstreamOutageAt, cfg.UpstreamOutageFor, cfg.UpstreamOutage = f.target.outageAt.v, f.target.outageFor.v, up.link.set
+		}
+		if !set["drain"] {
+			cfg.Drain = time.Minute // a forwarded backlog takes its time; the drain ends when all arrived
+		}
 	}
 	target, gcfg, err := startTarget(f, set)
 	if err != nil {
@@ -256,6 +284,16 @@ func startTarget(f *simulateFlags, set map[string]bool) (target simTarget, gcfg 
 		return nil, nil, fmt.Errorf("simulate: --spawn: %w", err)
 	}
 	return ch, gcfg, nil
+}
+
+// isLoopbackAddr reports whether addr is a loopback host:port.
+func isLoopbackAddr(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // signed formats d with its sign.

@@ -43,6 +43,12 @@ type targetFlags struct {
 	clockStep        durationValue
 	adminAddr        string
 	adminToken       string
+	// upstream is --upstream (see simulate_upstream.go), outageAt and
+	// outageFor the link's outage; forward, when set, is added to the
+	// started gateway's configuration.
+	upstream            string
+	outageAt, outageFor durationValue
+	forward             *config.Forward
 }
 
 // gatewayConfig is the configuration of a gateway the simulator starts,
@@ -61,6 +67,9 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 		}
 	}
 	cfg.MQTT.TCP, cfg.Admin.Addr, cfg.DataDir = mqttAddr, "127.0.0.1:0", dataDir
+	if f.target.forward != nil {
+		cfg.Forward = append(cfg.Forward, *f.target.forward)
+	}
 	if f.target.spawn {
 		cfg.Log.Level = slog.LevelInfo
 	}
