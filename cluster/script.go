@@ -237,8 +237,13 @@ local function decide(key, limit, T, B, count, now)
   end
 
   if count then
+    -- The key outlives its newest bucket by at least a second of
+    -- Redis's real time: 'now' is the caller's clock, and a window of a
+    -- few milliseconds must not vanish while a slow caller is still
+    -- deciding in it (a key kept longer is judged by its bucket times
+    -- all the same).
     local ttl = bucketStart(head + S, B, T) - now
-    local ms = math.floor(ttl / 1000) + 1
+    local ms = math.max(math.floor(ttl / 1000) + 1, 1000)
     redis.call('SET', key, struct.pack(HDR, head, hw, T, untilT, total, limit, B, W) .. body, 'PX', ms)
   end
   return allowed, total, remaining, retry
