@@ -1,8 +1,8 @@
 package forward
 
 import (
+	"devicegate/internal/freeport"
 	"errors"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -14,12 +14,10 @@ import (
 // deadAddr is a loopback address nothing listens on: an upstream that is
 // down for the whole test.
 func deadAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	return addr
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"devicegate/internal/freeport"
 	"strconv"
 	"strings"
 	"sync"
@@ -364,12 +365,10 @@ func TestForwardCommandDownlink(t *testing.T) {
 // and drop_oldest keeps acknowledging while it drops the oldest
 // messages; both are counted in /metrics.
 func TestForwardOverflow(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	away, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	away := l.Addr().String()
-	l.Close()
 	for _, policy := range []string{"refuse_new", "drop_oldest"} {
 		t.Run(policy, func(t *testing.T) {
 			cfg := testConfig(t.TempDir(), 1000, time.Hour)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"devicegate/internal/freeport"
 	"errors"
 	"fmt"
 	"net"
@@ -126,14 +127,7 @@ func waitDial(addr string, timeout time.Duration) error {
 }
 
 // freePort returns a loopback address with a port free now.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+func freePort() (string, error) { return freeport.Addr() }
 
 // run runs a program to completion and returns its stdout.
 func run(ctx context.Context, prog string, args ...string) ([]byte, error) {

@@ -5,6 +5,7 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"devicegate/internal/freeport"
 	"fmt"
 	"net"
 	"os/exec"
@@ -50,12 +51,13 @@ func Start(t testing.TB) *Server {
 // freePort returns a loopback port that was free a moment ago:
 // redis-server cannot pick its own (--port 0 disables TCP).
 func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatalf("find a free port: %v", err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	_, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 func (s *Server) start() {

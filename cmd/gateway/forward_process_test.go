@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"devicegate/internal/freeport"
 	"fmt"
 	"net"
 	"os"
@@ -226,7 +227,7 @@ func forwardOutageRun(t *testing.T, outage time.Duration, kill bool) {
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr, err := freeLoopbackAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}

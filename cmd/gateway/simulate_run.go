@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"devicegate/internal/freeport"
 	"errors"
 	"fmt"
 	"io"
@@ -247,7 +248,7 @@ func startTarget(f *simulateFlags, set map[string]bool) (target simTarget, gcfg 
 	if t.spawn {
 		// A restarted child must come back on the same port.
 		var err error
-		if mqttAddr, err = freeLoopbackAddr(); err != nil {
+		if mqttAddr, err = freeport.Addr(); err != nil {
 			return fail(fmt.Errorf("simulate: pick a port: %w", err))
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -44,16 +43,6 @@ type child struct {
 	admin *admin.Client
 	mu    sync.Mutex
 	tail  []string
-}
-
-// freeLoopbackAddr returns 127.0.0.1 with a port free right now.
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // startChild starts `bin serve args...` and waits until it listens.

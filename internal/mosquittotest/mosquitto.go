@@ -4,6 +4,7 @@
 package mosquittotest
 
 import (
+	"devicegate/internal/freeport"
 	"fmt"
 	"net"
 	"os"
@@ -57,12 +58,10 @@ func StartClosed(t testing.TB) *Server { return StartWith(t, Options{Closed: tru
 // test's cleanup stops it.
 func StartWith(t testing.TB, o Options) *Server {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
 	dir := t.TempDir()
 	// No bound on the messages queued for a client: a test upstream
