@@ -188,6 +188,9 @@ func New(opts Options) (*Server, error) {
 		throttled: opts.Throttled,
 		fwd:       opts.Forward,
 	}
+	if h.fwd != nil {
+		h.inlines = newInlinePool(srv)
+	}
 	ah, err := newAuthHook(srv, opts, log, logs, h.conns)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,9 @@ import (
 // (forward.Set).
 type Forwarder interface {
 	Forward(m *forward.Message) error
+	// ForwardAsync queues m; wait (nil when no upstream takes m)
+	// returns once it is durable.
+	ForwardAsync(m *forward.Message) (wait func() error, err error)
 }
 
 // forward hands device's pk to the upstreams, if any.

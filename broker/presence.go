@@ -96,6 +96,7 @@ func (h *throttle) forget(cl *mqtt.Client) {
 	if c == nil {
 		return // authenticated, never established (its CONNACK failed)
 	}
+	c.ack.close()
 	h.connected.Add(-1)
 	h.devMu.Lock()
 	defer h.devMu.Unlock()

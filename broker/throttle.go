@@ -94,6 +94,9 @@ type throttle struct {
 	wills willAllowance
 	// fwd takes admitted messages for the upstreams; nil without any.
 	fwd Forwarder
+	// inlines publish locally what an acker acknowledged (forwardack.go);
+	// nil without fwd.
+	inlines chan *mqtt.Client
 
 	// def is the deferral queue; nil without a DeferStore, and policy
 	// defer then drops.
@@ -141,6 +144,9 @@ type connInfo struct {
 	reason      string
 	reasonQuota devicelimit.Quota
 	reasonRetry time.Duration
+	// ack acknowledges forwarded QoS 1 publishes once durable
+	// (forwardack.go); nil until the first.
+	ack *acker
 }
 
 // refusalReason returns the MQTT 5 reason string of a refusal under q
@@ -205,8 +211,12 @@ func (h *throttle) refused(device string, now devicelimit.Tick) {
 // acked as a PUBACK even for QoS 2.
 func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
-		// Server-injected (deferred releases, $SYS): counted when they
-		// first arrived, or never subject to a quota.
+		// Server-injected (deferred releases, acknowledged forwarded
+		// messages, $SYS): counted when they first arrived, or never
+		// subject to a quota.
+		if cl.Net.Listener == forwardedListener {
+			return pk, nil
+		}
 		if cl.Net.Listener != releaseListener {
 			h.inline.Add(1)
 			return pk, nil
@@ -220,6 +230,12 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		return pk, nil
 	}
 	c := h.cachedInfo(cl)
+	// Only an admitted forwarded QoS 1 publish may go to the acker;
+	// anything else acknowledged or published here first waits for it.
+	queueable := h.fwd != nil && h.inlines != nil && pk.FixedHeader.Qos == 1 && c.dev != nil
+	if !queueable {
+		c.ack.barrier()
+	}
 	now := h.clock.Now()
 	if c.dev != nil {
 		c.dev.seen(now)
@@ -233,12 +249,17 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	}
 	q := h.resolver.QuotaAt(c.device, c.rule, now)
 	if q.Policy == devicelimit.PolicyDefer && h.def != nil {
+		c.ack.barrier()
 		return pk, h.deferPublish(cl, &pk, c, q, now)
 	}
 	d := h.limiter.AllowAt(c.device, q, now)
 	if d.Allowed {
+		if queueable {
+			return pk, h.admitQueued(cl, c, &pk)
+		}
 		return pk, h.admit(cl, c.device, &pk)
 	}
+	c.ack.barrier()
 	return pk, h.refuse(cl, pk, c, q, d, now)
 }
 
@@ -254,6 +275,12 @@ func (h *throttle) admit(cl *mqtt.Client, device string, pk *packets.Packet) err
 		h.allowed.Add(1)
 		return nil
 	}
+	return h.admitFailed(cl, pk, err)
+}
+
+// admitFailed handles an admitted publish the forward logs did not take
+// (see admit).
+func (h *throttle) admitFailed(cl *mqtt.Client, pk *packets.Packet, err error) error {
 	h.dropped.Add(1)
 	if errors.Is(err, forward.ErrFull) {
 		// overflow refuse_new: MQTT 5 is told (0x97); an MQTT 3.1.1
@@ -271,6 +298,31 @@ func (h *throttle) admit(cl *mqtt.Client, device string, pk *packets.Packet) err
 		h.log.Error("message not acknowledged: the forward log did not take it", "client", cl.ID, "topic", pk.TopicName, "error", err)
 	}
 	return errReject
+}
+
+// admitQueued admits a forwarded QoS 1 publish without waiting for its
+// commit: queued in the forward logs and handed to the client's acker,
+// which acknowledges it once durable (forwardack.go). A publish no
+// upstream takes, or one the logs refuse, goes the way of admit, after
+// the acker is idle.
+func (h *throttle) admitQueued(cl *mqtt.Client, c *connInfo, pk *packets.Packet) error {
+	wait, err := h.fwd.ForwardAsync(forwardMessage(c.device, pk))
+	if err == nil && wait != nil {
+		if h.ackerOf(cl, c).push(pendingAck{pk: *pk, wait: wait}) {
+			return errReject // the acker acks and publishes
+		}
+		err = wait() // the connection is gone: wait here
+		if err == nil {
+			h.allowed.Add(1)
+			return nil
+		}
+	}
+	c.ack.barrier()
+	if err == nil { // no upstream takes the topic
+		h.allowed.Add(1)
+		return nil
+	}
+	return h.admitFailed(cl, pk, err)
 }
 
 // deferPublish applies policy defer: the publish is forwarded when the

@@ -24,7 +24,8 @@ import (
 
 // Log is the durable forward log (persist.Store).
 type Log interface {
-	AppendForward(log string, seq uint64, rec []byte) error
+	// AppendForwardAsync queues rec; wait returns once it is durable.
+	AppendForwardAsync(log string, seq uint64, rec []byte) (wait func() error, err error)
 	ReadForward(log string, from uint64, fn func(seq uint64, rec []byte) bool) error
 	DeleteForward(log string, seqs []uint64) error
 	ForwardStats(log string) (messages int, bytes int64, first, last uint64, err error)
@@ -231,6 +232,18 @@ func New(cfg Config, log Log, logger *slog.Logger) (*Forwarder, error) {
 // messages must be appended one after the other (the broker handles a
 // client's publishes in order); they are then forwarded in that order.
 func (f *Forwarder) Append(m *Message) error {
+	wait, err := f.AppendAsync(m)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// AppendAsync is Append without the wait: the message is queued for the
+// store's next group commit, in order after the device's earlier ones,
+// and wait, called once, returns when it is durable. Until then the
+// message is not acknowledged to anyone.
+func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 	if m.At.IsZero() {
 		m.At = f.cfg.Now()
 	}
@@ -239,7 +252,7 @@ func (f *Forwarder) Append(m *Message) error {
 	if f.cfg.MaxBytes > 0 && f.cfg.Overflow == RefuseNew && f.backlogBytes.Load()+int64(len(rec)) > f.cfg.MaxBytes {
 		f.mu.Unlock()
 		f.refused.Add(1)
-		return ErrFull
+		return nil, ErrFull
 	}
 	seq := f.next
 	f.next++
@@ -247,16 +260,23 @@ func (f *Forwarder) Append(m *Message) error {
 	// other against MaxBytes; taken back if the write fails.
 	f.backlogBytes.Add(int64(len(rec)))
 	f.mu.Unlock()
-	if err := f.log.AppendForward(f.cfg.Name, seq, rec); err != nil {
+	durable, err := f.log.AppendForwardAsync(f.cfg.Name, seq, rec)
+	if err != nil {
 		f.backlogBytes.Add(-int64(len(rec)))
-		return err
+		return nil, err
 	}
-	f.backlog.Add(1)
-	select {
-	case f.wake <- struct{}{}:
-	default:
-	}
-	return nil
+	return func() error {
+		if err := durable(); err != nil {
+			f.backlogBytes.Add(-int64(len(rec)))
+			return err
+		}
+		f.backlog.Add(1)
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+		return nil
+	}, nil
 }
 
 // Connected reports whether the upstream connection is up.

@@ -33,18 +33,49 @@ func NewSet(routes []Route) *Set { return &Set{routes: routes, seed: maphash.Mak
 // durably, and returns once all hold it; an error means at least one
 // does not (the device is then not acknowledged, and sends again).
 func (s *Set) Forward(m *Message) error {
+	wait, err := s.ForwardAsync(m)
+	if err != nil || wait == nil {
+		return err
+	}
+	return wait()
+}
+
+// ForwardAsync is Forward without the wait: it queues m in every
+// matching upstream's log and returns wait, which returns once all hold
+// it durably; wait is nil when no upstream takes m's topic.
+func (s *Set) ForwardAsync(m *Message) (wait func() error, err error) {
+	var waits []func() error
 	for _, r := range s.routes {
 		if len(r.Conns) > 0 && matchAny(r.Filters, m.Topic) {
 			f := r.Conns[0]
 			if len(r.Conns) > 1 {
 				f = r.Conns[maphash.String(s.seed, m.Device)%uint64(len(r.Conns))]
 			}
-			if err := f.Append(m); err != nil {
-				return err
+			w, err := f.AppendAsync(m)
+			if err != nil {
+				for _, w := range waits {
+					_ = w() // queued already: let them finish
+				}
+				return nil, err
 			}
+			waits = append(waits, w)
 		}
 	}
-	return nil
+	switch len(waits) {
+	case 0:
+		return nil, nil
+	case 1:
+		return waits[0], nil
+	}
+	return func() error {
+		var first error
+		for _, w := range waits {
+			if err := w(); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}, nil
 }
 
 // Start runs every forwarder until Stop.

@@ -76,6 +76,15 @@ func newCommitter(db *bolt.DB, note func(error)) *committer {
 // does nothing, once close has started: every request queued before
 // that is committed (or fails) before close returns.
 func (c *committer) do(r *request) error {
+	if err := c.submit(r); err != nil {
+		return err
+	}
+	return <-r.done
+}
+
+// submit queues r without waiting: its answer comes on r.done. It
+// returns ErrClosed, and queues nothing, once close has started.
+func (c *committer) submit(r *request) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -88,7 +97,7 @@ func (c *committer) do(r *request) error {
 	case c.wake <- struct{}{}:
 	default: // already signalled
 	}
-	return <-r.done
+	return nil
 }
 
 // close stops taking requests, waits until those queued are answered,

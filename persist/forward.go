@@ -37,23 +37,44 @@ func forwardKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([
 // deferrals (see Enqueue for what an error means). A record already
 // stored under seq is replaced. rec is not retained.
 func (s *Store) AppendForward(log string, seq uint64, rec []byte) error {
-	if err := validLog(log); err != nil {
+	wait, err := s.AppendForwardAsync(log, seq, rec)
+	if err != nil {
 		return err
 	}
+	return wait()
+}
+
+// AppendForwardAsync is AppendForward without the wait: the record is
+// queued for the next group commit, and wait, called once, returns when
+// it is durable (or why it is not). rec must not change until then.
+func (s *Store) AppendForwardAsync(log string, seq uint64, rec []byte) (wait func() error, err error) {
+	if err := validLog(log); err != nil {
+		return nil, err
+	}
 	if int64(len(rec)) > bolt.MaxValueSize {
-		return fmt.Errorf("append to forward log %q: %d bytes, the store keeps at most %d", log, len(rec), int64(bolt.MaxValueSize))
+		return nil, fmt.Errorf("append to forward log %q: %d bytes, the store keeps at most %d", log, len(rec), int64(bolt.MaxValueSize))
 	}
 	r := requests.Get().(*request)
 	r.log = []byte(log)
 	r.key = binary.BigEndian.AppendUint64(r.key[:0], seq)
 	r.rec = rec
-	err := s.commit.do(r)
-	r.rec, r.log = nil, nil
-	requests.Put(r)
-	if err != nil {
+	fail := func(err error) error {
 		return fmt.Errorf("append message %d to forward log %q in %q: %w", seq, log, s.path, err)
 	}
-	return nil
+	if err := s.commit.submit(r); err != nil {
+		r.rec, r.log = nil, nil
+		requests.Put(r)
+		return nil, fail(err)
+	}
+	return func() error {
+		err := <-r.done
+		r.rec, r.log = nil, nil
+		requests.Put(r)
+		if err != nil {
+			return fail(err)
+		}
+		return nil
+	}, nil
 }
 
 // DeleteForward removes messages of forward log log durably (the

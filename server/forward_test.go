@@ -1,26 +1,28 @@
 package server
 
 import (
-	"devicegate/internal/freeport"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"context"
 	"devicegate/auth"
 	"devicegate/config"
+	"devicegate/internal/freeport"
 	"devicegate/internal/logtest"
 	"devicegate/internal/mosquittotest"
 	"devicegate/internal/mqtttest"
 	"devicegate/internal/poll"
 	"devicegate/internal/testcert"
-	"github.com/eclipse/paho.golang/paho"
-	"log/slog"
-	"net"
 )
 
 // TestForwardUpstream: a gateway configured with forward: hands the
@@ -470,4 +472,125 @@ func TestForwardMQTT5(t *testing.T) {
 		t.Fatalf("nothing upstream; forward state %+v", g.forward.Stats()[0])
 	}
 	poll.Until(t, 10*time.Second, "the log emptied", func() bool { st := g.forward.Stats()[0]; return st.Backlog == 0 && st.Forwarded == 1 })
+}
+
+// TestForwardPipelinedOrder: a device with many QoS 1 publishes in
+// flight, forwarded (acknowledged once durable, by the connection's
+// acker, without holding its read loop), interleaved with QoS 0 ones
+// (which wait for the acker): every publish is acknowledged, and a local
+// subscriber and the upstream both get the device's messages in the
+// order sent; a local subscriber that is the device itself, with No
+// Local, gets none of its own (the acker publishes them as the device).
+func TestForwardPipelinedOrder(t *testing.T) {
+	up := mosquittotest.Start(t)
+	upSub := newOrderSub(t, "tcp://"+up.Addr, "devices/#")
+	cfg := testConfig(t.TempDir(), 100000, time.Second)
+	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"}, MaxQoS: 1}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	localSub := newOrderSub(t, "tcp://"+g.Addr().String(), "devices/#")
+
+	dev := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + g.Addr().String()).SetClientID("meter-1").SetOrderMatters(true))
+	if tok := dev.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("device: %v", tok.Error())
+	}
+	defer dev.Disconnect(0)
+	const n = 600
+	var toks []mqtt.Token
+	for i := 1; i <= n; i++ {
+		qos := byte(1)
+		if i%10 == 0 {
+			qos = 0
+		}
+		toks = append(toks, dev.Publish("devices/meter-1/t", qos, false, strconv.Itoa(i)))
+	}
+	for i, tok := range toks {
+		if !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %d: no acknowledgement: %v", i+1, tok.Error())
+		}
+	}
+	for name, s := range map[string]*orderSub{"local": localSub, "upstream": upSub} {
+		poll.Until(t, 20*time.Second, name+": every message", func() bool { return s.count() == n })
+		if err := s.inOrder(); err != nil {
+			t.Fatalf("%s subscriber: %v", name, err)
+		}
+	}
+
+	// No Local: a device subscribed to its own topic gets nothing of
+	// what it publishes (the acker publishes as the device), while the
+	// other local subscriber gets it.
+	var own atomic.Int32
+	conn, err := net.DialTimeout("tcp", g.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := paho.NewClient(paho.ClientConfig{ClientID: "meter-2", Conn: conn,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(paho.PublishReceived) (bool, error) {
+			own.Add(1)
+			return true, nil
+		}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := self.Connect(ctx, &paho.Connect{ClientID: "meter-2", CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatal(err)
+	}
+	defer self.Disconnect(&paho.Disconnect{})
+	if _, err := self.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "devices/meter-2/t", QoS: 1, NoLocal: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := self.Publish(ctx, &paho.Publish{Topic: "devices/meter-2/t", QoS: 1, Payload: []byte(strconv.Itoa(n + 1))}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "the other local subscriber got it", func() bool { return localSub.count() == n+1 })
+	if got := own.Load(); got != 0 {
+		t.Fatalf("the publisher got %d of its own messages despite No Local", got)
+	}
+}
+
+// orderSub records the payloads (numbers) a paho.mqtt.golang subscriber
+// gets on filter.
+type orderSub struct {
+	mu  sync.Mutex
+	got []int
+}
+
+func newOrderSub(t *testing.T, broker, filter string) *orderSub {
+	t.Helper()
+	s := &orderSub{}
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker).SetClientID("sub-" + strconv.Itoa(int(time.Now().UnixNano()%1e9))).SetOrderMatters(true))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscriber: %v", tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(0) })
+	if tok := c.Subscribe(filter, 1, func(_ mqtt.Client, m mqtt.Message) {
+		v, err := strconv.Atoi(string(m.Payload()))
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.got = append(s.got, v)
+		s.mu.Unlock()
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	return s
+}
+
+func (s *orderSub) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got)
+}
+
+func (s *orderSub) inOrder() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, v := range s.got {
+		if v != i+1 {
+			return fmt.Errorf("message %d is %d: out of order or missing (got %v...)", i+1, v, s.got[max(0, i-3):min(len(s.got), i+3)])
+		}
+	}
+	return nil
 }

@@ -189,7 +189,7 @@ type drained struct {
 	fill                          time.Duration // building the backlog
 	reconnect                     time.Duration // from the upstream back to the first message acknowledged (the forwarder's backoff)
 	drain                         time.Duration // from then to an empty log
-	idle, peakFill, peakDrain     int64 // RssAnon bytes
+	idle, peakFill, peakDrain     int64         // RssAnon bytes
 	idleAfterRounds, afterDrained int64
 }
 
