@@ -42,7 +42,10 @@ func TestMaxAge(t *testing.T) {
 	now = now.Add(11 * time.Second) // the first five are 61 s old, the others 11 s
 	mu.Unlock()
 	up.Restart()
-	poll.Until(t, 20*time.Second, "the young five upstream and the log empty", func() bool { return sub.firsts(t) == 5 && logLen(t, st) == 0 })
+	// The counters follow the deletion: wait for them too.
+	poll.Until(t, 20*time.Second, "the young five upstream and the log empty", func() bool {
+		return sub.firsts(t) == 5 && logLen(t, st) == 0 && f.Stats().Forwarded == 5
+	})
 	sub.mu.Lock()
 	first := sub.got[0]
 	sub.mu.Unlock()
