@@ -33,7 +33,7 @@ const ackerQueue = 256
 
 // acker acknowledges one client's forwarded publishes in order.
 type acker struct {
-	q       chan pendingAck
+	q       chan *pendingAck // pointers: a packet is large, and most slots stay empty
 	pending sync.WaitGroup // pushed and not yet done
 	mu      sync.Mutex
 	closed  bool
@@ -48,7 +48,7 @@ type pendingAck struct {
 // only, which mochi runs in order per client.
 func (h *throttle) ackerOf(cl *mqtt.Client, c *connInfo) *acker {
 	if c.ack == nil {
-		c.ack = &acker{q: make(chan pendingAck, ackerQueue)}
+		c.ack = &acker{q: make(chan *pendingAck, ackerQueue)}
 		go h.runAcker(cl, c.ack)
 	}
 	return c.ack
@@ -56,7 +56,7 @@ func (h *throttle) ackerOf(cl *mqtt.Client, c *connInfo) *acker {
 
 // push queues p; false when the acker is closed (the connection is
 // gone), and then the caller waits itself.
-func (a *acker) push(p pendingAck) bool {
+func (a *acker) push(p *pendingAck) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {

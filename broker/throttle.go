@@ -308,7 +308,7 @@ func (h *throttle) admitFailed(cl *mqtt.Client, pk *packets.Packet, err error) e
 func (h *throttle) admitQueued(cl *mqtt.Client, c *connInfo, pk *packets.Packet) error {
 	wait, err := h.fwd.ForwardAsync(forwardMessage(c.device, pk))
 	if err == nil && wait != nil {
-		if h.ackerOf(cl, c).push(pendingAck{pk: *pk, wait: wait}) {
+		if h.ackerOf(cl, c).push(&pendingAck{pk: *pk, wait: wait}) {
 			return errReject // the acker acks and publishes
 		}
 		err = wait() // the connection is gone: wait here
