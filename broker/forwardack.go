@@ -34,7 +34,7 @@ const ackerQueue = 256
 // acker acknowledges one client's forwarded publishes in order.
 type acker struct {
 	q       chan *pendingAck // pointers: a packet is large, and most slots stay empty
-	pending sync.WaitGroup // pushed and not yet done
+	pending sync.WaitGroup   // pushed and not yet done
 	mu      sync.Mutex
 	closed  bool
 }

@@ -64,6 +64,13 @@ type Forward struct {
 	// KeepAlive is the upstream connection's MQTT keepalive (default
 	// 30s).
 	KeepAlive Duration `yaml:"keepalive,omitempty"`
+	// Stream names the Redis stream of a message for a redis://
+	// destination: {topic} and {device} stand for its MQTT topic and
+	// device; "{topic}" when empty.
+	Stream string `yaml:"stream,omitempty"`
+	// MaxLen trims each Redis stream to about this many entries
+	// (XADD MAXLEN ~); 0: no bound.
+	MaxLen int `yaml:"max_len,omitempty"`
 	// PersistentSession asks the upstream to keep the connection's
 	// session (clean session false): its subscribe: filters, and the
 	// commands published while the gateway was away.
@@ -132,6 +139,10 @@ func (v *validator) forward(list []Forward) {
 		names[f.Name] = true
 		if msg := upstreamURL(f.To); msg != "" {
 			v.add(key+".to", msg)
+		}
+		v.kindKeys(key, f)
+		if f.MaxLen < 0 {
+			v.add(key+".max_len", fmt.Sprintf("must be >= 0, 0 for no bound (got %d)", f.MaxLen))
 		}
 		secure := f.Secure()
 		if !secure && f.TLS != (ForwardTLS{}) {
@@ -215,12 +226,27 @@ func prefixMapping(local, remote string) string {
 	return ""
 }
 
-// upstreamURL checks an upstream address: mqtt://host:port or
-// mqtts://host:port.
+// upstreamURL checks an upstream address: mqtt://host:port,
+// mqtts://host:port or redis://host:port[/DB].
 func upstreamURL(s string) string {
+	const want = "must be mqtt://host:port, mqtts://host:port or redis://host:port[/DB]"
 	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "mqtt" && u.Scheme != "mqtts" || u.Host == "" || u.Path != "" && u.Path != "/" || u.User != nil || u.RawQuery != "" {
-		return fmt.Sprintf("must be mqtt://host:port or mqtts://host:port (got %q)", s)
+	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" {
+		return fmt.Sprintf("%s (got %q)", want, s)
+	}
+	switch u.Scheme {
+	case "mqtt", "mqtts":
+		if u.Path != "" && u.Path != "/" {
+			return fmt.Sprintf("%s (got %q)", want, s)
+		}
+	case "redis":
+		if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+			if n, err := strconv.Atoi(db); err != nil || n < 0 || n > 15 {
+				return fmt.Sprintf("the database after the address must be 0 to 15 (got %q)", s)
+			}
+		}
+	default:
+		return fmt.Sprintf("%s (got %q)", want, s)
 	}
 	if _, port, err := net.SplitHostPort(u.Host); err != nil || port == "" {
 		return fmt.Sprintf("must be %s://host:port, with the port (got %q)", u.Scheme, s)
@@ -228,6 +254,51 @@ func upstreamURL(s string) string {
 		return fmt.Sprintf("port must be 1 to 65535 (got %q)", s)
 	}
 	return ""
+}
+
+// Kind is the destination's kind, from to's scheme: "mqtt" (mqtt:// and
+// mqtts://) or "redis" (Redis Streams).
+func (f Forward) Kind() string {
+	if strings.HasPrefix(f.To, "redis://") {
+		return "redis"
+	}
+	return "mqtt"
+}
+
+// RedisDB is the Redis database of a redis:// destination (0 when not
+// given); to must be valid.
+func (f Forward) RedisDB() int {
+	u, _ := url.Parse(f.To)
+	n, _ := strconv.Atoi(strings.TrimPrefix(u.Path, "/"))
+	return n
+}
+
+// kindKeys refuses the keys of the other kind of destination.
+func (v *validator) kindKeys(key string, f Forward) {
+	set := func(name string, isSet bool) {
+		if isSet {
+			v.add(key+"."+name, fmt.Sprintf("is for an MQTT upstream; to is %q", f.To))
+		}
+	}
+	if f.Kind() == "redis" {
+		set("subscribe", len(f.Subscribe) > 0)
+		set("mqtt_version", f.MQTTVersion != "")
+		set("tls", f.TLS != (ForwardTLS{}))
+		set("keepalive", f.KeepAlive != 0)
+		set("persistent_session", f.PersistentSession)
+		set("client_id", f.ClientID != "")
+		set("local_prefix", f.LocalPrefix != "")
+		if strings.ContainsAny(strings.NewReplacer("{topic}", "", "{device}", "").Replace(f.Stream), "{}") {
+			v.add(key+".stream", fmt.Sprintf("may hold {topic} and {device}, nothing else in braces (got %q)", f.Stream))
+		}
+		return
+	}
+	if f.Stream != "" {
+		v.add(key+".stream", fmt.Sprintf("is for a redis:// destination; to is %q", f.To))
+	}
+	if f.MaxLen != 0 {
+		v.add(key+".max_len", fmt.Sprintf("is for a redis:// destination; to is %q", f.To))
+	}
 }
 
 // topicFilter checks an MQTT topic filter: not empty, '#' only as the

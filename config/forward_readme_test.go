@@ -39,4 +39,17 @@ func TestREADMEForwardExamples(t *testing.T) {
 	if strings.Join(names, ",") != "cloud,mosquitto,emqx,aws" {
 		t.Fatalf("README forward examples %v, want cloud, mosquitto, emqx and aws", names)
 	}
+	_, stream, ok := strings.Cut(string(b), "\n## Forwarding to a stream\n")
+	if !ok {
+		t.Fatal("README has no Forwarding to a stream section")
+	}
+	_, block, _ := strings.Cut(stream, "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	c, err := Parse(strings.NewReader(block))
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil || len(c.Forward) != 1 || c.Forward[0].Kind() != "redis" {
+		t.Fatalf("README stream example:\n%s\n%+v, %v", block, c.Forward, err)
+	}
 }

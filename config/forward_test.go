@@ -32,6 +32,10 @@ func TestForwardConfig(t *testing.T) {
 		c.Forward[0].Connections != 4 || *c.Forward[0].Rate != 100 || !c.Forward[0].PersistentSession {
 		t.Fatalf("good forward: %+v, %v", c.Forward, err)
 	}
+	if c, err := Parse(strings.NewReader(`forward: [{name: s, to: "redis://127.0.0.1:6379/2", topics: ["devices/#"], stream: "telemetry:{device}", max_len: 100000}]`)); err != nil ||
+		c.Validate() != nil || c.Forward[0].Kind() != "redis" || c.Forward[0].RedisDB() != 2 || c.Forward[0].MaxLen != 100000 {
+		t.Fatalf("a redis destination: %+v %v", c.Forward, err)
+	}
 	if c, err := Parse(strings.NewReader(`forward: [{name: a, to: "mqtt://x:1", topics: [t]}]`)); err != nil || c.Forward[0].MaxQoS != 1 {
 		t.Fatalf("max_qos not given: %+v %v, want 1", c.Forward, err)
 	}
@@ -39,9 +43,14 @@ func TestForwardConfig(t *testing.T) {
 		t.Fatalf("max_qos 0: %+v %v", c.Forward, err)
 	}
 	for _, tc := range []struct{ yaml, want string }{
-		{`forward: [{name: a, to: "http://x:1", topics: [t]}]`, `forward[0].to: must be mqtt://host:port or mqtts://host:port (got "http://x:1")`},
+		{`forward: [{name: a, to: "http://x:1", topics: [t]}]`, `forward[0].to: must be mqtt://host:port, mqtts://host:port or redis://host:port[/DB] (got "http://x:1")`},
 		{`forward: [{name: a, to: "mqtt://x", topics: [t]}]`, `forward[0].to: must be mqtt://host:port, with the port (got "mqtt://x")`},
-		{`forward: [{name: a, to: "mqtts://u:p@x:8883", topics: [t]}]`, `forward[0].to: must be mqtt://host:port or mqtts://host:port`},
+		{`forward: [{name: a, to: "mqtts://u:p@x:8883", topics: [t]}]`, `forward[0].to: must be mqtt://host:port, mqtts://host:port or redis://host:port[/DB]`},
+		{`forward: [{name: a, to: "redis://x:6379/16", topics: [t]}]`, `forward[0].to: the database after the address must be 0 to 15 (got "redis://x:6379/16")`},
+		{`forward: [{name: a, to: "redis://x:6379", topics: [t], subscribe: [c]}]`, `forward[0].subscribe: is for an MQTT upstream; to is "redis://x:6379"`},
+		{`forward: [{name: a, to: "redis://x:6379", topics: [t], stream: "s:{tenant}"}]`, `forward[0].stream: may hold {topic} and {device}, nothing else in braces (got "s:{tenant}")`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], stream: "s"}]`, `forward[0].stream: is for a redis:// destination; to is "mqtt://x:1"`},
+		{`forward: [{name: a, to: "redis://x:6379", topics: [t], max_len: -1}]`, `forward[0].max_len: must be >= 0, 0 for no bound (got -1)`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], tls: {ca_file: ca.pem}}]`, `forward[0].tls: is for an mqtts:// upstream (to is "mqtt://x:1")`},
 		{`forward: [{name: a, to: "mqtts://x:1", topics: [t], tls: {cert_file: c.pem}}]`, `forward[0].tls.key_file: cert_file and key_file go together`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], username: u, password: p, password_env: P}]`, `forward[0].password: give one of password, password_file and password_env`},

@@ -16,6 +16,11 @@ type Message struct {
 	Retain  bool
 	Payload []byte
 	Props   *Props // MQTT 5 properties carried upstream; nil when none
+	// ID identifies the message in its forward log ("LOG/SEQ"): a
+	// message sent again after an outage or a restart carries the same
+	// ID, so a destination or a reader can drop the duplicate. Set when
+	// the message is read from the log; not stored in the record.
+	ID string
 }
 
 // Props are the MQTT 5 PUBLISH properties a message carries upstream

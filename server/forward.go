@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"log/slog"
 	"os"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"devicegate/broker"
 	"devicegate/config"
 	"devicegate/forward"
+	"devicegate/forward/redisstream"
 	"devicegate/persist"
 )
 
@@ -34,18 +36,14 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 	routes := make([]forward.Route, 0, len(cfg.Forward))
 	for i, fc := range cfg.Forward {
 		key := fmt.Sprintf("forward[%d]", i)
-		dial, err := dialer(fc, host, deliver, log)
+		dial, err := dialers(fc, host, deliver, log)
 		if err != nil {
 			return nil, fmt.Errorf("%s.%w", key, err)
 		}
 		conns := max(fc.Connections, 1)
 		route := forward.Route{Filters: fc.Topics}
 		build := func(n int, drain bool) (*forward.Forwarder, error) {
-			d := *dial
-			if conns > 1 || drain {
-				d.ClientID += "-" + strconv.Itoa(n)
-			}
-			c := forward.Config{Name: fc.Name + "/" + strconv.Itoa(n), Upstream: fc.Name, Dial: &d,
+			c := forward.Config{Name: fc.Name + "/" + strconv.Itoa(n), Upstream: fc.Name, Dial: dial(n, conns > 1 || drain),
 				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS), Window: fc.MaxInflight,
 				MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow), MaxAge: time.Duration(fc.MaxAge), Now: now}
 			if fc.Rate != nil {
@@ -72,18 +70,23 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 			}
 		}
 		routes = append(routes, route)
-		log.Info("forwarding upstream", "name", fc.Name, "to", fc.To, "topics", strings.Join(fc.Topics, ","),
-			"client_id", dial.ClientID, "connections", conns)
+		log.Info("forwarding upstream", "name", fc.Name, "to", fc.To, "topics", strings.Join(fc.Topics, ","), "connections", conns)
 	}
 	return forward.NewSet(routes), nil
 }
 
-// dialer is the MQTT dialer of fc, its secrets and TLS files read; the
-// error names the key.
-func dialer(fc config.Forward, host string, deliver func(topic string, payload []byte, retain bool, qos byte) error, log *slog.Logger) (*forward.MQTT, error) {
+// dialers returns how to dial connection n of fc (suffixed: its MQTT
+// client ID gets "-N"), its secrets and TLS files read; the error names
+// the key.
+func dialers(fc config.Forward, host string, deliver func(topic string, payload []byte, retain bool, qos byte) error, log *slog.Logger) (func(n int, suffixed bool) forward.Dialer, error) {
 	password, err := fc.Secret(os.Getenv, os.ReadFile)
 	if err != nil {
 		return nil, err
+	}
+	if fc.Kind() == "redis" {
+		d := &redisstream.Dialer{Options: &redis.Options{Addr: fc.Addr(), DB: fc.RedisDB(), Username: fc.Username, Password: password},
+			Stream: fc.Stream, MaxLen: int64(fc.MaxLen)}
+		return func(int, bool) forward.Dialer { return d }, nil
 	}
 	d := &forward.MQTT{Address: fc.Addr(), V5: fc.MQTTVersion == "5", ClientID: fc.ClientID, Username: fc.Username, Password: password,
 		KeepAlive: time.Duration(fc.KeepAlive), Persistent: fc.PersistentSession,
@@ -99,7 +102,13 @@ func dialer(fc config.Forward, host string, deliver func(topic string, payload [
 			return nil, fmt.Errorf("tls.%w", err)
 		}
 	}
-	return d, nil
+	return func(n int, suffixed bool) forward.Dialer {
+		c := *d
+		if suffixed {
+			c.ClientID += "-" + strconv.Itoa(n)
+		}
+		return &c
+	}, nil
 }
 
 // forwarder is the broker's Forwarder: the set, or nil without one (a

@@ -14,8 +14,10 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/redis/go-redis/v9"
 
 	"devicegate/auth"
+	"devicegate/cluster/redistest"
 	"devicegate/config"
 	"devicegate/internal/freeport"
 	"devicegate/internal/logtest"
@@ -596,4 +598,36 @@ func (s *orderSub) inOrder() error {
 		}
 	}
 	return nil
+}
+
+// TestForwardToRedisStream: a gateway with a redis:// destination adds
+// each acknowledged device message to the stream its template names, in
+// order, with the device and topic as fields.
+func TestForwardToRedisStream(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Forward = []config.Forward{{Name: "streams", To: "redis://" + srv.Addr + "/3", Topics: []string{"devices/#"}, MaxQoS: 1,
+		Stream: "fleet:{device}", MaxLen: 100000}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+	for i := 1; i <= 50; i++ {
+		dev.MustPublish(t, "devices/meter-1/t", strconv.Itoa(i), mqtttest.CodeSuccess)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 3})
+	defer c.Close()
+	var msgs []redis.XMessage
+	poll.Until(t, 20*time.Second, "50 entries in the stream", func() bool {
+		var err error
+		msgs, err = c.XRange(context.Background(), "fleet:meter-1", "-", "+").Result()
+		return err == nil && len(msgs) >= 50
+	})
+	for i, m := range msgs[:50] {
+		if m.Values["payload"] != strconv.Itoa(i+1) || m.Values["device"] != "meter-1" || m.Values["topic"] != "devices/meter-1/t" {
+			t.Fatalf("entry %d: %v", i, m.Values)
+		}
+	}
+	poll.Until(t, 10*time.Second, "the forward log emptied", func() bool { st := g.forward.Stats()[0]; return st.Backlog == 0 && st.Forwarded == 50 })
 }

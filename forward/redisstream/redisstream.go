@@ -1,0 +1,178 @@
+// Package redisstream is the Redis Streams destination of a forward
+// log: each message is added (XADD) to a stream named from its topic,
+// with fields for its ID in the log (the same when sent again), the
+// MQTT topic, the device, the acceptance time and the payload, optionally trimmed to about MaxLen entries (MAXLEN ~). Sends
+// are pipelined: what is handed over while a round trip is under way
+// goes in the next one, and a message counts as acknowledged once Redis
+// answered its XADD. It implements forward.Dialer and forward.Conn.
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"devicegate/forward"
+)
+
+// Dialer connects to one Redis.
+type Dialer struct {
+	// Options are the client's (from a redis:// URL).
+	Options *redis.Options
+	// Stream names a message's stream: "{topic}" and "{device}" are
+	// replaced by its MQTT topic and device ("{topic}" when empty).
+	Stream string
+	// MaxLen, when > 0, trims each stream to about that many entries.
+	MaxLen int64
+}
+
+// Addr names the destination in logs.
+func (d *Dialer) Addr() string { return "redis://" + d.Options.Addr }
+
+// Dial connects and checks that Redis answers.
+func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
+	c := redis.NewClient(d.Options)
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
+	}
+	conn := &conn{d: d, c: c, lost: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go conn.run()
+	return conn, nil
+}
+
+// StreamName returns the stream of a message on topic from device.
+func StreamName(tmpl, topic, device string) string {
+	if tmpl == "" {
+		return topic
+	}
+	return strings.NewReplacer("{topic}", topic, "{device}", device).Replace(tmpl)
+}
+
+type conn struct {
+	d    *Dialer
+	c    *redis.Client
+	lost chan struct{}
+	once sync.Once
+
+	mu      sync.Mutex
+	pending []*sent
+	closed  bool
+	kick    chan struct{}
+	done    chan struct{}
+}
+
+// sent is one message handed to Send, and its acknowledgement.
+type sent struct {
+	m    forward.Message
+	done chan struct{}
+	err  error
+}
+
+func (s *sent) Done() <-chan struct{} { return s.done }
+func (s *sent) Error() error          { return s.err }
+
+func (c *conn) Send(m *forward.Message, _ byte) forward.Ack {
+	s := &sent{m: *m, done: make(chan struct{})}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		s.err = errors.New("connection closed")
+		close(s.done)
+		return s
+	}
+	c.pending = append(c.pending, s)
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return s
+}
+
+// run sends what is pending, a pipeline at a time, until Close or a
+// failure (which ends the connection: the forwarder sends again from
+// the log).
+func (c *conn) run() {
+	defer close(c.done)
+	for range c.kick {
+		c.mu.Lock()
+		batch := c.pending
+		c.pending = nil
+		c.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		if err := c.send(batch); err != nil {
+			for _, s := range batch {
+				if s.err == nil {
+					s.err = err
+				}
+			}
+			c.fail()
+		}
+		for _, s := range batch {
+			close(s.done)
+		}
+		if c.isClosed() {
+			return
+		}
+	}
+}
+
+func (c *conn) send(batch []*sent) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pipe := c.c.Pipeline()
+	cmds := make([]*redis.StringCmd, len(batch))
+	for i, s := range batch {
+		args := &redis.XAddArgs{
+			Stream: StreamName(c.d.Stream, s.m.Topic, s.m.Device),
+			Values: []any{"id", s.m.ID, "topic", s.m.Topic, "device", s.m.Device, "at", strconv.FormatInt(s.m.At.UnixMilli(), 10),
+				"qos", strconv.Itoa(int(s.m.QoS)), "payload", s.m.Payload},
+		}
+		if c.d.MaxLen > 0 {
+			args.MaxLen, args.Approx = c.d.MaxLen, true
+		}
+		cmds[i] = pipe.XAdd(ctx, args)
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("XADD to %s: %w", c.d.Addr(), err)
+	}
+	return nil
+}
+
+func (c *conn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+func (c *conn) fail() { c.once.Do(func() { close(c.lost) }) }
+
+func (c *conn) Lost() <-chan struct{} { return c.lost }
+
+// Close ends the connection; what was not answered yet fails.
+func (c *conn) Close() {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.kick)
+	}
+	rest := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	<-c.done
+	for _, s := range rest {
+		s.err = errors.New("connection closed")
+		close(s.done)
+	}
+	c.c.Close()
+}
