@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"devicegate/cluster/redistest"
 	"devicegate/internal/freeport"
 	"fmt"
 	"net"
@@ -188,6 +189,14 @@ func (f *fleet) halt() map[string]int {
 	return out
 }
 
+// TestForwardRedisOutageProcess is TestForwardOutageProcess with a real
+// redis-server as the destination (issue 16): Redis paused for the
+// outage, the gateway killed during it and during the replay; every
+// acknowledged message is in its device's stream, in order.
+func TestForwardRedisOutageProcess(t *testing.T) {
+	forwardOutageRun(t, forwardOutage(t), true, redisDest(t, 50))
+}
+
 // TestForwardOutageProcess is the issue's acceptance run with a real
 // gateway process, a real Mosquitto upstream and a backend subscribed
 // upstream with a persistent session: 50 devices publish QoS 1 while the
@@ -203,12 +212,23 @@ func TestForwardOutageProcess(t *testing.T) {
 		if kill {
 			name = "outage and kill -9 twice"
 		}
-		t.Run(name, func(t *testing.T) { forwardOutageRun(t, outage, kill) })
+		t.Run(name, func(t *testing.T) { forwardOutageRun(t, outage, kill, mosquittoDest(t)) })
 	}
 }
 
-func forwardOutageRun(t *testing.T, outage time.Duration, kill bool) {
-	const devices, every, rate = 50, 100 * time.Millisecond, 1500
+// outageDest is the destination of a forwarding outage run: the
+// forward: entry's to and extra keys, how to take it down and up, and
+// the arrivals (refresh, when not nil, reads them again into the log).
+type outageDest struct {
+	to, extra string
+	down, up  func()
+	log       *upstreamLog
+	refresh   func()
+}
+
+// mosquittoDest is a real Mosquitto with a backend subscriber on a
+// persistent session; down stops the process, up starts it again.
+func mosquittoDest(t *testing.T) outageDest {
 	up := mosquittotest.StartWith(t, mosquittotest.Options{Persist: true})
 	log := &upstreamLog{got: map[string][]int{}}
 	back := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr).SetClientID("backend").SetCleanSession(false).
@@ -216,14 +236,51 @@ func forwardOutageRun(t *testing.T, outage time.Duration, kill bool) {
 	if tok := back.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("backend: %v", tok.Error())
 	}
-	defer back.Disconnect(0)
+	t.Cleanup(func() { back.Disconnect(0) })
 	if tok := back.Subscribe("devices/#", 1, func(_ mqtt.Client, m mqtt.Message) { log.add(m.Topic(), m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("backend subscribe: %v", tok.Error())
+	}
+	return outageDest{to: "mqtt://" + up.Addr, down: up.Stop, up: up.Restart, log: log}
+}
+
+// redisDest is a real redis-server; down pauses it (SIGSTOP: a restart
+// would empty it), up resumes it; the arrivals are the devices' streams.
+func redisDest(t *testing.T, devices int) outageDest {
+	srv := redistest.Start(t)
+	d := outageDest{to: "redis://" + srv.Addr, extra: `, stream: "{topic}"`, down: srv.Stop, up: srv.Cont, log: &upstreamLog{}}
+	c := srv.Client()
+	d.refresh = func() {
+		got := map[string][]int{}
+		for i := range devices {
+			topic := fmt.Sprintf("devices/dev-%02d/t", i)
+			msgs, err := c.XRange(context.Background(), topic, "-", "+").Result()
+			if err != nil {
+				t.Fatalf("XRANGE %s: %v", topic, err)
+			}
+			for _, m := range msgs {
+				n, _ := strconv.Atoi(m.Values["payload"].(string))
+				got[topic] = append(got[topic], n)
+			}
+		}
+		d.log.mu.Lock()
+		d.log.got = got
+		d.log.mu.Unlock()
+	}
+	return d
+}
+
+func forwardOutageRun(t *testing.T, outage time.Duration, kill bool, dest outageDest) {
+	const devices, every, rate = 50, 100 * time.Millisecond, 1500
+	log := dest.log
+	refresh := func() {
+		if dest.refresh != nil {
+			dest.refresh()
+		}
 	}
 
 	dir := t.TempDir()
 	conf := filepath.Join(t.TempDir(), "gateway.yaml")
-	yaml := fmt.Sprintf("forward: [{name: cloud, to: \"mqtt://%s\", topics: [\"devices/#\"], rate: %d}]\n", up.Addr, rate)
+	yaml := fmt.Sprintf("forward: [{name: cloud, to: %q, topics: [\"devices/#\"], rate: %d%s}]\n", dest.to, rate, dest.extra)
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +305,7 @@ func forwardOutageRun(t *testing.T, outage time.Duration, kill bool) {
 
 	f := startFleet(addr, devices, every)
 	poll.Until(t, 20*time.Second, "traffic upstream", func() bool { fw, _ := backlog(); return fw > 500 })
-	up.Stop()
+	dest.down()
 	start := time.Now()
 	kills := 0
 	if kill {
@@ -262,7 +319,7 @@ func forwardOutageRun(t *testing.T, outage time.Duration, kill bool) {
 	}
 	time.Sleep(time.Until(start.Add(outage))) // the outage's length is the test's subject
 	_, during := backlog()
-	up.Restart()
+	dest.up()
 	if kill {
 		poll.Until(t, 20*time.Second, "the replay under way", func() bool { fw, _ := backlog(); return fw > 200 })
 		_, w := backlog()
@@ -282,6 +339,7 @@ func forwardOutageRun(t *testing.T, outage time.Duration, kill bool) {
 	var missing, dups int
 	var order string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) { // polling the subscriber
+		refresh()
 		if missing, order, dups = log.check(acked); missing == 0 {
 			break
 		}
