@@ -25,6 +25,7 @@ import (
 // Log is the durable forward log (persist.Store).
 type Log interface {
 	// AppendForwardAsync queues rec; wait returns once it is durable.
+	// Records are committed in the order they are queued.
 	AppendForwardAsync(log string, seq uint64, rec []byte) (wait func() error, err error)
 	ReadForward(log string, from uint64, fn func(seq uint64, rec []byte) bool) error
 	DeleteForward(log string, seqs []uint64) error
@@ -158,8 +159,9 @@ type Forwarder struct {
 	attempts  atomic.Uint64 // connection attempts
 	forwarded atomic.Uint64 // messages the upstream acknowledged
 	// backlog and backlogBytes count what the log holds: what it held
-	// at New, plus appends, less what left it. Only Run's goroutine
-	// deletes, so the counts stay exact.
+	// at New, plus appends, less what left it. Only Run's goroutine and
+	// the deleter of its pump delete, one at a time (the pump flushes
+	// the deleter before it trims), so the counts stay exact.
 	backlog, backlogBytes atomic.Int64
 	// droppedOldest, refused and expired count the messages that never
 	// went: dropped for room, refused when full, too old when their
@@ -254,17 +256,21 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 		f.refused.Add(1)
 		return nil, ErrFull
 	}
-	seq := f.next
+	// Queued for the commit under the lock that numbers it: the store
+	// commits in the order it queues, so the log never holds a number
+	// before a lower one (TestLogHasNoGaps), and the pump, reading on
+	// from the newest number it read, misses nothing. Queueing does not
+	// wait for the commit.
+	durable, err := f.log.AppendForwardAsync(f.cfg.Name, f.next, rec)
+	if err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
 	f.next++
 	// Counted before the write so that concurrent appends see each
 	// other against MaxBytes; taken back if the write fails.
 	f.backlogBytes.Add(int64(len(rec)))
 	f.mu.Unlock()
-	durable, err := f.log.AppendForwardAsync(f.cfg.Name, seq, rec)
-	if err != nil {
-		f.backlogBytes.Add(-int64(len(rec)))
-		return nil, err
-	}
 	return func() error {
 		if err := durable(); err != nil {
 			f.backlogBytes.Add(-int64(len(rec)))

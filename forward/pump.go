@@ -156,8 +156,9 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 		if len(queue) == 0 && len(sent) < f.cfg.Window {
 			from := read + 1
 			if len(sent) == 0 {
-				// Everything left (a lower number may have committed
-				// late), once what was acknowledged has left.
+				// Nothing in flight: read from the log's start, once
+				// what was acknowledged has left it (trimmed or expired
+				// messages may have gone from before read).
 				if err := del.flush(); err != nil {
 					return err
 				}
@@ -350,10 +351,10 @@ func isDone(a Ack) bool {
 // trim drops the oldest messages not in flight while the log holds more
 // than MaxBytes under DropOldest. Called from Run's goroutine only.
 func (f *Forwarder) trim(sent []inflight) {
-	over := f.backlogBytes.Load() - f.cfg.MaxBytes
-	if f.cfg.MaxBytes <= 0 || f.cfg.Overflow != DropOldest || over <= 0 {
+	if !f.overBound() {
 		return
 	}
+	over := f.backlogBytes.Load() - f.cfg.MaxBytes
 	busy := make(map[uint64]bool, len(sent))
 	for _, s := range sent {
 		busy[s.seq] = true

@@ -2,7 +2,6 @@ package forward
 
 import (
 	"context"
-	"hash/maphash"
 	"strings"
 	"sync"
 )
@@ -21,13 +20,12 @@ type Route struct {
 // message (and each released deferred one).
 type Set struct {
 	routes []Route
-	seed   maphash.Seed
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
 }
 
 // NewSet returns the set of routes; Start runs their forwarders.
-func NewSet(routes []Route) *Set { return &Set{routes: routes, seed: maphash.MakeSeed()} }
+func NewSet(routes []Route) *Set { return &Set{routes: routes} }
 
 // Forward appends m to every upstream whose filters match its topic,
 // durably, and returns once all hold it; an error means at least one
@@ -49,7 +47,7 @@ func (s *Set) ForwardAsync(m *Message) (wait func() error, err error) {
 		if len(r.Conns) > 0 && matchAny(r.Filters, m.Topic) {
 			f := r.Conns[0]
 			if len(r.Conns) > 1 {
-				f = r.Conns[maphash.String(s.seed, m.Device)%uint64(len(r.Conns))]
+				f = r.Conns[connOf(m.Device, len(r.Conns))]
 			}
 			w, err := f.AppendAsync(m)
 			if err != nil {
@@ -76,6 +74,19 @@ func (s *Set) ForwardAsync(m *Message) (wait func() error, err error) {
 		}
 		return first
 	}, nil
+}
+
+// connOf is the connection, of n, of a device: FNV-1a of its ID, the
+// same in every process and after every restart, so that a device's
+// messages written before a restart and after it go through one
+// connection's log, in order (a per-process random seed would move it).
+func connOf(device string, n int) int {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(device); i++ {
+		h ^= uint64(device[i])
+		h *= 1099511628211
+	}
+	return int(h % uint64(n))
 }
 
 // Start runs every forwarder until Stop.

@@ -47,6 +47,9 @@ func (s *Store) AppendForward(log string, seq uint64, rec []byte) error {
 // AppendForwardAsync is AppendForward without the wait: the record is
 // queued for the next group commit, and wait, called once, returns when
 // it is durable (or why it is not). rec must not change until then.
+// Records are committed in the order they were queued (the committer
+// takes its queue in order), so a caller that numbers and queues under
+// one lock never leaves a gap for a reader to see.
 func (s *Store) AppendForwardAsync(log string, seq uint64, rec []byte) (wait func() error, err error) {
 	if err := validLog(log); err != nil {
 		return nil, err

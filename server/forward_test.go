@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -325,24 +324,11 @@ func TestForwardCommandDownlink(t *testing.T) {
 	poll.Until(t, 20*time.Second, "the upstream connection", func() bool { return g.forward.Stats()[0].Connected == 1 })
 
 	got := make(chan string, 4)
-	conn, err := net.DialTimeout("tcp", g.Addr().String(), 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := paho.NewClient(paho.ClientConfig{ClientID: "meter-1", Conn: conn,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-			got <- pr.Packet.Topic + " " + string(pr.Packet.Payload)
-			return true, nil
-		}}})
+	mqtttest.Subscribe5(t, g.Addr().String(), "meter-1", paho.SubscribeOptions{Topic: "devices/meter-1/cmd", QoS: 1}, func(p *paho.Publish) {
+		got <- p.Topic + " " + string(p.Payload)
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := dev.Connect(ctx, &paho.Connect{ClientID: "meter-1", CleanStart: true, KeepAlive: 30}); err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Disconnect(&paho.Disconnect{})
-	if _, err := dev.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "devices/meter-1/cmd", QoS: 1}}}); err != nil {
-		t.Fatal(err)
-	}
 	back := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr).SetClientID("backend"))
 	if tok := back.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("backend: %v", tok.Error())
@@ -429,24 +415,9 @@ func TestForwardOverflow(t *testing.T) {
 func TestForwardMQTT5(t *testing.T) {
 	up := mosquittotest.Start(t)
 	got := make(chan *paho.Publish, 4)
-	conn, err := net.DialTimeout("tcp", up.Addr, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := paho.NewClient(paho.ClientConfig{ClientID: "backend", Conn: conn,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-			got <- pr.Packet
-			return true, nil
-		}}})
+	mqtttest.Subscribe5(t, up.Addr, "backend", paho.SubscribeOptions{Topic: "site-7/#", QoS: 1, RetainAsPublished: true}, func(p *paho.Publish) { got <- p })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := sub.Connect(ctx, &paho.Connect{ClientID: "backend", CleanStart: true, KeepAlive: 30}); err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Disconnect(&paho.Disconnect{})
-	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "site-7/#", QoS: 1, RetainAsPublished: true}}}); err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig(t.TempDir(), 1000, time.Hour)
 	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"}, MaxQoS: 1, MQTTVersion: "5",
 		LocalPrefix: "devices/", RemotePrefix: "site-7/devices/"}}
@@ -524,24 +495,10 @@ func TestForwardPipelinedOrder(t *testing.T) {
 	// what it publishes (the acker publishes as the device), while the
 	// other local subscriber gets it.
 	var own atomic.Int32
-	conn, err := net.DialTimeout("tcp", g.Addr().String(), 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	self := paho.NewClient(paho.ClientConfig{ClientID: "meter-2", Conn: conn,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(paho.PublishReceived) (bool, error) {
-			own.Add(1)
-			return true, nil
-		}}})
+	self := mqtttest.Subscribe5(t, g.Addr().String(), "meter-2", paho.SubscribeOptions{Topic: "devices/meter-2/t", QoS: 1, NoLocal: true},
+		func(*paho.Publish) { own.Add(1) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := self.Connect(ctx, &paho.Connect{ClientID: "meter-2", CleanStart: true, KeepAlive: 30}); err != nil {
-		t.Fatal(err)
-	}
-	defer self.Disconnect(&paho.Disconnect{})
-	if _, err := self.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "devices/meter-2/t", QoS: 1, NoLocal: true}}}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := self.Publish(ctx, &paho.Publish{Topic: "devices/meter-2/t", QoS: 1, Payload: []byte(strconv.Itoa(n + 1))}); err != nil {
 		t.Fatal(err)
 	}

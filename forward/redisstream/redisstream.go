@@ -130,8 +130,7 @@ func (c *conn) send(batch []*sent) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pipe := c.c.Pipeline()
-	cmds := make([]*redis.StringCmd, len(batch))
-	for i, s := range batch {
+	for _, s := range batch {
 		args := &redis.XAddArgs{
 			Stream: StreamName(c.d.Stream, s.m.Topic, s.m.Device),
 			Values: []any{"id", s.m.ID, "topic", s.m.Topic, "device", s.m.Device, "at", strconv.FormatInt(s.m.At.UnixMilli(), 10),
@@ -140,9 +139,9 @@ func (c *conn) send(batch []*sent) error {
 		if c.d.MaxLen > 0 {
 			args.MaxLen, args.Approx = c.d.MaxLen, true
 		}
-		cmds[i] = pipe.XAdd(ctx, args)
+		pipe.XAdd(ctx, args)
 	}
-	_, err := pipe.Exec(ctx)
+	_, err := pipe.Exec(ctx) // the first failed command's error, if any
 	if err != nil {
 		return fmt.Errorf("XADD to %s: %w", c.d.Addr(), err)
 	}

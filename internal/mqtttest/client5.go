@@ -91,3 +91,31 @@ func (cl *Client5) MustPublish(t *testing.T, topic, payload string, want byte) {
 func (cl *Client5) Close() {
 	_ = cl.c.Disconnect(&paho.Disconnect{ReasonCode: 0})
 }
+
+// Subscribe5 connects an MQTT 5 client with a clean start, subscribes
+// it with sub, and calls on for every message it receives (on paho's
+// goroutine). The client is returned for publishing; the test's cleanup
+// disconnects it.
+func Subscribe5(t *testing.T, addr, id string, sub paho.SubscribeOptions, on func(*paho.Publish)) *paho.Client {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	c := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			on(pr.Packet)
+			return true, nil
+		}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+		conn.Close()
+		t.Fatalf("connect %s to %s: %v", id, addr, err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
+	if _, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{sub}}); err != nil {
+		t.Fatalf("%s: subscribe %q: %v", id, sub.Topic, err)
+	}
+	return c
+}
