@@ -318,6 +318,12 @@ func forwardOutageRun(t *testing.T, outage time.Duration, kill bool, dest outage
 		t.Logf("backlog %v before the kill, %v after the restart", before, after)
 	}
 	time.Sleep(time.Until(start.Add(outage))) // the outage's length is the test's subject
+	if kill {
+		// After the first kill the devices are refused for a while (the
+		// crash charge): let a replay's worth wait, so that the second
+		// kill can land in the replay.
+		poll.Until(t, 30*time.Second, "a backlog of 500 to replay", func() bool { _, w := backlog(); return w >= 500 })
+	}
 	_, during := backlog()
 	dest.up()
 	if kill {
