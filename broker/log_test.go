@@ -1,33 +1,18 @@
 package broker
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"devicegate/internal/logtest"
 )
 
 // lockedBuffer is a log destination safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Split(strings.TrimSpace(l.b.String()), "\n")
-}
+type lockedBuffer = logtest.Buffer
 
 // rawSession connects with a raw MQTT 3.1.1 CONNECT of keepalive ka and
 // reads the CONNACK.
@@ -75,10 +60,10 @@ func TestMochiLogLines(t *testing.T) {
 		_, _ = io.ReadAll(c)
 		c.Close()
 	}
-	eventually(t, "the error line", func() bool { return strings.Contains(strings.Join(buf.lines(), "\n"), "error processing packet") })
+	eventually(t, "the error line", func() bool { return strings.Contains(strings.Join(buf.Lines(), "\n"), "error processing packet") })
 
 	var processing int
-	for _, l := range buf.lines() {
+	for _, l := range buf.Lines() {
 		if strings.Contains(l, "client=\"\"") || strings.Contains(l, "client= ") {
 			t.Errorf("a line without the client: %s", l)
 		}
@@ -104,6 +89,6 @@ func TestMochiLogLines(t *testing.T) {
 		t.Errorf("%d error lines for 20 clients making the same error within one interval, want 1", processing)
 	}
 	if t.Failed() {
-		t.Logf("log:\n%s", strings.Join(buf.lines(), "\n"))
+		t.Logf("log:\n%s", strings.Join(buf.Lines(), "\n"))
 	}
 }

@@ -64,7 +64,7 @@ func TestSlowSubscriberDropsCounted(t *testing.T) {
 		return len(got) == inflight && f.srv.Stats().SlowSubscriberDrops == n-inflight
 	})
 	var lines []string
-	for _, l := range buf.lines() {
+	for _, l := range buf.Lines() {
 		if strings.Contains(l, "client store quota reached") {
 			lines = append(lines, l)
 		}
@@ -109,7 +109,7 @@ func TestWriteQueueDropsCounted(t *testing.T) {
 	}
 	eventually(t, "drops for the stuck subscriber", func() bool { return f.srv.Stats().SlowSubscriberDrops > 0 })
 	var lines []string
-	for _, l := range buf.lines() {
+	for _, l := range buf.Lines() {
 		if strings.Contains(l, "write queue full") {
 			lines = append(lines, l)
 		}

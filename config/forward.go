@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -14,8 +13,12 @@ import (
 type Forward struct {
 	// Name names the upstream in logs and its forward log; unique.
 	Name string `yaml:"name"`
-	// To is the upstream broker: mqtt://host:port (MQTT 3.1.1 over
-	// TCP) or mqtts://host:port (over TLS, see TLS).
+	// To is the destination; its scheme is its kind (Kind): an MQTT
+	// broker (mqtt://host:port, mqtts:// over TLS), Redis Streams
+	// (redis://host:port[/DB], rediss://), NATS JetStream
+	// (nats://host:port[,host:port...], natss://) or Kafka
+	// (kafka://host:port[,host:port...], kafkas://). The schemes ending
+	// in s are over TLS, with TLS's files.
 	To string `yaml:"to"`
 	// Topics are the local topic filters whose messages go upstream.
 	Topics []string `yaml:"topics"`
@@ -71,6 +74,17 @@ type Forward struct {
 	// MaxLen trims each Redis stream to about this many entries
 	// (XADD MAXLEN ~); 0: no bound.
 	MaxLen int `yaml:"max_len,omitempty"`
+	// Subject names the NATS subject of a message: {topic} (its MQTT
+	// topic, levels made tokens) and {device}; "{topic}" when empty.
+	Subject string `yaml:"subject,omitempty"`
+	// CredsFile is a NATS credentials file (JWT and NKey seed).
+	CredsFile string `yaml:"creds_file,omitempty"`
+	// KafkaTopic names the Kafka topic of a message: {topic} and
+	// {device} (made topic-name characters) and fixed text; required.
+	KafkaTopic string `yaml:"kafka_topic,omitempty"`
+	// SASL is the Kafka SASL mechanism: PLAIN, SCRAM-SHA-256 or
+	// SCRAM-SHA-512, with username and a password; none when empty.
+	SASL string `yaml:"sasl,omitempty"`
 	// PersistentSession asks the upstream to keep the connection's
 	// session (clean session false): its subscribe: filters, and the
 	// commands published while the gateway was away.
@@ -94,8 +108,29 @@ type ForwardTLS struct {
 // MaxForwardConnections bounds forward[].connections.
 const MaxForwardConnections = 64
 
-// Secure reports whether the upstream is reached over TLS (mqtts://).
-func (f Forward) Secure() bool { return strings.HasPrefix(f.To, "mqtts://") }
+// schemes maps each scheme of to to its destination kind.
+var schemes = map[string]string{"mqtt": "mqtt", "mqtts": "mqtt", "redis": "redis", "rediss": "redis",
+	"nats": "nats", "natss": "nats", "kafka": "kafka", "kafkas": "kafka"}
+
+// scheme returns to's scheme ("" when it has none).
+func (f Forward) scheme() string {
+	s, _, _ := strings.Cut(f.To, "://")
+	return s
+}
+
+// Kind is the destination's kind, from to's scheme: "mqtt", "redis",
+// "nats" or "kafka" ("" for an unknown scheme).
+func (f Forward) Kind() string { return schemes[f.scheme()] }
+
+// Secure reports whether the destination is reached over TLS (its
+// scheme is the kind's name with an s added).
+func (f Forward) Secure() bool {
+	switch f.scheme() {
+	case "mqtts", "rediss", "natss", "kafkas":
+		return true
+	}
+	return false
+}
 
 // Secret returns the upstream password: password, the first line of
 // password_file, or the environment variable password_env. The error
@@ -119,10 +154,16 @@ func (f Forward) Secret(getenv func(string) string, readFile func(string) ([]byt
 	return f.Password, nil
 }
 
-// Addr returns the upstream's host:port from To, which must be valid.
-func (f Forward) Addr() string {
-	u, _ := url.Parse(f.To)
-	return u.Host
+// Addr returns the destination's host:port from To, which must be
+// valid (the first of several).
+func (f Forward) Addr() string { return f.Hosts()[0] }
+
+// Hosts returns the destination's host:port list from To, which must
+// be valid.
+func (f Forward) Hosts() []string {
+	rest := strings.TrimPrefix(f.To, f.scheme()+"://")
+	hosts, _, _ := strings.Cut(rest, "/")
+	return strings.Split(hosts, ",")
 }
 
 // forward checks the forward list.
@@ -137,16 +178,16 @@ func (v *validator) forward(list []Forward) {
 			v.add(key+".name", fmt.Sprintf("%q names two upstreams", f.Name))
 		}
 		names[f.Name] = true
-		if msg := upstreamURL(f.To); msg != "" {
+		if msg := destination(f.To); msg != "" {
 			v.add(key+".to", msg)
+		} else {
+			v.kindKeys(key, f)
 		}
-		v.kindKeys(key, f)
 		if f.MaxLen < 0 {
 			v.add(key+".max_len", fmt.Sprintf("must be >= 0, 0 for no bound (got %d)", f.MaxLen))
 		}
-		secure := f.Secure()
-		if !secure && f.TLS != (ForwardTLS{}) {
-			v.add(key+".tls", fmt.Sprintf("is for an mqtts:// upstream (to is %q)", f.To))
+		if !f.Secure() && f.TLS != (ForwardTLS{}) {
+			v.add(key+".tls", fmt.Sprintf("is for a destination over TLS: mqtts://, rediss://, natss:// or kafkas:// (to is %q)", f.To))
 		}
 		if (f.TLS.CertFile == "") != (f.TLS.KeyFile == "") {
 			v.add(key+".tls.key_file", fmt.Sprintf("cert_file and key_file go together (got %q and %q)", f.TLS.CertFile, f.TLS.KeyFile))
@@ -162,6 +203,9 @@ func (v *validator) forward(list []Forward) {
 		}
 		if set > 0 && f.Username == "" {
 			v.add(key+".username", "a password needs a username")
+		}
+		if f.CredsFile != "" && f.Username != "" {
+			v.add(key+".creds_file", "give either creds_file or username and a password")
 		}
 		if f.MQTTVersion != "" && f.MQTTVersion != "3.1.1" && f.MQTTVersion != "5" {
 			v.add(key+".mqtt_version", fmt.Sprintf("must be \"3.1.1\" or \"5\" (got %q)", f.MQTTVersion))
@@ -226,79 +270,138 @@ func prefixMapping(local, remote string) string {
 	return ""
 }
 
-// upstreamURL checks an upstream address: mqtt://host:port,
-// mqtts://host:port or redis://host:port[/DB].
-func upstreamURL(s string) string {
-	const want = "must be mqtt://host:port, mqtts://host:port or redis://host:port[/DB]"
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" {
-		return fmt.Sprintf("%s (got %q)", want, s)
+// destination checks to: a known scheme, then host:port (several,
+// comma-separated, for nats and kafka), then for redis an optional
+// database.
+func destination(s string) string {
+	const want = "must be mqtt[s]://host:port, redis[s]://host:port[/DB], nats[s]://host:port[,host:port...] or kafka[s]://host:port[,host:port...]"
+	f := Forward{To: s}
+	kind := f.Kind()
+	if kind == "" {
+		return fmt.Sprintf("%s: unknown kind of destination %q (got %q)", want, f.scheme(), s)
 	}
-	switch u.Scheme {
-	case "mqtt", "mqtts":
-		if u.Path != "" && u.Path != "/" {
-			return fmt.Sprintf("%s (got %q)", want, s)
-		}
-	case "redis":
-		if db := strings.TrimPrefix(u.Path, "/"); db != "" {
-			if n, err := strconv.Atoi(db); err != nil || n < 0 || n > 15 {
+	rest := strings.TrimPrefix(s, f.scheme()+"://")
+	hosts, path, _ := strings.Cut(rest, "/")
+	switch {
+	case kind == "redis":
+		if path != "" {
+			if n, err := strconv.Atoi(path); err != nil || n < 0 || n > 15 {
 				return fmt.Sprintf("the database after the address must be 0 to 15 (got %q)", s)
 			}
 		}
-	default:
+	case path != "" || strings.HasSuffix(rest, "/") && kind != "mqtt":
 		return fmt.Sprintf("%s (got %q)", want, s)
 	}
-	if _, port, err := net.SplitHostPort(u.Host); err != nil || port == "" {
-		return fmt.Sprintf("must be %s://host:port, with the port (got %q)", u.Scheme, s)
-	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Sprintf("port must be 1 to 65535 (got %q)", s)
+	list := strings.Split(hosts, ",")
+	if len(list) > 1 && kind != "nats" && kind != "kafka" {
+		return fmt.Sprintf("%s: one host:port for %s (got %q)", want, kind, s)
+	}
+	if strings.Contains(hosts, "@") {
+		return fmt.Sprintf("must be %s://host:port: credentials go in username and a password key, not in to (got %q)", f.scheme(), s)
+	}
+	for _, h := range list {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil || host == "" || port == "" || strings.ContainsAny(h, "@?#") {
+			return fmt.Sprintf("must be %s://host:port, with the port (got %q)", f.scheme(), s)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("port must be 1 to 65535 (got %q)", s)
+		}
 	}
 	return ""
-}
-
-// Kind is the destination's kind, from to's scheme: "mqtt" (mqtt:// and
-// mqtts://) or "redis" (Redis Streams).
-func (f Forward) Kind() string {
-	if strings.HasPrefix(f.To, "redis://") {
-		return "redis"
-	}
-	return "mqtt"
 }
 
 // RedisDB is the Redis database of a redis:// destination (0 when not
 // given); to must be valid.
 func (f Forward) RedisDB() int {
-	u, _ := url.Parse(f.To)
-	n, _ := strconv.Atoi(strings.TrimPrefix(u.Path, "/"))
+	_, db, _ := strings.Cut(strings.TrimPrefix(f.To, f.scheme()+"://"), "/")
+	n, _ := strconv.Atoi(db)
 	return n
 }
 
-// kindKeys refuses the keys of the other kind of destination.
+// kindKeys refuses the keys of other kinds of destination and checks
+// the templates and SASL of f's kind, whose to is valid.
 func (v *validator) kindKeys(key string, f Forward) {
-	set := func(name string, isSet bool) {
-		if isSet {
-			v.add(key+"."+name, fmt.Sprintf("is for an MQTT upstream; to is %q", f.To))
+	kind := f.Kind()
+	for _, k := range []struct {
+		name, kind string
+		set        bool
+	}{
+		{"subscribe", "mqtt", len(f.Subscribe) > 0},
+		{"mqtt_version", "mqtt", f.MQTTVersion != ""},
+		{"keepalive", "mqtt", f.KeepAlive != 0},
+		{"persistent_session", "mqtt", f.PersistentSession},
+		{"client_id", "mqtt", f.ClientID != ""},
+		{"local_prefix", "mqtt", f.LocalPrefix != ""},
+		{"stream", "redis", f.Stream != ""},
+		{"max_len", "redis", f.MaxLen != 0},
+		{"subject", "nats", f.Subject != ""},
+		{"creds_file", "nats", f.CredsFile != ""},
+		{"kafka_topic", "kafka", f.KafkaTopic != ""},
+		{"sasl", "kafka", f.SASL != ""},
+	} {
+		if k.set && k.kind != kind {
+			v.add(key+"."+k.name, fmt.Sprintf("is for %s destinations; to is %q", kindNames[k.kind], f.To))
 		}
 	}
-	if f.Kind() == "redis" {
-		set("subscribe", len(f.Subscribe) > 0)
-		set("mqtt_version", f.MQTTVersion != "")
-		set("tls", f.TLS != (ForwardTLS{}))
-		set("keepalive", f.KeepAlive != 0)
-		set("persistent_session", f.PersistentSession)
-		set("client_id", f.ClientID != "")
-		set("local_prefix", f.LocalPrefix != "")
-		if strings.ContainsAny(strings.NewReplacer("{topic}", "", "{device}", "").Replace(f.Stream), "{}") {
-			v.add(key+".stream", fmt.Sprintf("may hold {topic} and {device}, nothing else in braces (got %q)", f.Stream))
+	switch kind {
+	case "redis":
+		if msg := template(f.Stream, func(rune) bool { return true }); msg != "" {
+			v.add(key+".stream", fmt.Sprintf("%s (got %q)", msg, f.Stream))
 		}
-		return
+	case "nats":
+		if msg := template(f.Subject, subjectRune); msg != "" {
+			v.add(key+".subject", fmt.Sprintf("%s (got %q)", msg, f.Subject))
+		} else if fixed := strings.NewReplacer("{topic}", "t", "{device}", "d").Replace(f.Subject); f.Subject != "" &&
+			(strings.HasPrefix(fixed, ".") || strings.HasSuffix(fixed, ".") || strings.Contains(fixed, "..")) {
+			v.add(key+".subject", fmt.Sprintf("must not have an empty token: no leading, trailing or double '.' (got %q)", f.Subject))
+		}
+	case "kafka":
+		if f.KafkaTopic == "" {
+			v.add(key+".kafka_topic", "must name the Kafka topic: fixed text, {topic} and {device} (got \"\")")
+		} else if msg := template(f.KafkaTopic, kafkaRune); msg != "" {
+			v.add(key+".kafka_topic", fmt.Sprintf("%s (got %q)", msg, f.KafkaTopic))
+		} else if len(f.KafkaTopic) > 249 {
+			v.add(key+".kafka_topic", fmt.Sprintf("must be at most 249 bytes (got %d)", len(f.KafkaTopic)))
+		}
+		switch f.SASL {
+		case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		default:
+			v.add(key+".sasl", fmt.Sprintf("must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (got %q)", f.SASL))
+		}
+		if (f.SASL != "") != (f.Username != "") {
+			v.add(key+".sasl", fmt.Sprintf("a SASL mechanism and a username go together (got sasl %q, username %q)", f.SASL, f.Username))
+		}
 	}
-	if f.Stream != "" {
-		v.add(key+".stream", fmt.Sprintf("is for a redis:// destination; to is %q", f.To))
+}
+
+// kindNames names the schemes of each kind in messages.
+var kindNames = map[string]string{"mqtt": "mqtt:// and mqtts://", "redis": "redis:// and rediss://",
+	"nats": "nats:// and natss://", "kafka": "kafka:// and kafkas://"}
+
+// template checks a destination name template: braces only around
+// {topic} and {device}, and every other character one ok accepts.
+func template(tmpl string, ok func(rune) bool) string {
+	fixed := strings.NewReplacer("{topic}", "", "{device}", "").Replace(tmpl)
+	if strings.ContainsAny(fixed, "{}") {
+		return "may hold {topic} and {device}, nothing else in braces"
 	}
-	if f.MaxLen != 0 {
-		v.add(key+".max_len", fmt.Sprintf("is for a redis:// destination; to is %q", f.To))
+	for _, r := range fixed {
+		if !ok(r) {
+			return fmt.Sprintf("must not hold %q", r)
+		}
 	}
+	return ""
+}
+
+// subjectRune reports whether a NATS subject's fixed text may hold r:
+// not a wildcard (NATS '*' and '>', nor MQTT '+' and '#'), not white
+// space.
+func subjectRune(r rune) bool { return !strings.ContainsRune("*>+# \t\r\n/", r) }
+
+// kafkaRune reports whether a Kafka topic name may hold r.
+func kafkaRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
 }
 
 // topicFilter checks an MQTT topic filter: not empty, '#' only as the

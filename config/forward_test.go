@@ -36,6 +36,20 @@ func TestForwardConfig(t *testing.T) {
 		c.Validate() != nil || c.Forward[0].Kind() != "redis" || c.Forward[0].RedisDB() != 2 || c.Forward[0].MaxLen != 100000 {
 		t.Fatalf("a redis destination: %+v %v", c.Forward, err)
 	}
+	for _, d := range []struct{ yaml, kind, hosts string }{
+		{`{name: n, to: "natss://a:4222,b:4223", topics: [t], subject: "fleet.{device}.{topic}", creds_file: x.creds, tls: {ca_file: ca.pem}}`, "nats", "a:4222,b:4223"},
+		{`{name: k, to: "kafka://a:9092,[::1]:9093", topics: [t], kafka_topic: "telemetry-{device}", sasl: SCRAM-SHA-512, username: u, password_env: P}`, "kafka", "a:9092,[::1]:9093"},
+		{`{name: r, to: "rediss://a:6380/3", topics: [t], tls: {server_name: r.example}}`, "redis", "a:6380"},
+		{`{name: p, to: "nats://a:4222", topics: [t]}`, "nats", "a:4222"},
+	} {
+		c, err := Parse(strings.NewReader("forward: [" + d.yaml + "]"))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err != nil || c.Forward[0].Kind() != d.kind || strings.Join(c.Forward[0].Hosts(), ",") != d.hosts || c.Forward[0].Secure() != (d.kind != "kafka" && d.hosts != "a:4222") {
+			t.Fatalf("%s: %+v, %v", d.yaml, c.Forward, err)
+		}
+	}
 	if c, err := Parse(strings.NewReader(`forward: [{name: a, to: "mqtt://x:1", topics: [t]}]`)); err != nil || c.Forward[0].MaxQoS != 1 {
 		t.Fatalf("max_qos not given: %+v %v, want 1", c.Forward, err)
 	}
@@ -43,15 +57,28 @@ func TestForwardConfig(t *testing.T) {
 		t.Fatalf("max_qos 0: %+v %v", c.Forward, err)
 	}
 	for _, tc := range []struct{ yaml, want string }{
-		{`forward: [{name: a, to: "http://x:1", topics: [t]}]`, `forward[0].to: must be mqtt://host:port, mqtts://host:port or redis://host:port[/DB] (got "http://x:1")`},
+		{`forward: [{name: a, to: "http://x:1", topics: [t]}]`, `forward[0].to: must be mqtt[s]://host:port, redis[s]://host:port[/DB], nats[s]://host:port[,host:port...] or kafka[s]://host:port[,host:port...]: unknown kind of destination "http" (got "http://x:1")`},
 		{`forward: [{name: a, to: "mqtt://x", topics: [t]}]`, `forward[0].to: must be mqtt://host:port, with the port (got "mqtt://x")`},
-		{`forward: [{name: a, to: "mqtts://u:p@x:8883", topics: [t]}]`, `forward[0].to: must be mqtt://host:port, mqtts://host:port or redis://host:port[/DB]`},
+		{`forward: [{name: a, to: "mqtts://u:p@x:8883", topics: [t]}]`, `forward[0].to: must be mqtts://host:port: credentials go in username and a password key, not in to (got "mqtts://u:p@x:8883")`},
 		{`forward: [{name: a, to: "redis://x:6379/16", topics: [t]}]`, `forward[0].to: the database after the address must be 0 to 15 (got "redis://x:6379/16")`},
-		{`forward: [{name: a, to: "redis://x:6379", topics: [t], subscribe: [c]}]`, `forward[0].subscribe: is for an MQTT upstream; to is "redis://x:6379"`},
+		{`forward: [{name: a, to: "redis://x:6379", topics: [t], subscribe: [c]}]`, `forward[0].subscribe: is for mqtt:// and mqtts:// destinations; to is "redis://x:6379"`},
 		{`forward: [{name: a, to: "redis://x:6379", topics: [t], stream: "s:{tenant}"}]`, `forward[0].stream: may hold {topic} and {device}, nothing else in braces (got "s:{tenant}")`},
-		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], stream: "s"}]`, `forward[0].stream: is for a redis:// destination; to is "mqtt://x:1"`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], stream: "s"}]`, `forward[0].stream: is for redis:// and rediss:// destinations; to is "mqtt://x:1"`},
+		{`forward: [{name: a, to: "nats://x:4222", topics: [t], subject: "devices.+.t"}]`, `forward[0].subject: must not hold '+' (got "devices.+.t")`},
+		{`forward: [{name: a, to: "nats://x:4222", topics: [t], subject: "devices.>"}]`, `forward[0].subject: must not hold '>' (got "devices.>")`},
+		{`forward: [{name: a, to: "nats://x:4222", topics: [t], subject: "devices..{topic}"}]`, `forward[0].subject: must not have an empty token`},
+		{`forward: [{name: a, to: "nats://x:4222,y", topics: [t]}]`, `forward[0].to: must be nats://host:port, with the port (got "nats://x:4222,y")`},
+		{`forward: [{name: a, to: "nats://x:4222", topics: [t], creds_file: c.creds, username: u, password: p}]`, `forward[0].creds_file: give either creds_file or username and a password`},
+		{`forward: [{name: a, to: "amqp://x:5672", topics: [t]}]`, `forward[0].to: must be mqtt[s]://host:port, redis[s]://host:port[/DB], nats[s]://host:port[,host:port...] or kafka[s]://host:port[,host:port...]: unknown kind of destination "amqp" (got "amqp://x:5672")`},
+		{`forward: [{name: a, to: "kafka://x:9092", topics: [t]}]`, `forward[0].kafka_topic: must name the Kafka topic: fixed text, {topic} and {device} (got "")`},
+		{`forward: [{name: a, to: "kafka://x:9092", topics: [t], kafka_topic: ""}]`, `forward[0].kafka_topic: must name the Kafka topic`},
+		{`forward: [{name: a, to: "kafka://x:9092", topics: [t], kafka_topic: "devices/{device}"}]`, `forward[0].kafka_topic: must not hold '/' (got "devices/{device}")`},
+		{`forward: [{name: a, to: "kafka://x:9092", topics: [t], kafka_topic: k, sasl: GSSAPI, username: u, password: p}]`, `forward[0].sasl: must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (got "GSSAPI")`},
+		{`forward: [{name: a, to: "kafka://x:9092", topics: [t], kafka_topic: k, sasl: PLAIN}]`, `forward[0].sasl: a SASL mechanism and a username go together (got sasl "PLAIN", username "")`},
+		{`forward: [{name: a, to: "kafka://x:9092", topics: [t], kafka_topic: k, subject: s}]`, `forward[0].subject: is for nats:// and natss:// destinations; to is "kafka://x:9092"`},
+		{`forward: [{name: a, to: "redis://x:6379,y:6379", topics: [t]}]`, `one host:port for redis (got "redis://x:6379,y:6379")`},
 		{`forward: [{name: a, to: "redis://x:6379", topics: [t], max_len: -1}]`, `forward[0].max_len: must be >= 0, 0 for no bound (got -1)`},
-		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], tls: {ca_file: ca.pem}}]`, `forward[0].tls: is for an mqtts:// upstream (to is "mqtt://x:1")`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], tls: {ca_file: ca.pem}}]`, `forward[0].tls: is for a destination over TLS: mqtts://, rediss://, natss:// or kafkas:// (to is "mqtt://x:1")`},
 		{`forward: [{name: a, to: "mqtts://x:1", topics: [t], tls: {cert_file: c.pem}}]`, `forward[0].tls.key_file: cert_file and key_file go together`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], username: u, password: p, password_env: P}]`, `forward[0].password: give one of password, password_file and password_env`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], password_file: /p}]`, `forward[0].username: a password needs a username`},

@@ -73,6 +73,10 @@ var ErrFull = errors.New("forward log full")
 type Config struct {
 	// Name names the connection in logs and its forward log.
 	Name string
+	// Origin, when set, starts every message ID ("ORIGIN/NAME/SEQ"):
+	// the data file's (persist.Store.Origin), so that two gateways
+	// forwarding under the same name never send two messages alike.
+	Origin string
 	// Upstream names the upstream the connection belongs to, for
 	// metrics; Name when empty.
 	Upstream string
@@ -146,9 +150,10 @@ func (c *Config) defaults() error {
 // Forwarder forwards one upstream connection's log. Build it with New,
 // feed it with Append, run it with Run.
 type Forwarder struct {
-	cfg  Config
-	log  Log
-	slog *slog.Logger
+	cfg      Config
+	log      Log
+	slog     *slog.Logger
+	idPrefix string // of message IDs: "ORIGIN/NAME/" or "NAME/"
 
 	mu      sync.Mutex
 	next    uint64 // the next message's sequence number
@@ -222,7 +227,11 @@ func New(cfg Config, log Log, logger *slog.Logger) (*Forwarder, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Forwarder{cfg: cfg, log: log, slog: logger.With("forward", cfg.Name), next: last + 1, wake: make(chan struct{}, 1)}
+	f := &Forwarder{cfg: cfg, log: log, slog: logger.With("forward", cfg.Name), next: last + 1, wake: make(chan struct{}, 1),
+		idPrefix: cfg.Name + "/"}
+	if cfg.Origin != "" {
+		f.idPrefix = cfg.Origin + "/" + f.idPrefix
+	}
 	f.backlog.Store(int64(msgs))
 	f.backlogBytes.Store(bytes)
 	return f, nil

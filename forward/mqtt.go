@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"sync"
 	"time"
 
 	"devicegate/internal/mqtt3"
@@ -68,7 +67,7 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 	if d.V5 {
 		return d.dial5(ctx, timeout, keepAlive)
 	}
-	conn := &mqttConn{lost: make(chan struct{})}
+	conn := &mqttConn{Ending: NewEnding()}
 	broker := "tcp://" + d.Address
 	if d.TLS != nil {
 		broker = "ssl://" + d.Address
@@ -82,7 +81,7 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 		SetConnectRetry(false).
 		SetConnectTimeout(timeout).
 		SetKeepAlive(keepAlive).
-		SetConnectionLostHandler(func(mqtt.Client, error) { conn.once.Do(func() { close(conn.lost) }) })
+		SetConnectionLostHandler(func(mqtt.Client, error) { conn.End() })
 	// Our own dial, to read and write through a batchConn.
 	opts.SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) { return d.dial(ctx, timeout) })
 	if d.Username != "" {
@@ -130,15 +129,12 @@ func (d *MQTT) dial(ctx context.Context, timeout time.Duration) (net.Conn, error
 }
 
 type mqttConn struct {
-	c    mqtt.Client
-	lost chan struct{}
-	once sync.Once
+	c mqtt.Client
+	*Ending
 }
 
 func (c *mqttConn) Send(m *Message, qos byte) Ack {
 	return c.c.Publish(m.Topic, qos, m.Retain, m.Payload)
 }
-
-func (c *mqttConn) Lost() <-chan struct{} { return c.lost }
 
 func (c *mqttConn) Close() { c.c.Disconnect(0) }

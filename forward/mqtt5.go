@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
@@ -26,8 +25,8 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
-	conn := &mqtt5Conn{lost: make(chan struct{}), sess: &ackSession{SessionManager: state.NewInMemory()}}
-	lose := func() { conn.once.Do(func() { close(conn.lost) }) }
+	conn := &mqtt5Conn{Ending: NewEnding(), sess: &ackSession{SessionManager: state.NewInMemory()}}
+	lose := conn.End
 	cfg := paho.ClientConfig{ClientID: d.ClientID, Conn: nc, Session: conn.sess, PacketTimeout: timeout,
 		OnClientError:      func(error) { lose() },
 		OnServerDisconnect: func(*paho.Disconnect) { lose() }}
@@ -94,12 +93,11 @@ func reasonText(p *paho.ConnackProperties) string {
 type mqtt5Conn struct {
 	c    *paho.Client
 	sess *ackSession
-	lost chan struct{}
-	once sync.Once
+	*Ending
 }
 
 func (c *mqtt5Conn) Send(m *Message, qos byte) Ack {
-	a := &ack{done: make(chan struct{})}
+	a := NewPending()
 	p := &paho.Publish{Topic: m.Topic, QoS: qos, Retain: m.Retain, Payload: m.Payload, Properties: props5(m.Props)}
 	if qos > 0 {
 		c.sess.next = a // read by AddToSession, in this goroutine
@@ -108,14 +106,12 @@ func (c *mqtt5Conn) Send(m *Message, qos byte) Ack {
 	c.sess.next = nil
 	switch {
 	case qos == 0:
-		a.finish(err)
+		a.Finish(err)
 	case err != nil && !errors.Is(err, paho.ErrNetworkErrorAfterStored):
-		a.finish(err) // never stored: no acknowledgement will come
+		a.Finish(err) // never stored: no acknowledgement will come
 	}
 	return a
 }
-
-func (c *mqtt5Conn) Lost() <-chan struct{} { return c.lost }
 
 func (c *mqtt5Conn) Close() {
 	_ = c.c.Disconnect(&paho.Disconnect{ReasonCode: 0})
@@ -141,20 +137,11 @@ func props5(p *Props) *paho.PublishProperties {
 }
 
 // ack is the Ack of one MQTT 5 publish.
-type ack struct {
-	done chan struct{}
-	err  error
-}
-
-func (a *ack) Done() <-chan struct{} { return a.done }
-func (a *ack) Error() error          { return a.err }
-func (a *ack) finish(err error)      { a.err = err; close(a.done) }
-
 // ackSession is paho's session state, telling the Send that added a
 // QoS 1 or 2 publish when the upstream acknowledged it.
 type ackSession struct {
 	session.SessionManager
-	next *ack // the Send in progress; set and read on the forwarder's goroutine
+	next *Pending // the Send in progress; set and read on the forwarder's goroutine
 }
 
 func (s *ackSession) AddToSession(ctx context.Context, p session.Packet, resp chan<- packets.ControlPacket) error {
@@ -172,20 +159,20 @@ func (s *ackSession) AddToSession(ctx context.Context, p session.Packet, resp ch
 		switch r := cp.Content.(type) {
 		case *packets.Puback:
 			if r.ReasonCode >= 0x80 {
-				a.finish(fmt.Errorf("upstream refused the message: reason 0x%02X %s", r.ReasonCode, r.Reason()))
+				a.Finish(fmt.Errorf("upstream refused the message: reason 0x%02X %s", r.ReasonCode, r.Reason()))
 				return
 			}
-			a.finish(nil)
+			a.Finish(nil)
 		case *packets.Pubrec:
 			if r.ReasonCode >= 0x80 {
-				a.finish(fmt.Errorf("upstream refused the message: reason 0x%02X", r.ReasonCode))
+				a.Finish(fmt.Errorf("upstream refused the message: reason 0x%02X", r.ReasonCode))
 				return
 			}
-			a.finish(nil)
+			a.Finish(nil)
 		case *packets.Pubcomp:
-			a.finish(nil)
+			a.Finish(nil)
 		default:
-			a.finish(errors.New("the connection ended before the upstream acknowledged the message"))
+			a.Finish(errors.New("the connection ended before the upstream acknowledged the message"))
 		}
 	}()
 	return nil

@@ -105,7 +105,7 @@ func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint
 			return true
 		}
 		m.Topic = f.cfg.Map.Up(m.Topic)
-		m.ID = f.cfg.Name + "/" + strconv.FormatUint(seq, 10)
+		m.ID = f.idPrefix + strconv.FormatUint(seq, 10)
 		// rec is the file's memory, valid only during the read; the
 		// connection writes the payload later.
 		m.Payload = bytes.Clone(m.Payload)

@@ -16,10 +16,11 @@ type Message struct {
 	Retain  bool
 	Payload []byte
 	Props   *Props // MQTT 5 properties carried upstream; nil when none
-	// ID identifies the message in its forward log ("LOG/SEQ"): a
+	// ID identifies the message ("ORIGIN/LOG/SEQ", Config.Origin): a
 	// message sent again after an outage or a restart carries the same
-	// ID, so a destination or a reader can drop the duplicate. Set when
-	// the message is read from the log; not stored in the record.
+	// ID, and no other message ever does (a log never reuses a number),
+	// so a destination or a reader can drop the duplicate. Set when the
+	// message is read from the log; not stored in the record.
 	ID string
 }
 

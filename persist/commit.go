@@ -2,6 +2,7 @@ package persist
 
 import (
 	"bytes"
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 
@@ -248,6 +249,15 @@ func requestBucket(tx *bolt.Tx, log []byte) (*bolt.Bucket, error) {
 // apply writes r in b. Applying it twice has the effect of once.
 func (r *request) apply(b *bolt.Bucket) error {
 	if r.dels == nil {
+		if r.log != nil && len(r.key) == 8 {
+			// The log's high-water, kept when its messages are deleted:
+			// a forward log never numbers two messages alike (forward.go).
+			if seq := binary.BigEndian.Uint64(r.key); seq > b.Sequence() {
+				if err := b.SetSequence(seq); err != nil {
+					return err
+				}
+			}
+		}
 		return b.Put(r.key, r.rec)
 	}
 	for _, k := range r.dels {

@@ -1,7 +1,10 @@
 package persist
 
 import (
+	"bytes"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -141,8 +144,10 @@ func (s *Store) ReadForward(log string, from uint64, fn func(seq uint64, rec []b
 }
 
 // ForwardStats returns the number of messages and record bytes held by
-// forward log log, and the sequence numbers of its first and last
-// message (0, 0 when it is empty). Counting walks the log.
+// forward log log, the sequence number of its first message (0 when it
+// is empty) and the highest ever appended to it, kept when its messages
+// are deleted (0 for a log never written), so a caller that numbers on
+// from last never reuses a number. Counting walks the log.
 func (s *Store) ForwardStats(log string) (messages int, bytes int64, first, last uint64, err error) {
 	if err := validLog(log); err != nil {
 		return 0, 0, 0, 0, err
@@ -152,6 +157,7 @@ func (s *Store) ForwardStats(log string) (messages int, bytes int64, first, last
 		if b == nil {
 			return nil
 		}
+		defer func() { last = max(last, b.Sequence()) }()
 		return b.ForEach(func(k, v []byte) error {
 			if len(k) != 8 {
 				return fmt.Errorf("%w: forward log %q: a key of %d bytes", ErrCorrupt, log, len(k))
@@ -201,4 +207,34 @@ func (s *Store) ForwardLogs() ([]string, error) {
 		return nil, fmt.Errorf("list forward logs in %q: %w", s.path, err)
 	}
 	return names, nil
+}
+
+var keyOrigin = []byte("origin")
+
+// Origin returns the data file's origin: 16 hex digits drawn at random
+// the first time it is asked for and kept in the file. A forward
+// message's ID starts with it, so two gateways (or a data file made
+// anew) never give two messages the same ID.
+func (s *Store) Origin() (string, error) {
+	var id []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		id = bytes.Clone(tx.Bucket(bucketMeta).Get(keyOrigin))
+		return nil
+	})
+	if err == nil && id == nil {
+		err = s.update(func(tx *bolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			if id = bytes.Clone(meta.Get(keyOrigin)); id != nil {
+				return nil
+			}
+			var b [8]byte
+			rand.Read(b[:]) // never fails (crypto/rand)
+			id = hex.AppendEncode(nil, b[:])
+			return meta.Put(keyOrigin, id)
+		})
+	}
+	if err != nil {
+		return "", fmt.Errorf("origin of %q: %w", s.path, err)
+	}
+	return string(id), nil
 }

@@ -108,3 +108,41 @@ func TestForwardLogSurvivesReopen(t *testing.T) {
 		t.Fatalf("after reopening: %d messages, %v...", len(seqs), seqs[:min(3, len(seqs))])
 	}
 }
+
+// TestForwardLogNeverReusesNumbers: a log emptied by its deletions still
+// reports the highest number it was given, after a reopen too, so a
+// forwarder numbering on from it never gives a new message the ID of
+// one a destination has already seen (a de-duplicating destination
+// would drop it); the origin the IDs start with is drawn once and kept.
+func TestForwardLogNeverReusesNumbers(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	origin, err := s.Origin()
+	if err != nil || len(origin) != 16 {
+		t.Fatalf("origin %q (%v), want 16 hex digits", origin, err)
+	}
+	for i := range 5 {
+		if err := s.AppendForward("cloud/0", uint64(i+1), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteForward("cloud/0", []uint64{1, 2, 3, 4, 5}); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, _, first, last, err := s.ForwardStats("cloud/0"); err != nil || msgs != 0 || first != 0 || last != 5 {
+		t.Fatalf("emptied log: %d messages, first %d, last %d (%v); want 0, 0, 5", msgs, first, last, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir)
+	if _, _, _, last, err := s.ForwardStats("cloud/0"); err != nil || last != 5 {
+		t.Fatalf("after reopening, last %d (%v), want 5", last, err)
+	}
+	if again, err := s.Origin(); err != nil || again != origin {
+		t.Fatalf("origin after reopening %q (%v), was %q", again, err, origin)
+	}
+	if other, _ := open(t, t.TempDir()).Origin(); other == origin {
+		t.Fatalf("two data files share the origin %q", origin)
+	}
+}

@@ -7,9 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"devicegate/internal/logtest"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -95,22 +96,7 @@ func txID(t testing.TB, s *Store) int {
 }
 
 // logBuffer is a concurrency-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ logtest.Buffer }
 
 // count returns the number of lines containing all of subs.
 func (l *logBuffer) count(subs ...string) int {

@@ -14,6 +14,7 @@ TOOLS=(
 	"redis-server redis-server"
 	"redis-cli redis-tools"
 	"curl curl"
+	"nats-server nats-server"
 )
 
 # have reports whether a program is on PATH or in an sbin directory,

@@ -1,19 +1,23 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
-	"github.com/redis/go-redis/v9"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
 	"devicegate/admin"
 	"devicegate/auth"
 	"devicegate/broker"
 	"devicegate/config"
 	"devicegate/forward"
+	"devicegate/forward/natsjs"
 	"devicegate/forward/redisstream"
 	"devicegate/persist"
 )
@@ -33,6 +37,10 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 	if err != nil {
 		return nil, err
 	}
+	origin, err := store.Origin()
+	if err != nil {
+		return nil, err
+	}
 	routes := make([]forward.Route, 0, len(cfg.Forward))
 	for i, fc := range cfg.Forward {
 		key := fmt.Sprintf("forward[%d]", i)
@@ -43,7 +51,7 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 		conns := max(fc.Connections, 1)
 		route := forward.Route{Filters: fc.Topics}
 		build := func(n int, drain bool) (*forward.Forwarder, error) {
-			c := forward.Config{Name: fc.Name + "/" + strconv.Itoa(n), Upstream: fc.Name, Dial: dial(n, conns > 1 || drain),
+			c := forward.Config{Name: fc.Name + "/" + strconv.Itoa(n), Origin: origin, Upstream: fc.Name, Dial: dial(n, conns > 1 || drain),
 				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS), Window: fc.MaxInflight,
 				MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow), MaxAge: time.Duration(fc.MaxAge), Now: now}
 			if fc.Rate != nil {
@@ -83,10 +91,32 @@ func dialers(fc config.Forward, host string, deliver func(topic string, payload 
 	if err != nil {
 		return nil, err
 	}
-	if fc.Kind() == "redis" {
-		d := &redisstream.Dialer{Options: &redis.Options{Addr: fc.Addr(), DB: fc.RedisDB(), Username: fc.Username, Password: password},
+	var tlsConf *tls.Config
+	if fc.Secure() {
+		if tlsConf, err = auth.ClientTLS(fc.TLS.CAFile, fc.TLS.CertFile, fc.TLS.KeyFile, fc.TLS.ServerName); err != nil {
+			return nil, fmt.Errorf("tls.%w", err)
+		}
+	}
+	var one forward.Dialer // the same for every connection
+	switch fc.Kind() {
+	case "redis":
+		one = &redisstream.Dialer{Options: &redis.Options{Addr: fc.Addr(), DB: fc.RedisDB(), Username: fc.Username, Password: password, TLSConfig: tlsConf},
 			Stream: fc.Stream, MaxLen: int64(fc.MaxLen)}
-		return func(int, bool) forward.Dialer { return d }, nil
+	case "nats":
+		d := &natsjs.Dialer{URLs: "nats://" + strings.Join(fc.Hosts(), ",nats://"), Subject: fc.Subject}
+		if tlsConf != nil {
+			d.Options = append(d.Options, nats.Secure(tlsConf))
+		}
+		if fc.CredsFile != "" {
+			d.Options = append(d.Options, nats.UserCredentials(fc.CredsFile))
+		}
+		if fc.Username != "" {
+			d.Options = append(d.Options, nats.UserInfo(fc.Username, password))
+		}
+		one = d
+	}
+	if one != nil {
+		return func(int, bool) forward.Dialer { return one }, nil
 	}
 	d := &forward.MQTT{Address: fc.Addr(), V5: fc.MQTTVersion == "5", ClientID: fc.ClientID, Username: fc.Username, Password: password,
 		KeepAlive: time.Duration(fc.KeepAlive), Persistent: fc.PersistentSession,
@@ -97,11 +127,7 @@ func dialers(fc config.Forward, host string, deliver func(topic string, payload 
 	if d.ClientID == "" {
 		d.ClientID = "devicegate-" + host + "-" + fc.Name
 	}
-	if fc.Secure() {
-		if d.TLS, err = auth.ClientTLS(fc.TLS.CAFile, fc.TLS.CertFile, fc.TLS.KeyFile, fc.TLS.ServerName); err != nil {
-			return nil, fmt.Errorf("tls.%w", err)
-		}
-	}
+	d.TLS = tlsConf
 	return func(n int, suffixed bool) forward.Dialer {
 		c := *d
 		if suffixed {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"devicegate/auth"
@@ -22,6 +23,7 @@ import (
 	"devicegate/internal/logtest"
 	"devicegate/internal/mosquittotest"
 	"devicegate/internal/mqtttest"
+	"devicegate/internal/natstest"
 	"devicegate/internal/poll"
 	"devicegate/internal/testcert"
 )
@@ -587,4 +589,46 @@ func TestForwardToRedisStream(t *testing.T) {
 		}
 	}
 	poll.Until(t, 10*time.Second, "the forward log emptied", func() bool { st := g.forward.Stats()[0]; return st.Backlog == 0 && st.Forwarded == 50 })
+}
+
+// TestForwardToJetStream: a gateway with a nats:// destination stores
+// its devices' messages in a real nats-server's stream, on the subject
+// its template makes, each with its forward ID as Nats-Msg-Id; after a
+// restart of the gateway with its log emptied, new messages get new IDs
+// (the log's numbers are not reused), so the stream's de-duplication
+// keeps them: the stream holds all 100, once each.
+func TestForwardToJetStream(t *testing.T) {
+	srv := natstest.Start(t)
+	stream := srv.CreateStream("FLEET", "fleet.>")
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Forward = []config.Forward{{Name: "js", To: srv.URL, Topics: []string{"devices/#"}, MaxQoS: 1, Subject: "fleet.{device}"}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for run := range 2 {
+		g := mustStart(t, cfg, Deps{})
+		dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+		for i := 1; i <= 50; i++ {
+			dev.MustPublish(t, "devices/meter-1/t", strconv.Itoa(run*50+i), mqtttest.CodeSuccess)
+		}
+		poll.Until(t, 20*time.Second, "the forward log emptied", func() bool { st := g.forward.Stats()[0]; return st.Backlog == 0 && st.Forwarded == 50 })
+		closeGateway(t, g)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ids := map[string]bool{}
+	for seq := uint64(1); seq <= 100; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("message %d of 100: %v", seq, err)
+		}
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		if string(m.Data) != strconv.Itoa(int(seq)) || m.Subject != "fleet.meter-1" || ids[id] {
+			t.Fatalf("message %d: %q on %s, id %q (seen before: %v)", seq, m.Data, m.Subject, id, ids[id])
+		}
+		ids[id] = true
+	}
+	if info, err := stream.Info(ctx); err != nil || info.State.Msgs != 100 {
+		t.Fatalf("stream holds %d messages (%v), want 100", info.State.Msgs, err)
+	}
 }

@@ -3,16 +3,15 @@
 package redistest
 
 import (
-	"bytes"
 	"context"
 	"devicegate/internal/freeport"
+	"devicegate/internal/proctest"
 	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,25 +25,37 @@ type Server struct {
 	Addr string
 	t    testing.TB
 	port int
-	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	// Kill, Restart (on the same port: empty, or, started by
+	// StartDurable, with what it had acknowledged), Stop and Cont.
+	*proctest.Server
 	// cluster, when set, is the directory of the node's cluster
 	// config file: the server runs in cluster mode.
 	cluster string
+	// dir, when set, holds the append-only file of a durable server.
+	dir string
 }
 
-// Start runs redis-server on a free loopback port and waits until it
-// answers PING. A missing redis-server fails the test: run
-// scripts/ensure-tools.sh.
+// Start runs redis-server, without persistence, on a free loopback port
+// and waits until it answers PING. A missing redis-server fails the
+// test: run scripts/ensure-tools.sh.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("redis-server not found (run scripts/ensure-tools.sh): %v", err)
-	}
-	s := &Server{t: t, port: freePort(t)}
+	return start(t, "")
+}
+
+// StartDurable is Start with an append-only file fsynced on every
+// write, in the test's temporary directory: what Redis acknowledged
+// survives Kill, and Restart serves it again.
+func StartDurable(t testing.TB) *Server {
+	t.Helper()
+	return start(t, t.TempDir())
+}
+
+func start(t testing.TB, dir string) *Server {
+	t.Helper()
+	s := &Server{t: t, port: freePort(t), dir: dir}
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-	s.start()
-	t.Cleanup(s.Kill)
+	s.Server = proctest.NewServer(t, s.start)
 	return s
 }
 
@@ -60,69 +71,27 @@ func freePort(t testing.TB) int {
 	return n
 }
 
-func (s *Server) start() {
+func (s *Server) start() *proctest.Proc {
 	s.t.Helper()
-	s.out = new(bytes.Buffer)
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--loglevel", "warning"}
+		"--save", "", "--protected-mode", "yes", "--loglevel", "warning"}
+	if s.dir != "" {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--dir", s.dir)
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
 	if s.cluster != "" {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.cluster, "nodes.conf"))
 	}
-	s.cmd = exec.Command("redis-server", args...)
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
-	}
+	p := proctest.Start(s.t, "redis-server", args...)
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	p.Ready("redis-server on "+s.Addr, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			s.t.Fatalf("redis-server on %s not ready after 10s: %v\n%s", s.Addr, err, s.out)
-		}
-		time.Sleep(10 * time.Millisecond) // polling for readiness, not letting time pass
-	}
-}
-
-// Kill ends the server with SIGKILL, by PID, and waits for it. Safe to
-// call more than once.
-func (s *Server) Kill() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
-
-// Restart starts a new, empty server on the same port after Kill.
-func (s *Server) Restart() {
-	s.t.Helper()
-	if s.cmd != nil {
-		s.t.Fatalf("redistest: Restart before Kill")
-	}
-	s.start()
-}
-
-// Stop pauses the server (SIGSTOP): it keeps its connections but
-// answers nothing, like a Redis stuck or too slow. Cont resumes it.
-func (s *Server) Stop() { s.signal(syscall.SIGSTOP) }
-
-// Cont resumes a server paused by Stop.
-func (s *Server) Cont() { s.signal(syscall.SIGCONT) }
-
-func (s *Server) signal(sig syscall.Signal) {
-	s.t.Helper()
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatalf("signal %s to redis-server %d: %v", sig, s.cmd.Process.Pid, err)
-	}
+		defer cancel()
+		return c.Ping(ctx).Err()
+	})
+	return p
 }
 
 // Client returns a client of the server, closed at the test's end.
@@ -155,20 +124,17 @@ func (c *Cluster) Addrs() []string {
 // create, and waits until the cluster serves every slot.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		t.Fatalf("redis-cli not found (run scripts/ensure-tools.sh): %v", err)
-	}
+	cli := proctest.Tool(t, "redis-cli")
 	c := &Cluster{}
 	for range n {
 		s := &Server{t: t, port: freePort(t), cluster: t.TempDir()}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-		s.start()
-		t.Cleanup(s.Kill)
+		s.Server = proctest.NewServer(t, s.start)
 		c.Nodes = append(c.Nodes, s)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
 	}
 	deadline := time.Now().Add(20 * time.Second)

@@ -347,7 +347,7 @@ func TestBadSettingsProcess(t *testing.T) {
 		{name: "unknown key", yaml: "limits:\n  burst: 5\n", code: 1,
 			want: []string{"line 2: limits.burst: unknown key"}},
 		{name: "forward: bad address and filter", yaml: "forward: [{name: cloud, to: \"tcp://up:1883\", topics: [\"a/#/b\"]}]\n", code: 1,
-			want: []string{`forward[0].to: must be mqtt://host:port, mqtts://host:port or redis://host:port[/DB] (got "tcp://up:1883")`, `forward[0].topics[0]: is not a valid topic filter`}},
+			want: []string{`forward[0].to: must be mqtt[s]://host:port, redis[s]://host:port[/DB], nats[s]://host:port[,host:port...] or kafka[s]://host:port[,host:port...]: unknown kind of destination "tcp" (got "tcp://up:1883")`, `forward[0].topics[0]: is not a valid topic filter`}},
 		{name: "forward: unknown key", yaml: "forward: [{name: cloud, to: \"mqtt://up:1883\", topics: [t], burst: 5}]\n", code: 1,
 			want: []string{"forward[0].burst: unknown key"}},
 		{name: "forward: rate 0 and a mapping that cannot be reversed", yaml: "forward: [{name: cloud, to: \"mqtt://up:1883\", topics: [t], rate: 0, local_prefix: d, remote_prefix: s/}]\n", code: 1,

@@ -42,7 +42,7 @@ func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
 		c.Close()
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
-	conn := &conn{d: d, c: c, lost: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	conn := &conn{d: d, c: c, Ending: forward.NewEnding(), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	go conn.run()
 	return conn, nil
 }
@@ -55,11 +55,12 @@ func StreamName(tmpl, topic, device string) string {
 	return strings.NewReplacer("{topic}", topic, "{device}", device).Replace(tmpl)
 }
 
+var errClosed = errors.New("connection closed")
+
 type conn struct {
-	d    *Dialer
-	c    *redis.Client
-	lost chan struct{}
-	once sync.Once
+	d *Dialer
+	c *redis.Client
+	*forward.Ending
 
 	mu      sync.Mutex
 	pending []*sent
@@ -70,22 +71,16 @@ type conn struct {
 
 // sent is one message handed to Send, and its acknowledgement.
 type sent struct {
-	m    forward.Message
-	done chan struct{}
-	err  error
+	m   forward.Message
+	ack *forward.Pending
 }
 
-func (s *sent) Done() <-chan struct{} { return s.done }
-func (s *sent) Error() error          { return s.err }
-
 func (c *conn) Send(m *forward.Message, _ byte) forward.Ack {
-	s := &sent{m: *m, done: make(chan struct{})}
+	s := &sent{m: *m, ack: forward.NewPending()}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		s.err = errors.New("connection closed")
-		close(s.done)
-		return s
+		return forward.Failed(errClosed)
 	}
 	c.pending = append(c.pending, s)
 	c.mu.Unlock()
@@ -93,7 +88,7 @@ func (c *conn) Send(m *forward.Message, _ byte) forward.Ack {
 	case c.kick <- struct{}{}:
 	default:
 	}
-	return s
+	return s.ack
 }
 
 // run sends what is pending, a pipeline at a time, until Close or a
@@ -109,16 +104,12 @@ func (c *conn) run() {
 		if len(batch) == 0 {
 			continue
 		}
-		if err := c.send(batch); err != nil {
-			for _, s := range batch {
-				if s.err == nil {
-					s.err = err
-				}
-			}
-			c.fail()
+		err := c.send(batch)
+		if err != nil {
+			c.End()
 		}
 		for _, s := range batch {
-			close(s.done)
+			s.ack.Finish(err)
 		}
 		if c.isClosed() {
 			return
@@ -154,10 +145,6 @@ func (c *conn) isClosed() bool {
 	return c.closed
 }
 
-func (c *conn) fail() { c.once.Do(func() { close(c.lost) }) }
-
-func (c *conn) Lost() <-chan struct{} { return c.lost }
-
 // Close ends the connection; what was not answered yet fails.
 func (c *conn) Close() {
 	c.mu.Lock()
@@ -170,8 +157,7 @@ func (c *conn) Close() {
 	c.mu.Unlock()
 	<-c.done
 	for _, s := range rest {
-		s.err = errors.New("connection closed")
-		close(s.done)
+		s.ack.Finish(errClosed)
 	}
 	c.c.Close()
 }

@@ -11,28 +11,9 @@ import (
 
 	"devicegate/cluster/redistest"
 	"devicegate/forward"
+	"devicegate/forward/forwardtest"
 	"devicegate/internal/poll"
-	"devicegate/persist"
 )
-
-func run(t *testing.T, d *Dialer) (*forward.Forwarder, *persist.Store) {
-	t.Helper()
-	st, err := persist.Open(t.TempDir(), persist.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	f, err := forward.New(forward.Config{Name: "streams/0", Dial: d, MaxQoS: 1, AckTimeout: time.Second,
-		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { f.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return f, st
-}
 
 // entries returns the payloads of stream s, in stream order, checking
 // the fields of each entry, and that a payload seen twice (a duplicate)
@@ -63,60 +44,41 @@ func entries(t *testing.T, c *redis.Client, s, device string) []string {
 // TestForwardToRedisStreams: messages of three devices reach a real
 // redis-server, each in the stream its template names, with topic,
 // device, time and QoS fields, in the order appended; through an outage
-// (Redis paused) they wait in the log and arrive after it, in order,
+// (Redis paused) and a restart (Redis killed, and started again on its
+// append-only file) they wait in the log and arrive after it, in order,
 // duplicates only from what was in flight; MAXLEN ~ bounds a stream.
 func TestForwardToRedisStreams(t *testing.T) {
-	srv := redistest.Start(t)
-	f, st := run(t, &Dialer{Options: &redis.Options{Addr: srv.Addr}, Stream: "telemetry:{device}"})
+	srv := redistest.StartDurable(t)
+	f, st := forwardtest.Run(t, "streams/0", &Dialer{Options: &redis.Options{Addr: srv.Addr}, Stream: "telemetry:{device}"})
 	devices := []string{"meter-1", "meter-2", "meter-3"}
-	appendN := func(from, to int) {
-		for i := from; i <= to; i++ {
-			for _, d := range devices {
-				if err := f.Append(&forward.Message{Device: d, Topic: "devices/" + d + "/t", QoS: 1, Payload: []byte(strconv.Itoa(i))}); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
-	backlog := func() int {
-		n, _, _, _, err := st.ForwardStats("streams/0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	backlog := func() int { return forwardtest.Backlog(t, st, "streams/0") }
 	c := srv.Client()
-	appendN(1, 100)
+	forwardtest.Append(t, f, devices, 1, 100)
 	poll.Until(t, 20*time.Second, "the log sent", func() bool { return backlog() == 0 })
 	srv.Stop()
-	appendN(101, 200)
+	forwardtest.Append(t, f, devices, 101, 200)
 	poll.Until(t, 20*time.Second, "the outage noticed", func() bool { return !f.Connected() })
 	if n := backlog(); n == 0 {
 		t.Fatal("nothing waited in the log during the outage")
 	}
 	srv.Cont()
 	poll.Until(t, 30*time.Second, "the backlog sent", func() bool { return backlog() == 0 })
+	srv.Kill()
+	forwardtest.Append(t, f, devices, 201, 300)
+	poll.Until(t, 20*time.Second, "the restart noticed", func() bool { return !f.Connected() })
+	if n := backlog(); n == 0 {
+		t.Fatal("nothing waited in the log while Redis was down")
+	}
+	srv.Restart()
+	poll.Until(t, 30*time.Second, "the backlog sent after the restart", func() bool { return backlog() == 0 })
 	for _, d := range devices {
-		got := entries(t, c, "telemetry:"+d, d)
-		seen := map[string]bool{}
-		next := 1
-		for _, p := range got {
-			if seen[p] {
-				continue // a duplicate, from what was in flight (same id: entries checks)
-			}
-			seen[p] = true
-			if p != strconv.Itoa(next) {
-				t.Fatalf("%s: entry %q where %d was due: out of order or missing", d, p, next)
-			}
-			next++
-		}
-		if next != 201 {
-			t.Fatalf("%s: %d distinct entries, want 200", d, next-1)
-		}
-		t.Logf("%s: 200 messages in order, %d duplicates", d, len(got)-200)
+		// Duplicates come from what was in flight, with the same id
+		// (entries checks).
+		dups := forwardtest.InOrder(t, d, entries(t, c, "telemetry:"+d, d), 300)
+		t.Logf("%s: 300 messages in order, %d duplicates", d, dups)
 	}
 
-	g, _ := run(t, &Dialer{Options: &redis.Options{Addr: srv.Addr}, Stream: "bounded", MaxLen: 10})
+	g, _ := forwardtest.Run(t, "bounded/0", &Dialer{Options: &redis.Options{Addr: srv.Addr}, Stream: "bounded", MaxLen: 10})
 	for i := range 500 {
 		if err := g.Append(&forward.Message{Device: "d", Topic: "t", QoS: 1, Payload: []byte(strconv.Itoa(i))}); err != nil {
 			t.Fatal(err)

@@ -4,16 +4,17 @@
 package mosquittotest
 
 import (
-	"devicegate/internal/freeport"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"devicegate/internal/freeport"
+	"devicegate/internal/proctest"
 )
 
 // Options shape the broker.
@@ -42,7 +43,7 @@ type TLS struct {
 type Server struct {
 	Addr string
 	conf string
-	cmd  *exec.Cmd
+	proc *proctest.Proc
 	t    testing.TB
 }
 
@@ -75,7 +76,7 @@ func StartWith(t testing.TB, o Options) *Server {
 			if _, err := os.Stat(pw); err != nil {
 				args = append([]string{"-c"}, args...)
 			}
-			if out, err := exec.Command(tool(t, "mosquitto_passwd"), args...).CombinedOutput(); err != nil {
+			if out, err := exec.Command(proctest.Tool(t, "mosquitto_passwd"), args...).CombinedOutput(); err != nil {
 				t.Fatalf("mosquitto_passwd: %v: %s", err, out)
 			}
 		}
@@ -99,62 +100,25 @@ func StartWith(t testing.TB, o Options) *Server {
 		t.Fatal(err)
 	}
 	s.run()
-	t.Cleanup(func() {
-		if s.cmd != nil {
-			_ = s.cmd.Process.Signal(syscall.SIGCONT) // if a test paused it
-			_ = s.cmd.Process.Kill()
-			_ = s.cmd.Wait()
-		}
-	})
 	return s
 }
-
-// tool finds a Mosquitto binary.
-func tool(t testing.TB, name string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	for _, dir := range []string{"/usr/sbin", "/usr/bin"} {
-		if p := filepath.Join(dir, name); fileExists(p) {
-			return p
-		}
-	}
-	t.Fatalf("%s not found (package mosquitto; `make test` installs it)", name)
-	return ""
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // run starts the process and waits until it listens.
 func (s *Server) run() {
 	s.t.Helper()
-	cmd := exec.Command(tool(s.t, "mosquitto"), "-c", s.conf)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start mosquitto: %v", err)
-	}
-	s.cmd = cmd
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	s.proc = proctest.Start(s.t, "mosquitto", "-c", s.conf)
+	s.proc.Ready("mosquitto on "+s.Addr, func() error {
 		c, err := net.DialTimeout("tcp", s.Addr, time.Second)
 		if err == nil {
 			c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("mosquitto did not listen on %s within 10s: %v", s.Addr, err)
-		}
-		time.Sleep(20 * time.Millisecond) // waiting for a process to listen
-	}
+		return err
+	})
 }
 
 // Stop ends the broker (SIGTERM: with Persist, it saves its sessions)
 // and waits for it.
-func (s *Server) Stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
+func (s *Server) Stop() { s.proc.Term() }
 
 // Restart starts a stopped broker again on the same address.
 func (s *Server) Restart() { s.run() }
@@ -162,22 +126,7 @@ func (s *Server) Restart() { s.run() }
 // Pause stops the broker's process (SIGSTOP): connections stay open and
 // nothing is answered, as over a link that went dead. It returns once
 // the process is stopped (a signal is delivered asynchronously).
-func (s *Server) Pause() {
-	_ = s.cmd.Process.Signal(syscall.SIGSTOP)
-	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, err := os.ReadFile(stat)
-		// The state follows the command name in parentheses: "pid (comm) T ...".
-		if i := strings.LastIndexByte(string(b), ')'); err == nil && i+2 < len(b) && b[i+2] == 'T' {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("mosquitto did not stop within 10s of SIGSTOP")
-		}
-		time.Sleep(time.Millisecond) // waiting for the kernel to stop it
-	}
-}
+func (s *Server) Pause() { s.proc.Pause() }
 
 // Resume continues a paused broker.
-func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+func (s *Server) Resume() { s.proc.Resume() }

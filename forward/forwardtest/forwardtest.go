@@ -1,0 +1,85 @@
+// Package forwardtest runs forwarders for the tests of the destination
+// packages (forward/redisstream, forward/natsjs, forward/kafka): over a
+// real data file, with short backoffs, and checks what a destination
+// received.
+package forwardtest
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"devicegate/forward"
+	"devicegate/persist"
+)
+
+// Run runs a forwarder named name ("streams/0") dialing d, over a fresh
+// data file in the test's directory, until the test ends. Backoffs are
+// short, the acknowledgement timeout a second.
+func Run(t *testing.T, name string, d forward.Dialer) (*forward.Forwarder, *persist.Store) {
+	t.Helper()
+	st, err := persist.Open(t.TempDir(), persist.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f, err := forward.New(forward.Config{Name: name, Dial: d, MaxQoS: 1, AckTimeout: time.Second,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return f, st
+}
+
+// Append appends messages from to to (their payloads the numbers) of
+// each device, on topic "devices/DEVICE/t" at QoS 1, in turn.
+func Append(t *testing.T, f *forward.Forwarder, devices []string, from, to int) {
+	t.Helper()
+	for i := from; i <= to; i++ {
+		for _, d := range devices {
+			if err := f.Append(&forward.Message{Device: d, Topic: "devices/" + d + "/t", QoS: 1, Payload: []byte(strconv.Itoa(i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// Backlog returns the messages waiting in forward log name.
+func Backlog(t *testing.T, st *persist.Store, name string) int {
+	t.Helper()
+	n, _, _, _, err := st.ForwardStats(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// InOrder checks that got, the payloads a destination holds for one
+// device in its order, are 1 to n, each first seen after the one before
+// (a duplicate may come again later, as one sent again does), and
+// returns the number of duplicates.
+func InOrder(t *testing.T, device string, got []string, n int) (dups int) {
+	t.Helper()
+	seen := map[string]bool{}
+	next := 1
+	for _, p := range got {
+		if seen[p] {
+			dups++
+			continue
+		}
+		seen[p] = true
+		if p != strconv.Itoa(next) {
+			t.Fatalf("%s: %q where %d was due: out of order or missing", device, p, next)
+		}
+		next++
+	}
+	if next != n+1 {
+		t.Fatalf("%s: %d distinct messages, want %d", device, next-1, n)
+	}
+	return dups
+}

@@ -1,0 +1,176 @@
+// Package natsjs is the NATS JetStream destination of a forward log:
+// each message is published to a subject made from its MQTT topic, with
+// its forward ID as the JetStream message ID (Nats-Msg-Id), so a message
+// sent again after an outage or a crash is stored once if the stream
+// still remembers the ID (its duplicate window). Publishes are
+// asynchronous; a message counts as acknowledged once JetStream
+// acknowledged storing it. It implements forward.Dialer and
+// forward.Conn.
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"devicegate/forward"
+)
+
+// Dialer connects to a NATS server (or cluster) with JetStream.
+type Dialer struct {
+	// URLs are the servers, comma-separated ("nats://host:4222,...").
+	URLs string
+	// Options are the connection's (credentials, TLS); Dial adds its
+	// own timeouts and turns off the client's reconnection: the
+	// forwarder dials again, and sends again from its log.
+	Options []nats.Option
+	// Subject names a message's subject: "{topic}" and "{device}" are
+	// replaced by its MQTT topic and device made subject tokens
+	// (Subject); "{topic}" when empty.
+	Subject string
+}
+
+// Addr names the destination in logs.
+func (d *Dialer) Addr() string { return d.URLs }
+
+// maxPending bounds the client's publishes awaiting acknowledgement;
+// the forwarder's window (max_inflight, at most 65535) is the real
+// bound.
+const maxPending = 1 << 16
+
+// Dial connects and checks that JetStream answers.
+func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
+	c := &conn{d: d, Ending: forward.NewEnding(), futures: make(chan *sent, maxPending), done: make(chan struct{})}
+	opts := append([]nats.Option{nats.Name("devicegate"), nats.Timeout(5 * time.Second), nats.NoReconnect(),
+		nats.ClosedHandler(func(*nats.Conn) { c.End() })}, d.Options...)
+	nc, err := nats.Connect(d.URLs, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", d.URLs, err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPending))
+	if err == nil {
+		_, err = js.AccountInfo(ctx)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("JetStream at %s: %w", d.URLs, err)
+	}
+	c.nc, c.js = nc, js
+	go c.run()
+	return c, nil
+}
+
+// Subject returns the subject of a message on topic from device under
+// template tmpl: the topic's levels become tokens ('/' → '.'), and in
+// the topic's levels and the device, what a subject token cannot hold
+// ('.', '*', '>', white space, and an empty level) becomes '_'.
+func Subject(tmpl, topic, device string) string {
+	if tmpl == "" {
+		tmpl = "{topic}"
+	}
+	levels := strings.Split(topic, "/")
+	for i, l := range levels {
+		levels[i] = token(l)
+	}
+	return strings.NewReplacer("{topic}", strings.Join(levels, "."), "{device}", token(device)).Replace(tmpl)
+}
+
+// token makes s a valid subject token.
+func token(s string) string {
+	if s == "" {
+		return "_"
+	}
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.', '*', '>', ' ', '\t', '\r', '\n', '/':
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+type conn struct {
+	d  *Dialer
+	nc *nats.Conn
+	js jetstream.JetStream
+	*forward.Ending
+
+	// futures holds, in order, what was published and not yet answered;
+	// run completes each in turn.
+	futures chan *sent
+	mu      sync.Mutex
+	closed  bool
+	done    chan struct{}
+}
+
+// sent is one message published, and its acknowledgement.
+type sent struct {
+	f   jetstream.PubAckFuture
+	ack *forward.Pending
+}
+
+func (c *conn) Send(m *forward.Message, qos byte) forward.Ack {
+	msg := &nats.Msg{Subject: Subject(c.d.Subject, m.Topic, m.Device), Data: m.Payload, Header: nats.Header{
+		"topic":  {m.Topic},
+		"device": {m.Device},
+		"at":     {strconv.FormatInt(m.At.UnixMilli(), 10)},
+		"qos":    {strconv.Itoa(int(m.QoS))},
+	}}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return forward.Failed(errors.New("connection closed"))
+	}
+	f, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID))
+	if err != nil {
+		c.End()
+		return forward.Failed(fmt.Errorf("publish to %s on %s: %w", msg.Subject, c.d.URLs, err))
+	}
+	s := &sent{f: f, ack: forward.NewPending()}
+	c.futures <- s // never blocks: the client refuses more than maxPending
+	return s.ack
+}
+
+// run completes the acknowledgements in the order of the publishes.
+func (c *conn) run() {
+	defer close(c.done)
+	for s := range c.futures {
+		var err error
+		select {
+		case <-s.f.Ok():
+		case err = <-s.f.Err():
+			err = fmt.Errorf("publish to %s on %s: %w", s.f.Msg().Subject, c.d.URLs, explain(err))
+		case <-c.Lost():
+			err = errors.New("connection lost")
+		}
+		s.ack.Finish(err)
+	}
+}
+
+// explain says what to do about the error of a publish no stream takes.
+func explain(err error) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%w (no JetStream stream holds the subject: create one, e.g. nats stream add)", err)
+	}
+	return err
+}
+
+// Close ends the connection; what was not answered yet fails.
+func (c *conn) Close() {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.futures)
+	}
+	c.mu.Unlock()
+	c.End()
+	<-c.done
+	c.nc.Close()
+}

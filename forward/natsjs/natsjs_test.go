@@ -1,0 +1,131 @@
+package natsjs
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"devicegate/forward"
+	"devicegate/forward/forwardtest"
+	"devicegate/internal/natstest"
+	"devicegate/internal/poll"
+)
+
+// stored returns the payloads the stream holds for each device, in
+// stream order, checking each message's subject and headers.
+func stored(t *testing.T, st jetstream.Stream) map[string][]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("message %d: %v", seq, err)
+		}
+		d := m.Header.Get("device")
+		if m.Subject != "devices."+d+".t" || m.Header.Get("topic") != "devices/"+d+"/t" || m.Header.Get("qos") != "1" ||
+			m.Header.Get("at") == "" || !strings.HasPrefix(m.Header.Get(jetstream.MsgIDHeader), "streams/0/") {
+			t.Fatalf("message %d: subject %q, headers %v", seq, m.Subject, m.Header)
+		}
+		out[d] = append(out[d], string(m.Data))
+	}
+	return out
+}
+
+// TestForwardToJetStream: messages of three devices reach a real
+// nats-server's stream on subjects made from their topics, with their
+// headers, in order; through an outage (the server killed, then
+// restarted on its store) they wait in the log and are stored after it;
+// the stream holds every message exactly once.
+func TestForwardToJetStream(t *testing.T) {
+	srv := natstest.Start(t)
+	stream := srv.CreateStream("DEVICES", "devices.>")
+	f, st := forwardtest.Run(t, "streams/0", &Dialer{URLs: srv.URL})
+	devices := []string{"meter-1", "meter-2", "meter-3"}
+	backlog := func() int { return forwardtest.Backlog(t, st, "streams/0") }
+	forwardtest.Append(t, f, devices, 1, 100)
+	poll.Until(t, 20*time.Second, "the log sent", func() bool { return backlog() == 0 })
+	srv.Kill()
+	forwardtest.Append(t, f, devices, 101, 200)
+	poll.Until(t, 20*time.Second, "the outage noticed", func() bool { return !f.Connected() })
+	if n := backlog(); n == 0 {
+		t.Fatal("nothing waited in the log during the outage")
+	}
+	srv.Restart()
+	poll.Until(t, 30*time.Second, "the backlog sent", func() bool { return backlog() == 0 })
+	got := stored(t, stream)
+	for _, d := range devices {
+		if dups := forwardtest.InOrder(t, d, got[d], 200); dups != 0 {
+			t.Fatalf("%s: %d duplicates in the stream", d, dups)
+		}
+	}
+}
+
+// TestDuplicateStoredOnce: a message sent again with the same ID (as
+// after a crash) is stored once; another message is stored.
+func TestDuplicateStoredOnce(t *testing.T) {
+	srv := natstest.Start(t)
+	stream := srv.CreateStream("DEVICES", "devices.>")
+	c, err := (&Dialer{URLs: srv.URL}).Dial(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := forward.Message{Device: "meter-1", Topic: "devices/meter-1/t", QoS: 1, Payload: []byte("1"), ID: "streams/0/1", At: time.Now()}
+	for range 2 {
+		wait(t, c.Send(&m, 1))
+	}
+	m.ID, m.Payload = "streams/0/2", []byte("2")
+	wait(t, c.Send(&m, 1))
+	if got := stored(t, stream)["meter-1"]; strings.Join(got, ",") != "1,2" {
+		t.Fatalf("stream holds %v, want [1 2]", got)
+	}
+}
+
+func wait(t *testing.T, a forward.Ack) {
+	t.Helper()
+	select {
+	case <-a.Done():
+		if err := a.Error(); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no acknowledgement in 10s")
+	}
+}
+
+// TestNoStream: a subject no stream holds fails with an error that says
+// so, and the forwarder keeps the message and reports the error.
+func TestNoStream(t *testing.T) {
+	srv := natstest.Start(t)
+	f, st := forwardtest.Run(t, "streams/0", &Dialer{URLs: srv.URL, Subject: "elsewhere.{device}"})
+	forwardtest.Append(t, f, []string{"meter-1"}, 1, 1)
+	poll.Until(t, 20*time.Second, "the failure reported", func() bool {
+		return strings.Contains(f.Stats().LastError, "no JetStream stream holds the subject")
+	})
+	if n := forwardtest.Backlog(t, st, "streams/0"); n != 1 {
+		t.Fatalf("backlog %d, want the message kept", n)
+	}
+}
+
+// TestSubject: topics and devices become valid subject tokens.
+func TestSubject(t *testing.T) {
+	for _, c := range []struct{ tmpl, topic, device, want string }{
+		{"", "devices/m1/t", "m1", "devices.m1.t"},
+		{"fleet.{device}.{topic}", "a/b", "m.1", "fleet.m_1.a.b"},
+		{"", "/a//b.c/ *>", "d", "_.a._.b_c.___"},
+		{"x.{device}", "t", "a/b c", "x.a_b_c"},
+	} {
+		if got := Subject(c.tmpl, c.topic, c.device); got != c.want {
+			t.Errorf("Subject(%q, %q, %q) = %q, want %q", c.tmpl, c.topic, c.device, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,98 @@
+// Package natstest runs a real nats-server with JetStream for tests: on
+// a free loopback port, its store in the test's temporary directory,
+// killed by PID at the test's end.
+package natstest
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"devicegate/internal/freeport"
+	"devicegate/internal/proctest"
+)
+
+// Server is a nats-server process started by Start.
+type Server struct {
+	// Addr is the server's "127.0.0.1:port"; it stays the same across
+	// Kill and Restart, and so does the JetStream store.
+	Addr string
+	// URL is "nats://" + Addr.
+	URL   string
+	t     testing.TB
+	store string
+	// Kill, Restart (same port and store: the streams and what they
+	// hold survive), Stop and Cont.
+	*proctest.Server
+}
+
+// Start runs nats-server with JetStream on a free loopback port and
+// waits until JetStream answers. A missing nats-server fails the test:
+// run scripts/ensure-tools.sh.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	addr, err := freeport.Addr()
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	s := &Server{t: t, Addr: addr, URL: "nats://" + addr, store: t.TempDir()}
+	s.Server = proctest.NewServer(t, s.start)
+	return s
+}
+
+func (s *Server) start() *proctest.Proc {
+	s.t.Helper()
+	host, port, _ := net.SplitHostPort(s.Addr)
+	p := proctest.Start(s.t, "nats-server", "-a", host, "-p", port, "-js", "-sd", s.store)
+	p.Ready("nats-server on "+s.Addr, s.ready)
+	return p
+}
+
+// ready reports whether JetStream answers on the server.
+func (s *Server) ready() error {
+	nc, err := nats.Connect(s.URL, nats.Timeout(200*time.Millisecond), nats.NoReconnect())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = js.AccountInfo(ctx)
+	return err
+}
+
+// JetStream returns a JetStream client of the server (reconnecting
+// through restarts), closed at the test's end.
+func (s *Server) JetStream() jetstream.JetStream {
+	s.t.Helper()
+	nc, err := nats.Connect(s.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return js
+}
+
+// CreateStream makes a file-backed stream of the given subjects.
+func (s *Server) CreateStream(name string, subjects ...string) jetstream.Stream {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := s.JetStream().CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects, Storage: jetstream.FileStorage})
+	if err != nil {
+		s.t.Fatalf("create stream %s: %v", name, err)
+	}
+	return st
+}
