@@ -52,11 +52,13 @@ fuzz:
 BENCH_E2E_FLAGS ?=
 bench-e2e: tools
 	$(GO) run ./bench/harness $(BENCH_E2E_FLAGS)
-# test-forward-outage: issue 15's acceptance run, 50 devices through a
-# 30 s upstream outage, with and without kill -9 (make test runs 5 s).
+# test-forward-outage: issues 15 and 16's acceptance runs, 50 devices
+# through a 30 s outage of the destination (Mosquitto, with and without
+# kill -9; Redis, NATS JetStream and Kafka with kill -9); make test runs
+# 5 s.
 .PHONY: test-forward-outage
 test-forward-outage: tools
-	DEVICEGATE_FORWARD_OUTAGE=30s $(GO) test -count=1 -run '^TestForwardOutageProcess$$' -v ./cmd/gateway
+	DEVICEGATE_FORWARD_OUTAGE=30s $(GO) test -count=1 -run '^TestForward(Stream)?OutageProcess$$' -v ./cmd/gateway
 # bench-forward: the gateway without forwarding, forwarding to Mosquitto,
 # and Mosquitto's bridge side by side, then a 1,000,000-message backlog's
 # drain with the gateway's anonymous memory (bench/harness -mode forward).

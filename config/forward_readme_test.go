@@ -6,25 +6,24 @@ import (
 	"testing"
 )
 
-// TestREADMEForwardExamples: every yaml block of the README's Forwarding
-// upstream section parses and validates (the hosts resolve nowhere: an
-// address is only checked for its form): the reference example with
-// every key, and the Mosquitto, EMQX and AWS IoT Core examples.
-func TestREADMEForwardExamples(t *testing.T) {
+// readmeForwards returns the forward entry of each yaml block of the
+// README's section heading, each parsed and validated.
+func readmeForwards(t *testing.T, heading string) []Forward {
+	t.Helper()
 	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n## Forwarding upstream\n")
+	_, section, ok := strings.Cut(string(b), "\n## "+heading+"\n")
 	if !ok {
-		t.Fatal("README has no Forwarding upstream section")
+		t.Fatalf("README has no %s section", heading)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
-	var names []string
+	var out []Forward
 	for {
 		var block string
 		if _, block, ok = strings.Cut(section, "```yaml\n"); !ok {
-			break
+			return out
 		}
 		block, section, _ = strings.Cut(block, "```")
 		c, err := Parse(strings.NewReader(block))
@@ -32,24 +31,29 @@ func TestREADMEForwardExamples(t *testing.T) {
 			err = c.Validate()
 		}
 		if err != nil || len(c.Forward) != 1 {
-			t.Fatalf("README example:\n%s\n%+v, %v", block, c.Forward, err)
+			t.Fatalf("README example in %s:\n%s\n%+v, %v", heading, block, c.Forward, err)
 		}
-		names = append(names, c.Forward[0].Name)
+		out = append(out, c.Forward[0])
+	}
+}
+
+// TestREADMEForwardExamples: every yaml block of the README's Forwarding
+// upstream and Forwarding to a stream sections parses and validates (the
+// hosts resolve nowhere: an address is only checked for its form): the
+// reference example with every key, the Mosquitto, EMQX and AWS IoT
+// Core examples, and one per stream.
+func TestREADMEForwardExamples(t *testing.T) {
+	var names, kinds []string
+	for _, f := range readmeForwards(t, "Forwarding upstream") {
+		names = append(names, f.Name)
 	}
 	if strings.Join(names, ",") != "cloud,mosquitto,emqx,aws" {
 		t.Fatalf("README forward examples %v, want cloud, mosquitto, emqx and aws", names)
 	}
-	_, stream, ok := strings.Cut(string(b), "\n## Forwarding to a stream\n")
-	if !ok {
-		t.Fatal("README has no Forwarding to a stream section")
+	for _, f := range readmeForwards(t, "Forwarding to a stream") {
+		kinds = append(kinds, f.Kind())
 	}
-	_, block, _ := strings.Cut(stream, "```yaml\n")
-	block, _, _ = strings.Cut(block, "```")
-	c, err := Parse(strings.NewReader(block))
-	if err == nil {
-		err = c.Validate()
-	}
-	if err != nil || len(c.Forward) != 1 || c.Forward[0].Kind() != "redis" {
-		t.Fatalf("README stream example:\n%s\n%+v, %v", block, c.Forward, err)
+	if strings.Join(kinds, ",") != "redis,nats,kafka" {
+		t.Fatalf("README stream examples %v, want redis, nats and kafka", kinds)
 	}
 }

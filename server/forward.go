@@ -11,12 +11,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"devicegate/admin"
 	"devicegate/auth"
 	"devicegate/broker"
 	"devicegate/config"
 	"devicegate/forward"
+	"devicegate/forward/kafka"
 	"devicegate/forward/natsjs"
 	"devicegate/forward/redisstream"
 	"devicegate/persist"
@@ -112,6 +116,20 @@ func dialers(fc config.Forward, host string, deliver func(topic string, payload 
 		}
 		if fc.Username != "" {
 			d.Options = append(d.Options, nats.UserInfo(fc.Username, password))
+		}
+		one = d
+	case "kafka":
+		d := &kafka.Dialer{Seeds: fc.Hosts(), Topic: fc.KafkaTopic}
+		if tlsConf != nil {
+			d.Options = append(d.Options, kgo.DialTLSConfig(tlsConf))
+		}
+		switch fc.SASL {
+		case "PLAIN":
+			d.Options = append(d.Options, kgo.SASL(plain.Auth{User: fc.Username, Pass: password}.AsMechanism()))
+		case "SCRAM-SHA-256":
+			d.Options = append(d.Options, kgo.SASL(scram.Auth{User: fc.Username, Pass: password}.AsSha256Mechanism()))
+		case "SCRAM-SHA-512":
+			d.Options = append(d.Options, kgo.SASL(scram.Auth{User: fc.Username, Pass: password}.AsSha512Mechanism()))
 		}
 		one = d
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -15,11 +16,15 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"devicegate/auth"
 	"devicegate/cluster/redistest"
 	"devicegate/config"
 	"devicegate/internal/freeport"
+	"devicegate/internal/kafkatest"
 	"devicegate/internal/logtest"
 	"devicegate/internal/mosquittotest"
 	"devicegate/internal/mqtttest"
@@ -564,31 +569,40 @@ func (s *orderSub) inOrder() error {
 // order, with the device and topic as fields.
 func TestForwardToRedisStream(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := testConfig(t.TempDir(), 1000, time.Hour)
-	cfg.Forward = []config.Forward{{Name: "streams", To: "redis://" + srv.Addr + "/3", Topics: []string{"devices/#"}, MaxQoS: 1,
-		Stream: "fleet:{device}", MaxLen: 100000}}
+	forwardGateway(t, t.TempDir(), config.Forward{Name: "streams", To: "redis://" + srv.Addr + "/3", Topics: []string{"devices/#"}, MaxQoS: 1,
+		Stream: "fleet:{device}", MaxLen: 100000}, 1, 50)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 3})
+	defer c.Close()
+	msgs, err := c.XRange(context.Background(), "fleet:meter-1", "-", "+").Result()
+	if err != nil || len(msgs) != 50 {
+		t.Fatalf("%d entries in the stream (%v), want 50", len(msgs), err)
+	}
+	for i, m := range msgs {
+		if m.Values["payload"] != strconv.Itoa(i+1) || m.Values["device"] != "meter-1" || m.Values["topic"] != "devices/meter-1/t" {
+			t.Fatalf("entry %d: %v", i, m.Values)
+		}
+	}
+}
+
+// forwardGateway starts a gateway (its data in dir) forwarding as fc,
+// has the MQTT 5 device meter-1 publish payloads from to to (QoS 1,
+// acknowledged with success) on devices/meter-1/t, and waits until the
+// destination took them all.
+func forwardGateway(t *testing.T, dir string, fc config.Forward, from, to int) *Gateway {
+	t.Helper()
+	cfg := testConfig(dir, 1000, time.Hour)
+	cfg.Forward = []config.Forward{fc}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	g := mustStart(t, cfg, Deps{})
 	dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
-	for i := 1; i <= 50; i++ {
+	for i := from; i <= to; i++ {
 		dev.MustPublish(t, "devices/meter-1/t", strconv.Itoa(i), mqtttest.CodeSuccess)
 	}
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 3})
-	defer c.Close()
-	var msgs []redis.XMessage
-	poll.Until(t, 20*time.Second, "50 entries in the stream", func() bool {
-		var err error
-		msgs, err = c.XRange(context.Background(), "fleet:meter-1", "-", "+").Result()
-		return err == nil && len(msgs) >= 50
-	})
-	for i, m := range msgs[:50] {
-		if m.Values["payload"] != strconv.Itoa(i+1) || m.Values["device"] != "meter-1" || m.Values["topic"] != "devices/meter-1/t" {
-			t.Fatalf("entry %d: %v", i, m.Values)
-		}
-	}
-	poll.Until(t, 10*time.Second, "the forward log emptied", func() bool { st := g.forward.Stats()[0]; return st.Backlog == 0 && st.Forwarded == 50 })
+	n := uint64(to - from + 1)
+	poll.Until(t, 20*time.Second, "the forward log emptied", func() bool { st := g.forward.Stats()[0]; return st.Backlog == 0 && st.Forwarded == n })
+	return g
 }
 
 // TestForwardToJetStream: a gateway with a nats:// destination stores
@@ -600,18 +614,9 @@ func TestForwardToRedisStream(t *testing.T) {
 func TestForwardToJetStream(t *testing.T) {
 	srv := natstest.Start(t)
 	stream := srv.CreateStream("FLEET", "fleet.>")
-	cfg := testConfig(t.TempDir(), 1000, time.Hour)
-	cfg.Forward = []config.Forward{{Name: "js", To: srv.URL, Topics: []string{"devices/#"}, MaxQoS: 1, Subject: "fleet.{device}"}}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	dir := t.TempDir()
 	for run := range 2 {
-		g := mustStart(t, cfg, Deps{})
-		dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
-		for i := 1; i <= 50; i++ {
-			dev.MustPublish(t, "devices/meter-1/t", strconv.Itoa(run*50+i), mqtttest.CodeSuccess)
-		}
-		poll.Until(t, 20*time.Second, "the forward log emptied", func() bool { st := g.forward.Stats()[0]; return st.Backlog == 0 && st.Forwarded == 50 })
+		g := forwardGateway(t, dir, config.Forward{Name: "js", To: srv.URL, Topics: []string{"devices/#"}, MaxQoS: 1, Subject: "fleet.{device}"}, run*50+1, run*50+50)
 		closeGateway(t, g)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -630,5 +635,34 @@ func TestForwardToJetStream(t *testing.T) {
 	}
 	if info, err := stream.Info(ctx); err != nil || info.State.Msgs != 100 {
 		t.Fatalf("stream holds %d messages (%v), want 100", info.State.Msgs, err)
+	}
+}
+
+// TestForwardToKafka: a gateway with a kafkas:// destination (franz-go's
+// kfake over TLS, asking for a SCRAM-SHA-512 login; the password from
+// the environment) produces its devices' messages as records keyed by
+// device, in order, with the MQTT topic in a header, into the topic its
+// template names.
+func TestForwardToKafka(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, "kafka CA")
+	caFile := ca.WriteCA(t, dir, "ca.pem")
+	srvTLS := &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "kafka", nil, true)}}
+	k := kafkatest.Start(t, 2, []string{"fleet.meter-1"}, kfake.TLS(srvTLS), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "gw", "s3cret"))
+	t.Setenv("KAFKA_PASSWORD", "s3cret")
+	forwardGateway(t, t.TempDir(), config.Forward{Name: "kafka", To: "kafkas://" + k.Addr, Topics: []string{"devices/#"}, MaxQoS: 1,
+		KafkaTopic: "fleet.{device}", SASL: "SCRAM-SHA-512", Username: "gw", PasswordEnv: "KAFKA_PASSWORD", TLS: config.ForwardTLS{CAFile: caFile}}, 1, 50)
+	clientTLS, err := auth.ClientTLS(caFile, "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := k.Records("fleet.meter-1", kgo.DialTLSConfig(clientTLS), kgo.SASL(scram.Auth{User: "gw", Pass: "s3cret"}.AsSha512Mechanism()))
+	if len(recs) != 50 {
+		t.Fatalf("%d records, want 50", len(recs))
+	}
+	for i, r := range recs {
+		if string(r.Value) != strconv.Itoa(i+1) || string(r.Key) != "meter-1" || r.Headers[1].Key != "topic" || string(r.Headers[1].Value) != "devices/meter-1/t" {
+			t.Fatalf("record %d: key %q value %q headers %v", i, r.Key, r.Value, r.Headers)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"devicegate/forward"
+	"devicegate/internal/poll"
 	"devicegate/persist"
 )
 
@@ -82,4 +83,35 @@ func InOrder(t *testing.T, device string, got []string, n int) (dups int) {
 		t.Fatalf("%s: %d distinct messages, want %d", device, next-1, n)
 	}
 	return dups
+}
+
+// Outage is a destination taken down and brought up again.
+type Outage struct {
+	Name     string
+	Down, Up func()
+}
+
+// Outages runs the destination tests' scenario on f (log name over st):
+// 100 messages of each device sent, then for each outage 100 more
+// appended while the destination is down, which must wait in the log,
+// and be sent once it is up again. It returns the messages appended per
+// device.
+func Outages(t *testing.T, f *forward.Forwarder, st *persist.Store, name string, devices []string, outages ...Outage) int {
+	t.Helper()
+	backlog := func() int { return Backlog(t, st, name) }
+	Append(t, f, devices, 1, 100)
+	poll.Until(t, 20*time.Second, "the log sent", func() bool { return backlog() == 0 })
+	n := 100
+	for _, o := range outages {
+		o.Down()
+		Append(t, f, devices, n+1, n+100)
+		n += 100
+		poll.Until(t, 20*time.Second, o.Name+" noticed", func() bool { return !f.Connected() })
+		if backlog() == 0 {
+			t.Fatalf("nothing waited in the log during %s", o.Name)
+		}
+		o.Up()
+		poll.Until(t, 30*time.Second, "the backlog sent after "+o.Name, func() bool { return backlog() == 0 })
+	}
+	return n
 }

@@ -50,20 +50,10 @@ func TestForwardToJetStream(t *testing.T) {
 	stream := srv.CreateStream("DEVICES", "devices.>")
 	f, st := forwardtest.Run(t, "streams/0", &Dialer{URLs: srv.URL})
 	devices := []string{"meter-1", "meter-2", "meter-3"}
-	backlog := func() int { return forwardtest.Backlog(t, st, "streams/0") }
-	forwardtest.Append(t, f, devices, 1, 100)
-	poll.Until(t, 20*time.Second, "the log sent", func() bool { return backlog() == 0 })
-	srv.Kill()
-	forwardtest.Append(t, f, devices, 101, 200)
-	poll.Until(t, 20*time.Second, "the outage noticed", func() bool { return !f.Connected() })
-	if n := backlog(); n == 0 {
-		t.Fatal("nothing waited in the log during the outage")
-	}
-	srv.Restart()
-	poll.Until(t, 30*time.Second, "the backlog sent", func() bool { return backlog() == 0 })
+	n := forwardtest.Outages(t, f, st, "streams/0", devices, forwardtest.Outage{Name: "a restart", Down: srv.Kill, Up: srv.Restart})
 	got := stored(t, stream)
 	for _, d := range devices {
-		if dups := forwardtest.InOrder(t, d, got[d], 200); dups != 0 {
+		if dups := forwardtest.InOrder(t, d, got[d], n); dups != 0 {
 			t.Fatalf("%s: %d duplicates in the stream", d, dups)
 		}
 	}

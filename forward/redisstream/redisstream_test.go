@@ -51,31 +51,14 @@ func TestForwardToRedisStreams(t *testing.T) {
 	srv := redistest.StartDurable(t)
 	f, st := forwardtest.Run(t, "streams/0", &Dialer{Options: &redis.Options{Addr: srv.Addr}, Stream: "telemetry:{device}"})
 	devices := []string{"meter-1", "meter-2", "meter-3"}
-	backlog := func() int { return forwardtest.Backlog(t, st, "streams/0") }
 	c := srv.Client()
-	forwardtest.Append(t, f, devices, 1, 100)
-	poll.Until(t, 20*time.Second, "the log sent", func() bool { return backlog() == 0 })
-	srv.Stop()
-	forwardtest.Append(t, f, devices, 101, 200)
-	poll.Until(t, 20*time.Second, "the outage noticed", func() bool { return !f.Connected() })
-	if n := backlog(); n == 0 {
-		t.Fatal("nothing waited in the log during the outage")
-	}
-	srv.Cont()
-	poll.Until(t, 30*time.Second, "the backlog sent", func() bool { return backlog() == 0 })
-	srv.Kill()
-	forwardtest.Append(t, f, devices, 201, 300)
-	poll.Until(t, 20*time.Second, "the restart noticed", func() bool { return !f.Connected() })
-	if n := backlog(); n == 0 {
-		t.Fatal("nothing waited in the log while Redis was down")
-	}
-	srv.Restart()
-	poll.Until(t, 30*time.Second, "the backlog sent after the restart", func() bool { return backlog() == 0 })
+	n := forwardtest.Outages(t, f, st, "streams/0", devices,
+		forwardtest.Outage{Name: "a pause", Down: srv.Stop, Up: srv.Cont}, forwardtest.Outage{Name: "a restart", Down: srv.Kill, Up: srv.Restart})
 	for _, d := range devices {
 		// Duplicates come from what was in flight, with the same id
 		// (entries checks).
-		dups := forwardtest.InOrder(t, d, entries(t, c, "telemetry:"+d, d), 300)
-		t.Logf("%s: 300 messages in order, %d duplicates", d, dups)
+		dups := forwardtest.InOrder(t, d, entries(t, c, "telemetry:"+d, d), n)
+		t.Logf("%s: %d messages in order, %d duplicates", d, n, dups)
 	}
 
 	g, _ := forwardtest.Run(t, "bounded/0", &Dialer{Options: &redis.Options{Addr: srv.Addr}, Stream: "bounded", MaxLen: 10})

@@ -1,0 +1,108 @@
+package kafka
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"devicegate/forward"
+	"devicegate/forward/forwardtest"
+	"devicegate/internal/kafkatest"
+)
+
+// byDevice returns the values of recs per device (the record key), in
+// order, checking each record's headers and that a device's records
+// share one partition.
+func byDevice(t *testing.T, recs []*kgo.Record) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	part := map[string]int32{}
+	for _, r := range recs {
+		d := string(r.Key)
+		h := map[string]string{}
+		for _, kv := range r.Headers {
+			h[kv.Key] = string(kv.Value)
+		}
+		if h["device"] != d || h["topic"] != "devices/"+d+"/t" || h["qos"] != "1" || h["at"] == "" || h["id"] == "" {
+			t.Fatalf("record %s/%d@%d: key %q, headers %v", r.Topic, r.Partition, r.Offset, d, h)
+		}
+		if p, ok := part[d]; ok && p != r.Partition {
+			t.Fatalf("%s: records in partitions %d and %d", d, p, r.Partition)
+		}
+		part[d] = r.Partition
+		out[d] = append(out[d], string(r.Value))
+	}
+	return out
+}
+
+// TestForwardToKafka: messages of three devices reach a Kafka topic
+// (franz-go's kfake: no Kafka broker can be installed here) keyed by
+// device, with their headers, each device in one partition and in
+// order; through an outage (the broker closed, then restarted on its
+// data) they wait in the log and are produced after it, in order.
+func TestForwardToKafka(t *testing.T) {
+	k := kafkatest.Start(t, 3, []string{"telemetry"})
+	f, st := forwardtest.Run(t, "streams/0", &Dialer{Seeds: []string{k.Addr}, Topic: "telemetry"})
+	devices := []string{"meter-1", "meter-2", "meter-3"}
+	n := forwardtest.Outages(t, f, st, "streams/0", devices, forwardtest.Outage{Name: "a restart", Down: k.Close, Up: k.Restart})
+	got := byDevice(t, k.Records("telemetry"))
+	for _, d := range devices {
+		dups := forwardtest.InOrder(t, d, got[d], n)
+		t.Logf("%s: %d records in order, %d duplicates", d, n, dups)
+	}
+}
+
+// TestSASLAndTopicTemplate: a broker that requires SCRAM-SHA-256 takes
+// records from a producer with the right account, into the topic the
+// template names; a wrong password fails at dial with the reason.
+func TestSASLAndTopicTemplate(t *testing.T) {
+	k := kafkatest.Start(t, 1, []string{"fleet.meter-1"}, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "gw", "secret"))
+	auth := func(pass string) kgo.Opt {
+		return kgo.SASL(scram.Auth{User: "gw", Pass: pass}.AsSha256Mechanism())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := (&Dialer{Seeds: []string{k.Addr}, Topic: "fleet.{device}", Options: []kgo.Opt{auth("wrong")}}).Dial(ctx); err == nil {
+		t.Fatal("a wrong password connected")
+	} else {
+		t.Logf("wrong password: %v", err)
+	}
+	c, err := (&Dialer{Seeds: []string{k.Addr}, Topic: "fleet.{device}", Options: []kgo.Opt{auth("secret")}}).Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := 1; i <= 3; i++ {
+		a := c.Send(&forward.Message{Device: "meter-1", Topic: "devices/meter-1/t", QoS: 1, Payload: []byte(strconv.Itoa(i)), ID: "x/" + strconv.Itoa(i), At: time.Now()}, 1)
+		<-a.Done()
+		if err := a.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := byDevice(t, k.Records("fleet.meter-1", auth("secret")))["meter-1"]; len(got) != 3 || got[2] != "3" {
+		t.Fatalf("fleet.meter-1 holds %v", got)
+	}
+}
+
+// TestTopicName: MQTT topics and devices become topic-name characters.
+func TestTopicName(t *testing.T) {
+	long := make([]byte, 300)
+	for i := range long {
+		long[i] = 'a'
+	}
+	for _, c := range []struct{ tmpl, topic, device, want string }{
+		{"telemetry", "devices/m1/t", "m1", "telemetry"},
+		{"{topic}", "devices/m1/t", "m1", "devices.m1.t"},
+		{"fleet-{device}", "t", "m 1/ü", "fleet-m_1__"},
+		{"{device}", "t", string(long), string(long[:249])},
+	} {
+		if got := TopicName(c.tmpl, c.topic, c.device); got != c.want {
+			t.Errorf("TopicName(%q, %q, %q) = %q, want %q", c.tmpl, c.topic, c.device, got, c.want)
+		}
+	}
+}
