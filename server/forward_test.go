@@ -666,3 +666,50 @@ func TestForwardToKafka(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardToStreamsOverTLS: rediss:// and natss:// reach a real
+// redis-server and nats-server that serve TLS only, the gateway
+// checking their certificates against tls.ca_file; without the CA the
+// connection is refused and said so in last_error.
+func TestForwardToStreamsOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, "stream CA")
+	caFile := ca.WriteCA(t, dir, "ca.pem")
+	certFile, keyFile := testcert.WritePair(t, dir, "server", ca.Issue(t, "streams", nil, true))
+	clientTLS, err := auth.ClientTLS(caFile, "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := redistest.StartTLS(t, certFile, keyFile, clientTLS)
+	ns := natstest.StartTLS(t, certFile, keyFile, clientTLS)
+	stream := ns.CreateStream("FLEET", "fleet.>")
+	withCA := config.ForwardTLS{CAFile: caFile}
+	t.Run("rediss", func(t *testing.T) {
+		forwardGateway(t, t.TempDir(), config.Forward{Name: "r", To: "rediss://" + rs.Addr, Topics: []string{"devices/#"}, MaxQoS: 1, Stream: "fleet:{device}", TLS: withCA}, 1, 5)
+		if n, err := rs.Client().XLen(context.Background(), "fleet:meter-1").Result(); err != nil || n != 5 {
+			t.Fatalf("XLEN %d (%v), want 5", n, err)
+		}
+	})
+	t.Run("natss", func(t *testing.T) {
+		forwardGateway(t, t.TempDir(), config.Forward{Name: "n", To: "natss://" + ns.Addr, Topics: []string{"devices/#"}, MaxQoS: 1, Subject: "fleet.{device}", TLS: withCA}, 1, 5)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if info, err := stream.Info(ctx); err != nil || info.State.Msgs != 5 {
+			t.Fatalf("stream info %+v (%v), want 5 messages", info, err)
+		}
+	})
+	for _, fc := range []config.Forward{
+		{Name: "r", To: "rediss://" + rs.Addr, Topics: []string{"devices/#"}, MaxQoS: 1},
+		{Name: "n", To: "natss://" + ns.Addr, Topics: []string{"devices/#"}, MaxQoS: 1},
+	} {
+		scheme, _, _ := strings.Cut(fc.To, ":")
+		t.Run(scheme+" without the CA", func(t *testing.T) {
+			cfg := testConfig(t.TempDir(), 1000, time.Hour)
+			cfg.Forward = []config.Forward{fc}
+			g := mustStart(t, cfg, Deps{})
+			poll.Until(t, 20*time.Second, "the TLS failure reported", func() bool {
+				return strings.Contains(g.forward.Stats()[0].LastError, "certificate")
+			})
+		})
+	}
+}

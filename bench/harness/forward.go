@@ -15,7 +15,8 @@ import (
 
 // forwardOptions shape `make bench-forward` (-mode forward).
 type forwardOptions struct {
-	backlog int // messages in the backlog drained after the outage
+	backlog int    // messages in the backlog drained after the outage
+	keys    string // more keys of every forward: entry
 }
 
 // forwardTargets are the three setups of the forwarding benchmark, each
@@ -24,7 +25,13 @@ type forwardTarget struct {
 	name     string
 	pub, sub string
 	proc     *proc // the process the publishers talk to, for CPU
+	// fwd is the forwarding gateway, if the setup is one; one
+	// forwarding into a stream has no sub: its rounds have no
+	// subscribers and measure what the stream took.
+	fwd *forwardingGateway
 }
+
+func (t forwardTarget) stream() bool { return t.fwd != nil && t.sub == "" }
 
 // forwardBench is `make bench-forward`: side by side in one run, QoS 1,
 // o.publishers publishers: the gateway without forwarding (subscribers
@@ -56,8 +63,20 @@ func forwardBench(ctx context.Context, dir string, o options, fo forwardOptions,
 	if err != nil {
 		return err
 	}
-	fwd, err := startForwardingGateway(dir, upAddr)
+	withKeys := func(keys string) string {
+		if fo.keys != "" {
+			return keys + ", " + fo.keys
+		}
+		return keys
+	}
+	pprof := o.profile != ""
+	fwd, err := startForwardingGateway(dir, "mqtt", withKeys(fmt.Sprintf(`to: "mqtt://%s"`, upAddr)), pprof)
 	keep(gwProc(fwd.gateway))
+	if err != nil {
+		return err
+	}
+	streams, closeStreams, err := startStreams(ctx, dir, keep)
+	defer closeStreams()
 	if err != nil {
 		return err
 	}
@@ -73,21 +92,40 @@ func forwardBench(ctx context.Context, dir string, o options, fo forwardOptions,
 		return err
 	}
 	targets := []forwardTarget{
-		{"gateway, no forwarding", plain.addr, plain.addr, plain.p},
-		{"gateway -> mosquitto", fwd.addr, upAddr, fwd.p},
-		{"mosquitto bridge -> mosquitto", bridgeAddr, bridgeUpAddr, bridgeProc},
+		{"gateway, no forwarding", plain.addr, plain.addr, plain.p, nil},
+		{"gateway -> mosquitto", fwd.addr, upAddr, fwd.p, fwd},
+		{"mosquitto bridge -> mosquitto", bridgeAddr, bridgeUpAddr, bridgeProc, nil},
+	}
+	for i, s := range streams {
+		g, err := startForwardingGateway(dir, "stream-"+strconv.Itoa(i), withKeys(s.keys), pprof)
+		keep(gwProc(g.gateway))
+		if err != nil {
+			return err
+		}
+		targets = append(targets, forwardTarget{s.name, g.addr, "", g.p, g})
 	}
 	results := map[string][]result{}
 	for r := range o.rounds {
 		for i := range targets {
 			tg := targets[(i+r)%len(targets)]
-			res, err := loadRound(ctx, dir, o, tg.pub, tg.sub, o.subscribers, o.duration, tg.proc)
+			var res result
+			var err error
+			if tg.stream() {
+				res, err = streamRound(ctx, dir, o, tg.fwd)
+			} else {
+				res, err = loadRound(ctx, dir, o, tg.pub, tg.sub, o.subscribers, o.duration, tg.proc)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", tg.name, err)
 			}
 			fmt.Fprintf(os.Stderr, "round %d %-30s received %8.0f/s delivered upstream %8.0f/s ack p50 %.1f ms p99 %.1f ms\n",
 				r+1, tg.name, res.ReceivedPS, res.DeliveredPS, res.AckP50, res.AckP99)
 			results[tg.name] = append(results[tg.name], res)
+		}
+	}
+	if pprof {
+		if err := profileForwarding(ctx, dir, o, targets); err != nil {
+			return err
 		}
 	}
 	d, err := drain(ctx, dir, o, fo, fwd, up, upAddr, upConf, mosquitto, keep)
@@ -109,6 +147,7 @@ func gwProc(g *gateway) *proc {
 type forwardingGateway struct {
 	*gateway
 	admin, token string
+	pprof        string // its net/http/pprof address, if it serves one
 }
 
 const forwardGatewayConfig = `mqtt: {tcp: "127.0.0.1:0"}
@@ -117,20 +156,32 @@ data_dir: %q
 limits:
   default: {limit: 1000000000, window: 1s, policy: drop}
 forward:
-  - {name: up, to: "mqtt://%s", topics: ["bench/#"]}
+  - {name: up, topics: ["bench/#"], %s}
 `
 
-func startForwardingGateway(dir, upAddr string) (*forwardingGateway, error) {
-	conf := dir + "/gateway-forward.yaml"
-	data := dir + "/data-forward"
-	if err := os.WriteFile(conf, fmt.Appendf(nil, forwardGatewayConfig, data, upAddr), 0o644); err != nil {
+// startForwardingGateway starts a gateway named name forwarding bench/#
+// to the destination keys choose (`to: ...` and its kind's keys); with
+// pprof it serves net/http/pprof.
+func startForwardingGateway(dir, name, keys string, pprof bool) (*forwardingGateway, error) {
+	conf := dir + "/gateway-forward-" + name + ".yaml"
+	data := dir + "/data-forward-" + name
+	if err := os.WriteFile(conf, fmt.Appendf(nil, forwardGatewayConfig, data, keys), 0o644); err != nil {
 		return nil, err
 	}
-	p, err := start(dir, "gateway-forward", nil, dir+"/gateway", "serve", "--config", conf)
+	var env []string
+	var pprofAddr string
+	if pprof {
+		var err error
+		if pprofAddr, err = freePort(); err != nil {
+			return nil, err
+		}
+		env = append(env, "BENCH_PPROF_ADDR="+pprofAddr)
+	}
+	p, err := start(dir, "gateway-forward-"+name, env, dir+"/gateway", "serve", "--config", conf)
 	if err != nil {
 		return nil, err
 	}
-	g := &forwardingGateway{gateway: &gateway{p: p}}
+	g := &forwardingGateway{gateway: &gateway{p: p}, pprof: pprofAddr}
 	if g.addr, err = p.waitLog(regexp.MustCompile(`msg="mqtt listening" addr=(\S+)`), 15*time.Second); err != nil {
 		return g, err
 	}
@@ -278,7 +329,7 @@ func drain(ctx context.Context, dir string, o options, fo forwardOptions, g *for
 func printForwardTable(w io.Writer, o options, targets []forwardTarget, results map[string][]result, d drained) {
 	fmt.Fprintf(w, "\n%d publishers (QoS 1, window %d), %d subscribers upstream, 64-byte payloads, %d rounds of %s; median (min–max)\n\n",
 		o.publishers, o.inflight, o.subscribers, o.rounds, o.duration)
-	fmt.Fprintln(w, "| setup | received msgs/s | delivered upstream msgs/s | delivered / acknowledged | ack p50 ms | ack p99 ms |")
+	fmt.Fprintln(w, "| setup | received msgs/s | delivered upstream (streams: into the stream) msgs/s | delivered / acknowledged | ack p50 ms | ack p99 ms |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, tg := range targets {
 		rs := results[tg.name]
@@ -294,6 +345,13 @@ func printForwardTable(w io.Writer, o options, targets []forwardTarget, results 
 	fmt.Fprintln(w, "|---|---|---|")
 	fmt.Fprintf(w, "| forwarding ≥ 0.9 × the gateway without forwarding (delivered) | %.2f | %s |\n", fw/plain, verdict(fw/plain >= 0.9))
 	fmt.Fprintf(w, "| forwarding ≥ 1.0 × Mosquitto's bridge (delivered) | %.2f | %s |\n", fw/br, verdict(fw/br >= 1.0))
+	in := spreadOf(column(results[targets[0].name], received)).med
+	for _, tg := range targets {
+		if tg.stream() {
+			r := med(tg.name) / in
+			fmt.Fprintf(w, "| %s: into the stream ≥ 0.9 × the gateway without forwarding (received) | %.2f | %s |\n", tg.name, r, verdict(r >= 0.9))
+		}
+	}
 	rate := float64(d.backlog) / d.drain.Seconds()
 	fmt.Fprintf(w, "| drain of a %d-message backlog ≥ 50,000 msgs/s | %.0f msgs/s (%s) | %s |\n", d.backlog, rate, d.drain.Round(time.Millisecond), verdict(rate >= 50000))
 	grow := max(d.peakFill, d.peakDrain) - d.idleAfterRounds
@@ -301,5 +359,39 @@ func printForwardTable(w io.Writer, o options, targets []forwardTarget, results 
 		d.idleAfterRounds>>20, d.idle>>20, d.peakFill>>20, d.peakDrain>>20, d.afterDrained>>20, grow>>20, verdict(grow <= 100<<20))
 	fmt.Fprintf(w, "\nThe backlog took %s to build through the gateway (upstream stopped); once the upstream was back, the forwarder's\n", d.fill.Round(time.Millisecond))
 	fmt.Fprintf(w, "reconnection backoff took %s before the first acknowledgement, and the drain is timed from then. Idle is the forwarding gateway's RssAnon\n", d.reconnect.Round(time.Millisecond))
-	fmt.Fprintln(w, "after the throughput rounds, before the outage. All processes share this machine's cores.")
+	fmt.Fprintln(w, "after the throughput rounds, before the outage. All processes share this machine's cores; kfake runs inside the harness.")
+	fmt.Fprintln(w, "A stream's rate is what it took from the round's start until the forward log was empty again; its rounds have no")
+	fmt.Fprintln(w, "subscribers, and it is compared with the messages/s the gateway without forwarding acknowledged.")
+}
+
+// profileForwarding takes a CPU profile of each forwarding gateway
+// during one more round of its kind, into o.profile.
+func profileForwarding(ctx context.Context, dir string, o options, targets []forwardTarget) error {
+	if err := os.MkdirAll(o.profile, 0o755); err != nil {
+		return err
+	}
+	for i, tg := range targets {
+		if tg.fwd == nil || tg.fwd.pprof == "" {
+			continue
+		}
+		name := fmt.Sprintf("%s/forward-%d.cpu.pprof", o.profile, i)
+		cpu := make(chan error, 1)
+		go func() {
+			cpu <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", tg.fwd.pprof, max(1, int(o.duration/time.Second))), name)
+		}()
+		var err error
+		if tg.stream() {
+			_, err = streamRound(ctx, dir, o, tg.fwd)
+		} else {
+			_, err = loadRound(ctx, dir, o, tg.pub, tg.sub, o.subscribers, o.duration, tg.proc)
+		}
+		if err == nil {
+			err = <-cpu
+		}
+		if err != nil {
+			return fmt.Errorf("profile %s: %w", tg.name, err)
+		}
+		fmt.Fprintf(os.Stderr, "profiled %s: %s\n", tg.name, name)
+	}
+	return nil
 }

@@ -84,6 +84,7 @@ func mainErr(args []string) error {
 	fs.StringVar(&o.mode, "mode", "e2e", "e2e (gateway, plain mochi, Mosquitto) or forward (make bench-forward)")
 	var fo forwardOptions
 	fs.IntVar(&fo.backlog, "backlog", 1_000_000, "forward mode: messages in the backlog whose drain is timed")
+	fs.StringVar(&fo.keys, "forward-keys", "", "forward mode: more keys of every forward: entry (`yaml`, e.g. \"max_inflight: 1000\")")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

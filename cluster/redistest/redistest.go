@@ -4,6 +4,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"devicegate/internal/freeport"
 	"devicegate/internal/proctest"
 	"fmt"
@@ -33,6 +34,10 @@ type Server struct {
 	cluster string
 	// dir, when set, holds the append-only file of a durable server.
 	dir string
+	// tlsArgs, when set, serve clients over TLS only; tls is this
+	// package's clients' configuration then.
+	tlsArgs []string
+	tls     *tls.Config
 }
 
 // Start runs redis-server, without persistence, on a free loopback port
@@ -49,6 +54,19 @@ func Start(t testing.TB) *Server {
 func StartDurable(t testing.TB) *Server {
 	t.Helper()
 	return start(t, t.TempDir())
+}
+
+// StartTLS is Start with clients served over TLS only, with the server
+// certificate and key in certFile and keyFile (clients need no
+// certificate); client is the TLS configuration of this package's own
+// clients (its CAs).
+func StartTLS(t testing.TB, certFile, keyFile string, client *tls.Config) *Server {
+	t.Helper()
+	s := &Server{t: t, port: freePort(t), tls: client,
+		tlsArgs: []string{"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no"}}
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	s.Server = proctest.NewServer(t, s.start)
+	return s
 }
 
 func start(t testing.TB, dir string) *Server {
@@ -75,6 +93,9 @@ func (s *Server) start() *proctest.Proc {
 	s.t.Helper()
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--protected-mode", "yes", "--loglevel", "warning"}
+	if s.tlsArgs != nil {
+		args = append([]string{"--port", "0", "--tls-port", strconv.Itoa(s.port)}, append(args[2:], s.tlsArgs...)...)
+	}
 	if s.dir != "" {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--dir", s.dir)
 	} else {
@@ -84,7 +105,7 @@ func (s *Server) start() *proctest.Proc {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.cluster, "nodes.conf"))
 	}
 	p := proctest.Start(s.t, "redis-server", args...)
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond, TLSConfig: s.tls})
 	defer c.Close()
 	p.Ready("redis-server on "+s.Addr, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -96,7 +117,7 @@ func (s *Server) start() *proctest.Proc {
 
 // Client returns a client of the server, closed at the test's end.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tls})
 	s.t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -352,6 +352,12 @@ func TestBadSettingsProcess(t *testing.T) {
 			want: []string{"forward[0].burst: unknown key"}},
 		{name: "forward: rate 0 and a mapping that cannot be reversed", yaml: "forward: [{name: cloud, to: \"mqtt://up:1883\", topics: [t], rate: 0, local_prefix: d, remote_prefix: s/}]\n", code: 1,
 			want: []string{"forward[0].rate: must be > 0 messages per second, or left out for no bound (got 0)", `forward[0].remote_prefix: local_prefix and remote_prefix must end in '/' so the mapping is of whole levels and can be reversed (got "d" and "s/")`}},
+		{name: "forward to a stream: wildcard subject, no Kafka topic, bad SASL", yaml: "forward:\n" +
+			"  - {name: js, to: \"nats://n:4222\", topics: [t], subject: \"devices.+.t\"}\n" +
+			"  - {name: kafka, to: \"kafka://k:9092\", topics: [t], sasl: GSSAPI, username: u, password: p}\n", code: 1,
+			want: []string{`forward[0].subject: must not hold '+' (got "devices.+.t")`,
+				`forward[1].kafka_topic: must name the Kafka topic: fixed text, {topic} and {device} (got "")`,
+				`forward[1].sasl: must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (got "GSSAPI")`}},
 		{name: "zero window", yaml: "limits: {default: {window: 0s}}\n", code: 1,
 			want: []string{`limits.default.window: must be > 0 (got "0s")`}},
 		{name: "limit 0", yaml: "limits: {default: {limit: 0}}\n", code: 1,

@@ -5,6 +5,7 @@ package natstest
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"testing"
 	"time"
@@ -25,6 +26,8 @@ type Server struct {
 	URL   string
 	t     testing.TB
 	store string
+	args  []string      // the server's own, beyond address and store
+	opts  []nats.Option // this package's clients'
 	// Kill, Restart (same port and store: the streams and what they
 	// hold survive), Stop and Cont.
 	*proctest.Server
@@ -35,11 +38,24 @@ type Server struct {
 // run scripts/ensure-tools.sh.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, nil, nil)
+}
+
+// StartTLS is Start with clients served over TLS only, with the server
+// certificate and key in certFile and keyFile; client is the TLS
+// configuration of this package's own clients (its CAs).
+func StartTLS(t testing.TB, certFile, keyFile string, client *tls.Config) *Server {
+	t.Helper()
+	return start(t, []string{"--tls", "--tlscert", certFile, "--tlskey", keyFile}, []nats.Option{nats.Secure(client)})
+}
+
+func start(t testing.TB, args []string, opts []nats.Option) *Server {
+	t.Helper()
 	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatalf("find a free port: %v", err)
 	}
-	s := &Server{t: t, Addr: addr, URL: "nats://" + addr, store: t.TempDir()}
+	s := &Server{t: t, Addr: addr, URL: "nats://" + addr, store: t.TempDir(), args: args, opts: opts}
 	s.Server = proctest.NewServer(t, s.start)
 	return s
 }
@@ -47,14 +63,14 @@ func Start(t testing.TB) *Server {
 func (s *Server) start() *proctest.Proc {
 	s.t.Helper()
 	host, port, _ := net.SplitHostPort(s.Addr)
-	p := proctest.Start(s.t, "nats-server", "-a", host, "-p", port, "-js", "-sd", s.store)
+	p := proctest.Start(s.t, "nats-server", append([]string{"-a", host, "-p", port, "-js", "-sd", s.store}, s.args...)...)
 	p.Ready("nats-server on "+s.Addr, s.ready)
 	return p
 }
 
 // ready reports whether JetStream answers on the server.
 func (s *Server) ready() error {
-	nc, err := nats.Connect(s.URL, nats.Timeout(200*time.Millisecond), nats.NoReconnect())
+	nc, err := nats.Connect(s.URL, append([]nats.Option{nats.Timeout(200 * time.Millisecond), nats.NoReconnect()}, s.opts...)...)
 	if err != nil {
 		return err
 	}
@@ -73,7 +89,7 @@ func (s *Server) ready() error {
 // through restarts), closed at the test's end.
 func (s *Server) JetStream() jetstream.JetStream {
 	s.t.Helper()
-	nc, err := nats.Connect(s.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(s.URL, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, s.opts...)...)
 	if err != nil {
 		s.t.Fatal(err)
 	}
