@@ -56,7 +56,8 @@ type Forward struct {
 	// device always goes through the same one.
 	Connections int `yaml:"connections,omitempty"`
 	// MaxInflight is the most messages a connection has sent and the
-	// upstream not yet acknowledged (default 100).
+	// destination not yet acknowledged (Inflight: default 100 for an
+	// MQTT upstream, 1000 for a stream).
 	MaxInflight int `yaml:"max_inflight,omitempty"`
 	// Rate bounds the messages sent per second on each connection
 	// (backlog and live together); no bound when not given.
@@ -214,7 +215,7 @@ func (v *validator) forward(list []Forward) {
 			v.add(key+".connections", fmt.Sprintf("must be 1 to %d (got %d)", MaxForwardConnections, f.Connections))
 		}
 		if f.MaxInflight < 0 || f.MaxInflight > 65535 {
-			v.add(key+".max_inflight", fmt.Sprintf("must be 1 to 65535, or 0 for 100 (got %d)", f.MaxInflight))
+			v.add(key+".max_inflight", fmt.Sprintf("must be 1 to 65535, or 0 for the default (got %d)", f.MaxInflight))
 		}
 		if f.Rate != nil && !(*f.Rate > 0 && *f.Rate <= 1e9) {
 			v.add(key+".rate", fmt.Sprintf("must be > 0 messages per second, or left out for no bound (got %g)", *f.Rate))
@@ -309,6 +310,22 @@ func destination(s string) string {
 		}
 	}
 	return ""
+}
+
+// Inflight returns max_inflight, or its default when not given: 100 for
+// an MQTT upstream (brokers bound what a client has in flight: Mosquitto
+// queues beyond 20, AWS IoT Core's connections take 100 a second), 1000
+// for a stream, whose clients pipeline (with 100, a round trip per 100
+// messages held each stream below the rate devices publish at in
+// `make bench-forward`).
+func (f Forward) Inflight() int {
+	switch {
+	case f.MaxInflight > 0:
+		return f.MaxInflight
+	case f.Kind() == "mqtt":
+		return 100
+	}
+	return 1000
 }
 
 // RedisDB is the Redis database of a redis:// destination (0 when not

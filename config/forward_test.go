@@ -50,6 +50,14 @@ func TestForwardConfig(t *testing.T) {
 			t.Fatalf("%s: %+v, %v", d.yaml, c.Forward, err)
 		}
 	}
+	for to, want := range map[string]int{"mqtt://x:1": 100, "redis://x:1": 1000, "nats://x:1": 1000, "kafka://x:1": 1000} {
+		if got := (Forward{To: to}).Inflight(); got != want {
+			t.Errorf("default max_inflight of %s: %d, want %d", to, got, want)
+		}
+	}
+	if got := (Forward{To: "nats://x:1", MaxInflight: 7}).Inflight(); got != 7 {
+		t.Errorf("max_inflight 7 gives %d", got)
+	}
 	if c, err := Parse(strings.NewReader(`forward: [{name: a, to: "mqtt://x:1", topics: [t]}]`)); err != nil || c.Forward[0].MaxQoS != 1 {
 		t.Fatalf("max_qos not given: %+v %v, want 1", c.Forward, err)
 	}
@@ -83,7 +91,7 @@ func TestForwardConfig(t *testing.T) {
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], username: u, password: p, password_env: P}]`, `forward[0].password: give one of password, password_file and password_env`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], password_file: /p}]`, `forward[0].username: a password needs a username`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], connections: 65}]`, `forward[0].connections: must be 1 to 64 (got 65)`},
-		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], max_inflight: -1}]`, `forward[0].max_inflight: must be 1 to 65535, or 0 for 100 (got -1)`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], max_inflight: -1}]`, `forward[0].max_inflight: must be 1 to 65535, or 0 for the default (got -1)`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], rate: 0}]`, `forward[0].rate: must be > 0 messages per second, or left out for no bound (got 0)`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], rate: fast}]`, `forward[0].rate: must be a number (got`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], max_age: -1s}]`, `forward[0].max_age: must be >= 0`},

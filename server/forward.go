@@ -56,7 +56,7 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 		route := forward.Route{Filters: fc.Topics}
 		build := func(n int, drain bool) (*forward.Forwarder, error) {
 			c := forward.Config{Name: fc.Name + "/" + strconv.Itoa(n), Origin: origin, Upstream: fc.Name, Dial: dial(n, conns > 1 || drain),
-				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS), Window: fc.MaxInflight,
+				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS), Window: fc.Inflight(),
 				MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow), MaxAge: time.Duration(fc.MaxAge), Now: now}
 			if fc.Rate != nil {
 				c.Rate = *fc.Rate

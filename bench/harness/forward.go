@@ -25,6 +25,8 @@ type forwardTarget struct {
 	name     string
 	pub, sub string
 	proc     *proc // the process the publishers talk to, for CPU
+	// dest is a stream's server process (nil for kfake and the rest).
+	dest *proc
 	// fwd is the forwarding gateway, if the setup is one; one
 	// forwarding into a stream has no sub: its rounds have no
 	// subscribers and measure what the stream took.
@@ -92,9 +94,9 @@ func forwardBench(ctx context.Context, dir string, o options, fo forwardOptions,
 		return err
 	}
 	targets := []forwardTarget{
-		{"gateway, no forwarding", plain.addr, plain.addr, plain.p, nil},
-		{"gateway -> mosquitto", fwd.addr, upAddr, fwd.p, fwd},
-		{"mosquitto bridge -> mosquitto", bridgeAddr, bridgeUpAddr, bridgeProc, nil},
+		{"gateway, no forwarding", plain.addr, plain.addr, plain.p, nil, nil},
+		{"gateway -> mosquitto", fwd.addr, upAddr, fwd.p, nil, fwd},
+		{"mosquitto bridge -> mosquitto", bridgeAddr, bridgeUpAddr, bridgeProc, nil, nil},
 	}
 	for i, s := range streams {
 		g, err := startForwardingGateway(dir, "stream-"+strconv.Itoa(i), withKeys(s.keys), pprof)
@@ -102,7 +104,7 @@ func forwardBench(ctx context.Context, dir string, o options, fo forwardOptions,
 		if err != nil {
 			return err
 		}
-		targets = append(targets, forwardTarget{s.name, g.addr, "", g.p, g})
+		targets = append(targets, forwardTarget{s.name, g.addr, "", g.p, s.proc, g})
 	}
 	results := map[string][]result{}
 	for r := range o.rounds {
@@ -111,7 +113,7 @@ func forwardBench(ctx context.Context, dir string, o options, fo forwardOptions,
 			var res result
 			var err error
 			if tg.stream() {
-				res, err = streamRound(ctx, dir, o, tg.fwd)
+				res, err = streamRound(ctx, dir, o, tg.fwd, tg.dest)
 			} else {
 				res, err = loadRound(ctx, dir, o, tg.pub, tg.sub, o.subscribers, o.duration, tg.proc)
 			}
@@ -357,6 +359,17 @@ func printForwardTable(w io.Writer, o options, targets []forwardTarget, results 
 	grow := max(d.peakFill, d.peakDrain) - d.idleAfterRounds
 	fmt.Fprintf(w, "| RssAnon with the backlog within 100 MiB of idle | idle %d MiB, backlog at rest %d MiB, peak filling %d MiB, peak draining %d MiB, after %d MiB: +%d MiB | %s |\n",
 		d.idleAfterRounds>>20, d.idle>>20, d.peakFill>>20, d.peakDrain>>20, d.afterDrained>>20, grow>>20, verdict(grow <= 100<<20))
+	fmt.Fprintln(w, "\n| stream | gateway CPU µs per message (publishing) | stream server CPU µs per message (publishing and drain) |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, tg := range targets {
+		if tg.stream() {
+			dest := "in the harness"
+			if tg.dest != nil {
+				dest = spreadOf(column(results[tg.name], func(r result) float64 { return float64(r.DestCPU.Microseconds()) / float64(r.Published) })).String()
+			}
+			fmt.Fprintf(w, "| %s | %s | %s |\n", tg.name, spreadOf(column(results[tg.name], cpuPerMsg)), dest)
+		}
+	}
 	fmt.Fprintf(w, "\nThe backlog took %s to build through the gateway (upstream stopped); once the upstream was back, the forwarder's\n", d.fill.Round(time.Millisecond))
 	fmt.Fprintf(w, "reconnection backoff took %s before the first acknowledgement, and the drain is timed from then. Idle is the forwarding gateway's RssAnon\n", d.reconnect.Round(time.Millisecond))
 	fmt.Fprintln(w, "after the throughput rounds, before the outage. All processes share this machine's cores; kfake runs inside the harness.")
@@ -381,7 +394,7 @@ func profileForwarding(ctx context.Context, dir string, o options, targets []for
 		}()
 		var err error
 		if tg.stream() {
-			_, err = streamRound(ctx, dir, o, tg.fwd)
+			_, err = streamRound(ctx, dir, o, tg.fwd, tg.dest)
 		} else {
 			_, err = loadRound(ctx, dir, o, tg.pub, tg.sub, o.subscribers, o.duration, tg.proc)
 		}

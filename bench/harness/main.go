@@ -62,6 +62,9 @@ type result struct {
 	// CPU is the server's CPU time (user and system, all threads)
 	// during the round, measured by the harness.
 	CPU time.Duration `json:"-"`
+	// DestCPU is the CPU time of a stream's server during a forwarding
+	// round and its drain.
+	DestCPU time.Duration `json:"-"`
 }
 
 func main() {

@@ -17,6 +17,7 @@ import (
 // forward: entry's keys that choose it.
 type streamDest struct {
 	name, keys string
+	proc       *proc // the stream's server process; nil for kfake
 }
 
 // startStreams starts the three streams of `make bench-forward`: a
@@ -26,13 +27,13 @@ type streamDest struct {
 // installed here), topic bench in 6 partitions. close ends kfake.
 func startStreams(ctx context.Context, dir string, keep func(*proc) *proc) (dests []streamDest, close func(), err error) {
 	close = func() {}
-	redisAddr, err := startOnFreePort(dir, "redis", "redis-server", keep, func(port string) []string {
+	redisAddr, redis, err := startOnFreePort(dir, "redis", "redis-server", keep, func(port string) []string {
 		return []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}
 	})
 	if err != nil {
 		return nil, close, err
 	}
-	natsAddr, err := startOnFreePort(dir, "nats", "nats-server", keep, func(port string) []string {
+	natsAddr, natsProc, err := startOnFreePort(dir, "nats", "nats-server", keep, func(port string) []string {
 		return []string{"-a", "127.0.0.1", "-p", port, "-js", "-sd", dir + "/nats"}
 	})
 	if err == nil {
@@ -53,31 +54,31 @@ func startStreams(ctx context.Context, dir string, keep func(*proc) *proc) (dest
 		return nil, close, fmt.Errorf("kfake: %w", err)
 	}
 	return []streamDest{
-		{"gateway -> redis streams", fmt.Sprintf(`to: "redis://%s", stream: "{topic}"`, redisAddr)},
-		{"gateway -> nats jetstream", fmt.Sprintf(`to: "nats://%s"`, natsAddr)},
-		{"gateway -> kafka (kfake)", fmt.Sprintf(`to: "kafka://%s", kafka_topic: bench`, kafkaAddr)},
+		{"gateway -> redis streams", fmt.Sprintf(`to: "redis://%s", stream: "{topic}"`, redisAddr), redis},
+		{"gateway -> nats jetstream", fmt.Sprintf(`to: "nats://%s"`, natsAddr), natsProc},
+		{"gateway -> kafka (kfake)", fmt.Sprintf(`to: "kafka://%s", kafka_topic: bench`, kafkaAddr), nil},
 	}, kf.Close, nil
 }
 
 // startOnFreePort starts program prog (found by findProgram) as name,
 // with the arguments args makes of a free loopback port, and waits until
 // it listens there.
-func startOnFreePort(dir, name, prog string, keep func(*proc) *proc, args func(port string) []string) (string, error) {
+func startOnFreePort(dir, name, prog string, keep func(*proc) *proc, args func(port string) []string) (string, *proc, error) {
 	bin, err := findProgram(prog)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	addr, err := freePort()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	p, err := start(dir, name, nil, bin, args(port)...)
 	keep(p)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return addr, waitDial(addr, 10*time.Second)
+	return addr, p, waitDial(addr, 10*time.Second)
 }
 
 // natsStream creates the JetStream stream BENCH of bench.> (file
@@ -107,11 +108,18 @@ func natsStream(ctx context.Context, url string) error {
 // streamRound is one round of publishers against g, forwarding into a
 // stream (no subscribers): the messages the stream took per second,
 // from the round's start until the forward log is empty again, as
-// Delivered and DeliveredPS.
-func streamRound(ctx context.Context, dir string, o options, g *forwardingGateway) (result, error) {
+// Delivered and DeliveredPS, and the CPU time of dest (the stream's
+// server, when not nil) meanwhile.
+func streamRound(ctx context.Context, dir string, o options, g *forwardingGateway, dest *proc) (result, error) {
 	before, err := g.status(ctx)
 	if err != nil {
 		return result{}, err
+	}
+	var destCPU time.Duration
+	if dest != nil {
+		if destCPU, err = dest.cpu(); err != nil {
+			return result{}, err
+		}
 	}
 	res, err := loadRound(ctx, dir, o, g.addr, g.addr, 0, o.duration, g.p)
 	if err != nil {
@@ -132,6 +140,13 @@ func streamRound(ctx context.Context, dir string, o options, g *forwardingGatewa
 		time.Sleep(10 * time.Millisecond) // sampling the forward log
 	}
 	active := time.Duration(float64(res.Published) / res.ReceivedPS * float64(time.Second))
+	if dest != nil {
+		cpu, err := dest.cpu()
+		if err != nil {
+			return res, err
+		}
+		res.DestCPU = cpu - destCPU
+	}
 	res.Delivered = after.Forwarded - before.Forwarded
 	res.DeliveredPS = float64(res.Delivered) / (active + time.Since(end)).Seconds()
 	if res.Delivered < res.Published {
