@@ -58,7 +58,7 @@ func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
 		}
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
-	return &conn{d: d, cl: cl, Ending: forward.NewEnding()}, nil
+	return &conn{d: d, cl: cl, topic: forward.ParseTemplate(d.Topic, ""), Ending: forward.NewEnding()}, nil
 }
 
 // maxTopic is the longest Kafka topic name.
@@ -70,27 +70,40 @@ const maxTopic = 249
 // letters, digits, '.', '_' and '-') becomes '_'; a name longer than
 // Kafka allows is cut to 249 bytes.
 func TopicName(tmpl, topic, device string) string {
-	name := strings.NewReplacer("{topic}", clean(strings.ReplaceAll(topic, "/", ".")), "{device}", clean(device)).Replace(tmpl)
+	return topicName(forward.ParseTemplate(tmpl, ""), topic, device)
+}
+
+func topicName(t forward.Template, topic, device string) string {
+	name := t.Expand(topic, device, clean)
 	return name[:min(len(name), maxTopic)]
 }
 
-func clean(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
-			return r
+// clean appends s to b in topic-name characters ('/' of a topic made
+// '.'): a character outside them is '_', each of its bytes.
+func clean(b []byte, s string, topic bool) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-':
+		case c == '/' && topic:
+			c = '.'
+		default:
+			c = '_'
 		}
-		return '_'
-	}, s)
+		b = append(b, c)
+	}
+	return b
 }
 
 type conn struct {
-	d  *Dialer
-	cl *kgo.Client
+	d     *Dialer
+	topic forward.Template
+	cl    *kgo.Client
 	*forward.Ending
 }
 
 func (c *conn) Send(m *forward.Message, _ byte) forward.Ack {
-	rec := &kgo.Record{Topic: TopicName(c.d.Topic, m.Topic, m.Device), Key: []byte(m.Device), Value: m.Payload, Timestamp: m.At,
+	rec := &kgo.Record{Topic: topicName(c.topic, m.Topic, m.Device), Key: []byte(m.Device), Value: m.Payload, Timestamp: m.At,
 		Headers: []kgo.RecordHeader{
 			{Key: "id", Value: []byte(m.ID)},
 			{Key: "topic", Value: []byte(m.Topic)},

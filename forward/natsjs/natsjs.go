@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +62,7 @@ func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
 		return nil, fmt.Errorf("JetStream at %s: %w", d.URLs, err)
 	}
 	c.nc, c.js = nc, js
+	c.subject = forward.ParseTemplate(d.Subject, "{topic}")
 	go c.run()
 	return c, nil
 }
@@ -72,34 +72,42 @@ func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
 // the topic's levels and the device, what a subject token cannot hold
 // ('.', '*', '>', white space, and an empty level) becomes '_'.
 func Subject(tmpl, topic, device string) string {
-	if tmpl == "" {
-		tmpl = "{topic}"
-	}
-	levels := strings.Split(topic, "/")
-	for i, l := range levels {
-		levels[i] = token(l)
-	}
-	return strings.NewReplacer("{topic}", strings.Join(levels, "."), "{device}", token(device)).Replace(tmpl)
+	return forward.ParseTemplate(tmpl, "{topic}").Expand(topic, device, tokens)
 }
 
-// token makes s a valid subject token.
-func token(s string) string {
-	if s == "" {
-		return "_"
-	}
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case '.', '*', '>', ' ', '\t', '\r', '\n', '/':
-			return '_'
+// tokens appends s to b as subject tokens: a topic's levels each a
+// token, a device one token.
+func tokens(b []byte, s string, topic bool) []byte {
+	start := len(b) // of the current token
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '/':
+			if !topic {
+				b = append(b, '_')
+				continue
+			}
+			if len(b) == start {
+				b = append(b, '_') // an empty level
+			}
+			b = append(b, '.')
+			start = len(b)
+		case '.', '*', '>', ' ', '\t', '\r', '\n':
+			b = append(b, '_')
+		default:
+			b = append(b, c)
 		}
-		return r
-	}, s)
+	}
+	if len(b) == start {
+		b = append(b, '_')
+	}
+	return b
 }
 
 type conn struct {
-	d  *Dialer
-	nc *nats.Conn
-	js jetstream.JetStream
+	d       *Dialer
+	subject forward.Template
+	nc      *nats.Conn
+	js      jetstream.JetStream
 	*forward.Ending
 
 	// futures holds, in order, what was published and not yet answered;
@@ -117,7 +125,7 @@ type sent struct {
 }
 
 func (c *conn) Send(m *forward.Message, qos byte) forward.Ack {
-	msg := &nats.Msg{Subject: Subject(c.d.Subject, m.Topic, m.Device), Data: m.Payload, Header: nats.Header{
+	msg := &nats.Msg{Subject: c.subject.Expand(m.Topic, m.Device, tokens), Data: m.Payload, Header: nats.Header{
 		"topic":  {m.Topic},
 		"device": {m.Device},
 		"at":     {strconv.FormatInt(m.At.UnixMilli(), 10)},

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -42,24 +41,24 @@ func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
 		c.Close()
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
-	conn := &conn{d: d, c: c, Ending: forward.NewEnding(), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	conn := &conn{d: d, c: c, stream: forward.ParseTemplate(d.Stream, "{topic}"), Ending: forward.NewEnding(), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	go conn.run()
 	return conn, nil
 }
 
 // StreamName returns the stream of a message on topic from device.
 func StreamName(tmpl, topic, device string) string {
-	if tmpl == "" {
-		return topic
-	}
-	return strings.NewReplacer("{topic}", topic, "{device}", device).Replace(tmpl)
+	return forward.ParseTemplate(tmpl, "{topic}").Expand(topic, device, verbatim)
 }
+
+func verbatim(b []byte, s string, _ bool) []byte { return append(b, s...) }
 
 var errClosed = errors.New("connection closed")
 
 type conn struct {
-	d *Dialer
-	c *redis.Client
+	d      *Dialer
+	stream forward.Template
+	c      *redis.Client
 	*forward.Ending
 
 	mu      sync.Mutex
@@ -123,7 +122,7 @@ func (c *conn) send(batch []*sent) error {
 	pipe := c.c.Pipeline()
 	for _, s := range batch {
 		args := &redis.XAddArgs{
-			Stream: StreamName(c.d.Stream, s.m.Topic, s.m.Device),
+			Stream: c.stream.Expand(s.m.Topic, s.m.Device, verbatim),
 			Values: []any{"id", s.m.ID, "topic", s.m.Topic, "device", s.m.Device, "at", strconv.FormatInt(s.m.At.UnixMilli(), 10),
 				"qos", strconv.Itoa(int(s.m.QoS)), "payload", s.m.Payload},
 		}
