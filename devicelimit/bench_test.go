@@ -207,3 +207,44 @@ func BenchmarkSystemClockNow(b *testing.B) {
 	}
 	_ = sink
 }
+
+// BenchmarkAllowAllAt compares, in one run, a one-window decision
+// (AllowAt) with AllowAllAt over one, two and four windows (messages and
+// bytes mixed), for 10,000 devices taken in turn:
+//
+//	go test -run '^$' -bench AllowAllAt -benchmem ./devicelimit/
+func BenchmarkAllowAllAt(b *testing.B) {
+	devices := make([]string, 10_000)
+	for i := range devices {
+		devices[i] = fmt.Sprintf("meter-%05d", i)
+	}
+	windows := []devicelimit.Limit{
+		{Unit: devicelimit.Messages, N: 100, Window: 10 * time.Second},
+		{Unit: devicelimit.Messages, N: 10_000, Window: 24 * time.Hour},
+		{Unit: devicelimit.Bytes, N: 5 << 20, Window: 24 * time.Hour},
+		{Unit: devicelimit.Bytes, N: 100 << 10, Window: time.Minute},
+	}
+	run := func(b *testing.B, decide func(tab *devicelimit.Table, device string, now devicelimit.Tick)) {
+		tab, err := devicelimit.NewTable(0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		now := devicelimit.Tick(1_700_000_000_000_000_000)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			decide(tab, devices[i%len(devices)], now)
+			now = now.Add(time.Microsecond)
+		}
+	}
+	b.Run("AllowAt", func(b *testing.B) {
+		run(b, func(tab *devicelimit.Table, d string, now devicelimit.Tick) { tab.AllowAt(d, benchQuota, now) })
+	})
+	for _, n := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("windows=%d", n), func(b *testing.B) {
+			run(b, func(tab *devicelimit.Table, d string, now devicelimit.Tick) {
+				tab.AllowAllAt(d, "", windows[:n], 64, now)
+			})
+		})
+	}
+}

@@ -73,15 +73,11 @@ func checkWindows(t *testing.T, admitted []Tick, q Quota, what string) {
 
 func TestPropertyNeverMoreThanNInAnyWindow(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	tables := map[int]*Table{}
+	tables := tableSet{}
 	var admitted []Tick
 	for seq := 0; seq < propertySequences; seq++ {
 		q, buckets := randomQuota(r)
-		tab := tables[buckets]
-		if tab == nil {
-			tab = newTable(t, buckets)
-			tables[buckets] = tab
-		}
+		tab := tables.get(t, buckets)
 		dev := fmt.Sprint("dev-", seq)
 		admitted = admitted[:0]
 		for _, at := range arrivals(r, q, buckets) {
@@ -127,14 +123,10 @@ func checkRetryAfter(t *testing.T, tab *Table, dev string, q Quota, now Tick, re
 
 func TestPropertyEvenSenderNeverRefused(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	tables := map[int]*Table{}
+	tables := tableSet{}
 	for seq := 0; seq < 100_000-propertySequences; seq++ {
 		q, buckets := randomQuota(r)
-		tab := tables[buckets]
-		if tab == nil {
-			tab = newTable(t, buckets)
-			tables[buckets] = tab
-		}
+		tab := tables.get(t, buckets)
 		// N per T*(1+1/B) is a period of T*(B+1)/(B*N), rounded up to the
 		// nanosecond; sometimes slower still.
 		num := int64(q.Window) * int64(buckets+1)

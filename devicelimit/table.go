@@ -1,6 +1,7 @@
 package devicelimit
 
 import (
+	"strings"
 	"sync"
 	"time"
 )
@@ -38,6 +39,7 @@ type shard struct {
 	dirty, gone []string
 	collected   bool
 	scratch     []byte // PeekAt's copy of a record (peekCopy)
+	keyBuf      []byte // the key of a device's other windows (windowKey)
 	_           [64]byte
 }
 
@@ -129,16 +131,27 @@ func (s *shard) rec(ref uint32) rec {
 // widening it so its counters can hold limit. Called with s.mu held.
 // h is hashString(device).
 func (s *shard) lookup(device string, h uint64, limit int, create bool) (rec, bool) {
+	if !create && s.index.find(device, h) < 0 {
+		return rec{}, false
+	}
+	return s.rec(s.lookupRef(device, h, limit, false)), true
+}
+
+// lookupRef returns the ref of the device's record, creating it or
+// widening it so its counters can hold limit. A new record's key is
+// device, or a copy of it when clone is set (a key in a buffer that
+// will change). Called with s.mu held.
+func (s *shard) lookupRef(device string, h uint64, limit int, clone bool) uint32 {
 	class := classFor(limit)
 	i := s.index.find(device, h)
-	switch {
-	case i < 0 && !create:
-		return rec{}, false
-	case i < 0:
+	if i < 0 {
+		if clone {
+			device = strings.Clone(device)
+		}
 		ref := uint32(class)<<refClassShift | s.slabs[class].alloc()
 		s.index.insert(device, h, ref)
 		s.peak = max(s.peak, s.index.n)
-		return s.rec(ref), true
+		return ref
 	}
 	slot := &s.index.slots[i]
 	ref := slot.ref()
@@ -147,11 +160,9 @@ func (s *shard) lookup(device string, h uint64, limit int, create bool) (rec, bo
 		s.free(ref)
 		ref = uint32(class)<<refClassShift | s.slabs[class].alloc()
 		slot.setRef(ref)
-		r := s.rec(ref)
-		copyRec(r, old)
-		return r, true
+		copyRec(s.rec(ref), old)
 	}
-	return s.rec(ref), true
+	return ref
 }
 
 // peekCopy returns a copy of the device's record, wide enough for limit,

@@ -94,6 +94,14 @@ func (r rec) recut(window time.Duration, now Tick, buckets int) {
 // decide advances the window to now and, when count is set and the window
 // has room, counts one message.
 func (r rec) decide(q Quota, now Tick, c *cut, count bool) Decision {
+	return r.decideN(q, now, c, 1, count)
+}
+
+// decideN is decide for a message that counts n (1 in a message window,
+// its bytes in a byte window; n <= q.Limit): the window has room when
+// its total plus n is within the limit, and the RetryAfter of a refusal
+// is when enough has expired for n more.
+func (r rec) decideN(q Quota, now Tick, c *cut, n int, count bool) Decision {
 	buckets := c.buckets
 	slots := buckets + 1
 	if r.length() != q.Window {
@@ -111,26 +119,28 @@ func (r rec) decide(q Quota, now Tick, c *cut, count bool) Decision {
 	}
 	total := r.total()
 	slot := int(nb % int64(slots))
-	if total < q.Limit {
+	if total+n <= q.Limit {
 		if count {
-			r.setCount(slot, r.count(slot)+1)
-			total++
+			r.setCount(slot, r.count(slot)+n)
+			total += n
 			r.setTotal(total)
 		}
 		return Decision{Allowed: count, Count: total, Limit: q.Limit, Remaining: q.Limit - total}
 	}
-	// Over the limit: find the oldest bucket whose expiry brings the
-	// total below the limit; the window admits again when it leaves. The
-	// oldest bucket, nb-buckets, sits in the slot after nb's.
-	k := nb - int64(buckets) + int64(r.slotsToAdmit(slot, slots, total-q.Limit, q.Limit))
+	// Over the limit: find the oldest bucket whose expiry leaves room
+	// for n; the window admits again when it leaves. The oldest bucket,
+	// nb-buckets, sits in the slot after nb's.
+	k := nb - int64(buckets) + int64(r.slotsToAdmit(slot, slots, total+n-q.Limit-1, q.Limit-n+1))
 	at := c.bucketStart(k+int64(slots), q.Window)
 	return Decision{Count: total, Limit: q.Limit, RetryAfter: at.Sub(now)}
 }
 
 // slotsToAdmit returns the position, counted from the oldest bucket, of
-// the bucket whose expiry brings the total within the limit: the oldest
-// bucket k with (counts newer than k) < limit, equivalently (counts up
-// to k) > excess = total - limit. slot is the newest bucket's slot.
+// the bucket whose expiry leaves room for a message: the oldest bucket k
+// with (counts newer than k) < limit, equivalently (counts up to k) >
+// excess = total - limit. slot is the newest bucket's slot. For a
+// message counting n, limit is the window's limit - n + 1 and excess
+// total + n - (its limit) - 1.
 //
 // Walking from the oldest end is quick when the counts are spread out
 // (a steady flood); from the newest end when they sit in the newest

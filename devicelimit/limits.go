@@ -1,0 +1,263 @@
+package devicelimit
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// Several windows per quota. A quota may hold up to MaxWindows limits,
+// each "at most N messages" or "at most N bytes" in any interval of its
+// window; a message is admitted only when every window admits it, and
+// then counted in every one (a refused message is counted in none).
+// Each window is a window record of its own in the device's shard, so
+// one lock covers them all: the decision is atomic, and each window
+// keeps the invariant of window.go on its own. A byte window counts a
+// message's size in its bucket instead of 1.
+//
+// The windows of a device are keyed by the device ID and the window's
+// place: the quota's first message window in the device's own quota is
+// the device's key itself (so windows stored by a gateway that knew one
+// window per device are found again), the others the device ID, a NUL
+// (an MQTT string holds none), the class name, a NUL, 'm' or 'b' and the
+// window's number among those of its unit ("dev\x00\x00m1",
+// "dev\x00alarms\x00b0"). A window whose length changes is re-cut, as a
+// single one is (window.go); one whose unit changes is another window.
+
+// Unit is what a window counts.
+type Unit uint8
+
+// The units.
+const (
+	Messages Unit = iota
+	Bytes
+)
+
+// String returns the unit's configuration name.
+func (u Unit) String() string {
+	if u == Bytes {
+		return "bytes"
+	}
+	return "messages"
+}
+
+const (
+	// MaxWindows bounds the windows of one quota: memory per device
+	// grows with them.
+	MaxWindows = 4
+	// MaxBytes is the largest byte limit: a byte window's counters are
+	// 4 bytes wide.
+	MaxBytes = 1<<32 - 1
+)
+
+// Limit is one window of a quota: at most N messages (or bytes) in any
+// interval of length Window.
+type Limit struct {
+	Unit   Unit
+	N      int
+	Window time.Duration
+}
+
+// String formats the limit as "10 messages/1m0s".
+func (l Limit) String() string { return fmt.Sprintf("%d %s/%s", l.N, l.Unit, l.Window) }
+
+// Validate reports whether l can be enforced by a table with the given
+// bucket count; the error names the field and the value.
+func (l Limit) Validate(buckets int) error {
+	if l.Unit > Bytes {
+		return &FieldError{Field: "unit", Msg: fmt.Sprintf("must be messages or bytes (got %d)", l.Unit), Err: ErrInvalidQuota}
+	}
+	if l.Unit == Bytes {
+		if l.N < 1 || l.N > MaxBytes {
+			return &FieldError{Field: "bytes", Msg: fmt.Sprintf("must be between 1 and %d (got %d)", MaxBytes, l.N), Err: ErrInvalidQuota}
+		}
+		l.N = 1 // the rest is checked as for messages
+	}
+	return Quota{Limit: l.N, Window: l.Window}.Validate(buckets)
+}
+
+// ValidateLimits checks the windows of one quota: 1 to MaxWindows, each
+// valid; the error names the window's place ("windows[1].bytes").
+func ValidateLimits(ls []Limit, buckets int) error {
+	if len(ls) < 1 || len(ls) > MaxWindows {
+		return &FieldError{Field: "windows", Msg: fmt.Sprintf("must hold 1 to %d windows (got %d)", MaxWindows, len(ls)), Err: ErrInvalidQuota}
+	}
+	for i, l := range ls {
+		if err := l.Validate(buckets); err != nil {
+			if fe, ok := err.(*FieldError); ok {
+				return &FieldError{Field: fmt.Sprintf("windows[%d].%s", i, fe.Field), Msg: fe.Msg, Err: fe.Err}
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Verdict is the outcome of AllowAllAt: the message's fate and each
+// window's decision. A value: returning it allocates nothing.
+type Verdict struct {
+	// Allowed reports whether every window admitted the message and it
+	// was counted in each.
+	Allowed bool
+	// RetryAfter is, when refused, how long until every window admits
+	// it: the latest of the refusing windows' (counts only expire while
+	// nothing is admitted, so this is exact).
+	RetryAfter time.Duration
+	// TooLarge reports a message larger than one of the byte windows
+	// can ever admit: no retry admits it.
+	TooLarge bool
+	// Refused is the place of the window that refuses it longest (the
+	// first too small for it, when TooLarge); -1 when allowed.
+	Refused int
+	// Windows are the windows' decisions, in the quota's order (for a
+	// byte window, Count, Limit and Remaining are bytes).
+	Windows [MaxWindows]Decision
+	// N is the number of windows.
+	N int
+}
+
+// AllowAllAt decides whether device may publish a message of size bytes
+// at now under the windows ls of class (the device's own quota when
+// empty; a topic class's otherwise), and counts it in every window when
+// all admit it. ls must be valid (ValidateLimits); invalid windows
+// refuse. It allocates nothing once the device has its windows.
+func (t *Table) AllowAllAt(device, class string, ls []Limit, size int, now Tick) Verdict {
+	return t.decideAll(device, class, ls, size, now, true)
+}
+
+// PeekAllAt returns the verdict AllowAllAt would give (Allowed: it would
+// admit the message), changing nothing.
+func (t *Table) PeekAllAt(device, class string, ls []Limit, size int, now Tick) Verdict {
+	return t.decideAll(device, class, ls, size, now, false)
+}
+
+func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, count bool) Verdict {
+	v := Verdict{Refused: 0, N: len(ls)}
+	if len(ls) < 1 || len(ls) > MaxWindows {
+		v.N = 0
+		return v
+	}
+	for i, l := range ls {
+		top := MaxLimit
+		if l.Unit == Bytes {
+			top = MaxBytes
+		}
+		if l.N < 1 || l.N > top || l.Window < t.minWindow || l.Window > MaxWindow || l.Unit > Bytes {
+			v.Refused = i
+			return v
+		}
+	}
+	s, _ := t.shard(device)
+	s.mu.Lock()
+	at := t.CrashCharge()
+	allowed := true
+	// One window decides and counts at once; several are first decided,
+	// then counted in when all admit (their records found again by ref:
+	// creating one may move the others' bytes, never their refs).
+	commit := count && len(ls) == 1
+	var refs [MaxWindows]uint32
+	var seen [2]int // windows of each unit so far
+	for i, l := range ls {
+		n := units(l, size)
+		key := s.windowKey(device, class, l.Unit, seen[l.Unit])
+		seen[l.Unit]++
+		if n > l.N {
+			v.Windows[i] = Decision{Limit: l.N, Remaining: l.N}
+			if !v.TooLarge {
+				v.TooLarge, v.Refused = true, i
+			}
+			allowed = false
+			continue
+		}
+		d, ref := t.decideKey(s, key, Quota{Limit: l.N, Window: l.Window}, n, now, at, count, commit)
+		v.Windows[i], refs[i] = d, ref
+		if d.RetryAfter > 0 { // a refusal always has one (window.go)
+			allowed = false
+			if !v.TooLarge && d.RetryAfter >= v.RetryAfter {
+				v.RetryAfter, v.Refused = d.RetryAfter, i
+			}
+		}
+	}
+	if allowed && count && !commit {
+		seen = [2]int{}
+		for i, l := range ls {
+			r := s.rec(refs[i])
+			v.Windows[i] = r.decideN(Quota{Limit: l.N, Window: l.Window}, now, &s.cut, units(l, size), true)
+			if r.flags()&flagDirty == 0 {
+				s.markDirty(r, s.windowKey(device, class, l.Unit, seen[l.Unit]))
+			}
+			seen[l.Unit]++
+		}
+	}
+	s.mu.Unlock()
+	if allowed {
+		v.Allowed, v.Refused, v.RetryAfter = true, -1, 0
+	}
+	return v
+}
+
+// windowKey returns the key of device's window number k of unit u in
+// class, in the shard's key buffer: valid until the next call, under
+// s.mu. The device's own first message window is the device's key.
+func (s *shard) windowKey(device, class string, u Unit, k int) string {
+	if class == "" && u == Messages && k == 0 {
+		return device
+	}
+	b := append(s.keyBuf[:0], device...)
+	b = append(b, 0)
+	b = append(b, class...)
+	b = append(b, 0, "mb"[u], byte('0'+k))
+	s.keyBuf = b
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// units is what a message of size bytes counts in a window of l.
+func units(l Limit, size int) int {
+	if l.Unit == Bytes {
+		return max(size, 0)
+	}
+	return 1
+}
+
+// decideKey decides on the window under key (s.mu held) for a message
+// counting n: on a copy when count is not set (a read changes nothing),
+// on the window itself otherwise, creating it, and counting only when
+// commit is set. at is the crash charge's tick (0: none). It returns
+// the window's ref when count is set.
+func (t *Table) decideKey(s *shard, key string, q Quota, n int, now, at Tick, count, commit bool) (Decision, uint32) {
+	h := hashString(key)
+	var r rec
+	var ref uint32
+	var ok bool
+	if count {
+		ref = s.lookupRef(key, h, q.Limit, true)
+		r, ok = s.rec(ref), true
+	} else {
+		r, ok = s.peekCopy(key, h, q.Limit)
+	}
+	if !ok {
+		if at != 0 {
+			// A message counting nothing fits a charged (full) window.
+			if d, ok := chargedPeek(q, at, now, t.buckets); ok && n > 0 {
+				return d, 0
+			}
+		}
+		return Decision{Limit: q.Limit, Remaining: q.Limit}, 0
+	}
+	charged := at != 0 && r.flags()&flagCharged == 0 && r.applyCharge(q, at, now, t.buckets)
+	d := r.decideN(q, now, &s.cut, n, commit)
+	if count && (d.Allowed || charged) && r.flags()&flagDirty == 0 {
+		s.markDirty(r, key)
+	}
+	return d, ref
+}
+
+// markDirty flags a window changed since the last Collect (see
+// shard.dirty); key may live in the key buffer.
+func (s *shard) markDirty(r rec, key string) {
+	r.setFlags(r.flags() | flagDirty)
+	if s.collected {
+		s.dirty = append(s.dirty, strings.Clone(key))
+	}
+}
