@@ -212,6 +212,16 @@ func (s *shard) windowKey(device, class string, u Unit, k int) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
+// validKey checks a window's key: a device ID, or one followed by a
+// NUL and at most 300 bytes naming another of its windows.
+func validKey(key string) error {
+	device, rest, _ := strings.Cut(key, "\x00")
+	if len(rest) > 300 {
+		return &FieldError{Field: "device", Msg: fmt.Sprintf("a window key's suffix must be at most 300 bytes (got %d)", len(rest)), Err: ErrInvalidDevice}
+	}
+	return ValidDeviceID(device)
+}
+
 // units is what a message of size bytes counts in a window of l.
 func units(l Limit, size int) int {
 	if l.Unit == Bytes {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -287,5 +288,35 @@ func TestAllowAllAtAllocatesNothing(t *testing.T) {
 		tab.AllowAllAt("meter", "telemetry", ls, 64, now)
 	}); allocs != 0 {
 		t.Fatalf("AllowAllAt allocated %v times per call", allocs)
+	}
+}
+
+// TestOtherWindowsRestored: a device's second window, handed out by
+// Snapshot under its key and restored in another table (as a restart
+// does), is found again by AllowAllAt: it lands in the device's shard.
+func TestOtherWindowsRestored(t *testing.T) {
+	ls := []Limit{{Messages, 100, time.Second}, {Messages, 3, time.Minute}}
+	a, b := newTable(t, 10), newTable(t, 10)
+	for range 3 {
+		a.AllowAllAt("meter-7", "", ls, 0, t0)
+	}
+	s, _ := a.shard("meter-7")
+	s.mu.Lock()
+	key := string([]byte(s.windowKey("meter-7", "", Messages, 1)))
+	s.mu.Unlock()
+	for _, k := range []string{"meter-7", key} {
+		w, ok := a.Snapshot(k)
+		if !ok {
+			t.Fatalf("no window under %q", k)
+		}
+		if err := b.Restore(k, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := b.AllowAllAt("meter-7", "", ls, 0, t0.Add(time.Second)); v.Allowed || v.Refused != 1 {
+		t.Fatalf("after the restore: %+v, want refused by the minute window", v)
+	}
+	if err := b.Restore("meter-7\x00"+strings.Repeat("x", 301), Window{}); err == nil {
+		t.Fatal("a key with a 301-byte suffix was restored")
 	}
 }

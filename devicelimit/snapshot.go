@@ -186,7 +186,7 @@ func snapshotRec(r rec, buckets int) Window {
 // so they expire no earlier than they would have. The restored window
 // counts as stored and not dirty (see Collect).
 func (t *Table) Restore(device string, w Window) error {
-	if err := ValidDeviceID(device); err != nil {
+	if err := validKey(device); err != nil {
 		return err
 	}
 	if err := w.validate(); err != nil {
@@ -199,7 +199,7 @@ func (t *Table) Restore(device string, w Window) error {
 // RestoreBinary is Restore of a window encoded by MarshalBinary (or
 // handed out by Collect), without allocating for the counts.
 func (t *Table) RestoreBinary(device string, enc []byte) error {
-	if err := ValidDeviceID(device); err != nil {
+	if err := validKey(device); err != nil {
 		return err
 	}
 	var buf [MaxBuckets + 1]uint32

@@ -117,9 +117,14 @@ func (s *shard) init(slots int) {
 // Buckets returns the number of buckets per window.
 func (t *Table) Buckets() int { return t.buckets }
 
-// shard returns the device's shard and the device ID's hash.
-func (t *Table) shard(device string) (*shard, uint64) {
-	h := hashString(device)
+// shard returns the shard of a window's key and the key's hash. A
+// device's other windows (limits.go) are in its shard: the shard is the
+// hash's of the key up to its first NUL.
+func (t *Table) shard(key string) (*shard, uint64) {
+	h := hashString(key)
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		return &t.shards[hashString(key[:i])%numShards], h
+	}
 	return &t.shards[h%numShards], h
 }
 
