@@ -6,9 +6,23 @@ package admin
 
 // QuotaJSON is a quota: limit messages per window, and the policy over it.
 type QuotaJSON struct {
-	Limit  int    `json:"limit"`
-	Window string `json:"window"`
+	Limit  int    `json:"limit,omitempty"`
+	Window string `json:"window,omitempty"`
 	Policy string `json:"policy"`
+	// Windows are a quota's windows when it has several (then Limit and
+	// Window are omitted).
+	Windows []WindowJSON `json:"windows,omitempty"`
+}
+
+// WindowJSON is one window of a quota of several, and in a device's
+// status its state now.
+type WindowJSON struct {
+	Messages   int    `json:"messages,omitempty"`
+	Bytes      int    `json:"bytes,omitempty"`
+	Window     string `json:"window"`
+	Used       *int   `json:"used,omitempty"`
+	Remaining  *int   `json:"remaining,omitempty"`
+	RetryAfter string `json:"retry_after,omitempty"`
 }
 
 // DeviceJSON answers GET /api/v1/devices/{id}.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestClient(t *testing.T) {
 	}
 	e.table.AllowAt("meter-1", devicelimit.Quota{Limit: 5, Window: 10 * time.Second}, e.clock.Now())
 	d, _, err := c.Device(ctx, "meter-1")
-	if err != nil || d.Source != "override" || d.Quota != (QuotaJSON{Limit: 5, Window: "10s", Policy: "defer"}) || d.Used != 1 || d.Remaining != 4 {
+	if err != nil || d.Source != "override" || !reflect.DeepEqual(d.Quota, QuotaJSON{Limit: 5, Window: "10s", Policy: "defer"}) || d.Used != 1 || d.Remaining != 4 {
 		t.Fatalf("Device: %+v %v", d, err)
 	}
 	if l, _, err := c.Quotas(ctx); err != nil || len(l.Overrides) != 1 || l.Overrides[0].Device != "meter-1" {

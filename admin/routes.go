@@ -208,15 +208,28 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	} else {
 		q, src = s.opts.Resolver.Rule(clientID, username)
 	}
-	d, err := s.windows().PeekAt(id, q, now)
-	if err != nil {
+	var d devicelimit.Decision
+	var err error
+	var windows []WindowJSON
+	if q.NWindows > 0 && s.opts.Table != nil && s.opts.Windows == nil {
+		// Several windows (never in cluster mode): each one's state, for
+		// a message of no bytes (a byte window's retry depends on the
+		// size).
+		v := s.opts.Table.PeekAllAt(id, "", q.Windows[:q.NWindows], 0, now)
+		d = v.Decision()
+		windows = windowsOut(q)
+		for i := range windows {
+			wd := v.Windows[i]
+			windows[i].Used, windows[i].Remaining, windows[i].RetryAfter = &wd.Count, &wd.Remaining, ceilMillis(wd.RetryAfter).String()
+		}
+	} else if d, err = s.windows().PeekAt(id, q, now); err != nil {
 		s.log.Error("device window not read", "device", id, "err", err.Error())
 		writeError(w, http.StatusServiceUnavailable, "device window unavailable; see the gateway's log")
 		return
 	}
 	out := DeviceJSON{
 		Device:     id,
-		Quota:      QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()},
+		Quota:      quotaOut(q, windows),
 		Source:     src.String(),
 		Used:       d.Count,
 		Remaining:  d.Remaining,
@@ -232,6 +245,32 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 		out.LastSeen = &ls
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// quotaOut is q in the API's terms; windows, when given, are its
+// windows with their state.
+func quotaOut(q devicelimit.Quota, windows []WindowJSON) QuotaJSON {
+	if q.NWindows == 0 {
+		return QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()}
+	}
+	if windows == nil {
+		windows = windowsOut(q)
+	}
+	return QuotaJSON{Policy: q.Policy.String(), Windows: windows}
+}
+
+// windowsOut lists q's windows.
+func windowsOut(q devicelimit.Quota) []WindowJSON {
+	out := make([]WindowJSON, q.NWindows)
+	for i, l := range q.Windows[:q.NWindows] {
+		out[i].Window = l.Window.String()
+		if l.Unit == devicelimit.Bytes {
+			out[i].Bytes = l.N
+		} else {
+			out[i].Messages = l.N
+		}
+	}
+	return out
 }
 
 func overrideOut(device string, o devicelimit.Override) OverrideJSON {

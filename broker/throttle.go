@@ -163,7 +163,7 @@ func (c *connInfo) refusalReason(q devicelimit.Quota, retry time.Duration) strin
 // refusalText is the one builder of a publish refusal's MQTT 5 reason
 // string: "quota exceeded: 10 messages per 1s, retry after 250ms".
 func refusalText(what string, q devicelimit.Quota, detail string) string {
-	return fmt.Sprintf("%s: %d messages per %s, %s", what, q.Limit, q.Window, detail)
+	return fmt.Sprintf("%s: %s, %s", what, q.Describe(), detail)
 }
 
 // ID returns the hook's ID.
@@ -252,7 +252,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		c.ack.barrier()
 		return pk, h.deferPublish(cl, &pk, c, q, now)
 	}
-	d := h.limiter.AllowAt(c.device, q, now)
+	d := h.limiter.AllowQuotaAt(c.device, q, len(pk.Payload), now)
 	if d.Allowed {
 		if queueable {
 			return pk, h.admitQueued(cl, c, &pk)
@@ -342,7 +342,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	}
 	h.refused(c.device, now)
 	if now >= c.fullQuietUntil { // before it the limiter would refuse: skip the key and the lookup
-		if ok, retry := h.logs.allowAt(logFull, c.device, q.Window, now); ok {
+		if ok, retry := h.logs.allowAt(logFull, c.device, q.Shortest(), now); ok {
 			h.log.Warn("deferral refused", "device", c.device, "client", cl.ID, "reason", out.String())
 		} else {
 			c.fullQuietUntil = now.Add(retry)
@@ -389,6 +389,10 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q dev
 	if !wantsRefusal(cl, pk) {
 		return errIgnore // as quotaExceeded would, without the reason string
 	}
+	if d.TooLarge {
+		return h.quotaExceeded(cl, pk, refusalText("payload too large for the quota", q,
+			fmt.Sprintf("%d bytes never fit a window of %d: not retried", len(pk.Payload), d.Limit)))
+	}
 	return h.quotaExceeded(cl, pk, c.refusalReason(q, retry))
 }
 
@@ -399,13 +403,19 @@ func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, q devicelimit.Quot
 		return // the limiter would refuse: skip its lookup
 	}
 	device := c.device
-	if ok, retry := h.logs.allowAt(logDevice, device, q.Window, now); !ok {
+	if ok, retry := h.logs.allowAt(logDevice, device, q.Shortest(), now); !ok {
 		c.quietUntil = now.Add(retry)
 		return
 	}
 	level := slog.LevelInfo
 	if q.Policy == devicelimit.PolicyDisconnect {
 		level = slog.LevelWarn
+	}
+	if q.NWindows > 0 {
+		h.log.Log(context.Background(), level, "device throttled",
+			"device", device, "client", cl.ID, "quota", q.Describe(), "too_large", d.TooLarge,
+			"policy", q.Policy.String(), "retry_after", ceilMillisecond(d.RetryAfter).String())
+		return
 	}
 	h.log.Log(context.Background(), level, "device throttled",
 		"device", device, "client", cl.ID, "limit", q.Limit, "window", q.Window.String(),

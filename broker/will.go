@@ -38,12 +38,12 @@ func (h *throttle) admitWill(cl *mqtt.Client) bool {
 	c := h.cachedInfo(cl)
 	now := h.clock.Now()
 	q := h.resolver.QuotaAt(c.device, c.rule, now)
-	if h.limiter.AllowAt(c.device, q, now).Allowed {
+	if h.limiter.AllowQuotaAt(c.device, q, len(cl.Properties.Will.Payload), now).Allowed {
 		h.allowed.Add(1)
 		return true
 	}
 	h.refused(c.device, now)
-	if h.wills.take(c.device, q.Window, now) {
+	if h.wills.take(c.device, q.Shortest(), now) {
 		return true // the one will per window beyond the quota
 	}
 	h.dropped.Add(1)

@@ -142,6 +142,16 @@ func (l *Limiter) windowKey(device string) string {
 	return l.prefix + "w:{" + device + "}"
 }
 
+// AllowQuotaAt is AllowAt for a quota of one window; a quota of several
+// is refused: they are not shared through Redis yet, and the
+// configuration refuses them with cluster.redis.
+func (l *Limiter) AllowQuotaAt(device string, q devicelimit.Quota, _ int, now devicelimit.Tick) devicelimit.Decision {
+	if q.NWindows != 0 {
+		return devicelimit.Decision{}
+	}
+	return l.AllowAt(device, q, now)
+}
+
 // AllowAt decides whether device may publish one message under quota q,
 // and counts it in the shared window when allowed. An invalid quota is
 // refused, as by devicelimit.Table.

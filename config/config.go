@@ -119,6 +119,9 @@ type Config struct {
 	// keeps its default and Validate reports the name with the other
 	// problems, so that one run shows them all. nil when none.
 	badNames map[string]string
+	// mixed lists the quota keys that set windows beside limit or
+	// window; Validate reports them.
+	mixed []string
 }
 
 // MQTT configures the MQTT listeners.
@@ -226,12 +229,25 @@ type Defer struct {
 	RestoreDelay Duration `yaml:"restore_delay"`
 }
 
-// Quota is "Limit messages per Window", and the policy above it.
+// Quota is "Limit messages per Window", and the policy above it; or,
+// instead of limit and window, several windows of messages or bytes
+// (README, "Several windows, bytes").
 type Quota struct {
 	Limit  int      `yaml:"limit"`
 	Window Duration `yaml:"window"`
 	// Policy is drop, defer or disconnect in YAML.
 	Policy devicelimit.Policy `yaml:"policy"`
+	// Windows, when set, are the quota's windows: a message is admitted
+	// only when every one admits it.
+	Windows []QuotaWindow `yaml:"windows,omitempty"`
+}
+
+// QuotaWindow is one window of a quota: at most Messages messages, or
+// Bytes bytes of PUBLISH payload, in any interval of length Window.
+type QuotaWindow struct {
+	Messages int      `yaml:"messages,omitempty"`
+	Bytes    Size     `yaml:"bytes,omitempty"`
+	Window   Duration `yaml:"window"`
 }
 
 // Rule gives Quota to the devices that Match selects.
@@ -300,9 +316,25 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // MarshalYAML writes the duration as a string such as "10s".
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 
-// Quota returns the quota in devicelimit's terms.
+// Quota returns the quota in devicelimit's terms. A window giving both
+// or neither of messages and bytes is left for Validate to report (it
+// is taken as bytes, or as 0 messages).
 func (q Quota) Quota() devicelimit.Quota {
-	return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: q.Policy}
+	if len(q.Windows) == 0 {
+		return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: q.Policy}
+	}
+	ls := make([]devicelimit.Limit, len(q.Windows))
+	for i, w := range q.Windows {
+		ls[i] = devicelimit.Limit{Unit: devicelimit.Messages, N: w.Messages, Window: time.Duration(w.Window)}
+		if w.Bytes != 0 {
+			ls[i] = devicelimit.Limit{Unit: devicelimit.Bytes, N: int(w.Bytes), Window: time.Duration(w.Window)}
+		}
+	}
+	dq := devicelimit.WithWindows(q.Policy, ls...)
+	if len(ls) > devicelimit.MaxWindows {
+		dq.NWindows = len(ls) // refused by Validate, naming the count
+	}
+	return dq
 }
 
 // RuleName returns the name of the i'th rule (0-based): its Name, or

@@ -117,7 +117,7 @@ func TestKeys(t *testing.T) {
 		{name: "limit min", yaml: `limits: {default: {limit: 1}}`, want: func(c Config) bool { return c.Limits.Default.Limit == 1 }},
 		{name: "limit max", yaml: `limits: {default: {limit: 1000000000}}`, want: func(c Config) bool { return c.Limits.Default.Limit == devicelimit.MaxLimit }},
 		{name: "limit keeps other defaults", yaml: `limits: {default: {limit: 7}}`, want: func(c Config) bool {
-			return c.Limits.Default == Quota{Limit: 7, Window: Duration(10 * time.Second), Policy: devicelimit.PolicyDrop}
+			return reflect.DeepEqual(c.Limits.Default, Quota{Limit: 7, Window: Duration(10 * time.Second), Policy: devicelimit.PolicyDrop})
 		}},
 		{name: "limit zero", yaml: `limits: {default: {limit: 0}}`, err: []string{`limits.default.limit: must be between 1 and 1000000000 (got 0)`}},
 		{name: "limit negative", yaml: `limits: {default: {limit: -5}}`, err: []string{`limits.default.limit: must be between 1 and 1000000000 (got -5)`}},
@@ -205,8 +205,8 @@ limits:
       quota: {limit: 5}
     - match: {username: "b"}
 `, want: func(c Config) bool {
-			return c.Limits.Rules[0].Quota == Quota{Limit: 5, Window: Duration(2 * time.Second), Policy: devicelimit.PolicyDisconnect} &&
-				c.Limits.Rules[1].Quota == Quota{Limit: 50, Window: Duration(2 * time.Second), Policy: devicelimit.PolicyDisconnect}
+			return reflect.DeepEqual(c.Limits.Rules[0].Quota, Quota{Limit: 5, Window: Duration(2 * time.Second), Policy: devicelimit.PolicyDisconnect}) &&
+				reflect.DeepEqual(c.Limits.Rules[1].Quota, Quota{Limit: 50, Window: Duration(2 * time.Second), Policy: devicelimit.PolicyDisconnect})
 		}},
 		{name: "rules empty list", yaml: `limits: {rules: []}`, want: func(c Config) bool { return c.Limits.Rules == nil }},
 		{name: "rule without match", yaml: `limits: {rules: [{quota: {limit: 1}}]}`, err: []string{`limits.rules[0].match: needs a client_id or username pattern`}},
@@ -242,7 +242,7 @@ limits:
 
 		// aliases resolve like the values they name
 		{name: "alias", yaml: "limits:\n  default: &q {limit: 3, window: 3s}\n  rules: [{match: {username: u}, quota: *q}]\n", want: func(c Config) bool {
-			return c.Limits.Rules[0].Quota == Quota{Limit: 3, Window: Duration(3 * time.Second), Policy: devicelimit.PolicyDrop}
+			return reflect.DeepEqual(c.Limits.Rules[0].Quota, Quota{Limit: 3, Window: Duration(3 * time.Second), Policy: devicelimit.PolicyDrop})
 		}},
 	}
 	for _, tt := range tests {

@@ -85,15 +85,34 @@ func Parse(r io.Reader) (Config, error) {
 		return Config{}, fmt.Errorf("config: line %d: a second YAML document starts here; put all keys in one document", extra.Line)
 	}
 
-	// A rule's quota keys that are absent come from limits.default.
+	// A quota gives limit and window, or windows. limits.default's
+	// windows replace its default limit and window.
+	mixed := func(p string) bool {
+		if w.present[p+"windows"] && (w.present[p+"limit"] || w.present[p+"window"]) {
+			cfg.mixed = append(cfg.mixed, strings.TrimSuffix(p, "."))
+			return true
+		}
+		return false
+	}
+	if !mixed("limits.default.") && w.present["limits.default.windows"] {
+		cfg.Limits.Default.Limit, cfg.Limits.Default.Window = 0, 0
+	}
+	// A rule's quota keys that are absent come from limits.default:
+	// its limit and window, or its windows, when the rule gives neither.
 	for i := range cfg.Limits.Rules {
 		q := &cfg.Limits.Rules[i].Quota
 		p := fmt.Sprintf("limits.rules[%d].quota.", i)
-		if !w.present[p+"limit"] {
-			q.Limit = cfg.Limits.Default.Limit
-		}
-		if !w.present[p+"window"] {
-			q.Window = cfg.Limits.Default.Window
+		own := w.present[p+"windows"] || w.present[p+"limit"] || w.present[p+"window"]
+		if !mixed(p) && !w.present[p+"windows"] {
+			if !w.present[p+"limit"] {
+				q.Limit = cfg.Limits.Default.Limit
+			}
+			if !w.present[p+"window"] {
+				q.Window = cfg.Limits.Default.Window
+			}
+			if !own {
+				q.Windows = cfg.Limits.Default.Windows
+			}
 		}
 		if !w.present[p+"policy"] {
 			q.Policy = cfg.Limits.Default.Policy

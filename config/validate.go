@@ -55,7 +55,30 @@ func (c Config) Validate() error {
 		}
 		buckets = 1
 	}
+	for _, key := range c.mixed {
+		v.add(key+".windows", "give limit and window, or windows, not both")
+	}
 	v.quota("limits.default", c.Limits.Default, buckets)
+	for i, q := range append([]Quota{c.Limits.Default}, c.rulesQuotas()...) {
+		if len(q.Windows) > 0 && q.Policy == devicelimit.PolicyDefer {
+			key := "limits.default.policy"
+			if i > 0 {
+				key = fmt.Sprintf("limits.rules[%d].quota.policy", i-1)
+			}
+			v.add(key, "defer with several windows is not built yet: give drop or disconnect, or one limit and window")
+		}
+	}
+	if c.Cluster.Enabled() {
+		for i, q := range append([]Quota{c.Limits.Default}, c.rulesQuotas()...) {
+			if len(q.Windows) > 0 {
+				key := "limits.default.windows"
+				if i > 0 {
+					key = fmt.Sprintf("limits.rules[%d].quota.windows", i-1)
+				}
+				v.add(key, "several windows are not shared through Redis yet: with cluster.redis, give limit and window")
+			}
+		}
+	}
 	_, err := c.Identity()
 	v.name("limits.identity", err)
 	names := make(map[string]int, len(c.Limits.Rules))
@@ -160,6 +183,15 @@ func (v *validator) glob(key, pattern string) {
 	}
 }
 
+// rulesQuotas returns the rules' quotas, in order.
+func (c Config) rulesQuotas() []Quota {
+	out := make([]Quota, len(c.Limits.Rules))
+	for i, r := range c.Limits.Rules {
+		out[i] = r.Quota
+	}
+	return out
+}
+
 // quota checks q under key with devicelimit's ranges; the field
 // devicelimit names goes into the key ("limits.default.limit: must be
 // ...").
@@ -167,6 +199,12 @@ func (v *validator) quota(key string, q Quota, buckets int) {
 	if _, bad := v.badNames[key+".policy"]; bad {
 		v.name(key+".policy", nil)
 		q.Policy = devicelimit.PolicyDrop // reported: check the rest
+	}
+	for i, w := range q.Windows {
+		if (w.Messages != 0) == (w.Bytes != 0) {
+			v.add(fmt.Sprintf("%s.windows[%d]", key, i), fmt.Sprintf("give messages or bytes, one of them (got messages %d, bytes %d)", w.Messages, w.Bytes))
+			return
+		}
 	}
 	if err := q.Quota().Validate(buckets); err != nil {
 		v.field(key, err)

@@ -17,4 +17,7 @@ type Decision struct {
 	// RetryAfter is, when refused, how long until the window admits the
 	// next message; 0 when allowed.
 	RetryAfter time.Duration
+	// TooLarge reports a message larger than a byte window of its quota
+	// can ever admit (AllowQuotaAt): no retry admits it.
+	TooLarge bool
 }

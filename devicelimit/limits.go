@@ -117,6 +117,27 @@ type Verdict struct {
 	N int
 }
 
+// AllowQuotaAt decides whether device may publish a message of size
+// bytes at now under q: against q's windows when it has several
+// (AllowAllAt; the decision's Count, Limit and Remaining are the
+// refusing window's, or the first's when admitted), its one window
+// otherwise (AllowAt).
+func (t *Table) AllowQuotaAt(device string, q Quota, size int, now Tick) Decision {
+	if q.NWindows == 0 {
+		return t.AllowAt(device, q, now)
+	}
+	return t.AllowAllAt(device, "", q.Windows[:min(max(q.NWindows, 0), MaxWindows)], size, now).Decision()
+}
+
+// Decision sums the verdict up as one window's decision: the refusing
+// window's (the first's when admitted), with the verdict's RetryAfter
+// and TooLarge.
+func (v Verdict) Decision() Decision {
+	d := v.Windows[max(v.Refused, 0)]
+	d.Allowed, d.RetryAfter, d.TooLarge = v.Allowed, v.RetryAfter, v.TooLarge
+	return d
+}
+
 // AllowAllAt decides whether device may publish a message of size bytes
 // at now under the windows ls of class (the device's own quota when
 // empty; a topic class's otherwise), and counts it in every window when

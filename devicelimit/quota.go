@@ -2,6 +2,7 @@ package devicelimit
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -75,16 +76,61 @@ func (p *Policy) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Quota is "Limit messages per Window", and what to do above it.
-// The zero value is not a valid quota.
+// Quota is "Limit messages per Window", and what to do above it; or,
+// with NWindows > 0, the windows Windows[:NWindows] of messages or bytes
+// (limits.go), Limit and Window then unused. A value, comparable with
+// ==. The zero value is not a valid quota.
 type Quota struct {
-	Limit  int
-	Window time.Duration
-	Policy Policy
+	Limit    int
+	Window   time.Duration
+	Policy   Policy
+	Windows  [MaxWindows]Limit
+	NWindows int
 }
 
-// String formats the quota as "10/1s drop".
+// WithWindows returns a quota of the windows ls (at most MaxWindows are
+// kept) and policy p.
+func WithWindows(p Policy, ls ...Limit) Quota {
+	q := Quota{Policy: p, NWindows: min(len(ls), MaxWindows)}
+	copy(q.Windows[:], ls)
+	return q
+}
+
+// Describe says what the quota allows: "10 messages per 1s", or its
+// windows, "10 messages per 1m0s, 5242880 bytes per 24h0m0s".
+func (q Quota) Describe() string {
+	if q.NWindows <= 0 || q.NWindows > MaxWindows {
+		return fmt.Sprintf("%d messages per %s", q.Limit, q.Window)
+	}
+	var b strings.Builder
+	for i, l := range q.Windows[:q.NWindows] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d %s per %s", l.N, l.Unit, l.Window)
+	}
+	return b.String()
+}
+
+// Shortest returns the quota's shortest window (Window for one): the
+// span of "once per window" logs.
+func (q Quota) Shortest() time.Duration {
+	if q.NWindows <= 0 || q.NWindows > MaxWindows {
+		return q.Window
+	}
+	w := q.Windows[0].Window
+	for _, l := range q.Windows[1:q.NWindows] {
+		w = min(w, l.Window)
+	}
+	return w
+}
+
+// String formats the quota as "10/1s drop", or with several windows as
+// "[10 messages/1m0s 5242880 bytes/24h0m0s] drop".
 func (q Quota) String() string {
+	if q.NWindows > 0 {
+		return fmt.Sprintf("%v %s", q.Windows[:q.NWindows], q.Policy)
+	}
 	return fmt.Sprintf("%d/%s %s", q.Limit, q.Window, q.Policy)
 }
 
@@ -98,6 +144,15 @@ func (q Quota) Validate(buckets int) error {
 	}
 	bad := func(field, format string, args ...any) error {
 		return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...), Err: ErrInvalidQuota}
+	}
+	if q.NWindows != 0 {
+		if int(q.Policy) >= len(policyNames) {
+			return &FieldError{Field: "policy", Msg: fmt.Sprintf("must be drop, defer or disconnect (got %d)", uint8(q.Policy)), Err: ErrInvalidPolicy}
+		}
+		if q.NWindows < 0 || q.NWindows > MaxWindows {
+			return bad("windows", "must hold 1 to %d windows (got %d)", MaxWindows, q.NWindows)
+		}
+		return ValidateLimits(q.Windows[:q.NWindows], buckets)
 	}
 	switch {
 	case q.Limit < 1 || q.Limit > MaxLimit:

@@ -301,8 +301,13 @@ func Run(ctx context.Context, cfg config.Config, d Deps) error {
 	g.LogListeners()
 	g.ReloadOnHangup(ctx, cfg)
 	log.Info("admin listening", "addr", g.AdminAddr().String())
-	log.Info("default quota", "limit", def.Limit, "window", def.Window.String(), "policy", def.Policy,
-		"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
+	if len(def.Windows) > 0 {
+		log.Info("default quota", "windows", def.Quota().Describe(), "policy", def.Policy,
+			"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
+	} else {
+		log.Info("default quota", "limit", def.Limit, "window", def.Window.String(), "policy", def.Policy,
+			"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
+	}
 
 	<-ctx.Done()
 	log.Info("shutting down", "timeout", ShutdownTimeout.String())

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"devicegate/server"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"devicegate/config"
+	"devicegate/server"
 )
 
 // testVersion is stamped into the binary the tests run, as a release
@@ -442,5 +444,16 @@ func TestVersionProcess(t *testing.T) {
 	want := fmt.Sprintf("devicegate %s (%s)\n", testVersion, runtime.Version())
 	if code != 0 || stdout != want || stderr != "" {
 		t.Fatalf("version: exit %d, stdout %q, stderr %q; want 0, %q, nothing", code, stdout, stderr, want)
+	}
+}
+
+// TestLimitFlagOverWindows: --limit over a file whose default quota has
+// several windows makes it one window: the flag's limit and the
+// built-in window.
+func TestLimitFlagOverWindows(t *testing.T) {
+	q := config.Quota{Limit: 7, Windows: []config.QuotaWindow{{Messages: 1, Window: config.Duration(time.Second)}}}
+	oneWindow(&q)
+	if q.Windows != nil || q.Limit != 7 || q.Window != config.Default().Limits.Default.Window {
+		t.Fatalf("after --limit 7: %+v", q)
 	}
 }

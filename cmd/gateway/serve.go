@@ -135,8 +135,10 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 			cfg.Limits.Defer.RestoreDelay = config.Duration(f.restoreDelay.v)
 		case "limit":
 			cfg.Limits.Default.Limit = f.limit.v
+			oneWindow(&cfg.Limits.Default)
 		case "window":
 			cfg.Limits.Default.Window = config.Duration(f.window.v)
+			oneWindow(&cfg.Limits.Default)
 		case "policy":
 			named("policy", f.policy, func(s string) (err error) { cfg.Limits.Default.Policy, err = config.ParsePolicy(s); return err })
 		case "buckets":
@@ -250,4 +252,21 @@ func (d *durationValue) Set(s string) error {
 	}
 	d.v = v
 	return nil
+}
+
+// oneWindow makes q, given --limit or --window over a file whose default
+// quota has several windows, one window again: the flag's, with the
+// built-in default's limit or window for the one not given.
+func oneWindow(q *config.Quota) {
+	if len(q.Windows) == 0 {
+		return
+	}
+	q.Windows = nil
+	d := config.Default().Limits.Default
+	if q.Limit == 0 {
+		q.Limit = d.Limit
+	}
+	if q.Window == 0 {
+		q.Window = d.Window
+	}
 }

@@ -121,6 +121,9 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		// The started gateway's default quota: the config file's, with
 		// the quota flags given over it. The checker judges by the same.
 		cfg.Quota = gcfg.Limits.Default.Quota()
+		if cfg.Quota.NWindows > 0 {
+			return errors.New("simulate: limits.default has several windows; the checker judges one limit and window so far (issue 17)")
+		}
 	}
 	if len(cfg.Mix) > 0 {
 		if _, err := applyMix(ctx, target, cfg, cfg.Quota); err != nil {

@@ -65,13 +65,27 @@ func (cl *Client5) Publish(topic, payload string) (byte, error) {
 
 // PublishPacket is Publish of a whole PUBLISH (properties, QoS).
 func (cl *Client5) PublishPacket(p *paho.Publish) (byte, error) {
+	code, _, err := cl.publish(p)
+	return code, err
+}
+
+// PublishReason is Publish that also returns the PUBACK's reason string.
+func (cl *Client5) PublishReason(topic, payload string) (byte, string, error) {
+	return cl.publish(&paho.Publish{Topic: topic, QoS: 1, Payload: []byte(payload)})
+}
+
+func (cl *Client5) publish(p *paho.Publish) (byte, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := cl.c.Publish(ctx, p)
 	if resp == nil {
-		return 0, err
+		return 0, "", err
 	}
-	return resp.ReasonCode, nil // paho reports a code >= 0x80 as an error too
+	var reason string
+	if resp.Properties != nil {
+		reason = resp.Properties.ReasonString
+	}
+	return resp.ReasonCode, reason, nil // paho reports a code >= 0x80 as an error too
 }
 
 // MustPublish publishes and fails the test unless the PUBACK carries

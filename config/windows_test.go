@@ -1,0 +1,67 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// TestQuotaWindows: a quota of several windows parses into devicelimit's
+// terms; a rule that gives no quota keys takes the default's windows;
+// bad windows are refused naming the key and the value.
+func TestQuotaWindows(t *testing.T) {
+	good := `limits:
+  default:
+    windows:
+      - {messages: 10, window: 1m}
+      - {messages: 1000, window: 24h}
+      - {bytes: 5MiB, window: 24h}
+  rules:
+    - {match: {client_id: "own-*"}, quota: {limit: 5, window: 1s}}
+    - {match: {client_id: "inherits-*"}, quota: {policy: disconnect}}
+`
+	c, err := Parse(strings.NewReader(good))
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := devicelimit.WithWindows(devicelimit.PolicyDrop,
+		devicelimit.Limit{Unit: devicelimit.Messages, N: 10, Window: time.Minute},
+		devicelimit.Limit{Unit: devicelimit.Messages, N: 1000, Window: 24 * time.Hour},
+		devicelimit.Limit{Unit: devicelimit.Bytes, N: 5 << 20, Window: 24 * time.Hour})
+	if got := c.Limits.Default.Quota(); got != want {
+		t.Fatalf("default %v, want %v", got, want)
+	}
+	if got := c.Limits.Rules[0].Quota.Quota(); got != (devicelimit.Quota{Limit: 5, Window: time.Second}) {
+		t.Fatalf("rule with its own limit: %v", got)
+	}
+	inherit := want
+	inherit.Policy = devicelimit.PolicyDisconnect
+	if got := c.Limits.Rules[1].Quota.Quota(); got != inherit {
+		t.Fatalf("rule giving no windows: %v, want the default's windows %v", got, inherit)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{`limits: {default: {limit: 5, windows: [{messages: 1, window: 1s}]}}`, `limits.default.windows: give limit and window, or windows, not both`},
+		{`limits: {rules: [{match: {client_id: a}, quota: {window: 5s, windows: [{messages: 1, window: 1s}]}}]}`, `limits.rules[0].quota.windows: give limit and window, or windows, not both`},
+		{`limits: {default: {windows: [{messages: 1, bytes: 10, window: 1s}]}}`, `limits.default.windows[0]: give messages or bytes, one of them (got messages 1, bytes 10)`},
+		{`limits: {default: {windows: [{window: 1s}]}}`, `limits.default.windows[0]: give messages or bytes, one of them (got messages 0, bytes 0)`},
+		{`limits: {default: {windows: [{messages: 1, window: 1s}, {messages: 2, window: 2s}, {messages: 3, window: 3s}, {messages: 4, window: 4s}, {messages: 5, window: 5s}]}}`, `limits.default.windows: must hold 1 to 4 windows (got 5)`},
+		{`limits: {default: {windows: [{bytes: 5GiB, window: 1s}]}}`, `limits.default.windows[0].bytes: must be between 1 and 4294967295 (got 5368709120)`},
+		{`limits: {default: {windows: [{messages: 5, window: 0s}]}}`, `limits.default.windows[0].window: must be > 0`},
+		{`limits: {default: {windows: [{messages: 5, window: 1s}], policy: defer}}`, `limits.default.policy: defer with several windows is not built yet`},
+		{"cluster: {redis: {addrs: [\"127.0.0.1:6379\"]}}\nlimits: {default: {windows: [{messages: 5, window: 1s}]}}", `limits.default.windows: several windows are not shared through Redis yet`},
+		{`limits: {default: {windows: [{messages: 5, window: 1s, burst: 2}]}}`, `limits.default.windows[0].burst: unknown key`},
+	} {
+		c, err := Parse(strings.NewReader(tc.yaml))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}
