@@ -12,6 +12,19 @@ type QuotaJSON struct {
 	// Windows are a quota's windows when it has several (then Limit and
 	// Window are omitted).
 	Windows []WindowJSON `json:"windows,omitempty"`
+	// Used, Remaining and RetryAfter are a topic class's one window's
+	// state, in a device's status.
+	Used       *int   `json:"used,omitempty"`
+	Remaining  *int   `json:"remaining,omitempty"`
+	RetryAfter string `json:"retry_after,omitempty"`
+}
+
+// ClassJSON is a topic class of a device's rule (or of the default) in
+// its status: the class's quota with its windows' state.
+type ClassJSON struct {
+	Name   string    `json:"name"`
+	Topics []string  `json:"topics"`
+	Quota  QuotaJSON `json:"quota"`
 }
 
 // WindowJSON is one window of a quota of several, and in a device's
@@ -37,6 +50,9 @@ type DeviceJSON struct {
 	Deferred          int       `json:"deferred"`
 	Connected         bool      `json:"connected"`
 	LastSeen          *string   `json:"last_seen"`
+	// Classes are the topic classes of the device's rule (or the
+	// default's), each with its windows' state.
+	Classes []ClassJSON `json:"classes,omitempty"`
 }
 
 // OverrideJSON is a device's quota override: the answer of PUT

@@ -203,25 +203,18 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	var q devicelimit.Quota
 	var src devicelimit.Source
 	var expires devicelimit.Tick
+	rq, classes, rsrc := s.opts.Resolver.RuleClasses(clientID, username)
 	if o, ok := s.opts.Resolver.Override(id, now); ok {
 		q, src, expires = o.Quota, devicelimit.Source{Kind: devicelimit.SourceOverride}, o.ExpiresAt
 	} else {
-		q, src = s.opts.Resolver.Rule(clientID, username)
+		q, src = rq, rsrc
 	}
 	var d devicelimit.Decision
 	var err error
 	var windows []WindowJSON
-	if q.NWindows > 0 && s.opts.Table != nil && s.opts.Windows == nil {
-		// Several windows (never in cluster mode): each one's state, for
-		// a message of no bytes (a byte window's retry depends on the
-		// size).
-		v := s.opts.Table.PeekAllAt(id, "", q.Windows[:q.NWindows], 0, now)
-		d = v.Decision()
-		windows = windowsOut(q)
-		for i := range windows {
-			wd := v.Windows[i]
-			windows[i].Used, windows[i].Remaining, windows[i].RetryAfter = &wd.Count, &wd.Remaining, ceilMillis(wd.RetryAfter).String()
-		}
+	local := s.opts.Table != nil && s.opts.Windows == nil // never classes or several windows in cluster mode
+	if q.NWindows > 0 && local {
+		d, windows = s.peekWindows(id, "", q, now)
 	} else if d, err = s.windows().PeekAt(id, q, now); err != nil {
 		s.log.Error("device window not read", "device", id, "err", err.Error())
 		writeError(w, http.StatusServiceUnavailable, "device window unavailable; see the gateway's log")
@@ -237,6 +230,12 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 		Deferred:   st.Deferred,
 		Connected:  st.Connected,
 	}
+	if local {
+		for _, c := range classes {
+			_, cw := s.peekWindows(id, c.Name, c.Quota, now)
+			out.Classes = append(out.Classes, ClassJSON{Name: c.Name, Topics: c.Topics, Quota: quotaOut(c.Quota, cw)})
+		}
+	}
 	if expires != 0 {
 		out.OverrideExpiresAt = formatTick(expires)
 	}
@@ -247,11 +246,32 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// peekWindows reads device's windows of class under q (one or several)
+// for a message of no bytes (a byte window's retry depends on the size):
+// the summed-up decision and each window's state.
+func (s *Server) peekWindows(device, class string, q devicelimit.Quota, now devicelimit.Tick) (devicelimit.Decision, []WindowJSON) {
+	ls := q.Windows[:max(q.NWindows, 0)]
+	if q.NWindows == 0 {
+		ls = []devicelimit.Limit{{Unit: devicelimit.Messages, N: q.Limit, Window: q.Window}}
+	}
+	v := s.opts.Table.PeekAllAt(device, class, ls, 0, now)
+	out := windowsOut(devicelimit.WithWindows(q.Policy, ls...))
+	for i := range out {
+		wd := v.Windows[i]
+		out[i].Used, out[i].Remaining, out[i].RetryAfter = &wd.Count, &wd.Remaining, ceilMillis(wd.RetryAfter).String()
+	}
+	return v.Decision(), out
+}
+
 // quotaOut is q in the API's terms; windows, when given, are its
 // windows with their state.
 func quotaOut(q devicelimit.Quota, windows []WindowJSON) QuotaJSON {
 	if q.NWindows == 0 {
-		return QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()}
+		out := QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()}
+		if len(windows) == 1 { // a class's one window, with its state
+			out.Used, out.Remaining, out.RetryAfter = windows[0].Used, windows[0].Remaining, windows[0].RetryAfter
+		}
+		return out
 	}
 	if windows == nil {
 		windows = windowsOut(q)

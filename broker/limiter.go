@@ -13,9 +13,10 @@ type Limiter interface {
 	// AllowAt decides whether device may publish one message at now
 	// under q, and counts it when allowed.
 	AllowAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision
-	// AllowQuotaAt is AllowAt for a message of size payload bytes under
-	// a quota that may have several windows (devicelimit.Table's).
-	AllowQuotaAt(device string, q devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.Decision
+	// AllowClassAt is AllowAt for a message of size payload bytes in
+	// topic class class ("" for the device's own quota) under a quota
+	// that may have several windows (devicelimit.Table's).
+	AllowClassAt(device, class string, q devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.Decision
 	// Buckets returns the number of buckets per window, which quotas
 	// are validated against.
 	Buckets() int

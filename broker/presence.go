@@ -76,8 +76,8 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 
 func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {
 	username := string(cl.Properties.Username)
-	q, _ := h.resolver.Rule(cl.ID, username)
-	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q}
+	q, classes, _ := h.resolver.RuleClasses(cl.ID, username)
+	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q, classes: classes}
 }
 
 // OnDisconnect forgets the connection. (mochi skips OnDisconnect when a

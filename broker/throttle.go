@@ -125,8 +125,9 @@ type throttle struct {
 type connInfo struct {
 	device             string
 	clientID, username string
-	rule               devicelimit.Quota // the config rule (or default) quota
-	closing            atomic.Bool       // set when policy disconnect hung up
+	rule               devicelimit.Quota   // the config rule (or default) quota
+	classes            []devicelimit.Class // the rule's (or default's) topic classes
+	closing            atomic.Bool         // set when policy disconnect hung up
 	// dev is the device's entry in throttle.devices; nil for a
 	// connInfo computed for an uncached client.
 	dev *devState
@@ -248,11 +249,17 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		return pk, errReject
 	}
 	q := h.resolver.QuotaAt(c.device, c.rule, now)
+	class := ""
+	if len(c.classes) > 0 {
+		if cls, ok := devicelimit.MatchClass(c.classes, pk.TopicName); ok {
+			class, q = cls.Name, cls.Quota // never defer (config)
+		}
+	}
 	if q.Policy == devicelimit.PolicyDefer && h.def != nil {
 		c.ack.barrier()
 		return pk, h.deferPublish(cl, &pk, c, q, now)
 	}
-	d := h.limiter.AllowQuotaAt(c.device, q, len(pk.Payload), now)
+	d := h.limiter.AllowClassAt(c.device, class, q, len(pk.Payload), now)
 	if d.Allowed {
 		if queueable {
 			return pk, h.admitQueued(cl, c, &pk)
@@ -260,7 +267,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		return pk, h.admit(cl, c.device, &pk)
 	}
 	c.ack.barrier()
-	return pk, h.refuse(cl, pk, c, q, d, now)
+	return pk, h.refuse(cl, pk, c, class, q, d, now)
 }
 
 // admit lets a publish the window admitted through: forwarded to the
@@ -332,7 +339,7 @@ func (h *throttle) admitQueued(cl *mqtt.Client, c *connInfo, pk *packets.Packet)
 func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo, q devicelimit.Quota, now devicelimit.Tick) error {
 	out, d := h.def.deferPublish(cl, pk, c.device, c.rule, q, now)
 	if !d.Allowed && d.Limit > 0 { // the window refused it (else it queued behind others)
-		h.logThrottled(cl, c, q, d, now)
+		h.logThrottled(cl, c, "", q, d, now)
 	}
 	switch out {
 	case outAllowed:
@@ -356,9 +363,9 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 
 // refuse applies q's policy to a publish over quota and returns the error
 // for mochi.
-func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
+func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class string, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
 	retry := ceilMillisecond(d.RetryAfter)
-	h.logThrottled(cl, c, q, d, now)
+	h.logThrottled(cl, c, class, q, d, now)
 	h.refused(c.device, now)
 	v5 := cl.Properties.ProtocolVersion == 5
 
@@ -390,15 +397,26 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, q dev
 		return errIgnore // as quotaExceeded would, without the reason string
 	}
 	if d.TooLarge {
-		return h.quotaExceeded(cl, pk, refusalText("payload too large for the quota", q,
+		return h.quotaExceeded(cl, pk, refusalText("payload too large for the quota"+ofClass(class), q,
 			fmt.Sprintf("%d bytes never fit a window of %d: not retried", len(pk.Payload), d.Limit)))
+	}
+	if class != "" {
+		return h.quotaExceeded(cl, pk, refusalText("quota exceeded"+ofClass(class), q, "retry after "+retry.String()))
 	}
 	return h.quotaExceeded(cl, pk, c.refusalReason(q, retry))
 }
 
+// ofClass names a topic class in a refusal's reason string.
+func ofClass(class string) string {
+	if class == "" {
+		return ""
+	}
+	return " (class " + class + ")"
+}
+
 // logThrottled logs a refusal by the window, at most once per window per
 // device.
-func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) {
+func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, class string, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) {
 	if now < c.quietUntil {
 		return // the limiter would refuse: skip its lookup
 	}
@@ -411,9 +429,9 @@ func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, q devicelimit.Quot
 	if q.Policy == devicelimit.PolicyDisconnect {
 		level = slog.LevelWarn
 	}
-	if q.NWindows > 0 {
+	if q.NWindows > 0 || class != "" {
 		h.log.Log(context.Background(), level, "device throttled",
-			"device", device, "client", cl.ID, "quota", q.Describe(), "too_large", d.TooLarge,
+			"device", device, "client", cl.ID, "class", class, "quota", q.Describe(), "too_large", d.TooLarge,
 			"policy", q.Policy.String(), "retry_after", ceilMillisecond(d.RetryAfter).String())
 		return
 	}

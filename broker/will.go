@@ -1,6 +1,10 @@
 package broker
 
-import mqtt "github.com/mochi-mqtt/server/v2"
+import (
+	mqtt "github.com/mochi-mqtt/server/v2"
+
+	"devicegate/devicelimit"
+)
 
 // willHook charges a will against its device's quota when mochi is about
 // to publish it. mochi publishes a will straight to the subscribers,
@@ -38,7 +42,11 @@ func (h *throttle) admitWill(cl *mqtt.Client) bool {
 	c := h.cachedInfo(cl)
 	now := h.clock.Now()
 	q := h.resolver.QuotaAt(c.device, c.rule, now)
-	if h.limiter.AllowQuotaAt(c.device, q, len(cl.Properties.Will.Payload), now).Allowed {
+	class := ""
+	if cls, ok := devicelimit.MatchClass(c.classes, cl.Properties.Will.TopicName); ok {
+		class, q = cls.Name, cls.Quota
+	}
+	if h.limiter.AllowClassAt(c.device, class, q, len(cl.Properties.Will.Payload), now).Allowed {
 		h.allowed.Add(1)
 		return true
 	}

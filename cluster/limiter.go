@@ -142,11 +142,12 @@ func (l *Limiter) windowKey(device string) string {
 	return l.prefix + "w:{" + device + "}"
 }
 
-// AllowQuotaAt is AllowAt for a quota of one window; a quota of several
-// is refused: they are not shared through Redis yet, and the
-// configuration refuses them with cluster.redis.
-func (l *Limiter) AllowQuotaAt(device string, q devicelimit.Quota, _ int, now devicelimit.Tick) devicelimit.Decision {
-	if q.NWindows != 0 {
+// AllowClassAt is AllowAt for the device's own quota of one window; a
+// topic class or a quota of several windows is refused: they are not
+// shared through Redis yet, and the configuration refuses them with
+// cluster.redis.
+func (l *Limiter) AllowClassAt(device, class string, q devicelimit.Quota, _ int, now devicelimit.Tick) devicelimit.Decision {
+	if q.NWindows != 0 || class != "" {
 		return devicelimit.Decision{}
 	}
 	return l.AllowAt(device, q, now)

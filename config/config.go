@@ -203,6 +203,9 @@ type Limits struct {
 	// Rules give quotas to devices by client ID or username pattern;
 	// the first match wins.
 	Rules []Rule `yaml:"rules,omitempty"`
+	// Classes are the topic classes of the devices no rule matches
+	// (README, "Topic classes").
+	Classes []Class `yaml:"classes,omitempty"`
 	// Defer bounds the queues of devices with policy defer.
 	Defer Defer `yaml:"defer"`
 	// MaxDevices bounds the devices with a live window; beyond it, new
@@ -257,6 +260,30 @@ type Rule struct {
 	Name  string `yaml:"name,omitempty"`
 	Match Match  `yaml:"match"`
 	Quota Quota  `yaml:"quota"`
+	// Classes are the rule's topic classes: a message on a topic one of
+	// them matches (the first) is counted under the class's quota, in
+	// windows of its own per device.
+	Classes []Class `yaml:"classes,omitempty"`
+}
+
+// Class is a topic class: its name, topic filters and quota (limit and
+// window, or windows; drop or disconnect).
+type Class struct {
+	Name   string   `yaml:"name"`
+	Topics []string `yaml:"topics"`
+	Quota  Quota    `yaml:"quota"`
+}
+
+// classes returns cs in devicelimit's terms.
+func classes(cs []Class) []devicelimit.Class {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]devicelimit.Class, len(cs))
+	for i, c := range cs {
+		out[i] = devicelimit.Class{Name: c.Name, Topics: c.Topics, Quota: c.Quota.Quota()}
+	}
+	return out
 }
 
 // Match selects devices by globs over the MQTT client ID and username
@@ -364,9 +391,14 @@ func (c Config) Resolver() (*devicelimit.Resolver, error) {
 		if err := check(fmt.Sprintf("limits.rules[%d].quota", i), r.Quota); err != nil {
 			return nil, err
 		}
-		rules[i] = devicelimit.Rule{Name: c.Limits.RuleName(i), ClientID: r.Match.ClientID, Username: r.Match.Username, Quota: r.Quota.Quota()}
+		rules[i] = devicelimit.Rule{Name: c.Limits.RuleName(i), ClientID: r.Match.ClientID, Username: r.Match.Username, Quota: r.Quota.Quota(),
+			Classes: classes(r.Classes)}
 	}
-	return devicelimit.NewResolver(c.Limits.Default.Quota(), rules, c.Limits.Buckets)
+	res, err := devicelimit.NewResolver(c.Limits.Default.Quota(), rules, c.Limits.Buckets)
+	if err == nil {
+		err = res.SetDefaultClasses(classes(c.Limits.Classes))
+	}
+	return res, err
 }
 
 // Table returns an empty window table with the configured bucket count.

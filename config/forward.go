@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"devicegate/devicelimit"
 )
 
 // Forward is one upstream the gateway hands admitted messages on to
@@ -421,17 +423,5 @@ func kafkaRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
 }
 
-// topicFilter checks an MQTT topic filter: not empty, '#' only as the
-// last level, '+' and '#' only as a whole level.
-func topicFilter(f string) string {
-	if f == "" {
-		return "must not be empty"
-	}
-	levels := strings.Split(f, "/")
-	for i, l := range levels {
-		if strings.ContainsAny(l, "+#") && len(l) > 1 || l == "#" && i != len(levels)-1 {
-			return fmt.Sprintf("is not a valid topic filter: '+' and '#' stand for whole levels, '#' only last (got %q)", f)
-		}
-	}
-	return ""
-}
+// topicFilter checks an MQTT topic filter (devicelimit.ValidFilter).
+func topicFilter(f string) string { return devicelimit.ValidFilter(f) }

@@ -97,6 +97,14 @@ func Parse(r io.Reader) (Config, error) {
 	if !mixed("limits.default.") && w.present["limits.default.windows"] {
 		cfg.Limits.Default.Limit, cfg.Limits.Default.Window = 0, 0
 	}
+	for i := range cfg.Limits.Classes {
+		mixed(fmt.Sprintf("limits.classes[%d].quota.", i))
+	}
+	for i, r := range cfg.Limits.Rules {
+		for j := range r.Classes {
+			mixed(fmt.Sprintf("limits.rules[%d].classes[%d].quota.", i, j))
+		}
+	}
 	// A rule's quota keys that are absent come from limits.default:
 	// its limit and window, or its windows, when the rule gives neither.
 	for i := range cfg.Limits.Rules {

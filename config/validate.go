@@ -96,7 +96,9 @@ func (c Config) Validate() error {
 		v.glob(key+".match.client_id", r.Match.ClientID)
 		v.glob(key+".match.username", r.Match.Username)
 		v.quota(key+".quota", r.Quota, buckets)
+		v.classes(key+".classes", r.Classes, buckets, c.Cluster.Enabled())
 	}
+	v.classes("limits.classes", c.Limits.Classes, buckets, c.Cluster.Enabled())
 	d := c.Limits.Defer
 	if d.MaxMessagesPerDevice < 1 || d.MaxMessagesPerDevice > MaxDeferMessages {
 		v.add("limits.defer.max_messages_per_device", fmt.Sprintf("must be between 1 and %d (got %d)", MaxDeferMessages, d.MaxMessagesPerDevice))
@@ -180,6 +182,40 @@ func (v *validator) glob(key, pattern string) {
 	}
 	if _, err := devicelimit.CompileGlob(pattern); err != nil {
 		v.add(key, trimSentinel(err, devicelimit.ErrInvalidPattern))
+	}
+}
+
+// classes checks a list of topic classes under key: names, filters and
+// quotas (drop or disconnect; not with cluster.redis yet).
+func (v *validator) classes(key string, cs []Class, buckets int, cluster bool) {
+	if len(cs) > 0 && cluster {
+		v.add(key, "topic classes are not shared through Redis yet: remove them with cluster.redis")
+	}
+	names := map[string]int{}
+	for i, c := range cs {
+		k := fmt.Sprintf("%s[%d]", key, i)
+		if c.Name == "" || len(c.Name) > devicelimit.MaxClassName || strings.ContainsRune(c.Name, 0) {
+			v.add(k+".name", fmt.Sprintf("must be 1 to %d bytes without NUL (got %q)", devicelimit.MaxClassName, c.Name))
+		} else if j, dup := names[c.Name]; dup {
+			v.add(k+".name", fmt.Sprintf("%q is also the name of %s[%d]", c.Name, key, j))
+		}
+		names[c.Name] = i
+		if len(c.Topics) == 0 {
+			v.add(k+".topics", "must list at least one topic filter")
+		}
+		for j, f := range c.Topics {
+			if msg := topicFilter(f); msg != "" {
+				v.add(fmt.Sprintf("%s.topics[%d]", k, j), msg)
+			}
+		}
+		if c.Quota.Limit == 0 && c.Quota.Window == 0 && len(c.Quota.Windows) == 0 {
+			v.add(k+".quota", "a class needs a quota of its own: limit and window, or windows")
+			continue
+		}
+		if c.Quota.Policy == devicelimit.PolicyDefer {
+			v.add(k+".quota.policy", "defer is not built for topic classes yet: give drop or disconnect")
+		}
+		v.quota(k+".quota", c.Quota, buckets)
 	}
 }
 

@@ -65,3 +65,56 @@ func TestQuotaWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestTopicClassesConfig: classes parse on a rule and under limits, into
+// the resolver; bad classes are refused naming the key and value.
+func TestTopicClassesConfig(t *testing.T) {
+	good := `limits:
+  classes:
+    - {name: status, topics: ["status/#"], quota: {limit: 1, window: 1m}}
+  rules:
+    - match: {client_id: "meter-*"}
+      quota: {limit: 10, window: 1m}
+      classes:
+        - name: alarms
+          topics: ["devices/+/alarm/#"]
+          quota: {windows: [{messages: 100, window: 1h}, {bytes: 1MiB, window: 24h}], policy: disconnect}
+`
+	c, err := Parse(strings.NewReader(good))
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Resolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cs, _ := res.RuleClasses("meter-1", "")
+	if len(cs) != 1 || cs[0].Name != "alarms" || cs[0].Quota.NWindows != 2 || cs[0].Quota.Policy != devicelimit.PolicyDisconnect {
+		t.Fatalf("rule classes %+v", cs)
+	}
+	if _, cs, _ = res.RuleClasses("sensor-1", ""); len(cs) != 1 || cs[0].Name != "status" {
+		t.Fatalf("default classes %+v", cs)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{`limits: {classes: [{name: "", topics: [a], quota: {limit: 1, window: 1s}}]}`, `limits.classes[0].name: must be 1 to 64 bytes without NUL (got "")`},
+		{`limits: {classes: [{name: a, topics: [a], quota: {limit: 1, window: 1s}}, {name: a, topics: [b], quota: {limit: 1, window: 1s}}]}`, `limits.classes[1].name: "a" is also the name of limits.classes[0]`},
+		{`limits: {classes: [{name: a, topics: ["a/#/b"], quota: {limit: 1, window: 1s}}]}`, `limits.classes[0].topics[0]: is not a valid topic filter`},
+		{`limits: {classes: [{name: a, topics: [], quota: {limit: 1, window: 1s}}]}`, `limits.classes[0].topics: must list at least one topic filter`},
+		{`limits: {classes: [{name: a, topics: [a]}]}`, `limits.classes[0].quota: a class needs a quota of its own`},
+		{`limits: {classes: [{name: a, topics: [a], quota: {limit: 1, window: 1s, policy: defer}}]}`, `limits.classes[0].quota.policy: defer is not built for topic classes yet`},
+		{`limits: {classes: [{name: a, topics: [a], quota: {limit: 0, window: 1s}}]}`, `limits.classes[0].quota.limit: must be between 1 and 1000000000 (got 0)`},
+		{`limits: {rules: [{match: {client_id: a}, classes: [{name: a, topics: [a], quota: {limit: 1, windows: [{messages: 1, window: 1s}]}}]}]}`, `limits.rules[0].classes[0].quota.windows: give limit and window, or windows, not both`},
+		{"cluster: {redis: {addrs: [\"127.0.0.1:6379\"]}}\nlimits: {classes: [{name: a, topics: [a], quota: {limit: 1, window: 1s}}]}", `limits.classes: topic classes are not shared through Redis yet`},
+	} {
+		c, err := Parse(strings.NewReader(tc.yaml))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}

@@ -15,6 +15,9 @@ type Rule struct {
 	ClientID string // glob over the MQTT client ID, "" for any
 	Username string // glob over the MQTT username, "" for any
 	Quota    Quota
+	// Classes are the rule's topic classes (class.go): a message on a
+	// topic of one is counted under the class's quota instead.
+	Classes []Class
 }
 
 type compiledRule struct {
@@ -94,6 +97,7 @@ const overrideShards = 64
 // concurrent use.
 type Resolver struct {
 	def     Quota
+	classes []Class // the default's topic classes
 	rules   []compiledRule
 	buckets int
 
@@ -122,6 +126,9 @@ func NewResolver(def Quota, rules []Rule, buckets int) (*Resolver, error) {
 		cr := compiledRule{Rule: rule}
 		cr.Name = name
 		if err := rule.Quota.Validate(buckets); err != nil {
+			return nil, fmt.Errorf("rule %s: %w", name, err)
+		}
+		if err := ValidateClasses(rule.Classes, buckets); err != nil {
 			return nil, fmt.Errorf("rule %s: %w", name, err)
 		}
 		if rule.ClientID == "" && rule.Username == "" {
@@ -158,12 +165,28 @@ func (r *Resolver) Default() Quota { return r.def }
 // username, or the default. It does not consult overrides: callers cache
 // it per connection, since neither input changes while connected.
 func (r *Resolver) Rule(clientID, username string) (Quota, Source) {
+	q, _, src := r.RuleClasses(clientID, username)
+	return q, src
+}
+
+// RuleClasses is Rule with the rule's (or the default's) topic classes.
+func (r *Resolver) RuleClasses(clientID, username string) (Quota, []Class, Source) {
 	for i := range r.rules {
 		if r.rules[i].match(clientID, username) {
-			return r.rules[i].Quota, Source{Kind: SourceRule, Rule: r.rules[i].Name}
+			return r.rules[i].Quota, r.rules[i].Classes, Source{Kind: SourceRule, Rule: r.rules[i].Name}
 		}
 	}
-	return r.def, Source{Kind: SourceDefault}
+	return r.def, r.classes, Source{Kind: SourceDefault}
+}
+
+// SetDefaultClasses gives the devices of the default quota topic
+// classes. Call it before the resolver is shared.
+func (r *Resolver) SetDefaultClasses(cs []Class) error {
+	if err := ValidateClasses(cs, r.buckets); err != nil {
+		return fmt.Errorf("default: %w", err)
+	}
+	r.classes = cs
+	return nil
 }
 
 // Resolve returns the quota in force for device at now and its source.

@@ -2,8 +2,9 @@ package forward
 
 import (
 	"context"
-	"strings"
 	"sync"
+
+	"devicegate/devicelimit"
 )
 
 // Route sends the messages whose topic matches one of Filters to one of
@@ -150,35 +151,9 @@ func (s *Set) Routes() []Route { return s.routes }
 
 func matchAny(filters []string, topic string) bool {
 	for _, f := range filters {
-		if Match(f, topic) {
+		if devicelimit.MatchTopic(f, topic) {
 			return true
 		}
 	}
 	return false
-}
-
-// Match reports whether topic matches the MQTT topic filter: '+' one
-// whole level, '#' the rest (the parent level included); a topic
-// starting with '$' matches no filter starting with a wildcard.
-func Match(filter, topic string) bool {
-	if strings.HasPrefix(topic, "$") && (strings.HasPrefix(filter, "+") || strings.HasPrefix(filter, "#")) {
-		return false
-	}
-	for {
-		f, frest, fmore := strings.Cut(filter, "/")
-		if f == "#" {
-			return true
-		}
-		t, trest, tmore := strings.Cut(topic, "/")
-		if f != "+" && f != t {
-			return false
-		}
-		if !fmore || !tmore {
-			if !fmore && !tmore {
-				return true
-			}
-			return fmore && frest == "#" // "a/#" matches "a"
-		}
-		filter, topic = frest, trest
-	}
 }

@@ -70,3 +70,50 @@ func TestSeveralWindows(t *testing.T) {
 		t.Fatalf("after the restart, the byte window: %s (%v)", body, err)
 	}
 }
+
+// TestTopicClasses: a rule's topic class counts a device's alarms apart
+// from its telemetry: with the telemetry refused, an alarm still gets
+// through, and the class's own limit refuses with a reason naming the
+// class; devices of the default quota use limits.classes.
+func TestTopicClasses(t *testing.T) {
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Admin.Token = "test-token"
+	minute := config.Duration(time.Minute)
+	cfg.Limits.Rules = []config.Rule{{Name: "meters", Match: config.Match{ClientID: "meter-*"},
+		Quota:   config.Quota{Limit: 2, Window: minute},
+		Classes: []config.Class{{Name: "alarms", Topics: []string{"devices/+/alarm/#"}, Quota: config.Quota{Limit: 1, Window: minute}}}}}
+	cfg.Limits.Classes = []config.Class{{Name: "status", Topics: []string{"status/#"}, Quota: config.Quota{Windows: []config.QuotaWindow{{Bytes: 10, Window: minute}}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+	dev.MustPublish(t, "devices/meter-1/t", "1", mqtttest.CodeSuccess)
+	dev.MustPublish(t, "devices/meter-1/t", "2", mqtttest.CodeSuccess)
+	dev.MustPublish(t, "devices/meter-1/t", "3", mqtttest.CodeQuotaExceeded)
+	dev.MustPublish(t, "devices/meter-1/alarm/fire", "!", mqtttest.CodeSuccess)
+	code, reason, err := dev.PublishReason("devices/meter-1/alarm/smoke", "!")
+	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.HasPrefix(reason, "quota exceeded (class alarms): 1 messages per 1m0s, retry after ") {
+		t.Fatalf("second alarm: 0x%02x %q %v", code, reason, err)
+	}
+	var st struct {
+		Used    int
+		Classes []struct {
+			Name  string
+			Quota struct{ Limit, Used, Remaining int }
+		}
+	}
+	body := httpGet(t, "http://"+g.AdminAddr().String()+"/api/v1/devices/meter-1", cfg.Admin.Token)
+	if err := json.Unmarshal([]byte(body), &st); err != nil || st.Used != 2 || len(st.Classes) != 1 || st.Classes[0].Name != "alarms" ||
+		st.Classes[0].Quota.Limit != 1 || st.Classes[0].Quota.Used != 1 || st.Classes[0].Quota.Remaining != 0 {
+		t.Fatalf("device status %s (%v)", body, err)
+	}
+	// A device no rule matches: the default's classes.
+	other := mqtttest.Dial5(t, g.Addr().String(), "sensor-1")
+	other.MustPublish(t, "status/sensor-1", "0123456789", mqtttest.CodeSuccess)
+	code, reason, err = other.PublishReason("status/sensor-1", "x")
+	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.Contains(reason, "(class status): 10 bytes per 1m0s") {
+		t.Fatalf("status over its bytes: 0x%02x %q %v", code, reason, err)
+	}
+	other.MustPublish(t, "devices/sensor-1/t", "fine", mqtttest.CodeSuccess)
+}
