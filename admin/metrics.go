@@ -24,6 +24,10 @@ type Snapshot struct {
 	ACLPublishDenied, ACLSubscribeDenied uint64
 	// ConnectsRefused counts refused connections by reason.
 	ConnectsRefused map[string]uint64
+	// Refusals counts the publishes the windows refused, by topic class
+	// ("" for the device's own quota) and by what refused them, indexed
+	// like RefusalKinds.
+	Refusals map[string][3]uint64
 	// PersistFailing reports that the data file's writes are failing;
 	// PersistFailures counts the failed writes.
 	PersistFailing  bool
@@ -76,6 +80,7 @@ var (
 	descRollbacks     = prometheus.NewDesc("devicegate_clock_rollbacks_total", "Wall-clock rollbacks detected.", nil, nil)
 	descACLDenied     = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
 	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
+	descWindowRefused = prometheus.NewDesc("devicegate_window_refusals_total", "Publishes the windows refused (policies drop and disconnect), by topic class (\"\" for the device's own quota) and by what refused them: a message window, a byte window, or a payload larger than a byte window (too_large).", []string{"class", "window"}, nil)
 	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
 	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.", nil, nil)
 	descFwdConnected  = prometheus.NewDesc("devicegate_forward_connected", "The upstream's connections that are up.", []string{"upstream"}, nil)
@@ -100,7 +105,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descWindowRefused} {
 		ch <- d
 	}
 }
@@ -152,4 +157,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for reason, n := range s.ConnectsRefused {
 		counter(descRefused, n, reason)
 	}
+	for class, ns := range s.Refusals {
+		for k, n := range ns {
+			counter(descWindowRefused, n, class, RefusalKinds[k])
+		}
+	}
 }
+
+// RefusalKinds are the window label values of
+// devicegate_window_refusals_total, by Snapshot.Refusals' index.
+var RefusalKinds = [3]string{"messages", "bytes", "too_large"}

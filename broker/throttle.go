@@ -40,6 +40,12 @@ type Stats struct {
 	Overflowed uint64
 	// Released counts deferred messages published.
 	Released uint64
+	// Refusals counts the publishes the windows refused (policies drop
+	// and disconnect), by topic class ("" for the device's own quota)
+	// and by what refused them: a message window, a byte window, or a
+	// payload larger than a byte window (indexed by RefusedMessages,
+	// RefusedBytes, RefusedTooLarge).
+	Refusals map[string][3]uint64
 	// Expired counts deferred messages dropped unpublished: they waited
 	// longer than DeferLimits.MaxAge or their MQTT 5 message expiry.
 	Expired uint64
@@ -118,6 +124,10 @@ type throttle struct {
 	throttled *topk.Tracker
 
 	allowed, dropped, disconnected, inline atomic.Uint64
+	// refusals counts refusals by the windows, by topic class ("" for
+	// the device's own quota; the classes are the configuration's, so
+	// the map is fixed) and by what refused (refusalKinds).
+	refusals map[string]*[3]atomic.Uint64
 }
 
 // connInfo is what a connection's publishes need and what cannot change
@@ -396,6 +406,13 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 	if !wantsRefusal(cl, pk) {
 		return errIgnore // as quotaExceeded would, without the reason string
 	}
+	if r := h.refusals[class]; r != nil {
+		k := int(d.Unit) // RefusedMessages, RefusedBytes
+		if d.TooLarge {
+			k = RefusedTooLarge
+		}
+		r[k].Add(1)
+	}
 	if d.TooLarge {
 		return h.quotaExceeded(cl, pk, refusalText("payload too large for the quota"+ofClass(class), q,
 			fmt.Sprintf("%d bytes never fit a window of %d: not retried", len(pk.Payload), d.Limit)))
@@ -500,6 +517,10 @@ func (h *throttle) stats() Stats {
 		Inline:       h.inline.Load(),
 
 		ConnectedClients: h.connected.Load(),
+		Refusals:         make(map[string][3]uint64, len(h.refusals)),
+	}
+	for class, r := range h.refusals {
+		st.Refusals[class] = [3]uint64{r[0].Load(), r[1].Load(), r[2].Load()}
 	}
 	if d := h.def; d != nil {
 		st.Deferred = d.deferred.Load()
@@ -511,6 +532,13 @@ func (h *throttle) stats() Stats {
 	}
 	return st
 }
+
+// The indexes of Stats.Refusals' counts.
+const (
+	RefusedMessages = iota
+	RefusedBytes
+	RefusedTooLarge
+)
 
 // ceilMillisecond rounds d up to a whole millisecond, so a retry-after is
 // never shorter than the real wait and never prints as 0s.

@@ -20,4 +20,7 @@ type Decision struct {
 	// TooLarge reports a message larger than a byte window of its quota
 	// can ever admit (AllowQuotaAt): no retry admits it.
 	TooLarge bool
+	// Unit is what the window counts (the refusing one's, for a quota
+	// of several).
+	Unit Unit
 }

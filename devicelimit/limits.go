@@ -184,7 +184,7 @@ func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, 
 		key := s.windowKey(device, class, l.Unit, seen[l.Unit])
 		seen[l.Unit]++
 		if n > l.N {
-			v.Windows[i] = Decision{Limit: l.N, Remaining: l.N}
+			v.Windows[i] = Decision{Limit: l.N, Remaining: l.N, Unit: l.Unit}
 			if !v.TooLarge {
 				v.TooLarge, v.Refused = true, i
 			}
@@ -192,6 +192,7 @@ func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, 
 			continue
 		}
 		d, ref := t.decideKey(s, key, Quota{Limit: l.N, Window: l.Window}, n, now, at, count, commit)
+		d.Unit = l.Unit
 		v.Windows[i], refs[i] = d, ref
 		if d.RetryAfter > 0 { // a refusal always has one (window.go)
 			allowed = false
@@ -205,6 +206,7 @@ func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, 
 		for i, l := range ls {
 			r := s.rec(refs[i])
 			v.Windows[i] = r.decideN(Quota{Limit: l.N, Window: l.Window}, now, &s.cut, units(l, size), true)
+			v.Windows[i].Unit = l.Unit
 			if r.flags()&flagDirty == 0 {
 				s.markDirty(r, s.windowKey(device, class, l.Unit, seen[l.Unit]))
 			}

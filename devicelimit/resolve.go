@@ -179,6 +179,26 @@ func (r *Resolver) RuleClasses(clientID, username string) (Quota, []Class, Sourc
 	return r.def, r.classes, Source{Kind: SourceDefault}
 }
 
+// ClassNames returns the names of every topic class, the default's and
+// the rules', each once, in order of appearance.
+func (r *Resolver) ClassNames() []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(cs []Class) {
+		for _, c := range cs {
+			if !seen[c.Name] {
+				seen[c.Name] = true
+				out = append(out, c.Name)
+			}
+		}
+	}
+	add(r.classes)
+	for _, rule := range r.rules {
+		add(rule.Classes)
+	}
+	return out
+}
+
 // SetDefaultClasses gives the devices of the default quota topic
 // classes. Call it before the resolver is shared.
 func (r *Resolver) SetDefaultClasses(cs []Class) error {

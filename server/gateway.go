@@ -527,6 +527,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		ACLPublishDenied:    as.PublishDenied,
 		ACLSubscribeDenied:  as.SubscribeDenied,
 		ConnectsRefused:     as.ConnectsRefused,
+		Refusals:            st.Refusals,
 		PersistFailing:      ph.Failing,
 		PersistFailures:     ph.Failures,
 		SlowSubscriberDrops: st.SlowSubscriberDrops,

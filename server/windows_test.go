@@ -116,4 +116,15 @@ func TestTopicClasses(t *testing.T) {
 		t.Fatalf("status over its bytes: 0x%02x %q %v", code, reason, err)
 	}
 	other.MustPublish(t, "devices/sensor-1/t", "fine", mqtttest.CodeSuccess)
+	m := httpGet(t, "http://"+g.AdminAddr().String()+"/metrics", "")
+	for _, want := range []string{
+		`devicegate_window_refusals_total{class="",window="messages"} 1`,
+		`devicegate_window_refusals_total{class="alarms",window="messages"} 1`,
+		`devicegate_window_refusals_total{class="status",window="bytes"} 1`,
+		`devicegate_window_refusals_total{class="status",window="too_large"} 0`,
+	} {
+		if !strings.Contains(m, want+"\n") {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
