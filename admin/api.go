@@ -1,5 +1,7 @@
 package admin
 
+import "encoding/json"
+
 // The admin API's JSON answers, as the server writes them and as Client
 // (and so `gateway quota` and the simulator) reads them: one definition
 // for both sides.
@@ -59,10 +61,13 @@ type DeviceJSON struct {
 // /api/v1/devices/{id}/quota and an entry of GET /api/v1/quotas.
 type OverrideJSON struct {
 	Device    string `json:"device"`
-	Limit     int    `json:"limit"`
-	Window    string `json:"window"`
+	Limit     int    `json:"limit,omitempty"`
+	Window    string `json:"window,omitempty"`
 	Policy    string `json:"policy"`
 	ExpiresAt string `json:"expires_at,omitempty"`
+	// Windows are an override's windows when it has several (then
+	// Limit and Window are omitted).
+	Windows []WindowJSON `json:"windows,omitempty"`
 }
 
 // OverridesJSON answers GET /api/v1/quotas.
@@ -96,10 +101,26 @@ type ThrottledListJSON struct {
 // SetQuotaJSON is the body of PUT /api/v1/devices/{id}/quota as a client
 // sends it (the server reads it strictly: parseQuotaBody).
 type SetQuotaJSON struct {
-	Limit     int    `json:"limit"`
-	Window    string `json:"window"`
-	Policy    string `json:"policy,omitempty"`     // the server's default (drop) when empty
-	ExpiresAt string `json:"expires_at,omitempty"` // RFC 3339; none when empty
+	Limit  int    `json:"limit,omitempty"`
+	Window string `json:"window,omitempty"`
+	// Windows, instead of Limit and Window: several windows.
+	Windows   []WindowJSON `json:"windows,omitempty"`
+	Policy    string       `json:"policy,omitempty"`     // the server's default (drop) when empty
+	ExpiresAt string       `json:"expires_at,omitempty"` // RFC 3339; none when empty
+}
+
+// MarshalJSON sends limit and window (even 0, for the server to say
+// what is wrong) unless the quota is of several windows.
+func (q SetQuotaJSON) MarshalJSON() ([]byte, error) {
+	type plain SetQuotaJSON
+	if len(q.Windows) > 0 {
+		return json.Marshal(plain(q))
+	}
+	return json.Marshal(struct {
+		plain
+		Limit  int    `json:"limit"`
+		Window string `json:"window"`
+	}{plain(q), q.Limit, q.Window})
 }
 
 // UpstreamJSON is one upstream's forwarding state.

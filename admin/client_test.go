@@ -22,7 +22,7 @@ func TestClient(t *testing.T) {
 	ctx := context.Background()
 
 	o, raw, err := c.SetQuota(ctx, "meter-1", SetQuotaJSON{Limit: 5, Window: "10s", Policy: "defer"})
-	if err != nil || o != (OverrideJSON{Device: "meter-1", Limit: 5, Window: "10s", Policy: "defer"}) || !strings.Contains(string(raw), `"limit":5`) {
+	if err != nil || !reflect.DeepEqual(o, OverrideJSON{Device: "meter-1", Limit: 5, Window: "10s", Policy: "defer"}) || !strings.Contains(string(raw), `"limit":5`) {
 		t.Fatalf("SetQuota: %+v %s %v", o, raw, err)
 	}
 	e.table.AllowAt("meter-1", devicelimit.Quota{Limit: 5, Window: 10 * time.Second}, e.clock.Now())

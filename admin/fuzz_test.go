@@ -19,6 +19,8 @@ func FuzzQuotaBody(f *testing.F) {
 		`{"limit":5,"window":"10s","x":1}`,
 		`{"limit":null,"window":null,"policy":null,"expires_at":null}`,
 		`[`, ``, `null`, `{"limit":-1e400}`,
+		`{"windows":[{"messages":10,"window":"1m"},{"bytes":5242880,"window":"24h"}],"policy":"disconnect"}`,
+		`{"windows":[{"messages":10,"bytes":1,"window":"1m"}]}`, `{"windows":[]}`, `{"limit":1,"windows":[{"messages":1,"window":"1s"}]}`,
 	} {
 		f.Add([]byte(s), 20)
 	}
@@ -44,6 +46,9 @@ func FuzzQuotaBody(f *testing.F) {
 		// same override.
 		out := overrideOut("d", o)
 		again := map[string]any{"limit": out.Limit, "window": out.Window, "policy": out.Policy}
+		if out.Windows != nil {
+			again = map[string]any{"windows": out.Windows, "policy": out.Policy}
+		}
 		if out.ExpiresAt != "" {
 			again["expires_at"] = out.ExpiresAt
 		}
@@ -58,7 +63,7 @@ func FuzzQuotaBody(f *testing.F) {
 		if o2 != o {
 			t.Fatalf("round trip %s: %+v, want %+v", b, o2, o)
 		}
-		if _, err := time.ParseDuration(out.Window); err != nil {
+		if _, err := time.ParseDuration(out.Window); err != nil && out.Windows == nil {
 			t.Fatal(err)
 		}
 	})

@@ -29,8 +29,51 @@ const maxField = 64
 type quotaBody struct {
 	Limit     json.RawMessage `json:"limit"`
 	Window    *string         `json:"window"`
+	Windows   []windowBody    `json:"windows,omitempty"`    // instead of limit and window
 	Policy    *string         `json:"policy,omitempty"`     // default drop
 	ExpiresAt *string         `json:"expires_at,omitempty"` // RFC 3339, in the future
+}
+
+// windowBody is one window of a quota of several: messages or bytes.
+type windowBody struct {
+	Messages json.RawMessage `json:"messages,omitempty"`
+	Bytes    json.RawMessage `json:"bytes,omitempty"`
+	Window   *string         `json:"window"`
+}
+
+// parseWindows reads the windows of a quota body; the errors name the
+// window and field.
+func parseWindows(ws []windowBody) ([]devicelimit.Limit, error) {
+	if len(ws) > devicelimit.MaxWindows {
+		return nil, fmt.Errorf("windows: must hold 1 to %d windows (got %d)", devicelimit.MaxWindows, len(ws))
+	}
+	ls := make([]devicelimit.Limit, len(ws))
+	for i, w := range ws {
+		key := fmt.Sprintf("windows[%d]", i)
+		hasM, hasB := len(w.Messages) > 0 && string(w.Messages) != "null", len(w.Bytes) > 0 && string(w.Bytes) != "null"
+		if hasM == hasB {
+			return nil, fmt.Errorf("%s: give messages or bytes, one of them", key)
+		}
+		raw, field, top := w.Messages, "messages", devicelimit.MaxLimit
+		if hasB {
+			raw, field, top, ls[i].Unit = w.Bytes, "bytes", devicelimit.MaxBytes, devicelimit.Bytes
+		}
+		if len(raw) > maxField {
+			return nil, fmt.Errorf("%s.%s: longer than %d bytes", key, field, maxField)
+		}
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil || n < 1 || n > int64(top) {
+			return nil, fmt.Errorf("%s.%s: must be an integer between 1 and %d (got %s)", key, field, top, raw)
+		}
+		ls[i].N = int(n)
+		if w.Window == nil || len(*w.Window) > maxField {
+			return nil, fmt.Errorf("%s.window: required, a duration such as \"1m\" of at most %d bytes", key, maxField)
+		}
+		if ls[i].Window, err = time.ParseDuration(*w.Window); err != nil {
+			return nil, fmt.Errorf("%s.window: not a duration such as \"1m\" (got %q)", key, *w.Window)
+		}
+	}
+	return ls, nil
 }
 
 // parseQuotaBody decodes and validates a quota body for a table of the
@@ -62,20 +105,32 @@ func parseQuotaBody(body []byte, buckets int, now devicelimit.Tick) (devicelimit
 		return devicelimit.Override{}, fmt.Errorf("limit: longer than %d bytes", maxField)
 	}
 	var q devicelimit.Quota
-	if len(b.Limit) == 0 || string(b.Limit) == "null" {
-		return devicelimit.Override{}, errors.New("limit: required")
-	}
-	limit, err := parseLimit(string(b.Limit))
-	if err != nil {
-		return devicelimit.Override{}, err
-	}
-	q.Limit = limit
-	if b.Window == nil {
-		return devicelimit.Override{}, errors.New("window: required, a duration such as \"10s\"")
-	}
-	q.Window, err = time.ParseDuration(*b.Window)
-	if err != nil {
-		return devicelimit.Override{}, fmt.Errorf("window: not a duration such as \"10s\" (got %q)", *b.Window)
+	var err error
+	if b.Windows != nil {
+		if len(b.Limit) > 0 || b.Window != nil {
+			return devicelimit.Override{}, errors.New("windows: give limit and window, or windows, not both")
+		}
+		ls, err := parseWindows(b.Windows)
+		if err != nil {
+			return devicelimit.Override{}, err
+		}
+		if len(ls) == 0 {
+			return devicelimit.Override{}, fmt.Errorf("windows: must hold 1 to %d windows (got 0)", devicelimit.MaxWindows)
+		}
+		q = devicelimit.WithWindows(0, ls...)
+	} else {
+		if len(b.Limit) == 0 || string(b.Limit) == "null" {
+			return devicelimit.Override{}, errors.New("limit: required")
+		}
+		if q.Limit, err = parseLimit(string(b.Limit)); err != nil {
+			return devicelimit.Override{}, err
+		}
+		if b.Window == nil {
+			return devicelimit.Override{}, errors.New("window: required, a duration such as \"10s\"")
+		}
+		if q.Window, err = time.ParseDuration(*b.Window); err != nil {
+			return devicelimit.Override{}, fmt.Errorf("window: not a duration such as \"10s\" (got %q)", *b.Window)
+		}
 	}
 	if b.Policy != nil {
 		if q.Policy, err = devicelimit.ParsePolicy(*b.Policy); err != nil {

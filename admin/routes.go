@@ -295,6 +295,9 @@ func windowsOut(q devicelimit.Quota) []WindowJSON {
 
 func overrideOut(device string, o devicelimit.Override) OverrideJSON {
 	out := OverrideJSON{Device: device, Limit: o.Quota.Limit, Window: o.Quota.Window.String(), Policy: o.Quota.Policy.String()}
+	if o.Quota.NWindows > 0 {
+		out.Limit, out.Window, out.Windows = 0, "", windowsOut(o.Quota)
+	}
 	if o.ExpiresAt != 0 {
 		out.ExpiresAt = formatTick(o.ExpiresAt)
 	}
@@ -321,6 +324,9 @@ func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o, err := parseQuotaBody(body, s.opts.Resolver.Buckets(), s.opts.Clock.Now())
+	if err == nil && o.Quota.NWindows > 0 && s.opts.Windows != nil {
+		err = errors.New("windows: several windows are not shared through Redis yet: with cluster.redis, give limit and window")
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return

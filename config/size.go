@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,6 +39,16 @@ func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*s = v
 	return nil
+}
+
+// ParseSize reads a size with a unit, such as "5MiB", "512KiB" or
+// "100B" (GiB, MiB, KiB, B).
+func ParseSize(s string) (Size, error) {
+	v, msg := parseSize(&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s})
+	if msg != "" {
+		return 0, errors.New(msg)
+	}
+	return v, nil
 }
 
 // maxSize keeps sizes far from overflow: 1 TiB.

@@ -57,8 +57,11 @@ func decodeOverride(b []byte) (devicelimit.Override, error) {
 	if len(b) == 0 {
 		return devicelimit.Override{}, fmt.Errorf("%w: empty override", ErrCorrupt)
 	}
+	if b[0] == overrideWindows {
+		return decodeOverrideWindows(b[1:])
+	}
 	if b[0] != overrideVersion {
-		return devicelimit.Override{}, fmt.Errorf("%w: override version %d, want %d", ErrCorrupt, b[0], overrideVersion)
+		return devicelimit.Override{}, fmt.Errorf("%w: override version %d, want %d or %d", ErrCorrupt, b[0], overrideVersion, overrideWindows)
 	}
 	b = b[1:]
 	limit, n := varint.Uvarint(b)
@@ -100,4 +103,55 @@ func decodeOverride(b []byte) (devicelimit.Override, error) {
 		Quota:     devicelimit.Quota{Limit: int(limit), Window: time.Duration(window), Policy: policy},
 		ExpiresAt: devicelimit.Tick(expires),
 	}, nil
+}
+
+// decodeOverrideWindows decodes the rest of a version 2 override (see
+// appendOverride), checking every field.
+func decodeOverrideWindows(b []byte) (devicelimit.Override, error) {
+	bad := func(what string) (devicelimit.Override, error) {
+		return devicelimit.Override{}, fmt.Errorf("%w: override of several windows: %s", ErrCorrupt, what)
+	}
+	if len(b) == 0 {
+		return bad("truncated policy")
+	}
+	policy := devicelimit.Policy(b[0])
+	if _, err := policy.MarshalText(); err != nil {
+		return bad(err.Error())
+	}
+	expires, n := varint.Varint(b[1:])
+	if n <= 0 || expires < 0 {
+		return bad("truncated, malformed or negative expiry")
+	}
+	b = b[1+n:]
+	if len(b) == 0 || b[0] < 1 || b[0] > devicelimit.MaxWindows {
+		return bad("no count of windows, or one out of 1 to 4")
+	}
+	ls := make([]devicelimit.Limit, b[0])
+	b = b[1:]
+	for i := range ls {
+		if len(b) == 0 || b[0] > byte(devicelimit.Bytes) {
+			return bad(fmt.Sprintf("window %d: truncated or unknown unit", i))
+		}
+		ls[i].Unit = devicelimit.Unit(b[0])
+		limit, n := varint.Uvarint(b[1:])
+		if n <= 0 || limit > devicelimit.MaxBytes {
+			return bad(fmt.Sprintf("window %d: truncated or malformed limit", i))
+		}
+		b = b[1+n:]
+		window, n := varint.Uvarint(b)
+		if n <= 0 || window > uint64(devicelimit.MaxWindow) {
+			return bad(fmt.Sprintf("window %d: truncated or malformed length", i))
+		}
+		b = b[n:]
+		ls[i].N, ls[i].Window = int(limit), time.Duration(window)
+	}
+	if len(b) != 0 {
+		return bad(fmt.Sprintf("%d trailing bytes", len(b)))
+	}
+	// The ranges of each window: those of a quota of the largest bucket
+	// width (one bucket); the store checks against its own count later.
+	if err := devicelimit.ValidateLimits(ls, 1); err != nil {
+		return bad(err.Error())
+	}
+	return devicelimit.Override{Quota: devicelimit.WithWindows(policy, ls...), ExpiresAt: devicelimit.Tick(expires)}, nil
 }

@@ -28,13 +28,33 @@ func encodeClean(clean bool) []byte {
 	return []byte{0}
 }
 
-// overrideVersion is the first byte of an encoded override.
-const overrideVersion = 1
+// overrideVersion is the first byte of an encoded override of one
+// window; overrideWindows that of one of several.
+const (
+	overrideVersion = 1
+	overrideWindows = 2
+)
 
 // appendOverride appends the encoding of o to b: version 1, then the
 // limit and the window in nanoseconds as uvarints, the policy as one
-// byte, and the expiry tick as a varint (0: never). o must be valid.
+// byte, and the expiry tick as a varint (0: never). An override of
+// several windows is version 2: the policy byte, the expiry varint, the
+// number of windows (one byte), then per window its unit (one byte: 0
+// messages, 1 bytes), limit and length in nanoseconds as uvarints. An
+// override of one window is still written as version 1, which every
+// gateway reads. o must be valid.
 func appendOverride(b []byte, o devicelimit.Override) []byte {
+	if n := o.Quota.NWindows; n > 0 {
+		b = append(b, overrideWindows, byte(o.Quota.Policy))
+		b = binary.AppendVarint(b, int64(o.ExpiresAt))
+		b = append(b, byte(n))
+		for _, l := range o.Quota.Windows[:n] {
+			b = append(b, byte(l.Unit))
+			b = binary.AppendUvarint(b, uint64(l.N))
+			b = binary.AppendUvarint(b, uint64(l.Window))
+		}
+		return b
+	}
 	b = append(b, overrideVersion)
 	b = binary.AppendUvarint(b, uint64(o.Quota.Limit))
 	b = binary.AppendUvarint(b, uint64(o.Quota.Window))

@@ -51,6 +51,9 @@ func FuzzDecodeOverride(f *testing.F) {
 		{Quota: q},
 		{Quota: devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: devicelimit.MaxWindow, Policy: devicelimit.PolicyDisconnect}, ExpiresAt: t0},
 		{Quota: devicelimit.Quota{Limit: 1, Window: 1, Policy: devicelimit.PolicyDefer}, ExpiresAt: 1},
+		{Quota: devicelimit.WithWindows(devicelimit.PolicyDisconnect,
+			devicelimit.Limit{Unit: devicelimit.Messages, N: 10, Window: time.Minute},
+			devicelimit.Limit{Unit: devicelimit.Bytes, N: devicelimit.MaxBytes, Window: devicelimit.MaxWindow}), ExpiresAt: t0},
 	} {
 		f.Add(appendOverride(nil, o))
 	}
@@ -71,6 +74,13 @@ func FuzzDecodeOverride(f *testing.F) {
 		}
 		if got := appendOverride(nil, o); !bytes.Equal(got, b) {
 			t.Fatalf("% x decoded to %+v, which encodes as % x", b, o, got)
+		}
+		if o.Quota.NWindows > 0 {
+			// Several windows: each checked as decoded (ValidateLimits).
+			if o.ExpiresAt < 0 || o.Quota.Validate(1) != nil {
+				t.Fatalf("decoded out of range: %+v", o)
+			}
+			return
 		}
 		if o.ExpiresAt < 0 || o.Quota.Limit < 1 || o.Quota.Window <= 0 || o.Quota.Window > devicelimit.MaxWindow {
 			t.Fatalf("decoded out of range: %+v", o)

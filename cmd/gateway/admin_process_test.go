@@ -494,3 +494,60 @@ func dashboardMetrics(t *testing.T) []string {
 	}
 	return names
 }
+
+// TestQuotaWindowsCLIProcess: `gateway quota set --windows` puts an
+// override of several windows (a message window and a byte window)
+// through a running gateway; get and list show the windows; the
+// override survives a restart (stored as a version 2 override) and
+// still refuses; bad --windows change nothing.
+func TestQuotaWindowsCLIProcess(t *testing.T) {
+	t.Setenv("GATEWAY_ADMIN_TOKEN", "")
+	t.Setenv("GATEWAY_ADMIN_ADDR", "")
+	dir := t.TempDir()
+	g := startGW(t, dir, "--limit", "100", "--window", "1h")
+	mustCLI := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runBinary(t, append(append([]string{"quota"}, args...), "--admin-addr", g.admin, "--data-dir", g.dir)...)
+		if code != 0 {
+			t.Fatalf("gateway quota %v: exit %d, stderr %q", args, code, errOut)
+		}
+		return out
+	}
+	out := mustCLI("set", "w-dev", "--windows", "2/1h,20B/1h")
+	if out != "device w-dev: 2 messages per 1h0m0s, 20 bytes per 1h0m0s, policy drop\n" {
+		t.Errorf("set printed %q", out)
+	}
+	c := dial5(t, g.mqtt, "w-dev")
+	c.mustPublish(t, "t", "0123456789", codeSuccess)
+	c.mustPublish(t, "t", "01234567890", codeQuotaExceeded) // 21 bytes
+	c.mustPublish(t, "t", "0123456789", codeSuccess)
+	c.mustPublish(t, "t", "", codeQuotaExceeded) // a third message
+	out = mustCLI("get", "w-dev")
+	for _, re := range []string{`(?m)^window 1 +2 messages per 1h0m0s: used 2, remaining 0, retry after `, `(?m)^window 2 +20 bytes per 1h0m0s: used 20, remaining 0`, `(?m)^source +override$`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("get output lacks %s:\n%s", re, out)
+		}
+	}
+	if out = mustCLI("list"); !regexp.MustCompile(`(?m)^w-dev +- +2 messages per 1h0m0s, 20 bytes per 1h0m0s +drop +-$`).MatchString(out) {
+		t.Errorf("list printed:\n%s", out)
+	}
+	for _, bad := range []struct{ windows, want string }{
+		{"2/1h,20XB/1h", `"20XB" is neither a message count nor a size`},
+		{"0/1h", `"0/1h": the count must be at least 1`},
+		{"2000000000/1h", "windows[0].messages: must be an integer between 1 and 1000000000 (got 2000000000) (HTTP 400)"},
+		{"1/1h,1/1h,1/1h,1/1h,1/1h", "windows: must hold 1 to 4 windows (got 5) (HTTP 400)"},
+	} {
+		code, _, errOut := runBinary(t, "quota", "set", "w-dev", "--windows", bad.windows, "--admin-addr", g.admin, "--data-dir", g.dir)
+		if code == 0 || !strings.Contains(errOut, bad.want) {
+			t.Errorf("--windows %s: exit %d, stderr %q, want %q", bad.windows, code, errOut, bad.want)
+		}
+	}
+	g.stop()
+	g = startGW(t, dir, "--limit", "100", "--window", "1h")
+	if out = mustCLI("list"); !strings.Contains(out, "2 messages per 1h0m0s, 20 bytes per 1h0m0s") {
+		t.Errorf("after the restart, list printed:\n%s", out)
+	}
+	c = dial5(t, g.mqtt, "w-dev")
+	c.mustPublish(t, "t", "x", codeQuotaExceeded)
+	g.stop()
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -43,6 +44,7 @@ type quotaFlags struct {
 
 	limit     intValue
 	window    durationValue
+	windows   string
 	policy    string
 	expiresAt string
 	forDur    durationValue
@@ -59,7 +61,8 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 	switch sub {
 	case "set":
 		fs.Var(&f.limit, "limit", "`N` messages per window (required)")
-		fs.Var(&f.window, "window", "window `duration` such as 10s (required)")
+		fs.Var(&f.window, "window", "window `duration` such as 10s (required, unless --windows)")
+		fs.StringVar(&f.windows, "windows", "", "instead of --limit and --window, several `windows`: N/DURATION for N messages, SIZE/DURATION for bytes (SIZE with a unit: B, KiB, MiB, GiB), comma-separated, e.g. 10/1m,1000/24h,5MiB/24h")
 		fs.StringVar(&f.policy, "policy", "", "`policy` over the limit: drop, defer or disconnect (default: the API's)")
 		fs.StringVar(&f.expiresAt, "expires-at", "", "the override lapses at this RFC 3339 `time`")
 		fs.Var(&f.forDur, "for", "the override lapses after this `duration` from now")
@@ -72,7 +75,7 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 
 const quotaUsage = `Usage:
   gateway quota get ID [flags]
-  gateway quota set ID --limit N --window D [--policy P] [--expires-at RFC3339 | --for D] [flags]
+  gateway quota set ID (--limit N --window D | --windows W) [--policy P] [--expires-at RFC3339 | --for D] [flags]
   gateway quota delete ID [flags]
   gateway quota list [flags]
   gateway quota reset ID [flags]
@@ -168,13 +171,25 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 	case "get":
 		return c.get(ctx, id)
 	case "set":
-		if !set["limit"] || !set["window"] {
-			return usagef("quota set: --limit and --window are required")
+		var body admin.SetQuotaJSON
+		switch {
+		case set["windows"] && (set["limit"] || set["window"]):
+			return usagef("quota set: give --limit and --window, or --windows, not both")
+		case set["windows"]:
+			ws, err := parseWindowsFlag(f.windows)
+			if err != nil {
+				return usagef("quota set: --windows: %v", err)
+			}
+			body.Windows = ws
+		case !set["limit"] || !set["window"]:
+			return usagef("quota set: --limit and --window are required (or --windows)")
+		default:
+			body.Limit, body.Window = f.limit.v, f.window.v.String()
 		}
 		if set["expires-at"] && set["for"] {
 			return usagef("quota set: give --expires-at or --for, not both")
 		}
-		body := admin.SetQuotaJSON{Limit: f.limit.v, Window: f.window.v.String(), Policy: f.policy}
+		body.Policy = f.policy
 		switch {
 		case set["expires-at"]:
 			body.ExpiresAt = f.expiresAt
@@ -271,9 +286,24 @@ func (c *quotaClient) get(ctx context.Context, id string) error {
 		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 		row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
 		row("device", orDash(v.Device))
-		row("limit", v.Quota.Limit)
-		row("window", orDash(v.Quota.Window))
+		if len(v.Quota.Windows) > 0 {
+			for i, w := range v.Quota.Windows {
+				row(fmt.Sprintf("window %d", i+1), windowState(w))
+			}
+		} else {
+			row("limit", v.Quota.Limit)
+			row("window", orDash(v.Quota.Window))
+		}
 		row("policy", orDash(v.Quota.Policy))
+		for _, cl := range v.Classes {
+			ws := cl.Quota.Windows
+			if len(ws) == 0 {
+				ws = []admin.WindowJSON{{Messages: cl.Quota.Limit, Window: cl.Quota.Window, Used: cl.Quota.Used, Remaining: cl.Quota.Remaining, RetryAfter: cl.Quota.RetryAfter}}
+			}
+			for i, w := range ws {
+				row(fmt.Sprintf("class %s (%s) window %d", cl.Name, strings.Join(cl.Topics, " "), i+1), windowState(w))
+			}
+		}
 		row("source", orDash(v.Source))
 		if v.OverrideExpiresAt != "" {
 			row("override expires at", v.OverrideExpiresAt)
@@ -295,7 +325,11 @@ func (c *quotaClient) get(ctx context.Context, id string) error {
 func (c *quotaClient) set(ctx context.Context, id string, body admin.SetQuotaJSON) error {
 	v, raw, err := c.api.SetQuota(ctx, id, body)
 	return c.print("set", raw, err, func() {
-		fmt.Fprintf(c.out, "device %s: %d messages per %s, policy %s", id, v.Limit, orDash(v.Window), orDash(v.Policy))
+		if len(v.Windows) > 0 {
+			fmt.Fprintf(c.out, "device %s: %s, policy %s", id, describeWindows(v.Windows), orDash(v.Policy))
+		} else {
+			fmt.Fprintf(c.out, "device %s: %d messages per %s, policy %s", id, v.Limit, orDash(v.Window), orDash(v.Policy))
+		}
 		if v.ExpiresAt != "" {
 			fmt.Fprintf(c.out, ", until %s", v.ExpiresAt)
 		}
@@ -309,6 +343,10 @@ func (c *quotaClient) list(ctx context.Context) error {
 		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "DEVICE\tLIMIT\tWINDOW\tPOLICY\tEXPIRES AT")
 		for _, o := range v.Overrides {
+			if len(o.Windows) > 0 {
+				fmt.Fprintf(tw, "%s\t-\t%s\t%s\t%s\n", orDash(o.Device), describeWindows(o.Windows), orDash(o.Policy), orDash(o.ExpiresAt))
+				continue
+			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", orDash(o.Device), o.Limit, orDash(o.Window), orDash(o.Policy), orDash(o.ExpiresAt))
 		}
 		tw.Flush()
@@ -334,4 +372,57 @@ func (c *quotaClient) throttled(ctx context.Context, n int) error {
 // in dataDir.
 func tokenFilePath(dataDir string) string {
 	return filepath.Join(dataDir, admin.TokenFile)
+}
+
+// parseWindowsFlag reads --windows: N/DURATION (messages) or
+// SIZE/DURATION (bytes, SIZE with a unit), comma-separated.
+func parseWindowsFlag(s string) ([]admin.WindowJSON, error) {
+	var out []admin.WindowJSON
+	for _, item := range strings.Split(s, ",") {
+		count, dur, ok := strings.Cut(strings.TrimSpace(item), "/")
+		if !ok {
+			return nil, fmt.Errorf("%q is not N/DURATION or SIZE/DURATION", item)
+		}
+		d, err := time.ParseDuration(dur)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %q is not a duration such as 1m", item, dur)
+		}
+		w := admin.WindowJSON{Window: d.String()}
+		if n, err := strconv.Atoi(count); err == nil {
+			w.Messages = n
+		} else if size, err := config.ParseSize(count); err == nil {
+			w.Bytes = int(size)
+		} else {
+			return nil, fmt.Errorf("%q: %q is neither a message count nor a size with a unit such as 5MiB", item, count)
+		}
+		if w.Messages < 1 && w.Bytes < 1 {
+			return nil, fmt.Errorf("%q: the count must be at least 1", item)
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// describeWindows says what windows allow: "10 messages per 1m0s, 5242880
+// bytes per 24h0m0s".
+func describeWindows(ws []admin.WindowJSON) string {
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		if w.Bytes > 0 {
+			parts[i] = fmt.Sprintf("%d bytes per %s", w.Bytes, w.Window)
+		} else {
+			parts[i] = fmt.Sprintf("%d messages per %s", w.Messages, w.Window)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// windowState is a window and its state: "10 messages per 1m0s: used 3,
+// remaining 7, retry after 0s".
+func windowState(w admin.WindowJSON) string {
+	s := describeWindows([]admin.WindowJSON{w})
+	if w.Used != nil && w.Remaining != nil {
+		s += fmt.Sprintf(": used %d, remaining %d, retry after %s", *w.Used, *w.Remaining, orDash(w.RetryAfter))
+	}
+	return s
 }
