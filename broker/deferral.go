@@ -200,6 +200,7 @@ type queuedMsg struct {
 	seq      uint64
 	enqueued devicelimit.Tick
 	expiry   uint32 // MQTT 5 message expiry interval, seconds; 0 none
+	size     int    // payload bytes, what a byte window counts
 	quota    devicelimit.Quota
 	rec      []byte
 }
@@ -237,6 +238,7 @@ const (
 	outDeferred                // stored: ack 0x00, forward nothing
 	outFull                    // the queue is full: refuse like policy drop
 	outFailed                  // the store failed: refuse like policy drop
+	outTooLarge                // larger than a byte window ever admits: refuse like policy drop
 )
 
 // String says why a deferral was refused, for logs and reason strings.
@@ -246,6 +248,8 @@ func (o outcome) String() string {
 		return "deferral queue full"
 	case outFailed:
 		return "deferral failed"
+	case outTooLarge:
+		return "payload larger than a byte window ever admits: not deferred"
 	}
 	return "deferred"
 }
@@ -257,6 +261,11 @@ func (o outcome) String() string {
 // once the message is durable. dec is the window's refusal, when it
 // refused.
 func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device string, rule, q devicelimit.Quota, now devicelimit.Tick) (outcome, devicelimit.Decision) {
+	if limit, ok := q.TooLarge(len(pk.Payload)); ok {
+		// No window would ever admit it: not queued, where it would
+		// hold up the device's later messages for ever.
+		return outTooLarge, devicelimit.Decision{Limit: limit, TooLarge: true}
+	}
 	sh := d.shard(device)
 	sh.mu.Lock()
 	dq := sh.queues[device]
@@ -266,7 +275,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 	// Decide outside the lock: with windows in Redis a decision is a
 	// round trip, which must not hold up the shard's other devices.
 	if idle {
-		if dec = d.table.AllowAt(device, q, now); dec.Allowed {
+		if dec = d.table.AllowClassAt(device, "", q, len(pk.Payload), now); dec.Allowed {
 			return outAllowed, dec
 		}
 	}
@@ -312,7 +321,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 		d.failed("deferred message not stored", err, device)
 		return outFailed, dec
 	}
-	dq.msgs = append(dq.msgs, queuedMsg{seq: seq, enqueued: now, expiry: m.MessageExpiry, quota: rule, rec: rec})
+	dq.msgs = append(dq.msgs, queuedMsg{seq: seq, enqueued: now, expiry: m.MessageExpiry, size: len(m.Payload), quota: rule, rec: rec})
 	dq.bytes += n
 	d.queueMsgs.Add(1)
 	d.queueBytes.Add(n)
@@ -391,7 +400,7 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 			q = fallback
 			invalid++
 		}
-		cur.msgs = append(cur.msgs, queuedMsg{seq: seq, enqueued: m.Enqueued, expiry: m.MessageExpiry, quota: q, rec: bytes.Clone(rec)})
+		cur.msgs = append(cur.msgs, queuedMsg{seq: seq, enqueued: m.Enqueued, expiry: m.MessageExpiry, size: len(m.Payload), quota: q, rec: bytes.Clone(rec)})
 		cur.bytes += int64(len(rec))
 		total += int64(len(rec))
 		maxSeq = max(maxSeq, seq)

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -664,5 +665,57 @@ func TestDeferLongDeviceIDRefused(t *testing.T) {
 	}
 	if st := f.srv.Stats(); st.QueueMessages != 0 || st.Deferred != 0 || st.Overflowed != 1 {
 		t.Fatalf("stats %+v, want nothing queued and one overflowed", st)
+	}
+}
+
+// A device whose quota under policy defer is 100 messages and 30 bytes
+// per second sends five 10-byte messages at once: three pass (30
+// bytes), two are stored and released, in order, as the byte window
+// frees; a 31-byte message no window could ever take is refused (MQTT 5
+// 0x97), not queued; the byte window never holds more than 30 bytes in
+// any second.
+func TestDeferSeveralWindows(t *testing.T) {
+	store := openStore(t, t.TempDir())
+	rule := devicelimit.Rule{Name: "dev-*", ClientID: "dev-*", Quota: devicelimit.WithWindows(devicelimit.PolicyDefer,
+		devicelimit.Limit{Unit: devicelimit.Messages, N: 100, Window: time.Second},
+		devicelimit.Limit{Unit: devicelimit.Bytes, N: 30, Window: time.Second})}
+	f := start(t, fixtureOpts{rules: []devicelimit.Rule{rule}, store: store})
+	sub := f.subscribeMsgs(t, "sub", "t/#")
+	p := f.connect(t, 5, "dev-1", "")
+	want := []string{"m0-45678", "m1-45678", "m2-45678", "m3-45678", "m4-45678"} // 10 bytes with the "!"
+	for _, m := range want {
+		if code := publish5(t, p, &paho.Publish{Topic: "t/dev-1", QoS: 1, Payload: []byte(m + "!")}); code != 0 {
+			t.Fatalf("publish %s: PUBACK 0x%02x, want 0x00", m, code)
+		}
+	}
+	if code := publish5(t, p, &paho.Publish{Topic: "t/dev-1", QoS: 1, Payload: bytes.Repeat([]byte("x"), 31)}); code != 0x97 {
+		t.Fatalf("a 31-byte message: PUBACK 0x%02x, want 0x97", code)
+	}
+	st := f.srv.Stats()
+	if st.Allowed != 3 || st.Deferred != 2 || st.QueueMessages != 2 {
+		t.Fatalf("after the burst: %+v, want 3 allowed, 2 deferred", st)
+	}
+	// Stored with the quota's windows (a version 2 record).
+	if ms := storedMsgs(t, store); len(ms) != 2 || ms[0].msg.Quota != rule.Quota {
+		t.Fatalf("stored %+v, want 2 messages under %v", ms, rule.Quota)
+	}
+	sub.waitLen(t, 3)
+	f.releaseAll(t, sub, 3, 50*time.Millisecond, 100)
+	sub.waitLen(t, 5)
+	var got []string
+	var ticks []devicelimit.Tick
+	for _, r := range sub.all() {
+		got = append(got, strings.TrimSuffix(string(r.pub.Payload), "!"))
+		ticks = append(ticks, r.at)
+	}
+	if !equal(got, want) {
+		t.Fatalf("received %q, want %q", got, want)
+	}
+	// 10 bytes each: at most 3 in any second.
+	if m := maxInWindow(ticks, time.Second); m > 3 {
+		t.Fatalf("%d messages (%d bytes) within one second, want at most 3 (arrivals %v)", m, 10*m, ticks)
+	}
+	if st := f.srv.Stats(); st.Released != 2 || st.Expired != 0 {
+		t.Fatalf("after the release: %+v", st)
 	}
 }

@@ -40,8 +40,12 @@ type deferredMsg struct {
 	User            []packets.UserProperty
 }
 
-// deferredVersion is the record format version, its first byte.
-const deferredVersion = 1
+// deferredVersion is the record format version, its first byte;
+// deferredWindows that of a record whose quota has several windows.
+const (
+	deferredVersion = 1
+	deferredWindows = 2
+)
 
 // Record flag bits.
 const (
@@ -126,11 +130,23 @@ func (m *deferredMsg) packet(expiry uint32) packets.Packet {
 //
 // Nothing follows the payload. Every integer has its shortest encoding,
 // so a record decodes to one message and encodes back to the same bytes.
+//
+// Version 2, for a quota of several windows, replaces the limit and the
+// window by a byte with the number of windows (1 to 4) and per window a
+// byte for its unit (0 messages, 1 bytes), its limit and its length in
+// nanoseconds as uvarints; the rest is version 1's. A quota of one
+// window is written as version 1, which every gateway reads.
 func appendDeferred(dst []byte, m *deferredMsg) []byte {
-	dst = append(dst, deferredVersion)
-	dst = binary.AppendVarint(dst, int64(m.Enqueued))
-	dst = binary.AppendUvarint(dst, uint64(m.Quota.Limit))
-	dst = binary.AppendUvarint(dst, uint64(m.Quota.Window))
+	if n := m.Quota.NWindows; n > 0 {
+		dst = append(dst, deferredWindows)
+		dst = binary.AppendVarint(dst, int64(m.Enqueued))
+		dst = devicelimit.AppendLimits(dst, m.Quota.Windows[:n])
+	} else {
+		dst = append(dst, deferredVersion)
+		dst = binary.AppendVarint(dst, int64(m.Enqueued))
+		dst = binary.AppendUvarint(dst, uint64(m.Quota.Limit))
+		dst = binary.AppendUvarint(dst, uint64(m.Quota.Window))
+	}
 	dst = append(dst, byte(m.Quota.Policy), m.Version)
 	flags := m.QoS << flagQoSShift
 	if m.Retain {
@@ -157,7 +173,14 @@ func appendDeferred(dst []byte, m *deferredMsg) []byte {
 
 // sizeDeferred returns the length of m's encoding.
 func sizeDeferred(m *deferredMsg) int {
-	n := 1 + varintLen(int64(m.Enqueued)) + uvarintLen(uint64(m.Quota.Limit)) + uvarintLen(uint64(m.Quota.Window)) +
+	quota := uvarintLen(uint64(m.Quota.Limit)) + uvarintLen(uint64(m.Quota.Window))
+	if n := m.Quota.NWindows; n > 0 {
+		quota = 1
+		for _, l := range m.Quota.Windows[:n] {
+			quota += 1 + uvarintLen(uint64(l.N)) + uvarintLen(uint64(l.Window))
+		}
+	}
+	n := 1 + varintLen(int64(m.Enqueued)) + quota +
 		4 + uvarintLen(uint64(m.MessageExpiry)) +
 		bytesLen(m.Topic) + bytesLen(m.ContentType) + bytesLen(m.ResponseTopic) + bytesLen(m.CorrelationData) +
 		uvarintLen(uint64(len(m.User))) + bytesLen(m.Payload)
@@ -185,11 +208,30 @@ func appendBytes[T string | []byte](dst []byte, b T) []byte {
 func decodeDeferred(b []byte) (deferredMsg, error) {
 	d := recDecoder{b: b}
 	var m deferredMsg
-	if v := d.byte(); d.err == nil && v != deferredVersion {
+	v := d.byte()
+	if d.err == nil && v != deferredVersion && v != deferredWindows {
 		return m, fmt.Errorf("%w: unknown version %d", ErrBadDeferred, v)
 	}
 	m.Enqueued = devicelimit.Tick(d.varint())
-	limit, window := d.uvarint(), d.uvarint()
+	var limit, window uint64
+	var windows []devicelimit.Limit
+	if v == deferredWindows {
+		n := d.byte()
+		if d.err == nil && (n < 1 || n > devicelimit.MaxWindows) {
+			return m, fmt.Errorf("%w: %d windows", ErrBadDeferred, n)
+		}
+		windows = make([]devicelimit.Limit, n)
+		for i := range windows {
+			u, l, w := d.byte(), d.uvarint(), d.uvarint()
+			if d.err == nil && (u > byte(devicelimit.Bytes) || l > devicelimit.MaxBytes || w > uint64(devicelimit.MaxWindow)) {
+				return m, fmt.Errorf("%w: window %d out of range", ErrBadDeferred, i)
+			}
+			windows[i] = devicelimit.Limit{Unit: devicelimit.Unit(u), N: int(l), Window: time.Duration(w)}
+		}
+		limit, window = 1, 1 // checked per window below
+	} else {
+		limit, window = d.uvarint(), d.uvarint()
+	}
 	policy := devicelimit.Policy(d.byte())
 	m.Version = d.byte()
 	flags := d.byte()
@@ -232,6 +274,12 @@ func decodeDeferred(b []byte) (deferredMsg, error) {
 		return m, fmt.Errorf("%w: empty topic", ErrBadDeferred)
 	}
 	m.Quota = devicelimit.Quota{Limit: int(limit), Window: time.Duration(window), Policy: policy}
+	if windows != nil {
+		if err := devicelimit.ValidateLimits(windows, 1); err != nil {
+			return m, fmt.Errorf("%w: %v", ErrBadDeferred, err)
+		}
+		m.Quota = devicelimit.WithWindows(policy, windows...)
+	}
 	m.QoS = (flags & flagQoSMask) >> flagQoSShift
 	m.Retain = flags&flagRetain != 0
 	m.PayloadFormatFlag = flags&flagPayloadFormat != 0

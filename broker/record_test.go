@@ -28,6 +28,10 @@ func sampleMsgs() []deferredMsg {
 		{Enqueued: -1, Quota: devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: devicelimit.MaxWindow, Policy: devicelimit.PolicyDisconnect},
 			Version: 3, Topic: "x", MessageExpiry: math.MaxUint32, PayloadFormatFlag: true},
 		{Enqueued: math.MaxInt64, Quota: devicelimit.Quota{Limit: 1, Window: 1}, Version: 5, Topic: "é/ü", Payload: bytes.Repeat([]byte("p"), 300)},
+		{Enqueued: t0, Quota: devicelimit.WithWindows(devicelimit.PolicyDefer,
+			devicelimit.Limit{Unit: devicelimit.Messages, N: 10, Window: time.Minute},
+			devicelimit.Limit{Unit: devicelimit.Bytes, N: devicelimit.MaxBytes, Window: devicelimit.MaxWindow}),
+			Version: 5, QoS: 1, Topic: "t/dev-2", Payload: []byte("windows")},
 	}
 }
 

@@ -95,7 +95,13 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 			batch = append(batch, batchItem{queuedMsg: m, expired: true})
 			continue
 		}
-		dec := d.table.AllowAt(dq.device, d.resolver.QuotaAt(dq.device, m.quota, now), now)
+		dec := d.table.AllowClassAt(dq.device, "", d.resolver.QuotaAt(dq.device, m.quota, now), m.size, now)
+		if dec.TooLarge {
+			// The quota changed since it was queued and no window can
+			// take it now: dropped as expired, not held for ever.
+			batch = append(batch, batchItem{queuedMsg: m, expired: true})
+			continue
+		}
 		if !dec.Allowed {
 			retry = max(dec.RetryAfter, minReleaseSleep)
 			break

@@ -17,6 +17,18 @@ type gateLimiter struct {
 }
 
 func (g *gateLimiter) AllowAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
+	g.wait(device)
+	return g.Table.AllowAt(device, q, now)
+}
+
+// AllowClassAt is the broker's decision: gated like AllowAt.
+func (g *gateLimiter) AllowClassAt(device, class string, q devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.Decision {
+	g.wait(device)
+	return g.Table.AllowClassAt(device, class, q, size, now)
+}
+
+// wait holds a decision on the gated device until the gate opens.
+func (g *gateLimiter) wait(device string) {
 	if device == g.device {
 		select {
 		case g.entered <- struct{}{}:
@@ -24,7 +36,6 @@ func (g *gateLimiter) AllowAt(device string, q devicelimit.Quota, now devicelimi
 		}
 		<-g.open
 	}
-	return g.Table.AllowAt(device, q, now)
 }
 
 // A release round decides outside the shard lock: while one device's

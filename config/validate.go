@@ -59,15 +59,6 @@ func (c Config) Validate() error {
 		v.add(key+".windows", "give limit and window, or windows, not both")
 	}
 	v.quota("limits.default", c.Limits.Default, buckets)
-	for i, q := range append([]Quota{c.Limits.Default}, c.rulesQuotas()...) {
-		if len(q.Windows) > 0 && q.Policy == devicelimit.PolicyDefer {
-			key := "limits.default.policy"
-			if i > 0 {
-				key = fmt.Sprintf("limits.rules[%d].quota.policy", i-1)
-			}
-			v.add(key, "defer with several windows is not built yet: give drop or disconnect, or one limit and window")
-		}
-	}
 	if c.Cluster.Enabled() {
 		for i, q := range append([]Quota{c.Limits.Default}, c.rulesQuotas()...) {
 			if len(q.Windows) > 0 {

@@ -1,6 +1,7 @@
 package devicelimit
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"time"
@@ -92,6 +93,20 @@ func ValidateLimits(ls []Limit, buckets int) error {
 		}
 	}
 	return nil
+}
+
+// AppendLimits appends the encoding of ls that the data file's records
+// use (persist's overrides, the broker's deferred messages): the count
+// as one byte, then per window its unit as one byte and its limit and
+// length in nanoseconds as uvarints.
+func AppendLimits(b []byte, ls []Limit) []byte {
+	b = append(b, byte(len(ls)))
+	for _, l := range ls {
+		b = append(b, byte(l.Unit))
+		b = binary.AppendUvarint(b, uint64(l.N))
+		b = binary.AppendUvarint(b, uint64(l.Window))
+	}
+	return b
 }
 
 // Verdict is the outcome of AllowAllAt: the message's fate and each

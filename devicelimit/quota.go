@@ -112,6 +112,17 @@ func (q Quota) Describe() string {
 	return b.String()
 }
 
+// TooLarge reports whether a message of size bytes is larger than one
+// of q's byte windows can ever admit, and that window's limit.
+func (q Quota) TooLarge(size int) (int, bool) {
+	for _, l := range q.Windows[:min(max(q.NWindows, 0), MaxWindows)] {
+		if l.Unit == Bytes && size > l.N {
+			return l.N, true
+		}
+	}
+	return 0, false
+}
+
 // Shortest returns the quota's shortest window (Window for one): the
 // span of "once per window" logs.
 func (q Quota) Shortest() time.Duration {

@@ -47,13 +47,7 @@ func appendOverride(b []byte, o devicelimit.Override) []byte {
 	if n := o.Quota.NWindows; n > 0 {
 		b = append(b, overrideWindows, byte(o.Quota.Policy))
 		b = binary.AppendVarint(b, int64(o.ExpiresAt))
-		b = append(b, byte(n))
-		for _, l := range o.Quota.Windows[:n] {
-			b = append(b, byte(l.Unit))
-			b = binary.AppendUvarint(b, uint64(l.N))
-			b = binary.AppendUvarint(b, uint64(l.Window))
-		}
-		return b
+		return devicelimit.AppendLimits(b, o.Quota.Windows[:n])
 	}
 	b = append(b, overrideVersion)
 	b = binary.AppendUvarint(b, uint64(o.Quota.Limit))
