@@ -60,7 +60,7 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON instead of a table")
 	switch sub {
 	case "set":
-		fs.Var(&f.limit, "limit", "`N` messages per window (required)")
+		fs.Var(&f.limit, "limit", "`N` messages per window (required, unless --windows)")
 		fs.Var(&f.window, "window", "window `duration` such as 10s (required, unless --windows)")
 		fs.StringVar(&f.windows, "windows", "", "instead of --limit and --window, several `windows`: N/DURATION for N messages, SIZE/DURATION for bytes (SIZE with a unit: B, KiB, MiB, GiB), comma-separated, e.g. 10/1m,1000/24h,5MiB/24h")
 		fs.StringVar(&f.policy, "policy", "", "`policy` over the limit: drop, defer or disconnect (default: the API's)")
