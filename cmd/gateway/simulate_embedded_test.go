@@ -234,3 +234,17 @@ func TestSimulateUpstreamFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateRefusesSeveralWindows: a gateway configuration whose
+// default quota has several windows is refused by simulate, saying why
+// (its checker judges one window so far), rather than judged wrongly.
+func TestSimulateRefusesSeveralWindows(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(cfg, []byte("limits: {default: {windows: [{messages: 5, window: 1s}, {bytes: 1KiB, window: 1m}]}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runBinary(t, "simulate", "--embedded", "--config", cfg, "--devices", "2", "--rate", "5/s", "--duration", "1s")
+	if code == 0 || !strings.Contains(stderr, "limits.default has several windows; the checker judges one limit and window so far") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
