@@ -71,7 +71,7 @@ var (
 	descExpired       = prometheus.NewDesc("devicegate_deferred_expired_total", "Deferred messages discarded after their maximum age.", nil, nil)
 	descQueueMessages = prometheus.NewDesc("devicegate_deferred_queue_messages", "Messages in the deferral queue.", nil, nil)
 	descQueueBytes    = prometheus.NewDesc("devicegate_deferred_queue_bytes", "Bytes in the deferral queue.", nil, nil)
-	descTracked       = prometheus.NewDesc("devicegate_devices_tracked", "Devices with a live rate window.", nil, nil)
+	descTracked       = prometheus.NewDesc("devicegate_devices_tracked", "Live rate windows: one per device with one window, more for a device with several windows or topic classes.", nil, nil)
 	descConnected     = prometheus.NewDesc("devicegate_connected_clients", "Connected MQTT clients.", nil, nil)
 	descSubscriptions = prometheus.NewDesc("devicegate_subscriptions", "Subscriptions held by the broker (of connected clients and kept sessions).", nil, nil)
 	descSnapSeconds   = prometheus.NewDesc("devicegate_snapshot_duration_seconds", "Duration of the last window snapshot.", nil, nil)

@@ -48,7 +48,7 @@ devicegate_deferred_queue_messages 7
 # HELP devicegate_deferred_released_total Deferred messages released to subscribers.
 # TYPE devicegate_deferred_released_total counter
 devicegate_deferred_released_total 5
-# HELP devicegate_devices_tracked Devices with a live rate window.
+# HELP devicegate_devices_tracked Live rate windows: one per device with one window, more for a device with several windows or topic classes.
 # TYPE devicegate_devices_tracked gauge
 devicegate_devices_tracked 9
 # HELP devicegate_persist_failing 1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.

@@ -320,3 +320,31 @@ func TestOtherWindowsRestored(t *testing.T) {
 		t.Fatal("a key with a 301-byte suffix was restored")
 	}
 }
+
+// TestResetEmptiesEveryWindow: Reset of a device empties its other
+// windows and its classes' too, not another device's.
+func TestResetEmptiesEveryWindow(t *testing.T) {
+	tab := newTable(t, 10)
+	ls := []Limit{{Messages, 1, time.Minute}, {Bytes, 10, time.Minute}}
+	for _, d := range []string{"meter", "meter-2"} {
+		tab.AllowAllAt(d, "", ls, 10, t0)
+		tab.AllowAllAt(d, "alarms", ls, 10, t0)
+	}
+	if tab.Len() != 8 {
+		t.Fatalf("%d windows, want 8", tab.Len())
+	}
+	if !tab.Reset("meter") || tab.Len() != 4 {
+		t.Fatalf("after Reset: %d windows, want the other device's 4", tab.Len())
+	}
+	for _, class := range []string{"", "alarms"} {
+		if v := tab.AllowAllAt("meter", class, ls, 10, t0); !v.Allowed {
+			t.Fatalf("class %q after Reset: %+v", class, v)
+		}
+		if v := tab.AllowAllAt("meter-2", class, ls, 10, t0); v.Allowed {
+			t.Fatalf("the other device's class %q was reset", class)
+		}
+	}
+	if tab.Reset("nobody") {
+		t.Fatal("Reset of a device without windows reported some")
+	}
+}

@@ -260,16 +260,34 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 	return d
 }
 
-// Reset empties the device's window and reports whether it had one.
+// Reset empties the device's window, and its other windows (limits.go:
+// several windows, topic classes), and reports whether it had any. The
+// other windows are found by a walk of the device's shard: Reset is an
+// operator's action, not a decision's.
 func (t *Table) Reset(device string) bool {
 	s, h := t.shard(device)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := s.index.find(device, h)
-	if i >= 0 {
+	had := i >= 0
+	if had {
 		s.evict(i)
 	}
-	return i >= 0
+	if strings.IndexByte(device, 0) >= 0 {
+		return had // a window's own key: that window only
+	}
+	prefix := device + "\x00"
+	for i := 0; i < len(s.index.slots); {
+		slot := &s.index.slots[i]
+		if slot.meta == 0 || !strings.HasPrefix(slot.keyString(), prefix) {
+			i++
+			continue
+		}
+		// Eviction shifts a later entry into slot i: look at it next.
+		s.evict(i)
+		had = true
+	}
+	return had
 }
 
 // evict removes the window in index slot i, remembering its device for
