@@ -46,11 +46,7 @@ func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
 	return conn, nil
 }
 
-// StreamName returns the stream of a message on topic from device.
-func StreamName(tmpl, topic, device string) string {
-	return forward.ParseTemplate(tmpl, "{topic}").Expand(topic, device, verbatim)
-}
-
+// verbatim writes a field of a stream name as it is.
 func verbatim(b []byte, s string, _ bool) []byte { return append(b, s...) }
 
 var errClosed = errors.New("connection closed")
