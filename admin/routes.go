@@ -209,16 +209,14 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	} else {
 		q, src = rq, rsrc
 	}
-	var d devicelimit.Decision
-	var err error
-	var windows []WindowJSON
-	local := s.opts.Table != nil && s.opts.Windows == nil // never classes or several windows in cluster mode
-	if q.NWindows > 0 && local {
-		d, windows = s.peekWindows(id, "", q, now)
-	} else if d, err = s.windows().PeekAt(id, q, now); err != nil {
+	d, windows, err := s.peekWindows(id, "", q, now)
+	if err != nil {
 		s.log.Error("device window not read", "device", id, "err", err.Error())
 		writeError(w, http.StatusServiceUnavailable, "device window unavailable; see the gateway's log")
 		return
+	}
+	if q.NWindows == 0 {
+		windows = nil // limit and window, with the state below
 	}
 	out := DeviceJSON{
 		Device:     id,
@@ -230,11 +228,14 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 		Deferred:   st.Deferred,
 		Connected:  st.Connected,
 	}
-	if local {
-		for _, c := range classes {
-			_, cw := s.peekWindows(id, c.Name, c.Quota, now)
-			out.Classes = append(out.Classes, ClassJSON{Name: c.Name, Topics: c.Topics, Quota: quotaOut(c.Quota, cw)})
+	for _, c := range classes {
+		_, cw, err := s.peekWindows(id, c.Name, c.Quota, now)
+		if err != nil {
+			s.log.Error("device window not read", "device", id, "class", c.Name, "err", err.Error())
+			writeError(w, http.StatusServiceUnavailable, "device window unavailable; see the gateway's log")
+			return
 		}
+		out.Classes = append(out.Classes, ClassJSON{Name: c.Name, Topics: c.Topics, Quota: quotaOut(c.Quota, cw)})
 	}
 	if expires != 0 {
 		out.OverrideExpiresAt = formatTick(expires)
@@ -249,18 +250,21 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 // peekWindows reads device's windows of class under q (one or several)
 // for a message of no bytes (a byte window's retry depends on the size):
 // the summed-up decision and each window's state.
-func (s *Server) peekWindows(device, class string, q devicelimit.Quota, now devicelimit.Tick) (devicelimit.Decision, []WindowJSON) {
+func (s *Server) peekWindows(device, class string, q devicelimit.Quota, now devicelimit.Tick) (devicelimit.Decision, []WindowJSON, error) {
 	ls := q.Windows[:max(q.NWindows, 0)]
 	if q.NWindows == 0 {
 		ls = []devicelimit.Limit{{Unit: devicelimit.Messages, N: q.Limit, Window: q.Window}}
 	}
-	v := s.opts.Table.PeekAllAt(device, class, ls, 0, now)
+	v, err := s.windows().PeekAllAt(device, class, ls, 0, now)
+	if err != nil {
+		return devicelimit.Decision{}, nil, err
+	}
 	out := windowsOut(devicelimit.WithWindows(q.Policy, ls...))
 	for i := range out {
 		wd := v.Windows[i]
 		out[i].Used, out[i].Remaining, out[i].RetryAfter = &wd.Count, &wd.Remaining, ceilMillis(wd.RetryAfter).String()
 	}
-	return v.Decision(), out
+	return v.Decision(), out, nil
 }
 
 // quotaOut is q in the API's terms; windows, when given, are its
@@ -324,9 +328,6 @@ func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o, err := parseQuotaBody(body, s.opts.Resolver.Buckets(), s.opts.Clock.Now())
-	if err == nil && o.Quota.NWindows > 0 && s.opts.Windows != nil {
-		err = errors.New("windows: several windows are not shared through Redis yet: with cluster.redis, give limit and window")
-	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return

@@ -142,45 +142,81 @@ func (l *Limiter) windowKey(device string) string {
 	return l.prefix + "w:{" + device + "}"
 }
 
-// AllowClassAt is AllowAt for the device's own quota of one window; a
-// topic class or a quota of several windows is refused: they are not
-// shared through Redis yet, and the configuration refuses them with
-// cluster.redis.
-func (l *Limiter) AllowClassAt(device, class string, q devicelimit.Quota, _ int, now devicelimit.Tick) devicelimit.Decision {
-	if q.NWindows != 0 || class != "" {
-		return devicelimit.Decision{}
+// AllowClassAt decides whether device may publish a message of size
+// payload bytes in topic class class ("" for the device's own quota)
+// under q, of one window or several (messages or bytes), and counts it
+// in every one of the class's shared windows when all admit it: the
+// decision contract of devicelimit.Table's AllowClassAt, atomic inside
+// Redis.
+func (l *Limiter) AllowClassAt(device, class string, q devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.Decision {
+	if class == "" && q.NWindows == 0 {
+		return l.AllowAt(device, q, now)
 	}
-	return l.AllowAt(device, q, now)
+	ls, one := limitsOf(q)
+	if q.NWindows == 0 {
+		ls = one[:]
+	}
+	return l.decide(device, class, ls, size, now)
+}
+
+// limitsOf returns q's windows: q.Windows[:q.NWindows], or, for a quota
+// of one window, one (the caller slices it, so that q stays on its
+// stack).
+func limitsOf(q devicelimit.Quota) ([]devicelimit.Limit, [1]devicelimit.Limit) {
+	one := [1]devicelimit.Limit{{Unit: devicelimit.Messages, N: q.Limit, Window: q.Window}}
+	if q.NWindows > 0 {
+		return append([]devicelimit.Limit(nil), q.Windows[:min(q.NWindows, devicelimit.MaxWindows)]...), one
+	}
+	return nil, one
 }
 
 // AllowAt decides whether device may publish one message under quota q,
-// and counts it in the shared window when allowed. An invalid quota is
-// refused, as by devicelimit.Table.
+// of one message window, and counts it in the shared window when
+// allowed. An invalid quota is refused, as by devicelimit.Table.
 //
 // A look without counting is Peek: it asks Redis and returns its error,
 // where a decision takes the failure policy's answer.
 func (l *Limiter) AllowAt(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
-	if q.Limit < 1 || q.Limit > devicelimit.MaxLimit || q.Window < time.Duration(l.buckets)*devicelimit.MinBucketWidth || q.Window > devicelimit.MaxWindow {
-		return devicelimit.Decision{Limit: q.Limit}
+	one := [1]devicelimit.Limit{{Unit: devicelimit.Messages, N: q.Limit, Window: q.Window}}
+	return l.decide(device, "", one[:], 0, now)
+}
+
+// decide is AllowClassAt for the windows ls.
+func (l *Limiter) decide(device, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) devicelimit.Decision {
+	if len(ls) < 1 || len(ls) > devicelimit.MaxWindows {
+		return devicelimit.Decision{}
+	}
+	for _, w := range ls {
+		top := devicelimit.MaxLimit
+		if w.Unit == devicelimit.Bytes {
+			top = devicelimit.MaxBytes
+		}
+		if w.N < 1 || w.N > top || w.Window < time.Duration(l.buckets)*devicelimit.MinBucketWidth || w.Window > devicelimit.MaxWindow || w.Unit > devicelimit.Bytes {
+			return devicelimit.Decision{Limit: w.N}
+		}
+	}
+	for _, w := range ls {
+		if w.Unit == devicelimit.Bytes && size > w.N {
+			// No retry admits it: Redis need not be asked.
+			return devicelimit.Decision{Limit: w.N, Remaining: w.N, TooLarge: true, Unit: w.Unit}
+		}
 	}
 	if l.health.skip() {
-		return l.fallback(device, q, now)
+		return l.fallback(device, class, ls, size, now)
 	}
 	r := l.pool.Get().(*request)
 	r.state.Store(pending)
-	r.key[0] = l.windowKey(device)
-	r.args[0], r.args[1], r.args[2] = q.Limit, int64(q.Window/time.Microsecond), l.buckets
-	r.args[3] = "1"
+	l.fill(r, device, class, ls, size, true)
 	defer l.inflight.Add(-1)
 	if l.inflight.Add(1) == 1 {
-		return l.direct(r, device, q, now)
+		return l.direct(r, device, class, ls, size, now)
 	}
 	r.timer.Reset(l.timeout)
 	select {
 	case l.reqs <- r:
 	case <-r.timer.C:
 		l.health.failed(ErrTimeout)
-		return l.fallback(device, q, now)
+		return l.fallback(device, class, ls, size, now)
 	}
 	select {
 	case <-r.done:
@@ -188,26 +224,74 @@ func (l *Limiter) AllowAt(device string, q devicelimit.Quota, now devicelimit.Ti
 		if r.err != nil {
 			l.failed(device, r.err)
 			l.pool.Put(r)
-			return l.fallback(device, q, now)
+			return l.fallback(device, class, ls, size, now)
 		}
 		l.health.ok()
-		d := r.res
-		d.Limit = q.Limit
+		d := r.res.Decision()
 		l.pool.Put(r)
 		return d
 	case <-r.timer.C:
 		r.state.CompareAndSwap(pending, abandoned)
 		l.health.failed(ErrTimeout)
-		return l.fallback(device, q, now)
+		return l.fallback(device, class, ls, size, now)
 	}
 }
 
-// Reset empties the device's shared window and reports whether it had
+// fill sets r's keys and arguments to decide ls of class for a message
+// of size bytes, counting it when count is set. The group value is
+// set by whoever sends r (a call's consecutive decisions need distinct
+// ones).
+func (l *Limiter) fill(r *request, device, class string, ls []devicelimit.Limit, size int, count bool) {
+	c := "0"
+	if count {
+		c = "1"
+	}
+	r.n = len(ls)
+	copy(r.ls[:], ls)
+	base := l.windowKey(device)
+	var seen [2]int
+	for i, w := range ls {
+		r.keys[i] = windowKeyOf(base, class, w.Unit, seen[w.Unit])
+		seen[w.Unit]++
+		units := 1
+		if w.Unit == devicelimit.Bytes {
+			units = max(size, 0)
+		}
+		a := r.args[6*i : 6*i+6]
+		a[0], a[1], a[2], a[3], a[4], a[5] = w.N, int64(w.Window/time.Microsecond), l.buckets, c, units, 0
+	}
+}
+
+// windowKeyOf returns the key of a device's window number k of unit u
+// in class, base being the device's key: base itself for the device's
+// own first message window (the key a gateway that knew one window per
+// device used), else base, a NUL, the class, a NUL, 'm' or 'b' and k
+// (devicelimit/limits.go names a table's windows alike). A device ID
+// and a class name hold no NUL, so no two windows share a key, and all
+// of a device's keys share its hash tag.
+func windowKeyOf(base, class string, u devicelimit.Unit, k int) string {
+	if class == "" && u == devicelimit.Messages && k == 0 {
+		return base
+	}
+	return base + "\x00" + class + "\x00" + string([]byte{"mb"[u], byte('0' + k)})
+}
+
+// Reset empties the device's shared windows, those of its own quota
+// and those of the topic classes named, and reports whether it had
 // one.
-func (l *Limiter) Reset(ctx context.Context, device string) (bool, error) {
-	n, err := l.rdb.Del(ctx, l.windowKey(device)).Result()
+func (l *Limiter) Reset(ctx context.Context, device string, classes []string) (bool, error) {
+	base := l.windowKey(device)
+	keys := make([]string, 0, 2*devicelimit.MaxWindows*(1+len(classes)))
+	for _, class := range append([]string{""}, classes...) {
+		for u := range devicelimit.Bytes + 1 {
+			for k := range devicelimit.MaxWindows {
+				keys = append(keys, windowKeyOf(base, class, u, k))
+			}
+		}
+	}
+	n, err := l.rdb.Del(ctx, keys...).Result()
 	if err != nil {
-		return false, fmt.Errorf("reset window of %q: %w", device, err)
+		return false, fmt.Errorf("reset windows of %q: %w", device, err)
 	}
 	return n > 0, nil
 }
@@ -222,10 +306,12 @@ const (
 // pooled; one whose caller gave up is left to the garbage collector,
 // since its worker may still write to it.
 type request struct {
-	key   [1]string
-	args  [4]any
+	keys  [devicelimit.MaxWindows]string
+	args  [6 * devicelimit.MaxWindows]any
+	ls    [devicelimit.MaxWindows]devicelimit.Limit
+	n     int // windows
 	state atomic.Uint32
-	res   devicelimit.Decision
+	res   devicelimit.Verdict
 	err   error
 	done  chan struct{} // capacity 1, signalled once the result is set
 	timer *time.Timer
@@ -242,22 +328,21 @@ func (l *Limiter) failed(device string, err error) {
 }
 
 // direct takes r's decision with a call of its own.
-func (l *Limiter) direct(r *request, device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
+func (l *Limiter) direct(r *request, device, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) devicelimit.Decision {
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
-	v, err := windowScript.Run(ctx, l.rdb, r.key[:], r.args[:]...).Int64Slice() // EVALSHA, EVAL on NOSCRIPT
-	var d devicelimit.Decision
+	v, err := windowScript.Run(ctx, l.rdb, r.keys[:r.n], r.args[:6*r.n]...).Int64Slice() // EVALSHA, EVAL on NOSCRIPT
+	var d devicelimit.Verdict
 	if err == nil {
-		d, err = decodeResult(v)
+		d, err = decodeVerdict(v, r.ls[:r.n])
 	}
 	l.pool.Put(r)
 	if err != nil {
 		l.failed(device, err)
-		return l.fallback(device, q, now)
+		return l.fallback(device, class, ls, size, now)
 	}
 	l.health.ok()
-	d.Limit = q.Limit
-	return d
+	return d.Decision()
 }
 
 // worker sends the decisions waiting in reqs, as many as are there (up
@@ -328,27 +413,33 @@ func (l *Limiter) run(batch []*request, buf *batchBuf) {
 	for i, r := range live {
 		var v []int64
 		if v, r.err = cmds[i].Int64Slice(); r.err == nil {
-			r.res, r.err = decodeResult(v)
+			r.res, r.err = decodeVerdict(v, r.ls[:r.n])
 		}
 		r.done <- struct{}{}
 	}
 }
 
-// runMulti decides the whole batch in one script call.
+// runMulti decides the whole batch in one script call, each request's
+// windows a group of their own.
 func (l *Limiter) runMulti(ctx context.Context, live []*request, buf *batchBuf) {
 	buf.keys, buf.args = buf.keys[:0], buf.args[:0]
-	for _, r := range live {
-		buf.keys = append(buf.keys, r.key[0])
-		buf.args = append(buf.args, r.args[:]...)
+	for i, r := range live {
+		buf.keys = append(buf.keys, r.keys[:r.n]...)
+		for k := range r.n {
+			r.args[6*k+5] = i
+		}
+		buf.args = append(buf.args, r.args[:6*r.n]...)
 	}
 	v, err := windowScript.Run(ctx, l.rdb, buf.keys, buf.args...).Int64Slice() // EVALSHA, EVAL on NOSCRIPT
-	if err == nil && len(v) != 4*len(live) {
+	if err == nil && len(v) != 4*len(buf.keys) {
 		err = errBadReply
 	}
-	for i, r := range live {
+	at := 0
+	for _, r := range live {
 		if r.err = err; err == nil {
-			r.res, r.err = decodeResult(v[4*i : 4*i+4])
+			r.res, r.err = decodeVerdict(v[4*at:4*(at+r.n)], r.ls[:r.n])
 		}
+		at += r.n
 		r.done <- struct{}{}
 	}
 	clear(buf.args) // drop the references to the requests' values
@@ -359,9 +450,9 @@ func (l *Limiter) eval(ctx context.Context, live []*request, full bool) []*redis
 	cmds := make([]*redis.Cmd, len(live))
 	for i, r := range live {
 		if full {
-			cmds[i] = windowScript.Eval(ctx, pipe, r.key[:], r.args[:]...)
+			cmds[i] = windowScript.Eval(ctx, pipe, r.keys[:r.n], r.args[:6*r.n]...)
 		} else {
-			cmds[i] = windowScript.EvalSha(ctx, pipe, r.key[:], r.args[:]...)
+			cmds[i] = windowScript.EvalSha(ctx, pipe, r.keys[:r.n], r.args[:6*r.n]...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -372,8 +463,8 @@ func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 var errBadReply = errors.New("window script: unexpected reply")
 
-// decodeResult reads one decision of the script's reply: allowed,
-// count, remaining, retry-after in microseconds.
+// decodeResult reads one window's decision of the script's reply:
+// allowed, count, remaining, retry-after in microseconds.
 func decodeResult(v []int64) (devicelimit.Decision, error) {
 	if len(v) != 4 {
 		return devicelimit.Decision{}, errBadReply
@@ -384,36 +475,82 @@ func decodeResult(v []int64) (devicelimit.Decision, error) {
 	return devicelimit.Decision{Allowed: v[0] == 1, Count: int(v[1]), Remaining: int(v[2]), RetryAfter: time.Duration(v[3]) * time.Microsecond}, nil
 }
 
+// decodeVerdict reads the decision on the windows ls, as
+// devicelimit.Table.AllowAllAt reports it: allowed when no window
+// refused, and then the refusing window that admits last.
+func decodeVerdict(v []int64, ls []devicelimit.Limit) (devicelimit.Verdict, error) {
+	out := devicelimit.Verdict{N: len(ls)}
+	if len(v) != 4*len(ls) {
+		return out, errBadReply
+	}
+	for i, w := range ls {
+		d, err := decodeResult(v[4*i : 4*i+4])
+		if err != nil {
+			return out, err
+		}
+		d.Limit, d.Unit = w.N, w.Unit
+		out.Windows[i] = d
+		if d.RetryAfter > 0 && d.RetryAfter >= out.RetryAfter {
+			out.RetryAfter, out.Refused = d.RetryAfter, i
+		}
+	}
+	if out.RetryAfter == 0 {
+		out.Allowed, out.Refused = true, -1
+	}
+	return out, nil
+}
+
 // Peek returns the decision a publish would get on the device's shared
-// window, without counting it: the one look at a shared window. It asks
-// Redis whatever its health and returns Redis's error instead of a
-// failure policy's answer, and counts no fallback: for the admin API.
+// window of a one-window quota, without counting it.
 func (l *Limiter) Peek(ctx context.Context, device string, q devicelimit.Quota) (devicelimit.Decision, error) {
 	if err := q.Validate(l.buckets); err != nil {
 		return devicelimit.Decision{}, err
 	}
-	d, err := l.evalAt(ctx, device, q, false, "")
-	if err != nil {
-		return d, fmt.Errorf("read window of %q in redis: %w", device, err)
+	v, err := l.PeekAll(ctx, device, "", []devicelimit.Limit{{N: q.Limit, Window: q.Window}}, 0)
+	d := v.Windows[0] // Allowed false, as devicelimit.Table.PeekAt's
+	d.RetryAfter = v.RetryAfter
+	return d, err
+}
+
+// PeekAll returns the verdict a message of size bytes would get on the
+// device's shared windows ls of class, without counting it: the one
+// look at shared windows. It asks Redis whatever its health and returns
+// Redis's error instead of a failure policy's answer, and counts no
+// fallback: for the admin API.
+func (l *Limiter) PeekAll(ctx context.Context, device, class string, ls []devicelimit.Limit, size int) (devicelimit.Verdict, error) {
+	if err := devicelimit.ValidateLimits(ls, l.buckets); err != nil {
+		return devicelimit.Verdict{}, err
 	}
+	v, err := l.evalAllAt(ctx, device, class, ls, size, false, "")
+	if err != nil {
+		return v, fmt.Errorf("read windows of %q in redis: %w", device, err)
+	}
+	return v, nil
+}
+
+// evalAt runs one decision on a one-window quota synchronously at
+// clock (see evalAllAt).
+func (l *Limiter) evalAt(ctx context.Context, device string, q devicelimit.Quota, count bool, clock any) (devicelimit.Decision, error) {
+	v, err := l.evalAllAt(ctx, device, "", []devicelimit.Limit{{N: q.Limit, Window: q.Window}}, 0, count, clock)
+	if err != nil {
+		return devicelimit.Decision{Limit: q.Limit}, err
+	}
+	d := v.Windows[0]
+	d.RetryAfter = v.RetryAfter
 	return d, nil
 }
 
-// evalAt runs one decision synchronously at clock, an explicit time in
-// microseconds instead of Redis's TIME (for tests, which cannot move
-// Redis's clock), or "" for Redis's TIME.
-func (l *Limiter) evalAt(ctx context.Context, device string, q devicelimit.Quota, count bool, clock any) (devicelimit.Decision, error) {
-	c := "0"
-	if count {
-		c = "1"
-	}
-	v, err := windowScript.Run(ctx, l.rdb, []string{l.windowKey(device)}, q.Limit, int64(q.Window/time.Microsecond), l.buckets, c, clock).Int64Slice()
+// evalAllAt runs one decision on the windows ls synchronously at clock,
+// an explicit time in microseconds instead of Redis's TIME (for tests,
+// which cannot move Redis's clock), or "" for Redis's TIME.
+func (l *Limiter) evalAllAt(ctx context.Context, device, class string, ls []devicelimit.Limit, size int, count bool, clock any) (devicelimit.Verdict, error) {
+	var r request
+	l.fill(&r, device, class, ls, size, count)
+	v, err := windowScript.Run(ctx, l.rdb, r.keys[:r.n], append(r.args[:6*r.n:6*r.n], clock)...).Int64Slice()
 	if err != nil {
-		return devicelimit.Decision{}, err
+		return devicelimit.Verdict{}, err
 	}
-	d, err := decodeResult(v)
-	d.Limit = q.Limit
-	return d, err
+	return decodeVerdict(v, ls)
 }
 
 // Close stops the pipeline workers: a decision after Close may wait up

@@ -262,29 +262,81 @@ func (o *Overrides) DeleteOverride(device string) (bool, error) {
 	return del.Val() > 0, nil
 }
 
-// encodeOverride writes "v1 LIMIT WINDOW_NS POLICY EXPIRES_NS".
+// encodeOverride writes "v1 LIMIT WINDOW_NS POLICY EXPIRES_NS" for a
+// quota of one window, and "v2 POLICY EXPIRES_NS WINDOWS" for one of
+// several, WINDOWS being "UNIT:N:WINDOW_NS" for each, comma-separated,
+// UNIT m (messages) or b (bytes). A gateway that knows only v1 reads a
+// v2 record as unreadable (logged) and keeps the device on its rules.
 func encodeOverride(ov devicelimit.Override) string {
-	return fmt.Sprintf("v1 %d %d %s %d", ov.Quota.Limit, int64(ov.Quota.Window), ov.Quota.Policy, int64(ov.ExpiresAt))
+	q := ov.Quota
+	if q.NWindows == 0 {
+		return fmt.Sprintf("v1 %d %d %s %d", q.Limit, int64(q.Window), q.Policy, int64(ov.ExpiresAt))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "v2 %s %d ", q.Policy, int64(ov.ExpiresAt))
+	for i, l := range q.Windows[:q.NWindows] {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%c:%d:%d", "mb"[l.Unit], l.N, int64(l.Window))
+	}
+	return b.String()
 }
 
-// decodeOverride reads encodeOverride's format; anything else is an
+// decodeOverride reads encodeOverride's formats; anything else is an
 // error wrapping ErrBadOverride.
 func decodeOverride(s string) (devicelimit.Override, error) {
 	f := strings.Split(s, " ")
-	if len(f) != 5 || f[0] != "v1" {
-		return devicelimit.Override{}, fmt.Errorf("%w: %q", ErrBadOverride, trim(s))
-	}
-	limit, err1 := strconv.Atoi(f[1])
-	window, err2 := strconv.ParseInt(f[2], 10, 64)
-	policy, err3 := devicelimit.ParsePolicy(f[3])
-	expires, err4 := strconv.ParseInt(f[4], 10, 64)
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	bad := func(err error) (devicelimit.Override, error) {
+		if err == nil {
+			return devicelimit.Override{}, fmt.Errorf("%w: %q", ErrBadOverride, trim(s))
+		}
 		return devicelimit.Override{}, fmt.Errorf("%w: %q: %v", ErrBadOverride, trim(s), err)
 	}
-	return devicelimit.Override{
-		Quota:     devicelimit.Quota{Limit: limit, Window: time.Duration(window), Policy: policy},
-		ExpiresAt: devicelimit.Tick(expires),
-	}, nil
+	switch {
+	case len(f) == 5 && f[0] == "v1":
+		limit, err1 := strconv.Atoi(f[1])
+		window, err2 := strconv.ParseInt(f[2], 10, 64)
+		policy, err3 := devicelimit.ParsePolicy(f[3])
+		expires, err4 := strconv.ParseInt(f[4], 10, 64)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			return bad(err)
+		}
+		return devicelimit.Override{
+			Quota:     devicelimit.Quota{Limit: limit, Window: time.Duration(window), Policy: policy},
+			ExpiresAt: devicelimit.Tick(expires),
+		}, nil
+	case len(f) == 4 && f[0] == "v2":
+		policy, err1 := devicelimit.ParsePolicy(f[1])
+		expires, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return bad(err)
+		}
+		ws := strings.Split(f[3], ",")
+		if len(ws) > devicelimit.MaxWindows {
+			return bad(fmt.Errorf("%d windows", len(ws)))
+		}
+		var ls []devicelimit.Limit
+		for _, w := range ws {
+			unit, rest, ok1 := strings.Cut(w, ":")
+			n, window, ok2 := strings.Cut(rest, ":")
+			limit, err1 := strconv.Atoi(n)
+			length, err2 := strconv.ParseInt(window, 10, 64)
+			if !ok1 || !ok2 || (unit != "m" && unit != "b") {
+				return bad(fmt.Errorf("window %q", w))
+			}
+			if err := errors.Join(err1, err2); err != nil {
+				return bad(err)
+			}
+			u := devicelimit.Messages
+			if unit == "b" {
+				u = devicelimit.Bytes
+			}
+			ls = append(ls, devicelimit.Limit{Unit: u, N: limit, Window: time.Duration(length)})
+		}
+		return devicelimit.Override{Quota: devicelimit.WithWindows(policy, ls...), ExpiresAt: devicelimit.Tick(expires)}, nil
+	}
+	return bad(nil)
 }
 
 func trim(s string) string {

@@ -141,6 +141,8 @@ func FuzzDecodeOverride(f *testing.F) {
 	f.Add(encodeOverride(devicelimit.Override{Quota: devicelimit.Quota{Limit: 5, Window: time.Minute, Policy: devicelimit.PolicyDefer}, ExpiresAt: t0}))
 	f.Add("v1 1 1 drop 0")
 	f.Add("v2 1 2 3 4")
+	f.Add(encodeOverride(devicelimit.Override{Quota: devicelimit.WithWindows(devicelimit.PolicyDrop,
+		devicelimit.Limit{N: 10, Window: time.Minute}, devicelimit.Limit{Unit: devicelimit.Bytes, N: 5 << 20, Window: 24 * time.Hour}), ExpiresAt: t0}))
 	f.Fuzz(func(t *testing.T, s string) {
 		ov, err := decodeOverride(s)
 		if err != nil {

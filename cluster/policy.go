@@ -49,15 +49,19 @@ func ParsePolicy(s string) (Policy, error) {
 const failRetryAfter = time.Second
 
 // fallback decides under the failure policy.
-func (l *Limiter) fallback(device string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
+func (l *Limiter) fallback(device, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) devicelimit.Decision {
 	l.health.fallbacks.Add(1)
+	first := ls[0].N
 	switch l.policy {
 	case PolicyFailOpen:
-		return devicelimit.Decision{Allowed: true, Limit: q.Limit, Remaining: q.Limit}
+		return devicelimit.Decision{Allowed: true, Limit: first, Remaining: first}
 	case PolicyFailClosed:
-		return devicelimit.Decision{Limit: q.Limit, Count: q.Limit, RetryAfter: failRetryAfter}
+		return devicelimit.Decision{Limit: first, Count: first, RetryAfter: failRetryAfter}
 	}
-	return l.local.AllowAt(device, q, now)
+	if class == "" && len(ls) == 1 && ls[0].Unit == devicelimit.Messages {
+		return l.local.AllowAt(device, devicelimit.Quota{Limit: first, Window: ls[0].Window}, now)
+	}
+	return l.local.AllowAllAt(device, class, ls, size, now).Decision()
 }
 
 // health tracks whether Redis answers. After a failure, decisions go

@@ -6,20 +6,27 @@ import "github.com/redis/go-redis/v9"
 // ring-array sliding window as devicelimit's (see devicelimit/window.go
 // for the invariant and its proof), run atomically inside Redis.
 //
-// KEYS are the windows of one or more decisions, each its own; ARGV has
-// four values per key: limit, window length T in microseconds, bucket
-// count B (of a window made afresh: an existing one keeps its own until
-// it expires), "1" to count (AllowAt) or "0" to look (Peek); then an
-// explicit time in microseconds that only tests pass, empty in
+// KEYS are the windows of one or more decisions; ARGV has six values
+// per key: limit, window length T in microseconds, bucket count B (of a
+// window made afresh: an existing one keeps its own until it expires),
+// "1" to count (AllowAt) or "0" to look (Peek), the units the message
+// counts in the window (1 in a message window, its payload bytes in a
+// byte window), and a group value: consecutive keys with the same group
+// are the windows of one message, admitted only when every one admits
+// it and then counted in each (a refused message counts in none). Then
+// comes an explicit time in microseconds that only tests pass, empty in
 // production, where the clock is Redis's TIME (read once per call). It
-// returns four integers per key: allowed 0|1, count, remaining,
-// retry-after in microseconds; allowed is -1 when the key holds
-// something else than a record of this layout (another type, another
-// version's record): that key is left as it is, and the other keys of
-// the call are decided all the same (a script error would end the call
-// half done, with the earlier keys' admissions counted). Several decisions in one call save the
-// script's fixed costs; on Redis Cluster, where one call's keys must
-// share a slot, each decision is a call of its own.
+// returns four integers per key: allowed 0|1 (1: the message was counted
+// in every window of its group), count, remaining, retry-after in
+// microseconds (0 when this window admits); allowed is -1 when the key
+// holds something else than a record of this layout (another type,
+// another version's record): that key is left as it is, nothing of its
+// group is counted, and the other groups of the call are decided all
+// the same (a script error would end the call half done, with the
+// earlier groups' admissions counted). Several decisions in one call
+// save the script's fixed costs; on Redis Cluster, where one call's keys
+// must share a slot, each decision is a call of its own (a device's
+// windows share its hash tag).
 //
 // Time is in microseconds since the Unix epoch, about 1.8e15 today:
 // Lua numbers are doubles, exact below 2^53 (9.0e15), and every product
@@ -42,10 +49,10 @@ import "github.com/redis/go-redis/v9"
 // expires when its newest bucket leaves the window: idle devices cost
 // nothing.
 const windowLua = `
-local n = #KEYS
+local nk = #KEYS
 local clock
-if ARGV[4 * n + 1] ~= nil and ARGV[4 * n + 1] ~= '' then
-  clock = tonumber(ARGV[4 * n + 1])
+if ARGV[6 * nk + 1] ~= nil and ARGV[6 * nk + 1] ~= '' then
+  clock = tonumber(ARGV[6 * nk + 1])
 else
   local t = redis.call('TIME')
   clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -87,7 +94,7 @@ local HDRLEN = 43
 -- The counts stay a string: slot i is the W bytes at W*i+1. Reading and
 -- rewriting a few slots costs less than a Lua table of them all. W is
 -- 1, 2 or 4 bytes, as the largest limit or count the window has held
--- needs.
+-- needs. body, W and F are the window at hand's (use).
 local body, W, F
 local FMT = {[1] = '<B', [2] = '<H', [4] = '<I4'}
 local function getc(i) return (struct.unpack(F, body, W * i + 1)) end
@@ -97,21 +104,27 @@ local function widthFor(n)
   return 4
 end
 local function setWidth(w) W = w; F = FMT[w] end
+local function use(st) body = st.body; setWidth(st.W) end
 
--- decide is one decision on the window at key; it returns allowed,
--- count, remaining and retry-after.
-local function decide(key, limit, T, B, count, now)
+-- prepare reads the window at key and brings it to now: re-cut for a
+-- new length, counters widened for a larger limit, expired buckets
+-- emptied; nothing is written yet. It returns the window's state, or
+-- nil when the key holds something this script does not know. A
+-- window refused before the instant it recorded is st.full, read from
+-- the header alone.
+local function prepare(key, limit, T, B, units, now)
+  local st = {key = key, limit = limit, T = T, units = units}
   local S = B + 1
   local rec = redis.pcall('GET', key)
   local head, hw, len, nb0, total, ulimit, untilT, w
   if type(rec) == 'table' then
-    return -1, 0, 0, 0 -- not a string: another program's key
+    return nil -- not a string: another program's key
   end
   if rec then
-    if #rec < HDRLEN then return -1, 0, 0, 0 end
+    if #rec < HDRLEN then return nil end
     head, hw, len, untilT, total, ulimit, nb0, w = struct.unpack(HDR, rec)
     if FMT[w] == nil or nb0 < 1 or len < 1 or #rec ~= HDRLEN + w * (nb0 + 1) then
-      return -1, 0, 0, 0 -- a layout this script does not know
+      return nil -- a layout this script does not know
     end
     -- The window keeps the bucket count it was made with until it
     -- expires: gateways whose bucket counts differ (a rolling change)
@@ -119,9 +132,11 @@ local function decide(key, limit, T, B, count, now)
     B = nb0
     S = B + 1
     if hw > now then now = hw end
-    if count and now < untilT and ulimit == limit and len == T then
+    if units == 1 and now < untilT and ulimit == limit and len == T then
       -- Still full: nothing expires before untilT, refusals add nothing.
-      return 0, total, 0, untilT - now
+      -- (untilT is recorded for a message counting 1 only.)
+      st.full, st.total, st.retry = true, total, untilT - now
+      return st
     end
     if len ~= T then
       -- Re-cut for a new length: each old bucket's count moves to the
@@ -172,9 +187,6 @@ local function decide(key, limit, T, B, count, now)
       end
     end
   else
-    if not count then
-      return 0, 0, limit, 0
-    end
     head = bucketOf(now, B, T)
     hw = now
     total = 0
@@ -182,7 +194,6 @@ local function decide(key, limit, T, B, count, now)
     body = string.rep('\0', W * S)
   end
   if hw > now then now = hw end
-  hw = now
 
   local nb = bucketOf(now, B, T)
   if nb < head then
@@ -208,51 +219,89 @@ local function decide(key, limit, T, B, count, now)
     end
     head = nb
   end
-
-  local slot = nb % S
-  local allowed, remaining, retry = 0, 0, 0
-  untilT = 0
-  if total < limit then
-    if count then
-      setc(slot, getc(slot) + 1)
-      total = total + 1
-      allowed = 1
-    end
-    remaining = limit - total
-  else
-    -- The oldest bucket whose expiry brings the total below the limit,
-    -- walking from the oldest slot (the one after the newest).
-    local excess = total - limit
-    local oldest = slot + 1
-    if oldest == S then oldest = 0 end
-    local prefix, pos = 0, 0
-    for i = 0, S - 1 do
-      local s = oldest + i
-      if s >= S then s = s - S end
-      prefix = prefix + getc(s)
-      if prefix > excess then pos = i; break end
-    end
-    untilT = bucketStart(nb - B + pos + S, B, T)
-    retry = untilT - now
-  end
-
-  if count then
-    -- The key outlives its newest bucket by at least a second of
-    -- Redis's real time: 'now' is the caller's clock, and a window of a
-    -- few milliseconds must not vanish while a slow caller is still
-    -- deciding in it (a key kept longer is judged by its bucket times
-    -- all the same).
-    local ttl = bucketStart(head + S, B, T) - now
-    local ms = math.max(math.floor(ttl / 1000) + 1, 1000)
-    redis.call('SET', key, struct.pack(HDR, head, hw, T, untilT, total, limit, B, W) .. body, 'PX', ms)
-  end
-  return allowed, total, remaining, retry
+  st.head, st.now, st.total, st.B, st.S, st.body, st.W = head, now, total, B, S, body, W
+  return st
 end
 
+-- store writes the window back (use(st) done). The key outlives its
+-- newest bucket by at least a second of Redis's real time: 'now' is the
+-- caller's clock, and a window of a few milliseconds must not vanish
+-- while a slow caller is still deciding in it (a key kept longer is
+-- judged by its bucket times all the same).
+local function store(st, untilT)
+  local ttl = bucketStart(st.head + st.S, st.B, st.T) - st.now
+  local ms = math.max(math.floor(ttl / 1000) + 1, 1000)
+  redis.call('SET', st.key, struct.pack(HDR, st.head, st.now, st.T, untilT, st.total, st.limit, st.B, W) .. body, 'PX', ms)
+end
+
+-- retryOf returns the instant the window admits a message counting
+-- units again: when the oldest bucket whose expiry leaves room for it
+-- leaves, walking from the oldest slot (the one after the newest).
+local function retryOf(st)
+  local S = st.S
+  local excess = st.total + st.units - st.limit - 1
+  local oldest = st.head % S + 1
+  if oldest == S then oldest = 0 end
+  local prefix, pos = 0, 0
+  for i = 0, S - 1 do
+    local s = oldest + i
+    if s >= S then s = s - S end
+    prefix = prefix + getc(s)
+    if prefix > excess then pos = i; break end
+  end
+  return bucketStart(st.head - st.B + pos + S, st.B, st.T)
+end
+
+-- One decision is a run of keys with the same group value: the windows
+-- of one message, which counts in all of them or in none.
 local out = {}
-for i = 1, n do
-  local a = 4 * i
-  out[a - 3], out[a - 2], out[a - 1], out[a] = decide(KEYS[i], tonumber(ARGV[a - 3]), tonumber(ARGV[a - 2]), tonumber(ARGV[a - 1]), ARGV[a] == '1', clock)
+local i = 1
+while i <= nk do
+  local g = ARGV[6 * i]
+  local j = i
+  while j < nk and ARGV[6 * j + 6] == g do j = j + 1 end
+  local count = ARGV[6 * i - 2] == '1'
+  local sts, ok = {}, true
+  for k = i, j do
+    local a = 6 * k
+    local units = tonumber(ARGV[a - 1])
+    local st = prepare(KEYS[k], tonumber(ARGV[a - 5]), tonumber(ARGV[a - 4]), tonumber(ARGV[a - 3]), units, clock)
+    sts[k] = st
+    if st == nil or st.full or st.total + units > st.limit then ok = false end
+  end
+  for k = i, j do
+    local st, a = sts[k], 4 * k
+    if st == nil then
+      out[a - 3], out[a - 2], out[a - 1], out[a] = -1, 0, 0, 0
+    elseif st.full then
+      out[a - 3], out[a - 2], out[a - 1], out[a] = 0, st.total, 0, st.retry
+    elseif st.units > st.limit then
+      -- Never admitted (the caller says so without asking): nothing read.
+      out[a - 3], out[a - 2], out[a - 1], out[a] = 0, 0, st.limit, 0
+    elseif st.total + st.units <= st.limit then
+      -- Admitted here: counted when every window admits.
+      local allowed = 0
+      if ok and count then
+        use(st)
+        local slot = st.head % st.S
+        setc(slot, getc(slot) + st.units)
+        st.total = st.total + st.units
+        store(st, 0)
+        allowed = 1
+      end
+      out[a - 3], out[a - 2], out[a - 1], out[a] = allowed, st.total, st.limit - st.total, 0
+    else
+      use(st)
+      local untilT = retryOf(st)
+      if count then
+        -- The instant is kept for a message counting 1: a smaller one
+        -- may fit earlier.
+        if st.units == 1 then store(st, untilT) else store(st, 0) end
+      end
+      out[a - 3], out[a - 2], out[a - 1], out[a] = 0, st.total, 0, untilT - st.now
+    end
+  end
+  i = j + 1
 end
 return out
 `

@@ -59,17 +59,6 @@ func (c Config) Validate() error {
 		v.add(key+".windows", "give limit and window, or windows, not both")
 	}
 	v.quota("limits.default", c.Limits.Default, buckets)
-	if c.Cluster.Enabled() {
-		for i, q := range append([]Quota{c.Limits.Default}, c.rulesQuotas()...) {
-			if len(q.Windows) > 0 {
-				key := "limits.default.windows"
-				if i > 0 {
-					key = fmt.Sprintf("limits.rules[%d].quota.windows", i-1)
-				}
-				v.add(key, "several windows are not shared through Redis yet: with cluster.redis, give limit and window")
-			}
-		}
-	}
 	_, err := c.Identity()
 	v.name("limits.identity", err)
 	names := make(map[string]int, len(c.Limits.Rules))
@@ -87,9 +76,9 @@ func (c Config) Validate() error {
 		v.glob(key+".match.client_id", r.Match.ClientID)
 		v.glob(key+".match.username", r.Match.Username)
 		v.quota(key+".quota", r.Quota, buckets)
-		v.classes(key+".classes", r.Classes, buckets, c.Cluster.Enabled())
+		v.classes(key+".classes", r.Classes, buckets)
 	}
-	v.classes("limits.classes", c.Limits.Classes, buckets, c.Cluster.Enabled())
+	v.classes("limits.classes", c.Limits.Classes, buckets)
 	d := c.Limits.Defer
 	if d.MaxMessagesPerDevice < 1 || d.MaxMessagesPerDevice > MaxDeferMessages {
 		v.add("limits.defer.max_messages_per_device", fmt.Sprintf("must be between 1 and %d (got %d)", MaxDeferMessages, d.MaxMessagesPerDevice))
@@ -177,11 +166,8 @@ func (v *validator) glob(key, pattern string) {
 }
 
 // classes checks a list of topic classes under key: names, filters and
-// quotas (drop or disconnect; not with cluster.redis yet).
-func (v *validator) classes(key string, cs []Class, buckets int, cluster bool) {
-	if len(cs) > 0 && cluster {
-		v.add(key, "topic classes are not shared through Redis yet: remove them with cluster.redis")
-	}
+// quotas (drop or disconnect).
+func (v *validator) classes(key string, cs []Class, buckets int) {
 	names := map[string]int{}
 	for i, c := range cs {
 		k := fmt.Sprintf("%s[%d]", key, i)

@@ -52,7 +52,6 @@ func TestQuotaWindows(t *testing.T) {
 		{`limits: {default: {windows: [{messages: 1, window: 1s}, {messages: 2, window: 2s}, {messages: 3, window: 3s}, {messages: 4, window: 4s}, {messages: 5, window: 5s}]}}`, `limits.default.windows: must hold 1 to 4 windows (got 5)`},
 		{`limits: {default: {windows: [{bytes: 5GiB, window: 1s}]}}`, `limits.default.windows[0].bytes: must be between 1 and 4294967295 (got 5368709120)`},
 		{`limits: {default: {windows: [{messages: 5, window: 0s}]}}`, `limits.default.windows[0].window: must be > 0`},
-		{"cluster: {redis: {addrs: [\"127.0.0.1:6379\"]}}\nlimits: {default: {windows: [{messages: 5, window: 1s}]}}", `limits.default.windows: several windows are not shared through Redis yet`},
 		{`limits: {default: {windows: [{messages: 5, window: 1s, burst: 2}]}}`, `limits.default.windows[0].burst: unknown key`},
 	} {
 		c, err := Parse(strings.NewReader(tc.yaml))
@@ -106,7 +105,6 @@ func TestTopicClassesConfig(t *testing.T) {
 		{`limits: {classes: [{name: a, topics: [a], quota: {limit: 1, window: 1s, policy: defer}}]}`, `limits.classes[0].quota.policy: defer is not built for topic classes yet`},
 		{`limits: {classes: [{name: a, topics: [a], quota: {limit: 0, window: 1s}}]}`, `limits.classes[0].quota.limit: must be between 1 and 1000000000 (got 0)`},
 		{`limits: {rules: [{match: {client_id: a}, classes: [{name: a, topics: [a], quota: {limit: 1, windows: [{messages: 1, window: 1s}]}}]}]}`, `limits.rules[0].classes[0].quota.windows: give limit and window, or windows, not both`},
-		{"cluster: {redis: {addrs: [\"127.0.0.1:6379\"]}}\nlimits: {classes: [{name: a, topics: [a], quota: {limit: 1, window: 1s}}]}", `limits.classes: topic classes are not shared through Redis yet`},
 	} {
 		c, err := Parse(strings.NewReader(tc.yaml))
 		if err == nil {

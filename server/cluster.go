@@ -133,21 +133,22 @@ func (g *Gateway) adminWindows() admin.Windows {
 	if g.cluster == nil {
 		return nil
 	}
-	return sharedWindows{g.cluster.limiter, g.table}
+	return sharedWindows{g.cluster.limiter, g.table, g.resolver}
 }
 
 // sharedWindows are the windows in Redis, as the admin API sees them.
 type sharedWindows struct {
-	l     *cluster.Limiter
-	local *devicelimit.Table
+	l        *cluster.Limiter
+	local    *devicelimit.Table
+	resolver *devicelimit.Resolver
 }
 
-// PeekAt reads the shared window; an error when Redis does not answer
-// (not the failure policy's answer: a look is not a decision).
-func (w sharedWindows) PeekAt(device string, q devicelimit.Quota, _ devicelimit.Tick) (devicelimit.Decision, error) {
+// PeekAllAt reads the shared windows; an error when Redis does not
+// answer (not the failure policy's answer: a look is not a decision).
+func (w sharedWindows) PeekAllAt(device, class string, ls []devicelimit.Limit, size int, _ devicelimit.Tick) (devicelimit.Verdict, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return w.l.Peek(ctx, device, q)
+	return w.l.PeekAll(ctx, device, class, ls, size)
 }
 
 // Reset empties the shared window, and this gateway's own, which the
@@ -155,7 +156,7 @@ func (w sharedWindows) PeekAt(device string, q devicelimit.Quota, _ devicelimit.
 func (w sharedWindows) Reset(device string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	had, err := w.l.Reset(ctx, device)
+	had, err := w.l.Reset(ctx, device, w.resolver.ClassNames())
 	if err != nil {
 		return false, err
 	}

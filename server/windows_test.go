@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"devicegate/cluster/redistest"
 	"devicegate/config"
+	"devicegate/devicelimit"
 	"devicegate/internal/mqtttest"
 )
 
@@ -126,5 +128,75 @@ func TestTopicClasses(t *testing.T) {
 		if !strings.Contains(m, want+"\n") {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// TestWindowsSharedInCluster: two gateways sharing Redis count a
+// device's several windows and its topic class together: what the
+// device sent through one is counted against it on the other, the
+// refusal names the window, an override of several windows set on one
+// is applied by the other, and the admin API of either shows the
+// shared windows' state.
+func TestWindowsSharedInCluster(t *testing.T) {
+	srv := redistest.Start(t)
+	hour := config.Duration(time.Hour)
+	cfg := func() config.Config {
+		c := testConfig(t.TempDir(), 1000, time.Hour)
+		c.Admin.Token = "test-token"
+		c.Cluster.Redis.Addrs = []string{srv.Addr}
+		c.Limits.Default = config.Quota{Windows: []config.QuotaWindow{{Messages: 3, Window: hour}, {Bytes: 100, Window: hour}}}
+		c.Limits.Classes = []config.Class{{Name: "alarms", Topics: []string{"devices/+/alarm"}, Quota: config.Quota{Limit: 1, Window: hour}}}
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a := mustStart(t, cfg(), Deps{})
+	b := mustStart(t, cfg(), Deps{})
+	onA := mqtttest.Dial5(t, a.Addr().String(), "meter-1")
+	onA.MustPublish(t, "devices/meter-1/t", strings.Repeat("x", 60), mqtttest.CodeSuccess)
+	onA.MustPublish(t, "devices/meter-1/alarm", "!", mqtttest.CodeSuccess)
+	onA.Close()
+	onB := mqtttest.Dial5(t, b.Addr().String(), "meter-1")
+	code, reason, err := onB.PublishReason("devices/meter-1/t", strings.Repeat("x", 41))
+	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.HasPrefix(reason, "quota exceeded: 3 messages per 1h0m0s, 100 bytes per 1h0m0s, retry after ") {
+		t.Fatalf("41 bytes on B after 60 on A: 0x%02x %q %v; want refused by the shared byte window", code, reason, err)
+	}
+	onB.MustPublish(t, "devices/meter-1/t", strings.Repeat("x", 40), mqtttest.CodeSuccess)
+	code, reason, err = onB.PublishReason("devices/meter-1/alarm", "!")
+	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.HasPrefix(reason, "quota exceeded (class alarms): 1 messages per 1h0m0s") {
+		t.Fatalf("second alarm, on B: 0x%02x %q %v", code, reason, err)
+	}
+	var st struct {
+		Quota struct {
+			Windows []struct{ Used, Remaining int }
+		}
+		Classes []struct{ Quota struct{ Used int } }
+	}
+	body := httpGet(t, "http://"+a.AdminAddr().String()+"/api/v1/devices/meter-1", "test-token")
+	if err := json.Unmarshal([]byte(body), &st); err != nil || len(st.Quota.Windows) != 2 || st.Quota.Windows[0].Used != 2 ||
+		st.Quota.Windows[1].Used != 100 || len(st.Classes) != 1 || st.Classes[0].Quota.Used != 1 {
+		t.Fatalf("status on A of the shared windows: %s (%v)", body, err)
+	}
+	// An override of several windows, set on A, judges the device on B.
+	ov := devicelimit.Override{Quota: devicelimit.WithWindows(devicelimit.PolicyDrop,
+		devicelimit.Limit{N: 10, Window: time.Hour}, devicelimit.Limit{Unit: devicelimit.Bytes, N: 150, Window: time.Hour})}
+	if err := a.SetOverride("meter-1", ov); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if q, src := b.resolver.Resolve("meter-1", "meter-1", "", b.clock.Now()); src.Kind == devicelimit.SourceOverride && q == ov.Quota {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gateway B never learned the override of several windows set on A")
+		}
+		time.Sleep(10 * time.Millisecond) // polling B, not letting time pass
+	}
+	onB.MustPublish(t, "devices/meter-1/t", strings.Repeat("x", 50), mqtttest.CodeSuccess)
+	code, reason, err = onB.PublishReason("devices/meter-1/t", "x")
+	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.Contains(reason, "150 bytes per 1h0m0s") {
+		t.Fatalf("over the override's byte window on B: 0x%02x %q %v", code, reason, err)
 	}
 }
