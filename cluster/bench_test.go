@@ -43,6 +43,15 @@ func BenchmarkDecisions(b *testing.B) {
 				b.Fatalf("%d decisions fell back to the policy", st.Fallbacks)
 			}
 		})
+		two := devicelimit.WithWindows(devicelimit.PolicyDrop, devicelimit.Limit{N: 100, Window: 10 * time.Second},
+			devicelimit.Limit{Unit: devicelimit.Bytes, N: 100_000, Window: time.Hour})
+		b.Run(fmt.Sprintf("impl=lua-2windows/callers=%d", callers), func(b *testing.B) {
+			l, _ := newLimiter(b, srv, devicelimit.DefaultBuckets, PolicyFailClosed, 5*time.Second)
+			run(b, srv, callers, func(i uint64) bool { return l.AllowClassAt(ids[i%devices], "", two, 100, 0).Allowed })
+			if st := l.Stats(); st.Fallbacks != 0 {
+				b.Fatalf("%d decisions fell back to the policy", st.Fallbacks)
+			}
+		})
 		b.Run(fmt.Sprintf("impl=redis_rate/callers=%d", callers), func(b *testing.B) {
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			defer rdb.Close()

@@ -242,7 +242,7 @@ func (l *Limiter) decide(device, class string, ls []devicelimit.Limit, size int,
 // set by whoever sends r (a call's consecutive decisions need distinct
 // ones).
 func (l *Limiter) fill(r *request, device, class string, ls []devicelimit.Limit, size int, count bool) {
-	c := "0"
+	var c any = "0" // constants: boxed without an allocation
 	if count {
 		c = "1"
 	}

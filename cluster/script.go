@@ -113,7 +113,6 @@ local function use(st) body = st.body; setWidth(st.W) end
 -- window refused before the instant it recorded is st.full, read from
 -- the header alone.
 local function prepare(key, limit, T, B, units, now)
-  local st = {key = key, limit = limit, T = T, units = units}
   local S = B + 1
   local rec = redis.pcall('GET', key)
   local head, hw, len, nb0, total, ulimit, untilT, w
@@ -135,8 +134,7 @@ local function prepare(key, limit, T, B, units, now)
     if units == 1 and now < untilT and ulimit == limit and len == T then
       -- Still full: nothing expires before untilT, refusals add nothing.
       -- (untilT is recorded for a message counting 1 only.)
-      st.full, st.total, st.retry = true, total, untilT - now
-      return st
+      return {full = true, total = total, retry = untilT - now, units = units, limit = limit}
     end
     if len ~= T then
       -- Re-cut for a new length: each old bucket's count moves to the
@@ -219,8 +217,8 @@ local function prepare(key, limit, T, B, units, now)
     end
     head = nb
   end
-  st.head, st.now, st.total, st.B, st.S, st.body, st.W = head, now, total, B, S, body, W
-  return st
+  -- One constructor: the table is made at its size once.
+  return {key = key, limit = limit, T = T, units = units, head = head, now = now, total = total, B = B, S = S, body = body, W = W}
 end
 
 -- store writes the window back (use(st) done). The key outlives its
