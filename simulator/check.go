@@ -67,6 +67,11 @@ type Sent struct {
 	Code byte `json:"code"`
 	// AckAt is when the ack came; zero when unknown.
 	AckAt time.Time `json:"ack_at,omitzero"`
+	// Size is the payload's length in bytes, what a byte window counts.
+	Size int `json:"size,omitempty"`
+	// Class is the topic class the message was sent in ("" for none:
+	// the device's own quota); see DeviceLog.Classes.
+	Class string `json:"class,omitempty"`
 }
 
 // Arrival is one delivery of a device's message to the subscriber.
@@ -78,8 +83,11 @@ type Arrival struct {
 // DeviceLog is everything observed about one device: its quota, what it
 // sent and what the subscriber received from it, in any order.
 type DeviceLog struct {
-	Device   string
+	Device string
+	// Quota is the device's own quota, of one window or several; its
+	// messages in a topic class are judged by Classes[class] instead.
 	Quota    devicelimit.Quota
+	Classes  map[string]devicelimit.Quota
 	Sent     []Sent
 	Arrivals []Arrival
 	// Allowance is the excess over Quota the durability contract
@@ -113,10 +121,18 @@ type CheckOptions struct {
 // sent sequence number is in exactly one of them.
 type DeviceResult struct {
 	Device string `json:"device"`
-	Limit  int    `json:"limit"`
-	// WindowNS is the quota window T in nanoseconds.
+	// Limit, WindowNS (the window T in nanoseconds), the window counts
+	// below and Allowance are the device's judged window's: its one,
+	// or, of several (Windows), the first violated, else the one of
+	// largest excess.
+	Limit    int           `json:"limit"`
 	WindowNS time.Duration `json:"window_ns"`
 	Policy   string        `json:"policy"`
+	// Windows are every window's verdict when the device has more than
+	// one (several windows, topic classes).
+	Windows []WindowResult `json:"windows,omitempty"`
+	// JudgedWindow is the place in Windows of the judged window.
+	JudgedWindow int `json:"judged_window,omitempty"`
 
 	Counts
 	// Latency is send to first arrival, over every message that arrived
@@ -326,12 +342,9 @@ func outOfOrder(first map[uint64]time.Time) int {
 // checkDevice returns the device's result and its sorted latencies.
 func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []time.Duration) {
 	r := DeviceResult{
-		Device:    l.Device,
-		Limit:     l.Quota.Limit,
-		WindowNS:  l.Quota.Window,
-		Policy:    l.Quota.Policy.String(),
-		Counts:    Counts{Sent: len(l.Sent)},
-		Allowance: l.Allowance,
+		Device: l.Device,
+		Policy: l.Quota.Policy.String(),
+		Counts: Counts{Sent: len(l.Sent)},
 	}
 	first := make(map[uint64]time.Time, len(l.Arrivals))
 	for _, a := range l.Arrivals {
@@ -389,43 +402,23 @@ func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []
 			}
 		}
 	}
-	times := make([]time.Time, 0, len(first))
-	for seq, at := range first {
+	for seq := range first {
 		if !sent[seq] {
 			r.Phantom++
 		}
-		times = append(times, at)
 	}
-	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
-	r.MaxInWindow, r.MaxWindowStart = maxInWindow(times, l.Quota.Window-opts.Tolerance)
-	r.Confirmed, r.ConfirmedStart = confirmed(l, first, opts.Immediate, deferPolicy)
-	if l.Quota.Limit > 0 {
-		r.Excess = max(0, r.MaxInWindow-l.Quota.Limit)
-		r.ConfirmedExcess = max(0, r.Confirmed-l.Quota.Limit)
+	ws := judgeWindows(l, first, opts, deferPolicy, r.Released > 0)
+	r.JudgedWindow = worstWindow(ws, r.Released > 0)
+	w := ws[r.JudgedWindow]
+	r.Limit, r.WindowNS, r.Allowance = w.Limit, w.WindowNS, w.Allowance
+	r.MaxInWindow, r.MaxWindowStart, r.Excess = w.MaxInWindow, w.MaxWindowStart, w.Excess
+	r.Confirmed, r.ConfirmedStart, r.ConfirmedExcess = w.Confirmed, w.ConfirmedStart, w.ConfirmedExcess
+	if len(ws) > 1 {
+		r.Windows = ws
 	}
 	slices.Sort(lat)
 	r.LatencyP50, r.LatencyP95, r.LatencyP99, r.LatencyMax = percentiles(lat)
 	return r, lat
-}
-
-// maxInWindow returns the largest number of times in any half-open
-// window [s, s+w) and the earliest start s achieving it; times must be
-// sorted. A window of w <= 0 holds at most one time.
-func maxInWindow(times []time.Time, w time.Duration) (int, time.Time) {
-	best, start := 0, time.Time{}
-	j := 0
-	for i := range times {
-		if j < i+1 {
-			j = i + 1
-		}
-		for j < len(times) && times[j].Sub(times[i]) < w {
-			j++
-		}
-		if n := j - i; n > best {
-			best, start = n, times[i]
-		}
-	}
-	return best, start
 }
 
 // percentiles returns the nearest-rank p50, p95, p99 and max of sorted.

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
@@ -71,7 +72,7 @@ func TestCheckCountsEveryBucket(t *testing.T) {
 		// timestamps confirm 3, the limit.
 		Confirmed: 3, ConfirmedStart: ms(0),
 	}
-	if d != want {
+	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("got  %+v\nwant %+v", d, want)
 	}
 	if d.UnackedMissing() != 1 || d.Unexpected() != 3 || !d.Failed() {
@@ -119,11 +120,11 @@ func TestMaxInWindowSteps(t *testing.T) {
 		{"tolerance shrinks the window", []int{0, 950}, w - 100*time.Millisecond, 1, 0},
 		{"zero window", []int{0, 0}, 0, 1, 0},
 	} {
-		times := make([]time.Time, len(tc.at))
+		pts := make([]point, len(tc.at))
 		for i, a := range tc.at {
-			times[i] = ms(a)
+			pts[i] = point{at: ms(a), size: 100}
 		}
-		n, s := maxInWindow(times, tc.w)
+		n, s := maxInWindow(pts, devicelimit.Limit{N: 1, Window: w}, tc.w)
 		wantStart := time.Time{}
 		if tc.start >= 0 {
 			wantStart = ms(tc.start)

@@ -73,6 +73,10 @@ type Config struct {
 	// Mix, when not empty, replaces Quota: each device is judged
 	// against its class's quota (see ClassOf). Shares add up to 100.
 	Mix []Class `json:"mix,omitempty"`
+	// TopicClasses send some of every device's messages on the topics
+	// of the gateway's topic classes, each judged by its class's quota
+	// apart from the device's own.
+	TopicClasses []TopicClass `json:"topic_classes,omitempty"`
 	// Tolerance and Immediate are passed to the checker (CheckOptions).
 	// Tolerance defaults to 50 ms; Immediate to 250 ms.
 	Tolerance time.Duration `json:"tolerance_ns"`
@@ -91,6 +95,46 @@ type Config struct {
 	// (default 1 s) while devices publish, from one goroutine.
 	Progress      func(Progress) `json:"-"`
 	ProgressEvery time.Duration  `json:"-"`
+}
+
+// TopicClass is a topic class of the gateway (limits.classes) that
+// devices send some of their messages in.
+type TopicClass struct {
+	// Name is the class's name in the gateway's configuration.
+	Name string `json:"name"`
+	// Topic makes a device's topic in the class from its ID (one %s),
+	// a topic one of the class's filters matches.
+	Topic string `json:"topic"`
+	// Every: a device's messages number Every-1, 2*Every-1, ... (counting
+	// from 0) go to this class; the first class that takes a message
+	// has it, the others' go to Config.Topic.
+	Every int `json:"every"`
+	// Quota is the class's quota in the gateway.
+	Quota devicelimit.Quota `json:"quota"`
+}
+
+// ClassTopic returns the topic template and class name of message seq
+// of a device: a topic class's, or Topic's and "".
+func (c Config) ClassTopic(seq uint64) (string, string) {
+	for _, tc := range c.TopicClasses {
+		if seq%uint64(tc.Every) == uint64(tc.Every-1) {
+			return tc.Topic, tc.Name
+		}
+	}
+	return c.Topic, ""
+}
+
+// quotaOK reports whether every window of q has a limit and a length.
+func quotaOK(q devicelimit.Quota) bool {
+	if q.NWindows > devicelimit.MaxWindows {
+		return false
+	}
+	for _, l := range limitsOf(q) {
+		if l.N <= 0 || l.Window <= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // withDefaults returns c with zero fields defaulted, validated.
@@ -155,13 +199,28 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("ramp_up", c.RampUp, "must be >= 0")
 	case c.Drain < 0:
 		return bad("drain", c.Drain, "must be >= 0")
-	case len(c.Mix) == 0 && (c.Quota.Limit <= 0 || c.Quota.Window <= 0):
+	case len(c.Mix) == 0 && !quotaOK(c.Quota):
 		return bad("quota", c.Quota, "must have a limit and a window > 0")
+	}
+	names := map[string]bool{}
+	for i, tc := range c.TopicClasses {
+		field := fmt.Sprintf("topic_classes[%d]", i)
+		switch {
+		case tc.Name == "" || names[tc.Name]:
+			return bad(field+".name", fmt.Sprintf("%q", tc.Name), "must be a class name, once")
+		case strings.Count(tc.Topic, "%s") != 1:
+			return bad(field+".topic", tc.Topic, "must contain %s exactly once")
+		case tc.Every < 1:
+			return bad(field+".every", tc.Every, "must be >= 1")
+		case !quotaOK(tc.Quota):
+			return bad(field+".quota", tc.Quota, "must have a limit and a window > 0")
+		}
+		names[tc.Name] = true
 	}
 	if len(c.Mix) > 0 {
 		total := 0.0
 		for _, cl := range c.Mix {
-			if !(cl.Share > 0) || cl.Quota.Limit <= 0 || cl.Quota.Window <= 0 {
+			if !(cl.Share > 0) || !quotaOK(cl.Quota) {
 				return bad("mix", FormatMix(c.Mix), "every class needs a share > 0, a limit and a window > 0")
 			}
 			total += cl.Share

@@ -3,11 +3,15 @@ package simulator
 import (
 	"slices"
 	"time"
+
+	"devicegate/devicelimit"
 )
 
-// confirmed returns the largest number of l's admitted messages whose
-// admission the device's own timestamps place, for certain, within less
-// than T of each other, and the send time of the first of them.
+// confirmed returns the largest number of w's units (messages or bytes)
+// of l's admitted messages of topic class class ("" for the device's
+// own quota) whose admission the device's own timestamps place, for
+// certain, within less than w's length of each other, and the send time
+// of the first of them.
 //
 // The gateway decides on a message after the device sent it and before
 // the device has its ack and before the message reaches the subscriber:
@@ -19,19 +23,22 @@ import (
 // of missing excess when acks are slow. Messages that were deferred and
 // released are left out: the device learns nothing of when they were
 // released.
-func confirmed(l DeviceLog, first map[uint64]time.Time, immediate time.Duration, deferPolicy bool) (int, time.Time) {
-	type span struct{ lo, hi time.Time }
+func confirmed(l DeviceLog, first map[uint64]time.Time, immediate time.Duration, deferPolicy bool, class string, w devicelimit.Limit) (int, time.Time) {
+	type span struct {
+		lo, hi time.Time
+		units  int
+	}
 	var spans []span
 	for _, s := range l.Sent {
 		at, arrived := first[s.Seq]
-		if !arrived || s.Ack == AckRefused || deferPolicy && at.Sub(s.At) > immediate {
+		if s.Class != class || !arrived || s.Ack == AckRefused || deferPolicy && at.Sub(s.At) > immediate {
 			continue
 		}
 		hi := at
 		if !s.AckAt.IsZero() && s.AckAt.Before(hi) {
 			hi = s.AckAt
 		}
-		spans = append(spans, span{s.At, hi})
+		spans = append(spans, span{s.At, hi, units(w, s.Size)})
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.lo.Compare(b.lo) })
 	// For each i (a window starting at spans[i].lo), count the j in
@@ -44,9 +51,9 @@ func confirmed(l DeviceLog, first map[uint64]time.Time, immediate time.Duration,
 	}
 	slices.SortFunc(byHi, func(a, b int) int { return spans[a].hi.Compare(spans[b].hi) })
 	tree := make([]int, len(spans)+1)
-	add := func(i int) {
+	add := func(i, v int) {
 		for i++; i < len(tree); i += i & -i {
-			tree[i]++
+			tree[i] += v
 		}
 	}
 	sum := func(i int) (n int) { // over positions [0, i)
@@ -57,15 +64,15 @@ func confirmed(l DeviceLog, first map[uint64]time.Time, immediate time.Duration,
 	}
 	best, start, r, p := 0, time.Time{}, 0, 0
 	for i, a := range spans {
-		end := a.lo.Add(l.Quota.Window)
+		end := a.lo.Add(w.Window)
 		for r < len(spans) && spans[r].lo.Before(end) {
 			r++
 		}
 		for p < len(byHi) && spans[byHi[p]].hi.Before(end) {
-			add(byHi[p])
+			add(byHi[p], spans[byHi[p]].units)
 			p++
 		}
-		if n := sum(r) - sum(i); n > best {
+		if n := sum(r) - sum(i); n > best || i == 0 && best == 0 {
 			best, start = n, a.lo
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	"devicegate/devicelimit"
 )
@@ -21,10 +20,12 @@ type Class struct {
 }
 
 // ParseMix parses a quota mix: comma-separated classes
-// "SHARE%:LIMIT/WINDOW[:POLICY]", for example
-// "70%:50/10s:drop,30%:5/1s:defer". Shares are percentages that add up
-// to 100; a class without a policy takes def. The empty string is no
-// mix (nil). Errors name the class and what is wrong with it.
+// "SHARE%:WINDOWS[:POLICY]", for example
+// "70%:50/10s:drop,30%:5/1s:defer"; WINDOWS is one LIMIT/WINDOW or
+// several joined by '+', a limit with a size unit counting bytes
+// ("30%:10/1m+5KiB/1h"). Shares are percentages that add up to 100; a
+// class without a policy takes def. The empty string is no mix (nil).
+// Errors name the class and what is wrong with it.
 func ParseMix(s string, def devicelimit.Policy) ([]Class, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
@@ -48,17 +49,17 @@ func ParseMix(s string, def devicelimit.Policy) ([]Class, error) {
 		if err != nil || !(share > 0) || share > 100 {
 			return bad("the share must be a number in (0, 100]")
 		}
-		lim, win, ok := strings.Cut(fields[1], "/")
-		if !ok {
-			return bad("the quota must be LIMIT/WINDOW")
+		ls, err := devicelimit.ParseLimits(fields[1], "+")
+		if err != nil {
+			return bad("the quota: " + err.Error())
 		}
-		limit, err := strconv.Atoi(lim)
-		if err != nil || limit <= 0 {
-			return bad("the limit must be an integer > 0")
+		for _, l := range ls {
+			if l.Window <= 0 {
+				return bad("the window must be a duration > 0 like 10s")
+			}
 		}
-		window, err := time.ParseDuration(win)
-		if err != nil || window <= 0 {
-			return bad("the window must be a duration > 0 like 10s")
+		if len(ls) > devicelimit.MaxWindows {
+			return bad(fmt.Sprintf("at most %d windows", devicelimit.MaxWindows))
 		}
 		policy := def
 		if len(fields) == 3 {
@@ -67,7 +68,11 @@ func ParseMix(s string, def devicelimit.Policy) ([]Class, error) {
 			}
 		}
 		total += share
-		out = append(out, Class{Share: share, Quota: devicelimit.Quota{Limit: limit, Window: window, Policy: policy}})
+		q := devicelimit.Quota{Limit: ls[0].N, Window: ls[0].Window, Policy: policy}
+		if len(ls) > 1 || ls[0].Unit == devicelimit.Bytes {
+			q = devicelimit.WithWindows(policy, ls...)
+		}
+		out = append(out, Class{Share: share, Quota: q})
 	}
 	if math.Abs(total-100) > 1e-6 {
 		return nil, fmt.Errorf("the shares add up to %g%%, want 100%%", total)
@@ -79,7 +84,7 @@ func ParseMix(s string, def devicelimit.Policy) ([]Class, error) {
 func FormatMix(mix []Class) string {
 	parts := make([]string, len(mix))
 	for i, c := range mix {
-		parts[i] = fmt.Sprintf("%g%%:%d/%s:%s", c.Share, c.Quota.Limit, c.Quota.Window, c.Quota.Policy)
+		parts[i] = fmt.Sprintf("%g%%:%s:%s", c.Share, devicelimit.FormatLimits(limitsOf(c.Quota), "+"), c.Quota.Policy)
 	}
 	return strings.Join(parts, ",")
 }

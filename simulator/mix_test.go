@@ -24,6 +24,18 @@ func TestParseMix(t *testing.T) {
 	if s := FormatMix(got); s != "70%:50/10s:drop,30%:5/1s:defer" {
 		t.Fatalf("FormatMix: %q", s)
 	}
+	// Several windows, bytes.
+	got, err = ParseMix("50%:10/1m+5KiB/1h:drop,50%:2KiB/10s", devicelimit.PolicyDefer)
+	want = []Class{
+		{Share: 50, Quota: devicelimit.WithWindows(devicelimit.PolicyDrop, devicelimit.Limit{N: 10, Window: time.Minute}, devicelimit.Limit{Unit: devicelimit.Bytes, N: 5120, Window: time.Hour})},
+		{Share: 50, Quota: devicelimit.WithWindows(devicelimit.PolicyDefer, devicelimit.Limit{Unit: devicelimit.Bytes, N: 2048, Window: 10 * time.Second})},
+	}
+	if err != nil || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("several windows: %+v, %v", got, err)
+	}
+	if s := FormatMix(got); s != "50%:10/1m+5KiB/1h:drop,50%:2KiB/10s:defer" {
+		t.Fatalf("FormatMix of several windows: %q", s)
+	}
 	// A class without a policy takes the default.
 	if got, err := ParseMix("100%:3/1s", devicelimit.PolicyDefer); err != nil || got[0].Quota.Policy != devicelimit.PolicyDefer {
 		t.Fatalf("got %+v, %v", got, err)
@@ -35,10 +47,12 @@ func TestParseMix(t *testing.T) {
 		{"70%:50/10s", "add up to 70%"},
 		{"70:50/10s,30%:1/1s", "class 1 \"70:50/10s\": the share must end in %"},
 		{"0%:5/1s,100%:1/1s", "the share must be a number in (0, 100]"},
-		{"100%:5", "the quota must be LIMIT/WINDOW"},
-		{"100%:x/1s", "the limit must be an integer > 0"},
-		{"100%:0/1s", "the limit must be an integer > 0"},
-		{"100%:5/1", "the window must be a duration > 0"},
+		{"100%:5", `the quota: "5" is not N/DURATION or SIZE/DURATION`},
+		{"100%:x/1s", `"x" is neither a message count nor a size with a unit such as 5MiB`},
+		{"100%:0/1s", "the count must be at least 1"},
+		{"100%:5/1", `"1" is not a duration such as 1m`},
+		{"100%:5/0s", "the window must be a duration > 0"},
+		{"100%:1/1s+2/1s+3/1s+4/1s+5/1s", "at most 4 windows"},
 		{"100%:5/1s:queue", "the policy must be drop, defer or disconnect"},
 		{"100%", "want 2 or 3 fields"},
 		{"50%:5/1s,50%:5/1s:drop:x", "class 2"},

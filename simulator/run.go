@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"devicegate/devicelimit"
+
 	paho "github.com/eclipse/paho.golang/paho"
 )
 
@@ -80,6 +82,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	logs := make([]DeviceLog, 0, len(rec.logs))
 	for _, l := range rec.logs {
 		l.Quota = rec.quotas[l.Device]
+		l.Classes = classQuotas(cfg.TopicClasses)
 		logs = append(logs, *l)
 	}
 	rep.ConnectFailures, rep.Disconnects, rep.Errors = rec.connFails, rec.disconnects, rec.errs
@@ -95,6 +98,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Verdict.OK = false // the fleet is not what was asked for
 	}
 	return rep, nil
+}
+
+// topicsOf returns the classes' topic templates.
+func topicsOf(cs []TopicClass) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Topic
+	}
+	return out
+}
+
+// classQuotas returns the classes' quotas by name; nil for none.
+func classQuotas(cs []TopicClass) map[string]devicelimit.Quota {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make(map[string]devicelimit.Quota, len(cs))
+	for _, c := range cs {
+		out[c.Name] = c.Quota
+	}
+	return out
 }
 
 // fleet is the state a run's goroutines share.
@@ -205,13 +229,15 @@ func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, err
 		conn.Close()
 		return nil, fmt.Errorf("subscriber %s (user %q): connect to %s: %w", id, user, addr, refused5(ca, err))
 	}
-	filter := strings.Replace(cfg.Topic, "%s", "+", 1)
-	if sa, err := c.Subscribe(cctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: max(1, cfg.QoS)}}}); err != nil {
-		s.close()
-		if sa != nil && len(sa.Reasons) == 1 && sa.Reasons[0] == 0x87 {
-			return nil, fmt.Errorf("subscriber (user %q): subscribe %q: SUBACK 0x87 not authorized: the topic ACL refuses it; with authentication on the subscriber needs a consumer account (gateway passwd --role consumer)", user, filter)
+	for _, topic := range append([]string{cfg.Topic}, topicsOf(cfg.TopicClasses)...) {
+		filter := strings.Replace(topic, "%s", "+", 1)
+		if sa, err := c.Subscribe(cctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: max(1, cfg.QoS)}}}); err != nil {
+			s.close()
+			if sa != nil && len(sa.Reasons) == 1 && sa.Reasons[0] == 0x87 {
+				return nil, fmt.Errorf("subscriber (user %q): subscribe %q: SUBACK 0x87 not authorized: the topic ACL refuses it; with authentication on the subscriber needs a consumer account (gateway passwd --role consumer)", user, filter)
+			}
+			return nil, fmt.Errorf("subscriber: subscribe %q: %w", filter, err)
 		}
-		return nil, fmt.Errorf("subscriber: subscribe %q: %w", filter, err)
 	}
 	return s, nil
 }
@@ -277,7 +303,10 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 			rec.connection(-1, false)
 		}
 	}()
-	topic := fmt.Sprintf(cfg.Topic, id)
+	topics := map[string]string{cfg.Topic: fmt.Sprintf(cfg.Topic, id)}
+	for _, tc := range cfg.TopicClasses {
+		topics[tc.Topic] = fmt.Sprintf(tc.Topic, id)
+	}
 	sch := &schedule{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
 	start := time.Now()
 	storm := cfg.StormAt > 0
@@ -325,12 +354,13 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 		}
 		at := time.Now()
 		payload := AppendHeader(buf[:0], Header{Device: id, Seq: seq, Sent: at}, cfg.PayloadSize)
-		ack, code, err := p.publish(ctx, topic, payload)
+		tmpl, class := cfg.ClassTopic(seq)
+		ack, code, err := p.publish(ctx, topics[tmpl], payload)
 		var ackAt time.Time
 		if ack != AckNone {
 			ackAt = time.Now()
 		}
-		rec.sent(id, Sent{Seq: seq, At: at, Ack: ack, Code: code, AckAt: ackAt})
+		rec.sent(id, Sent{Seq: seq, At: at, Ack: ack, Code: code, AckAt: ackAt, Size: len(payload), Class: class})
 		off = sch.next(off)
 		if err == nil {
 			continue

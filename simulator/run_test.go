@@ -23,12 +23,21 @@ func startGateway(t *testing.T, q devicelimit.Quota) string {
 // startServer is startGateway returning the server.
 func startServer(t *testing.T, q devicelimit.Quota) *broker.Server {
 	t.Helper()
+	return startServerClasses(t, q, nil)
+}
+
+// startServerClasses is startServer with topic classes for every device.
+func startServerClasses(t *testing.T, q devicelimit.Quota, classes []devicelimit.Class) *broker.Server {
+	t.Helper()
 	table, err := devicelimit.NewTable(devicelimit.DefaultBuckets)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resolver, err := devicelimit.NewResolver(q, nil, devicelimit.DefaultBuckets)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resolver.SetDefaultClasses(classes); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := broker.New(broker.Options{

@@ -68,10 +68,27 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "device\tquota\tmax in T\texcess\tallowed\tlost\tleaked\tphantom\tsent\tp99\t\n")
 	for _, d := range worst {
-		fmt.Fprintf(tw, "%s\t%d/%s:%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n",
-			d.Device, d.Limit, d.WindowNS, d.Policy, d.MaxInWindow, d.Excess, d.Allowance, d.Lost, d.Leaked, d.Phantom, d.Sent, fmtMS(d.LatencyP99))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n",
+			d.Device, d.judgedQuota(), d.MaxInWindow, d.Excess, d.Allowance, d.Lost, d.Leaked, d.Phantom, d.Sent, fmtMS(d.LatencyP99))
 	}
 	return tw.Flush()
+}
+
+// judgedQuota names the window the device is judged by: "5/1s:drop",
+// or of several, "800 bytes/1s:drop", "2/1s:drop (class alarms)".
+func (d DeviceResult) judgedQuota() string {
+	q := fmt.Sprintf("%d/%s:%s", d.Limit, d.WindowNS, d.Policy)
+	if d.JudgedWindow >= len(d.Windows) {
+		return q
+	}
+	w := d.Windows[d.JudgedWindow]
+	if w.Unit == "bytes" {
+		q = fmt.Sprintf("%d bytes/%s:%s", d.Limit, d.WindowNS, d.Policy)
+	}
+	if w.Class != "" {
+		q += " (class " + w.Class + ")"
+	}
+	return q
 }
 
 // fmtMS formats d in milliseconds with a tenth.

@@ -11,13 +11,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"devicegate/admin"
 	"devicegate/config"
+	"devicegate/devicelimit"
 )
 
 // quotaTimeout bounds one request of `gateway quota` to the admin API.
@@ -377,30 +377,25 @@ func tokenFilePath(dataDir string) string {
 // parseWindowsFlag reads --windows: N/DURATION (messages) or
 // SIZE/DURATION (bytes, SIZE with a unit), comma-separated.
 func parseWindowsFlag(s string) ([]admin.WindowJSON, error) {
-	var out []admin.WindowJSON
-	for _, item := range strings.Split(s, ",") {
-		count, dur, ok := strings.Cut(strings.TrimSpace(item), "/")
-		if !ok {
-			return nil, fmt.Errorf("%q is not N/DURATION or SIZE/DURATION", item)
-		}
-		d, err := time.ParseDuration(dur)
-		if err != nil {
-			return nil, fmt.Errorf("%q: %q is not a duration such as 1m", item, dur)
-		}
-		w := admin.WindowJSON{Window: d.String()}
-		if n, err := strconv.Atoi(count); err == nil {
-			w.Messages = n
-		} else if size, err := config.ParseSize(count); err == nil {
-			w.Bytes = int(size)
-		} else {
-			return nil, fmt.Errorf("%q: %q is neither a message count nor a size with a unit such as 5MiB", item, count)
-		}
-		if w.Messages < 1 && w.Bytes < 1 {
-			return nil, fmt.Errorf("%q: the count must be at least 1", item)
-		}
-		out = append(out, w)
+	ls, err := devicelimit.ParseLimits(s, ",")
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	return windowsJSON(ls), nil
+}
+
+// windowsJSON writes windows in the admin API's terms.
+func windowsJSON(ls []devicelimit.Limit) []admin.WindowJSON {
+	out := make([]admin.WindowJSON, len(ls))
+	for i, l := range ls {
+		out[i].Window = l.Window.String()
+		if l.Unit == devicelimit.Bytes {
+			out[i].Bytes = l.N
+		} else {
+			out[i].Messages = l.N
+		}
+	}
+	return out
 }
 
 // describeWindows says what windows allow: "10 messages per 1m0s, 5242880

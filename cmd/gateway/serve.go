@@ -45,6 +45,7 @@ var flagKeys = map[string]string{
 	"limit":               "limits.default.limit",
 	"window":              "limits.default.window",
 	"policy":              "limits.default.policy",
+	"windows":             "limits.default.windows", // simulate's
 	"buckets":             "limits.buckets",
 	"log-level":           "log.level",
 }

@@ -40,6 +40,8 @@ type simulateFlags struct {
 	reportFile  string
 	drain       durationValue
 	mix         string
+	windows     string
+	topicClass  string
 	stormAt     durationValue
 	restartAt   durationValue
 	target      targetFlags
@@ -74,6 +76,8 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	fs.Var(&f.rampUp, "ramp-up", "start `N` connections per second; 0 connects all at once (default 0)")
 	fs.Var(&f.limit, "limit", "quota the run is judged against: `N` messages per --window (default 100)")
 	fs.Var(&f.window, "window", "quota window `duration` the run is judged against (default 10s)")
+	fs.StringVar(&f.windows, "windows", "", `quota of several `+"`windows`"+` the run is judged against, instead of --limit/--window: N/DURATION (messages) or SIZE/DURATION (payload bytes, SIZE with a unit), comma-separated, e.g. "10/1s,2KiB/10s"`)
+	fs.StringVar(&f.topicClass, "topic-class", "", `with --embedded or --spawn: send every EVERY-th message of each device in the gateway's topic class NAME (limits.classes), judged by the class's quota; "`+"`NAME:EVERY`"+`,...", e.g. "alarms:10"`)
 	fs.StringVar(&f.policy, "policy", "drop", "quota `policy` the gateway applies: drop, defer or disconnect")
 	fs.Var(&f.tolerance, "tolerance", "slack in `duration` allowed to the checker's window edges (default 50ms)")
 	fs.StringVar(&f.jsonFile, "json", "", `write the whole report as JSON to `+"`file`"+`; "-" for stdout`)
@@ -197,6 +201,16 @@ func simulateConfig(args []string, stdout io.Writer) (simulator.Config, *simulat
 	}
 	set := make(map[string]bool)
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if f.windows != "" {
+		ls, err := devicelimit.ParseLimits(f.windows, ",")
+		if err == nil {
+			err = devicelimit.ValidateLimits(ls, 1)
+		}
+		if err != nil {
+			return bad("windows", err.Error(), strconv.Quote(f.windows))
+		}
+		cfg.Quota = devicelimit.WithWindows(policy, ls...)
+	}
 	if cfg.Mix, err = simulator.ParseMix(f.mix, policy); err != nil {
 		return bad("mix", err.Error(), strconv.Quote(f.mix))
 	}
@@ -217,6 +231,7 @@ var simFieldFlags = map[string]string{
 	"duration": "duration", "qos": "qos", "protocol": "protocol", "ramp_up": "ramp-up",
 	"quota": "limit/--window", "rate": "rate", "burst": "burst", "period": "period",
 	"pattern": "pattern", "payload_size": "payload-size", "drain": "drain", "mix": "mix",
+	"topic_classes": "topic-class",
 }
 
 // blameSimFlags turns a simulator config error into a usage error that

@@ -235,16 +235,63 @@ func TestSimulateUpstreamFlags(t *testing.T) {
 	}
 }
 
-// TestSimulateRefusesSeveralWindows: a gateway configuration whose
-// default quota has several windows is refused by simulate, saying why
-// (its checker judges one window so far), rather than judged wrongly.
-func TestSimulateRefusesSeveralWindows(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
-	if err := os.WriteFile(cfg, []byte("limits: {default: {windows: [{messages: 5, window: 1s}, {bytes: 1KiB, window: 1m}]}}\n"), 0o600); err != nil {
+// TestSimulateSeveralWindowsAndClasses: simulate judges a gateway
+// whose default quota has a message and a byte window and a topic
+// class for alarms: every device's three windows are judged, the run
+// passes, and the JSON report has each window's verdict. Bad
+// --windows and --topic-class are refused naming the flag.
+func TestSimulateSeveralWindowsAndClasses(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.yaml")
+	yaml := `limits:
+  default: {windows: [{messages: 20, window: 1s}, {bytes: 1KiB, window: 1s}]}
+  classes: [{name: alarms, topics: ["devices/+/alarm/#"], quota: {limit: 2, window: 1s}}]
+`
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr := runBinary(t, "simulate", "--embedded", "--config", cfg, "--devices", "2", "--rate", "5/s", "--duration", "1s")
-	if code == 0 || !strings.Contains(stderr, "limits.default has several windows; the checker judges one limit and window so far") {
-		t.Fatalf("exit %d, stderr %q", code, stderr)
+	report := filepath.Join(dir, "report.json")
+	code, stdout, stderr := runBinary(t, "simulate", "--embedded", "--config", cfg, "--devices", "5", "--rate", "20/s",
+		"--payload-size", "100", "--duration", "2s", "--tolerance", "150ms", "--topic-class", "alarms:5", "--json", report)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var rep struct {
+		Result struct {
+			Totals  struct{ Sent, Refused, Violations int }
+			Devices []struct {
+				Windows []struct {
+					Class, Unit      string
+					Limit, Confirmed int
+				}
+			}
+		}
+	}
+	b, err := os.ReadFile(report)
+	if err == nil {
+		err = json.Unmarshal(b, &rep)
+	}
+	if err != nil || len(rep.Result.Devices) != 5 || rep.Result.Totals.Refused == 0 || rep.Result.Totals.Violations != 0 {
+		t.Fatalf("report %+v (%v)", rep.Result.Totals, err)
+	}
+	for _, d := range rep.Result.Devices {
+		if len(d.Windows) != 3 || d.Windows[1].Unit != "bytes" || d.Windows[1].Limit != 1024 || d.Windows[2].Class != "alarms" || d.Windows[2].Confirmed == 0 {
+			t.Fatalf("device windows %+v: want own messages, own bytes and alarms judged", d.Windows)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--windows", "10/1s,5XB/1m"}, `--windows: "5XB/1m": "5XB" is neither a message count nor a size`},
+		{[]string{"--windows", "10/1s,0/1m"}, `--windows: "0/1m": the count must be at least 1`},
+		{[]string{"--topic-class", "alarms:5"}, "--topic-class: only with --embedded or --spawn"},
+		{[]string{"--embedded", "--config", cfg, "--topic-class", "alarms"}, `--topic-class: "alarms" is not NAME:EVERY`},
+		{[]string{"--embedded", "--config", cfg, "--topic-class", "fire:3"}, `the gateway's limits.classes has no class "fire"`},
+	} {
+		code, _, stderr := runBinary(t, append([]string{"simulate", "--duration", "1s"}, c.args...)...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr, c.want)
+		}
 	}
 }

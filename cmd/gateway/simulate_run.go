@@ -2,15 +2,17 @@ package main
 
 import (
 	"context"
-	"devicegate/internal/freeport"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"devicegate/internal/freeport"
 
 	"devicegate/config"
 	"devicegate/server"
@@ -27,7 +29,7 @@ const crashSlack = 250 * time.Millisecond
 func (f *simulateFlags) checkTarget(set map[string]bool) error {
 	t := &f.target
 	own := t.embedded || t.spawn
-	for _, name := range []string{"data-dir", "config", "snapshot-interval"} {
+	for _, name := range []string{"data-dir", "config", "snapshot-interval", "topic-class"} {
 		if set[name] && !own {
 			return usagef("simulate: --%s: only with --embedded or --spawn", name)
 		}
@@ -117,12 +119,15 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 	}()
 	cfg.Addr = target.mqttAddr()
+	if cfg.RunID == "" {
+		cfg.RunID = fmt.Sprintf("%08x", rand.Uint32())
+	}
 	if gcfg != nil {
 		// The started gateway's default quota: the config file's, with
 		// the quota flags given over it. The checker judges by the same.
 		cfg.Quota = gcfg.Limits.Default.Quota()
-		if cfg.Quota.NWindows > 0 {
-			return errors.New("simulate: limits.default has several windows; the checker judges one limit and window so far (issue 17)")
+		if cfg.TopicClasses, err = topicClasses(f.topicClass, gcfg, cfg.RunID); err != nil {
+			return err
 		}
 	}
 	if len(cfg.Mix) > 0 {

@@ -73,12 +73,27 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 	if f.target.spawn {
 		cfg.Log.Level = slog.LevelInfo
 	}
-	given := map[string]bool{"snapshot-interval": set["snapshot-interval"]}
+	given := map[string]bool{"snapshot-interval": set["snapshot-interval"], "windows": set["windows"]}
 	if given["snapshot-interval"] {
 		cfg.Persist.SnapshotInterval = config.Duration(f.target.snapshotInterval.v)
 	}
 	for _, name := range []string{"limit", "window", "policy"} {
-		given[name] = f.target.config == "" || set[name]
+		given[name] = (f.target.config == "" || set[name]) && !set["windows"]
+	}
+	if set["windows"] {
+		// Checked when the flags were read.
+		ls, _ := devicelimit.ParseLimits(f.windows, ",")
+		cfg.Limits.Default.Limit, cfg.Limits.Default.Window, cfg.Limits.Default.Windows = 0, 0, nil
+		for _, l := range ls {
+			w := config.QuotaWindow{Window: config.Duration(l.Window)}
+			if l.Unit == devicelimit.Bytes {
+				w.Bytes = config.Size(l.N)
+			} else {
+				w.Messages = l.N
+			}
+			cfg.Limits.Default.Windows = append(cfg.Limits.Default.Windows, w)
+		}
+		given["policy"] = f.target.config == "" || set["policy"]
 	}
 	if given["limit"] {
 		cfg.Limits.Default.Limit = f.limit.v
@@ -207,7 +222,11 @@ func (r *remote) setQuota(ctx context.Context, device string, q devicelimit.Quot
 
 // putQuota sets device's override through the admin API.
 func putQuota(ctx context.Context, c *admin.Client, device string, q devicelimit.Quota) error {
-	_, _, err := c.SetQuota(ctx, device, admin.SetQuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()})
+	body := admin.SetQuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()}
+	if q.NWindows > 0 {
+		body.Limit, body.Window, body.Windows = 0, "", windowsJSON(q.Windows[:q.NWindows])
+	}
+	_, _, err := c.SetQuota(ctx, device, body)
 	if err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}
