@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"math"
 	"reflect"
@@ -159,5 +160,24 @@ func TestPacketRecordRoundTrip(t *testing.T) {
 	in.PacketID = 1 // an inline publish's
 	if !reflect.DeepEqual(out, in) || got.Enqueued != t0 || got.Quota != q || got.Version != 5 {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", out, in)
+	}
+}
+
+// deferredBeforeSeveralWindows is the record a gateway at commit
+// 6fc1c5d wrote for a deferred MQTT 5 message under 3 per hour.
+const deferredBeforeSeveralWindows = "018080d0e2c6bfce972f0380c0e285e368010504000011646576696365732f6d657465722d322f740a746578742f706c61696e0000000568656c6c6f"
+
+// TestDeferredRecordBeforeSeveralWindows: a message deferred under a
+// quota of one window is written in the same bytes as before quotas of
+// several windows, and those bytes read back as the same message.
+func TestDeferredRecordBeforeSeveralWindows(t *testing.T) {
+	m := deferredMsg{Enqueued: 1_700_000_000_000_000_000, Quota: devicelimit.Quota{Limit: 3, Window: time.Hour, Policy: devicelimit.PolicyDefer},
+		Version: 5, QoS: 1, Topic: "devices/meter-2/t", Payload: []byte("hello"), ContentType: "text/plain"}
+	if got := hex.EncodeToString(appendDeferred(nil, &m)); got != deferredBeforeSeveralWindows {
+		t.Fatalf("written as %s, before several windows %s", got, deferredBeforeSeveralWindows)
+	}
+	b, _ := hex.DecodeString(deferredBeforeSeveralWindows)
+	if got, err := decodeDeferred(b); err != nil || !reflect.DeepEqual(got, m) {
+		t.Fatalf("the earlier record reads as %+v, %v; want %+v", got, err, m)
 	}
 }

@@ -71,3 +71,21 @@ func TestDataFileBeforeSeveralWindows(t *testing.T) {
 		t.Fatalf("after the restore: %+v; want allowed, 6 messages and 40 bytes counted", v)
 	}
 }
+
+// overrideBeforeSeveralWindows is the override record (3 per hour,
+// defer, expiring at 1.8e18 ns) a gateway at commit 6fc1c5d wrote.
+const overrideBeforeSeveralWindows = "010380c0e285e368018080a0bbd29df1fa31"
+
+// TestOverrideBeforeSeveralWindows: an override of one window is
+// written in the same bytes as before quotas of several windows, and
+// those bytes read back as the same override.
+func TestOverrideBeforeSeveralWindows(t *testing.T) {
+	o := devicelimit.Override{Quota: devicelimit.Quota{Limit: 3, Window: time.Hour, Policy: devicelimit.PolicyDefer}, ExpiresAt: 1_800_000_000_000_000_000}
+	if got := hex.EncodeToString(appendOverride(nil, o)); got != overrideBeforeSeveralWindows {
+		t.Fatalf("override written as %s, before several windows %s", got, overrideBeforeSeveralWindows)
+	}
+	b, _ := hex.DecodeString(overrideBeforeSeveralWindows)
+	if got, err := decodeOverride(b); err != nil || got != o {
+		t.Fatalf("the earlier record reads as %+v, %v; want %+v", got, err, o)
+	}
+}

@@ -551,3 +551,56 @@ func TestQuotaWindowsCLIProcess(t *testing.T) {
 	c.mustPublish(t, "t", "x", codeQuotaExceeded)
 	g.stop()
 }
+
+// TestDataDirBeforeSeveralWindowsProcess: a data directory written with
+// quotas of one window (the records an earlier release wrote, byte for
+// byte: persist.TestDataFileBeforeSeveralWindows,
+// TestOverrideBeforeSeveralWindows and
+// broker.TestDeferredRecordBeforeSeveralWindows) starts under a
+// configuration of several windows and a topic class with every window,
+// override and deferred message intact: the old window is the first
+// message window, still counting what it admitted.
+func TestDataDirBeforeSeveralWindowsProcess(t *testing.T) {
+	t.Setenv("GATEWAY_ADMIN_TOKEN", "")
+	t.Setenv("GATEWAY_ADMIN_ADDR", "")
+	dir := t.TempDir()
+	g := startGW(t, dir, "--limit", "5", "--window", "1h")
+	c := dial5(t, g.mqtt, "meter-1")
+	for range 3 {
+		c.mustPublish(t, "devices/meter-1/t", "x", codeSuccess)
+	}
+	if code, body := g.call(t, "PUT", "/api/v1/devices/meter-2/quota", `{"limit":2,"window":"1h","policy":"defer"}`); code != 200 {
+		t.Fatalf("set override: %d %v", code, body)
+	}
+	d := dial5(t, g.mqtt, "meter-2")
+	for range 3 { // the third is deferred, acked as admitted
+		d.mustPublish(t, "devices/meter-2/t", "y", codeSuccess)
+	}
+	g.stop()
+
+	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
+	yaml := `limits:
+  default: {windows: [{messages: 5, window: 1h}, {bytes: 1KiB, window: 1h}]}
+  classes: [{name: alarms, topics: ["devices/+/alarm"], quota: {limit: 1, window: 1h}}]
+`
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g = startGW(t, dir, "--config", cfg)
+	defer g.stop()
+	code, st := g.call(t, "GET", "/api/v1/devices/meter-1", "")
+	ws, _ := st["quota"].(map[string]any)["windows"].([]any)
+	if code != 200 || len(ws) != 2 || ws[0].(map[string]any)["used"] != 3.0 || ws[1].(map[string]any)["used"] != 0.0 {
+		t.Fatalf("meter-1 after the upgrade: %d %v; want 3 messages in the old window, 0 bytes", code, st)
+	}
+	code, st = g.call(t, "GET", "/api/v1/devices/meter-2", "")
+	q, _ := st["quota"].(map[string]any)
+	if code != 200 || st["source"] != "override" || q["limit"] != 2.0 || q["policy"] != "defer" || st["used"] != 2.0 || st["deferred"] != 1.0 {
+		t.Fatalf("meter-2 after the upgrade: %d %v; want its override, 2 used, 1 deferred", code, st)
+	}
+	c = dial5(t, g.mqtt, "meter-1")
+	c.mustPublish(t, "devices/meter-1/t", "x", codeSuccess)
+	c.mustPublish(t, "devices/meter-1/t", "x", codeSuccess)
+	c.mustPublish(t, "devices/meter-1/t", "x", codeQuotaExceeded) // the sixth in the hour
+	c.mustPublish(t, "devices/meter-1/alarm", "!", codeSuccess) // the class's own window
+}
