@@ -602,5 +602,5 @@ func TestDataDirBeforeSeveralWindowsProcess(t *testing.T) {
 	c.mustPublish(t, "devices/meter-1/t", "x", codeSuccess)
 	c.mustPublish(t, "devices/meter-1/t", "x", codeSuccess)
 	c.mustPublish(t, "devices/meter-1/t", "x", codeQuotaExceeded) // the sixth in the hour
-	c.mustPublish(t, "devices/meter-1/alarm", "!", codeSuccess) // the class's own window
+	c.mustPublish(t, "devices/meter-1/alarm", "!", codeSuccess)   // the class's own window
 }
