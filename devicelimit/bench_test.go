@@ -33,6 +33,33 @@ func (l tableImpl) allow(device string, now devicelimit.Tick) bool {
 	return l.t.AllowAt(device, benchQuota, now).Allowed
 }
 
+// previousImpl is AllowAt as it was before quotas of several windows
+// (previous_test.go).
+type previousImpl struct{ t *devicelimit.Table }
+
+var previousQuota = devicelimit.PreviousQuota{Limit: benchQuota.Limit, Window: benchQuota.Window}
+
+func (l previousImpl) allow(device string, now devicelimit.Tick) bool {
+	return l.t.AllowAtPrevious(device, previousQuota, now).Allowed
+}
+
+// windowsImpl decides with AllowAllAt on the first n of benchWindows
+// (the first is benchQuota's), 64-byte messages.
+type windowsImpl struct {
+	t *devicelimit.Table
+	n int
+}
+
+var benchWindows = []devicelimit.Limit{
+	{Unit: devicelimit.Messages, N: benchQuota.Limit, Window: benchQuota.Window},
+	{Unit: devicelimit.Messages, N: 1_000_000, Window: 24 * time.Hour},
+	{Unit: devicelimit.Bytes, N: 1 << 30, Window: 24 * time.Hour},
+}
+
+func (l windowsImpl) allow(device string, now devicelimit.Tick) bool {
+	return l.t.AllowAllAt(device, "", benchWindows[:l.n], 64, now).Allowed
+}
+
 // xrateImpl is the baseline.
 type xrateImpl struct {
 	mu sync.Mutex
@@ -54,11 +81,23 @@ var benchImpls = []struct {
 	name string
 	make func() limiter
 }{
+	{"previous", func() limiter {
+		t, _ := devicelimit.NewTable(devicelimit.DefaultBuckets)
+		return previousImpl{t}
+	}},
 	{"table", func() limiter {
 		t, _ := devicelimit.NewTable(devicelimit.DefaultBuckets)
 		return tableImpl{t}
 	}},
 	{"xrate", func() limiter { return &xrateImpl{m: make(map[string]*rate.Limiter)} }},
+	{"windows1", func() limiter { return windowsOf(1) }},
+	{"windows2", func() limiter { return windowsOf(2) }},
+	{"windows3", func() limiter { return windowsOf(3) }},
+}
+
+func windowsOf(n int) limiter {
+	t, _ := devicelimit.NewTable(devicelimit.DefaultBuckets)
+	return windowsImpl{t, n}
 }
 
 var benchSizes = []struct {
@@ -144,7 +183,9 @@ var benchModes = []struct {
 
 // BenchmarkAllowAt runs the implementations back to back for each size
 // and mode, so that a ratio compares runs made under the same load of a
-// shared machine.
+// shared machine: the table's AllowAt (a quota of one window, the
+// gateway's path for it), the baseline, and AllowAllAt over one, two
+// and three windows (windowsN), each reporting its memory per device.
 func BenchmarkAllowAt(b *testing.B) {
 	for _, size := range benchSizes {
 		ids := deviceIDs(size.n)
@@ -206,45 +247,4 @@ func BenchmarkSystemClockNow(b *testing.B) {
 		sink += clk.Now()
 	}
 	_ = sink
-}
-
-// BenchmarkAllowAllAt compares, in one run, a one-window decision
-// (AllowAt) with AllowAllAt over one, two and four windows (messages and
-// bytes mixed), for 10,000 devices taken in turn:
-//
-//	go test -run '^$' -bench AllowAllAt -benchmem ./devicelimit/
-func BenchmarkAllowAllAt(b *testing.B) {
-	devices := make([]string, 10_000)
-	for i := range devices {
-		devices[i] = fmt.Sprintf("meter-%05d", i)
-	}
-	windows := []devicelimit.Limit{
-		{Unit: devicelimit.Messages, N: 100, Window: 10 * time.Second},
-		{Unit: devicelimit.Messages, N: 10_000, Window: 24 * time.Hour},
-		{Unit: devicelimit.Bytes, N: 5 << 20, Window: 24 * time.Hour},
-		{Unit: devicelimit.Bytes, N: 100 << 10, Window: time.Minute},
-	}
-	run := func(b *testing.B, decide func(tab *devicelimit.Table, device string, now devicelimit.Tick)) {
-		tab, err := devicelimit.NewTable(0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		now := devicelimit.Tick(1_700_000_000_000_000_000)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := range b.N {
-			decide(tab, devices[i%len(devices)], now)
-			now = now.Add(time.Microsecond)
-		}
-	}
-	b.Run("AllowAt", func(b *testing.B) {
-		run(b, func(tab *devicelimit.Table, d string, now devicelimit.Tick) { tab.AllowAt(d, benchQuota, now) })
-	})
-	for _, n := range []int{1, 2, 4} {
-		b.Run(fmt.Sprintf("windows=%d", n), func(b *testing.B) {
-			run(b, func(tab *devicelimit.Table, d string, now devicelimit.Tick) {
-				tab.AllowAllAt(d, "", windows[:n], 64, now)
-			})
-		})
-	}
 }

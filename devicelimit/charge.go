@@ -37,7 +37,7 @@ func (t *Table) CrashCharge() Tick { return Tick(t.charge.at.Load()) }
 // applyCharge charges r, held under its shard's lock, at tick at for
 // quota q as of now, and marks it charged. It reports whether it added
 // counts.
-func (r rec) applyCharge(q Quota, at, now Tick, buckets int) bool {
+func (r rec) applyCharge(q Limit, at, now Tick, buckets int) bool {
 	r.setFlags(r.flags() | flagCharged)
 	if r.length() != q.Window {
 		r.recut(q.Window, now, buckets)
@@ -53,7 +53,7 @@ func (r rec) applyCharge(q Quota, at, now Tick, buckets int) bool {
 	if nbC < r.head()-int64(buckets) {
 		return false
 	}
-	add := q.Limit - r.total()
+	add := q.N - r.total()
 	if add <= 0 {
 		return false
 	}
@@ -66,12 +66,12 @@ func (r rec) applyCharge(q Quota, at, now Tick, buckets int) bool {
 // chargedPeek is PeekAt's decision for a device without a window while a
 // crash charge at tick at is in force: the window it would get is full
 // until at's bucket leaves it.
-func chargedPeek(q Quota, at, now Tick, buckets int) (Decision, bool) {
+func chargedPeek(q Limit, at, now Tick, buckets int) (Decision, bool) {
 	nbC := bucketOf(at, buckets, q.Window)
 	if nbC < bucketOf(now, buckets, q.Window)-int64(buckets) {
 		return Decision{}, false
 	}
 	// Expiring when the bucket after the ring's last leaves it.
 	expires := bucketStart(nbC+int64(buckets)+1, buckets, q.Window)
-	return Decision{Count: q.Limit, Limit: q.Limit, RetryAfter: expires.Sub(now)}, true
+	return Decision{Count: q.N, Limit: q.N, RetryAfter: expires.Sub(now)}, true
 }

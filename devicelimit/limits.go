@@ -206,7 +206,7 @@ func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, 
 			allowed = false
 			continue
 		}
-		d, ref := t.decideKey(s, key, Quota{Limit: l.N, Window: l.Window}, n, now, at, count, commit)
+		d, ref := t.decideKey(s, key, l, n, now, at, count, commit)
 		d.Unit = l.Unit
 		v.Windows[i], refs[i] = d, ref
 		if d.RetryAfter > 0 { // a refusal always has one (window.go)
@@ -220,7 +220,7 @@ func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, 
 		seen = [2]int{}
 		for i, l := range ls {
 			r := s.rec(refs[i])
-			v.Windows[i] = r.decideN(Quota{Limit: l.N, Window: l.Window}, now, &s.cut, units(l, size), true)
+			v.Windows[i] = r.decideN(l, now, &s.cut, units(l, size), true)
 			v.Windows[i].Unit = l.Unit
 			if r.flags()&flagDirty == 0 {
 				s.markDirty(r, s.windowKey(device, class, l.Unit, seen[l.Unit]))
@@ -273,16 +273,18 @@ func units(l Limit, size int) int {
 // on the window itself otherwise, creating it, and counting only when
 // commit is set. at is the crash charge's tick (0: none). It returns
 // the window's ref when count is set.
-func (t *Table) decideKey(s *shard, key string, q Quota, n int, now, at Tick, count, commit bool) (Decision, uint32) {
+func (t *Table) decideKey(s *shard, key string, q Limit, n int, now, at Tick, count, commit bool) (Decision, uint32) {
 	h := hashString(key)
 	var r rec
 	var ref uint32
 	var ok bool
 	if count {
-		ref = s.lookupRef(key, h, q.Limit, true)
-		r, ok = s.rec(ref), true
+		if s.index.find(key, h) < 0 {
+			key = strings.Clone(key) // the new record keeps it; key is in the shard's buffer
+		}
+		r, ref, ok = s.lookup(key, h, q.N, true)
 	} else {
-		r, ok = s.peekCopy(key, h, q.Limit)
+		r, ok = s.peekCopy(key, h, q.N)
 	}
 	if !ok {
 		if at != 0 {
@@ -291,7 +293,7 @@ func (t *Table) decideKey(s *shard, key string, q Quota, n int, now, at Tick, co
 				return d, 0
 			}
 		}
-		return Decision{Limit: q.Limit, Remaining: q.Limit}, 0
+		return Decision{Limit: q.N, Remaining: q.N}, 0
 	}
 	charged := at != 0 && r.flags()&flagCharged == 0 && r.applyCharge(q, at, now, t.buckets)
 	d := r.decideN(q, now, &s.cut, n, commit)

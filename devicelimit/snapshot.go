@@ -161,7 +161,7 @@ func decodeWindow(b []byte, buf []uint32) (Window, error) {
 
 // Snapshot returns a copy of the device's window, if it has one.
 func (t *Table) Snapshot(device string) (Window, bool) {
-	s, h := t.shard(device)
+	s, h := t.shardOfKey(device)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ref, ok := s.index.get(device, h)
@@ -214,7 +214,7 @@ func (t *Table) RestoreBinary(device string, enc []byte) error {
 // restore installs the valid window w.
 func (t *Table) restore(device string, w Window) {
 	total := w.Total()
-	s, h := t.shard(device)
+	s, h := t.shardOfKey(device)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if i := s.index.find(device, h); i >= 0 {
@@ -223,7 +223,7 @@ func (t *Table) restore(device string, w Window) {
 	if total == 0 {
 		return
 	}
-	r, _ := s.lookup(device, h, total, true)
+	r, _, _ := s.lookup(device, h, total, true)
 	r.setFlags(flagStored)
 	slots := t.buckets + 1
 	r.setLength(w.Length)

@@ -117,10 +117,18 @@ func (s *shard) init(slots int) {
 // Buckets returns the number of buckets per window.
 func (t *Table) Buckets() int { return t.buckets }
 
-// shard returns the shard of a window's key and the key's hash. A
-// device's other windows (limits.go) are in its shard: the shard is the
-// hash's of the key up to its first NUL.
-func (t *Table) shard(key string) (*shard, uint64) {
+// shard returns the device's shard and the device ID's hash: a
+// device ID holds no NUL (an MQTT string cannot), so it is a window's
+// key of its own (the decision path).
+func (t *Table) shard(device string) (*shard, uint64) {
+	h := hashString(device)
+	return &t.shards[h%numShards], h
+}
+
+// shardOfKey returns the shard of any window's key and the key's hash.
+// A device's other windows (limits.go) are in its shard: the shard is
+// the hash's of the key up to its first NUL.
+func (t *Table) shardOfKey(key string) (*shard, uint64) {
 	h := hashString(key)
 	if i := strings.IndexByte(key, 0); i >= 0 {
 		return &t.shards[hashString(key[:i])%numShards], h
@@ -132,31 +140,21 @@ func (s *shard) rec(ref uint32) rec {
 	return s.slabs[ref>>refClassShift].rec(ref & refIndexMask)
 }
 
-// lookup returns the device's record, creating it (when create is set) or
-// widening it so its counters can hold limit. Called with s.mu held.
-// h is hashString(device).
-func (s *shard) lookup(device string, h uint64, limit int, create bool) (rec, bool) {
-	if !create && s.index.find(device, h) < 0 {
-		return rec{}, false
-	}
-	return s.rec(s.lookupRef(device, h, limit, false)), true
-}
-
-// lookupRef returns the ref of the device's record, creating it or
-// widening it so its counters can hold limit. A new record's key is
-// device, or a copy of it when clone is set (a key in a buffer that
-// will change). Called with s.mu held.
-func (s *shard) lookupRef(device string, h uint64, limit int, clone bool) uint32 {
+// lookup returns the device's record and its ref, creating it (when
+// create is set) or widening it so its counters can hold limit. A new
+// record keeps device as its key: the caller copies a key that lives
+// in a buffer. Called with s.mu held. h is hashString(device).
+func (s *shard) lookup(device string, h uint64, limit int, create bool) (rec, uint32, bool) {
 	class := classFor(limit)
 	i := s.index.find(device, h)
-	if i < 0 {
-		if clone {
-			device = strings.Clone(device)
-		}
+	switch {
+	case i < 0 && !create:
+		return rec{}, 0, false
+	case i < 0:
 		ref := uint32(class)<<refClassShift | s.slabs[class].alloc()
 		s.index.insert(device, h, ref)
 		s.peak = max(s.peak, s.index.n)
-		return ref
+		return s.rec(ref), ref, true
 	}
 	slot := &s.index.slots[i]
 	ref := slot.ref()
@@ -165,9 +163,11 @@ func (s *shard) lookupRef(device string, h uint64, limit int, clone bool) uint32
 		s.free(ref)
 		ref = uint32(class)<<refClassShift | s.slabs[class].alloc()
 		slot.setRef(ref)
-		copyRec(s.rec(ref), old)
+		r := s.rec(ref)
+		copyRec(r, old)
+		return r, ref, true
 	}
-	return ref
+	return s.rec(ref), ref, true
 }
 
 // peekCopy returns a copy of the device's record, wide enough for limit,
@@ -213,7 +213,7 @@ func copyRec(dst, src rec) {
 // bucket count (Quota.Validate); an invalid quota is refused, never
 // admitted. AllowAt allocates nothing once the device has a window.
 func (t *Table) AllowAt(device string, q Quota, now Tick) Decision {
-	return t.decide(device, q, now, true)
+	return t.decide(device, Limit{N: q.Limit, Window: q.Window}, now, true)
 }
 
 // PeekAt returns the decision AllowAt would make, without counting and
@@ -222,21 +222,21 @@ func (t *Table) AllowAt(device string, q Quota, now Tick) Decision {
 // charge is in force, leaves the window's bytes as they were, like
 // x/time/rate's TokensAt.
 func (t *Table) PeekAt(device string, q Quota, now Tick) Decision {
-	return t.decide(device, q, now, false)
+	return t.decide(device, Limit{N: q.Limit, Window: q.Window}, now, false)
 }
 
-func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
-	if q.Limit < 1 || q.Limit > MaxLimit || q.Window < t.minWindow || q.Window > MaxWindow {
-		return Decision{Limit: q.Limit}
+func (t *Table) decide(device string, q Limit, now Tick, count bool) Decision {
+	if q.N < 1 || q.N > MaxLimit || q.Window < t.minWindow || q.Window > MaxWindow {
+		return Decision{Limit: q.N}
 	}
 	s, h := t.shard(device)
 	s.mu.Lock()
 	var r rec
 	var ok bool
 	if count {
-		r, ok = s.lookup(device, h, q.Limit, true)
+		r, _, ok = s.lookup(device, h, q.N, true)
 	} else {
-		r, ok = s.peekCopy(device, h, q.Limit)
+		r, ok = s.peekCopy(device, h, q.N)
 	}
 	at := t.CrashCharge()
 	if !ok {
@@ -246,10 +246,10 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 				return d
 			}
 		}
-		return Decision{Limit: q.Limit, Remaining: q.Limit}
+		return Decision{Limit: q.N, Remaining: q.N}
 	}
 	charged := at != 0 && r.flags()&flagCharged == 0 && r.applyCharge(q, at, now, t.buckets)
-	d := r.decide(q, now, &s.cut, count)
+	d := r.decideN(q, now, &s.cut, 1, count)
 	if count && (d.Allowed || charged) && r.flags()&flagDirty == 0 {
 		r.setFlags(r.flags() | flagDirty)
 		if s.collected {
@@ -265,7 +265,7 @@ func (t *Table) decide(device string, q Quota, now Tick, count bool) Decision {
 // other windows are found by a walk of the device's shard: Reset is an
 // operator's action, not a decision's.
 func (t *Table) Reset(device string) bool {
-	s, h := t.shard(device)
+	s, h := t.shardOfKey(device)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := s.index.find(device, h)

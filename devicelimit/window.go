@@ -93,15 +93,15 @@ func (r rec) recut(window time.Duration, now Tick, buckets int) {
 
 // decide advances the window to now and, when count is set and the window
 // has room, counts one message.
-func (r rec) decide(q Quota, now Tick, c *cut, count bool) Decision {
-	return r.decideN(q, now, c, 1, count)
+func (r rec) decide(l Limit, now Tick, c *cut, count bool) Decision {
+	return r.decideN(l, now, c, 1, count)
 }
 
 // decideN is decide for a message that counts n (1 in a message window,
-// its bytes in a byte window; n <= q.Limit): the window has room when
+// its bytes in a byte window; n <= q.N): the window has room when
 // its total plus n is within the limit, and the RetryAfter of a refusal
 // is when enough has expired for n more.
-func (r rec) decideN(q Quota, now Tick, c *cut, n int, count bool) Decision {
+func (r rec) decideN(q Limit, now Tick, c *cut, n int, count bool) Decision {
 	buckets := c.buckets
 	slots := buckets + 1
 	if r.length() != q.Window {
@@ -119,20 +119,20 @@ func (r rec) decideN(q Quota, now Tick, c *cut, n int, count bool) Decision {
 	}
 	total := r.total()
 	slot := int(nb % int64(slots))
-	if total+n <= q.Limit {
+	if total+n <= q.N {
 		if count {
 			r.setCount(slot, r.count(slot)+n)
 			total += n
 			r.setTotal(total)
 		}
-		return Decision{Allowed: count, Count: total, Limit: q.Limit, Remaining: q.Limit - total}
+		return Decision{Allowed: count, Count: total, Limit: q.N, Remaining: q.N - total}
 	}
 	// Over the limit: find the oldest bucket whose expiry leaves room
 	// for n; the window admits again when it leaves. The oldest bucket,
 	// nb-buckets, sits in the slot after nb's.
-	k := nb - int64(buckets) + int64(r.slotsToAdmit(slot, slots, total+n-q.Limit-1, q.Limit-n+1))
+	k := nb - int64(buckets) + int64(r.slotsToAdmit(slot, slots, total+n-q.N-1, q.N-n+1))
 	at := c.bucketStart(k+int64(slots), q.Window)
-	return Decision{Count: total, Limit: q.Limit, RetryAfter: at.Sub(now)}
+	return Decision{Count: total, Limit: q.N, RetryAfter: at.Sub(now)}
 }
 
 // slotsToAdmit returns the position, counted from the oldest bucket, of
