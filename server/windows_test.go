@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
 	"devicegate/cluster/redistest"
 	"devicegate/config"
 	"devicegate/devicelimit"
@@ -198,5 +201,55 @@ func TestWindowsSharedInCluster(t *testing.T) {
 	code, reason, err = onB.PublishReason("devices/meter-1/t", "x")
 	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.Contains(reason, "150 bytes per 1h0m0s") {
 		t.Fatalf("over the override's byte window on B: 0x%02x %q %v", code, reason, err)
+	}
+}
+
+// TestTopicClassesMQTT311: the alarm class counts apart for an MQTT
+// 3.1.1 device too (paho.mqtt.golang, whose PUBACK says nothing): with
+// its telemetry throttled, every alarm within the class's quota reaches
+// a subscriber, and none beyond it.
+func TestTopicClassesMQTT311(t *testing.T) {
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	hour := config.Duration(time.Hour)
+	cfg.Limits.Rules = []config.Rule{{Name: "meters", Match: config.Match{ClientID: "meter-*"},
+		Quota:   config.Quota{Limit: 5, Window: hour},
+		Classes: []config.Class{{Name: "alarms", Topics: []string{"devices/+/alarm/#"}, Quota: config.Quota{Limit: 3, Window: hour}}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	got := make(chan string, 100)
+	mqtttest.Subscribe5(t, g.Addr().String(), "backend", paho.SubscribeOptions{Topic: "devices/#", QoS: 1}, func(p *paho.Publish) { got <- p.Topic })
+	dev := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + g.Addr().String()).SetClientID("meter-2").SetProtocolVersion(4))
+	if tok := dev.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer dev.Disconnect(0)
+	send := func(topic string) {
+		if tok := dev.Publish(topic, 1, false, "x"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %s: %v", topic, tok.Error())
+		}
+	}
+	for range 10 { // 5 admitted, 5 refused
+		send("devices/meter-2/t")
+	}
+	for range 4 { // 3 admitted, the fourth refused
+		send("devices/meter-2/alarm/fire")
+	}
+	// A marker from another device, published after every PUBACK of
+	// meter-2's: when it arrives, all that meter-2 got through has.
+	marker := mqtttest.Dial5(t, g.Addr().String(), "meter-3")
+	marker.MustPublish(t, "devices/meter-3/t", "end", mqtttest.CodeSuccess)
+	counts := map[string]int{}
+	for deadline := time.After(10 * time.Second); counts["devices/meter-3/t"] == 0; {
+		select {
+		case topic := <-got:
+			counts[topic]++
+		case <-deadline:
+			t.Fatalf("the marker never arrived; so far %v", counts)
+		}
+	}
+	if counts["devices/meter-2/t"] != 5 || counts["devices/meter-2/alarm/fire"] != 3 {
+		t.Fatalf("arrived %v; want 5 telemetry messages and 3 alarms of meter-2", counts)
 	}
 }
