@@ -196,15 +196,6 @@ func (v *validator) classes(key string, cs []Class, buckets int) {
 	}
 }
 
-// rulesQuotas returns the rules' quotas, in order.
-func (c Config) rulesQuotas() []Quota {
-	out := make([]Quota, len(c.Limits.Rules))
-	for i, r := range c.Limits.Rules {
-		out[i] = r.Quota
-	}
-	return out
-}
-
 // quota checks q under key with devicelimit's ranges; the field
 // devicelimit names goes into the key ("limits.default.limit: must be
 // ...").

@@ -91,14 +91,9 @@ func (r rec) recut(window time.Duration, now Tick, buckets int) {
 	r.setTotal(total)
 }
 
-// decide advances the window to now and, when count is set and the window
-// has room, counts one message.
-func (r rec) decide(l Limit, now Tick, c *cut, count bool) Decision {
-	return r.decideN(l, now, c, 1, count)
-}
-
-// decideN is decide for a message that counts n (1 in a message window,
-// its bytes in a byte window; n <= q.N): the window has room when
+// decideN advances the window to now and, when count is set and the
+// window has room, counts a message that counts n (1 in a message
+// window, its bytes in a byte window; n <= q.N): the window has room when
 // its total plus n is within the limit, and the RetryAfter of a refusal
 // is when enough has expired for n more.
 func (r rec) decideN(q Limit, now Tick, c *cut, n int, count bool) Decision {
