@@ -21,8 +21,8 @@ type QuotaJSON struct {
 	RetryAfter string `json:"retry_after,omitempty"`
 }
 
-// ClassJSON is a topic class of a device's rule (or of the default) in
-// its status: the class's quota with its windows' state.
+// ClassJSON is a topic class of a device's rule, the default or its
+// override; in its status, with its windows' state.
 type ClassJSON struct {
 	Name   string    `json:"name"`
 	Topics []string  `json:"topics"`
@@ -52,8 +52,8 @@ type DeviceJSON struct {
 	Deferred          int       `json:"deferred"`
 	Connected         bool      `json:"connected"`
 	LastSeen          *string   `json:"last_seen"`
-	// Classes are the topic classes of the device's rule (or the
-	// default's), each with its windows' state.
+	// Classes are the device's topic classes (its override's, else its
+	// rule's or the default's), each with its windows' state.
 	Classes []ClassJSON `json:"classes,omitempty"`
 }
 
@@ -68,6 +68,9 @@ type OverrideJSON struct {
 	// Windows are an override's windows when it has several (then
 	// Limit and Window are omitted).
 	Windows []WindowJSON `json:"windows,omitempty"`
+	// Classes are the override's topic classes, which replace the
+	// device's rule's.
+	Classes []ClassJSON `json:"classes,omitempty"`
 }
 
 // OverridesJSON answers GET /api/v1/quotas.
@@ -107,6 +110,15 @@ type SetQuotaJSON struct {
 	Windows   []WindowJSON `json:"windows,omitempty"`
 	Policy    string       `json:"policy,omitempty"`     // the server's default (drop) when empty
 	ExpiresAt string       `json:"expires_at,omitempty"` // RFC 3339; none when empty
+	// Classes are topic classes that replace the device's rule's.
+	Classes []SetClassJSON `json:"classes,omitempty"`
+}
+
+// SetClassJSON is a topic class of an override as a client sends it.
+type SetClassJSON struct {
+	Name   string       `json:"name"`
+	Topics []string     `json:"topics"`
+	Quota  SetQuotaJSON `json:"quota"`
 }
 
 // MarshalJSON sends limit and window (even 0, for the server to say

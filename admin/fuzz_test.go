@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ func FuzzQuotaBody(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded %s refused: %v", b, err)
 		}
-		if o2 != o {
+		if !reflect.DeepEqual(o2, o) {
 			t.Fatalf("round trip %s: %+v, want %+v", b, o2, o)
 		}
 		if _, err := time.ParseDuration(out.Window); err != nil && out.Windows == nil {

@@ -80,7 +80,7 @@ var (
 	descRollbacks     = prometheus.NewDesc("devicegate_clock_rollbacks_total", "Wall-clock rollbacks detected.", nil, nil)
 	descACLDenied     = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
 	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
-	descWindowRefused = prometheus.NewDesc("devicegate_window_refusals_total", "Publishes the windows refused (policies drop and disconnect), by topic class (\"\" for the device's own quota) and by what refused them: a message window, a byte window, or a payload larger than a byte window (too_large).", []string{"class", "window"}, nil)
+	descWindowRefused = prometheus.NewDesc("devicegate_window_refusals_total", "Publishes the windows refused (policies drop and disconnect), by topic class (\"\" for the device's own quota, \"(override)\" for a class only overrides name) and by what refused them: a message window, a byte window, or a payload larger than a byte window (too_large).", []string{"class", "window"}, nil)
 	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
 	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.", nil, nil)
 	descFwdConnected  = prometheus.NewDesc("devicegate_forward_connected", "The upstream's connections that are up.", []string{"upstream"}, nil)

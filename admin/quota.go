@@ -27,12 +27,31 @@ const maxField = 64
 
 // quotaBody is the JSON body of PUT /api/v1/devices/{id}/quota.
 type quotaBody struct {
-	Limit     json.RawMessage `json:"limit"`
-	Window    *string         `json:"window"`
-	Windows   []windowBody    `json:"windows,omitempty"`    // instead of limit and window
-	Policy    *string         `json:"policy,omitempty"`     // default drop
-	ExpiresAt *string         `json:"expires_at,omitempty"` // RFC 3339, in the future
+	quotaPart
+	ExpiresAt *string     `json:"expires_at,omitempty"` // RFC 3339, in the future
+	Classes   []classBody `json:"classes,omitempty"`
 }
+
+// quotaPart is a quota in a body: the override's, or a class's.
+type quotaPart struct {
+	Limit   json.RawMessage `json:"limit"`
+	Window  *string         `json:"window"`
+	Windows []windowBody    `json:"windows,omitempty"` // instead of limit and window
+	Policy  *string         `json:"policy,omitempty"`  // default drop
+}
+
+// classBody is a topic class of an override.
+type classBody struct {
+	Name   *string    `json:"name"`
+	Topics []string   `json:"topics"`
+	Quota  *quotaPart `json:"quota"`
+}
+
+// Bounds on an override's classes, so that one request stays small.
+const (
+	maxClasses     = 32
+	maxClassTopics = 16
+)
 
 // windowBody is one window of a quota of several: messages or bytes.
 type windowBody struct {
@@ -93,54 +112,17 @@ func parseQuotaBody(body []byte, buckets int, now devicelimit.Tick) (devicelimit
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return devicelimit.Override{}, errors.New("bad JSON body: data after the object")
 	}
-	for _, f := range []struct {
-		name string
-		v    *string
-	}{{"window", b.Window}, {"policy", b.Policy}, {"expires_at", b.ExpiresAt}} {
-		if f.v != nil && len(*f.v) > maxField {
-			return devicelimit.Override{}, fmt.Errorf("%s: longer than %d bytes", f.name, maxField)
-		}
+	if b.ExpiresAt != nil && len(*b.ExpiresAt) > maxField {
+		return devicelimit.Override{}, fmt.Errorf("expires_at: longer than %d bytes", maxField)
 	}
-	if len(b.Limit) > maxField {
-		return devicelimit.Override{}, fmt.Errorf("limit: longer than %d bytes", maxField)
-	}
-	var q devicelimit.Quota
-	var err error
-	if b.Windows != nil {
-		if len(b.Limit) > 0 || b.Window != nil {
-			return devicelimit.Override{}, errors.New("windows: give limit and window, or windows, not both")
-		}
-		ls, err := parseWindows(b.Windows)
-		if err != nil {
-			return devicelimit.Override{}, err
-		}
-		if len(ls) == 0 {
-			return devicelimit.Override{}, fmt.Errorf("windows: must hold 1 to %d windows (got 0)", devicelimit.MaxWindows)
-		}
-		q = devicelimit.WithWindows(0, ls...)
-	} else {
-		if len(b.Limit) == 0 || string(b.Limit) == "null" {
-			return devicelimit.Override{}, errors.New("limit: required")
-		}
-		if q.Limit, err = parseLimit(string(b.Limit)); err != nil {
-			return devicelimit.Override{}, err
-		}
-		if b.Window == nil {
-			return devicelimit.Override{}, errors.New("window: required, a duration such as \"10s\"")
-		}
-		if q.Window, err = time.ParseDuration(*b.Window); err != nil {
-			return devicelimit.Override{}, fmt.Errorf("window: not a duration such as \"10s\" (got %q)", *b.Window)
-		}
-	}
-	if b.Policy != nil {
-		if q.Policy, err = devicelimit.ParsePolicy(*b.Policy); err != nil {
-			return devicelimit.Override{}, fmt.Errorf("policy: %w", err)
-		}
-	}
-	if err := q.Validate(buckets); err != nil {
+	q, err := b.quotaPart.quota("", buckets)
+	if err != nil {
 		return devicelimit.Override{}, err
 	}
 	o := devicelimit.Override{Quota: q}
+	if o.Classes, err = parseClasses(b.Classes, buckets); err != nil {
+		return devicelimit.Override{}, err
+	}
 	if b.ExpiresAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, *b.ExpiresAt)
 		if err != nil {
@@ -155,7 +137,93 @@ func parseQuotaBody(body []byte, buckets int, now devicelimit.Tick) (devicelimit
 			return devicelimit.Override{}, fmt.Errorf("expires_at: must be in the future (got %q, now %s)", *b.ExpiresAt, formatTick(now))
 		}
 	}
+	if err := o.Validate("device", buckets); err != nil {
+		return devicelimit.Override{}, err // the classes as a whole: names, filters, policies
+	}
 	return o, nil
+}
+
+// quota reads a quota of a body; prefix starts the names of the fields
+// in errors ("classes[0].quota.").
+func (b quotaPart) quota(prefix string, buckets int) (devicelimit.Quota, error) {
+	bad := func(format string, args ...any) (devicelimit.Quota, error) {
+		return devicelimit.Quota{}, fmt.Errorf(prefix+format, args...)
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"window", b.Window}, {"policy", b.Policy}} {
+		if f.v != nil && len(*f.v) > maxField {
+			return bad("%s: longer than %d bytes", f.name, maxField)
+		}
+	}
+	if len(b.Limit) > maxField {
+		return bad("limit: longer than %d bytes", maxField)
+	}
+	var q devicelimit.Quota
+	var err error
+	if b.Windows != nil {
+		if len(b.Limit) > 0 || b.Window != nil {
+			return bad("windows: give limit and window, or windows, not both")
+		}
+		ls, err := parseWindows(b.Windows)
+		if err != nil {
+			return bad("%v", err)
+		}
+		if len(ls) == 0 {
+			return bad("windows: must hold 1 to %d windows (got 0)", devicelimit.MaxWindows)
+		}
+		q = devicelimit.WithWindows(0, ls...)
+	} else {
+		if len(b.Limit) == 0 || string(b.Limit) == "null" {
+			return bad("limit: required")
+		}
+		if q.Limit, err = parseLimit(string(b.Limit)); err != nil {
+			return bad("%v", err)
+		}
+		if b.Window == nil {
+			return bad("window: required, a duration such as \"10s\"")
+		}
+		if q.Window, err = time.ParseDuration(*b.Window); err != nil {
+			return bad("window: not a duration such as \"10s\" (got %q)", *b.Window)
+		}
+	}
+	if b.Policy != nil {
+		if q.Policy, err = devicelimit.ParsePolicy(*b.Policy); err != nil {
+			return bad("policy: %v", err)
+		}
+	}
+	if err := q.Validate(buckets); err != nil {
+		return bad("%v", err)
+	}
+	return q, nil
+}
+
+// parseClasses reads an override's topic classes; the errors name the
+// class and field ("classes[1].topics[0]: ...").
+func parseClasses(cs []classBody, buckets int) ([]devicelimit.Class, error) {
+	if len(cs) > maxClasses {
+		return nil, fmt.Errorf("classes: at most %d (got %d)", maxClasses, len(cs))
+	}
+	var out []devicelimit.Class
+	for i, c := range cs {
+		key := fmt.Sprintf("classes[%d]", i)
+		if c.Name == nil {
+			return nil, fmt.Errorf("%s.name: required", key)
+		}
+		if len(c.Topics) > maxClassTopics {
+			return nil, fmt.Errorf("%s.topics: at most %d filters (got %d)", key, maxClassTopics, len(c.Topics))
+		}
+		if c.Quota == nil {
+			return nil, fmt.Errorf("%s.quota: required, a quota of the class's own", key)
+		}
+		q, err := c.Quota.quota(key+".quota.", buckets)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, devicelimit.Class{Name: *c.Name, Topics: c.Topics, Quota: q})
+	}
+	return out, nil
 }
 
 // parseLimit accepts an integral JSON number (1000, 1e3, 1000.0) within

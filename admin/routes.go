@@ -206,6 +206,9 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	rq, classes, rsrc := s.opts.Resolver.RuleClasses(clientID, username)
 	if o, ok := s.opts.Resolver.Override(id, now); ok {
 		q, src, expires = o.Quota, devicelimit.Source{Kind: devicelimit.SourceOverride}, o.ExpiresAt
+		if len(o.Classes) > 0 {
+			classes = o.Classes
+		}
 	} else {
 		q, src = rq, rsrc
 	}
@@ -304,6 +307,9 @@ func overrideOut(device string, o devicelimit.Override) OverrideJSON {
 	}
 	if o.ExpiresAt != 0 {
 		out.ExpiresAt = formatTick(o.ExpiresAt)
+	}
+	for _, c := range o.Classes {
+		out.Classes = append(out.Classes, ClassJSON{Name: c.Name, Topics: c.Topics, Quota: quotaOut(c.Quota, nil)})
 	}
 	return out
 }

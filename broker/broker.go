@@ -191,7 +191,7 @@ func New(opts Options) (*Server, error) {
 	if h.fwd != nil {
 		h.inlines = newInlinePool(srv)
 	}
-	h.refusals = map[string]*[3]atomic.Uint64{"": new([3]atomic.Uint64)}
+	h.refusals = map[string]*[3]atomic.Uint64{"": new([3]atomic.Uint64), OverrideClass: new([3]atomic.Uint64)}
 	if opts.Resolver != nil {
 		for _, c := range opts.Resolver.ClassNames() {
 			h.refusals[c] = new([3]atomic.Uint64)

@@ -258,13 +258,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		h.refused(c.device, now)
 		return pk, errReject
 	}
-	q := h.resolver.QuotaAt(c.device, c.rule, now)
-	class := ""
-	if len(c.classes) > 0 {
-		if cls, ok := devicelimit.MatchClass(c.classes, pk.TopicName); ok {
-			class, q = cls.Name, cls.Quota // never defer (config)
-		}
-	}
+	class, q := h.resolver.ClassAt(c.device, c.rule, c.classes, pk.TopicName, now) // a class never defers
 	if q.Policy == devicelimit.PolicyDefer && h.def != nil {
 		c.ack.barrier()
 		return pk, h.deferPublish(cl, &pk, c, q, now)
@@ -406,7 +400,11 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 	if !wantsRefusal(cl, pk) {
 		return errIgnore // as quotaExceeded would, without the reason string
 	}
-	if r := h.refusals[class]; r != nil {
+	r := h.refusals[class]
+	if r == nil {
+		r = h.refusals[OverrideClass] // a class only an override names
+	}
+	if r != nil {
 		k := int(d.Unit) // RefusedMessages, RefusedBytes
 		if d.TooLarge {
 			k = RefusedTooLarge
@@ -539,6 +537,12 @@ const (
 	RefusedBytes
 	RefusedTooLarge
 )
+
+// OverrideClass is the class Stats.Refusals counts the refusals of a
+// topic class under when only a quota override names it: the metric's
+// class label takes the configuration's class names, a bounded set, and
+// this one.
+const OverrideClass = "(override)"
 
 // ceilMillisecond rounds d up to a whole millisecond, so a retry-after is
 // never shorter than the real wait and never prints as 0s.

@@ -2,8 +2,6 @@ package broker
 
 import (
 	mqtt "github.com/mochi-mqtt/server/v2"
-
-	"devicegate/devicelimit"
 )
 
 // willHook charges a will against its device's quota when mochi is about
@@ -41,11 +39,7 @@ func (w *willHook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 func (h *throttle) admitWill(cl *mqtt.Client) bool {
 	c := h.cachedInfo(cl)
 	now := h.clock.Now()
-	q := h.resolver.QuotaAt(c.device, c.rule, now)
-	class := ""
-	if cls, ok := devicelimit.MatchClass(c.classes, cl.Properties.Will.TopicName); ok {
-		class, q = cls.Name, cls.Quota
-	}
+	class, q := h.resolver.ClassAt(c.device, c.rule, c.classes, cl.Properties.Will.TopicName, now)
 	if h.limiter.AllowClassAt(c.device, class, q, len(cl.Properties.Will.Payload), now).Allowed {
 		h.allowed.Add(1)
 		return true

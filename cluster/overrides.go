@@ -265,9 +265,13 @@ func (o *Overrides) DeleteOverride(device string) (bool, error) {
 // encodeOverride writes "v1 LIMIT WINDOW_NS POLICY EXPIRES_NS" for a
 // quota of one window, and "v2 POLICY EXPIRES_NS WINDOWS" for one of
 // several, WINDOWS being "UNIT:N:WINDOW_NS" for each, comma-separated,
-// UNIT m (messages) or b (bytes). A gateway that knows only v1 reads a
+// UNIT m (messages) or b (bytes); an override with topic classes is
+// "v3 " and its JSON form (devicelimit.MarshalOverride). A gateway that knows only v1 reads a
 // v2 record as unreadable (logged) and keeps the device on its rules.
 func encodeOverride(ov devicelimit.Override) string {
+	if len(ov.Classes) > 0 {
+		return "v3 " + string(devicelimit.MarshalOverride(ov))
+	}
 	q := ov.Quota
 	if q.NWindows == 0 {
 		return fmt.Sprintf("v1 %d %d %s %d", q.Limit, int64(q.Window), q.Policy, int64(ov.ExpiresAt))
@@ -286,6 +290,16 @@ func encodeOverride(ov devicelimit.Override) string {
 // decodeOverride reads encodeOverride's formats; anything else is an
 // error wrapping ErrBadOverride.
 func decodeOverride(s string) (devicelimit.Override, error) {
+	if rest, ok := strings.CutPrefix(s, "v3 "); ok {
+		o, err := devicelimit.UnmarshalOverride([]byte(rest))
+		if err == nil && len(o.Classes) == 0 {
+			err = errors.New("no topic classes")
+		}
+		if err != nil {
+			return devicelimit.Override{}, fmt.Errorf("%w: %q: %v", ErrBadOverride, trim(s), err)
+		}
+		return o, nil
+	}
 	f := strings.Split(s, " ")
 	bad := func(err error) (devicelimit.Override, error) {
 		if err == nil {

@@ -61,10 +61,13 @@ func (s Source) String() string {
 }
 
 // Override is a runtime quota for one device, in force until ExpiresAt
-// (never when zero).
+// (never when zero). Classes, when there are any, are the device's
+// topic classes instead of its rule's (or the default's); an override
+// without classes keeps those.
 type Override struct {
 	Quota     Quota
 	ExpiresAt Tick
+	Classes   []Class
 }
 
 // Validate reports whether o can be set for device on a table of the
@@ -78,6 +81,14 @@ func (o Override) Validate(device string, buckets int) error {
 	}
 	if err := o.Quota.Validate(buckets); err != nil {
 		return err
+	}
+	if err := ValidateClasses(o.Classes, buckets); err != nil {
+		return err
+	}
+	for i, c := range o.Classes {
+		if c.Quota.Policy == PolicyDefer {
+			return &FieldError{Field: fmt.Sprintf("classes[%d].quota.policy", i), Msg: "defer is not built for topic classes yet", Err: ErrInvalidPolicy}
+		}
 	}
 	if o.ExpiresAt < 0 {
 		return &FieldError{Field: "expires_at", Msg: fmt.Sprintf("must not be before 1970 (got %d ns)", int64(o.ExpiresAt)), Err: ErrInvalidQuota}
@@ -229,6 +240,26 @@ func (r *Resolver) QuotaAt(device string, rule Quota, now Tick) Quota {
 		return o.Quota
 	}
 	return rule
+}
+
+// ClassAt returns the topic class and quota a message on topic of the
+// device is counted under at now: the first of its classes (its
+// override's, when that has classes, else ruleClasses, resolved once at
+// connect) whose filter matches, else "" and QuotaAt's quota.
+func (r *Resolver) ClassAt(device string, rule Quota, ruleClasses []Class, topic string, now Tick) (string, Quota) {
+	q, classes := rule, ruleClasses
+	if o, ok := r.Override(device, now); ok {
+		q = o.Quota
+		if len(o.Classes) > 0 {
+			classes = o.Classes
+		}
+	}
+	if len(classes) > 0 {
+		if c, ok := MatchClass(classes, topic); ok {
+			return c.Name, c.Quota
+		}
+	}
+	return "", q
 }
 
 // Override returns the device's override in force at now. An expired

@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"encoding/hex"
+	"reflect"
 	"testing"
 	"time"
 
@@ -85,7 +86,7 @@ func TestOverrideBeforeSeveralWindows(t *testing.T) {
 		t.Fatalf("override written as %s, before several windows %s", got, overrideBeforeSeveralWindows)
 	}
 	b, _ := hex.DecodeString(overrideBeforeSeveralWindows)
-	if got, err := decodeOverride(b); err != nil || got != o {
+	if got, err := decodeOverride(b); err != nil || !reflect.DeepEqual(got, o) {
 		t.Fatalf("the earlier record reads as %+v, %v; want %+v", got, err, o)
 	}
 }

@@ -1,7 +1,9 @@
 package persist
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -57,11 +59,27 @@ func decodeOverride(b []byte) (devicelimit.Override, error) {
 	if len(b) == 0 {
 		return devicelimit.Override{}, fmt.Errorf("%w: empty override", ErrCorrupt)
 	}
-	if b[0] == overrideWindows {
+	switch b[0] {
+	case overrideWindows:
 		return decodeOverrideWindows(b[1:])
-	}
-	if b[0] != overrideVersion {
-		return devicelimit.Override{}, fmt.Errorf("%w: override version %d, want %d or %d", ErrCorrupt, b[0], overrideVersion, overrideWindows)
+	case overrideClasses:
+		o, err := devicelimit.UnmarshalOverride(b[1:])
+		if err == nil {
+			err = o.Validate("device", 1) // the ranges; the buckets are the caller's check
+		}
+		if err == nil && len(o.Classes) == 0 {
+			err = errors.New("no classes")
+		}
+		if err == nil && !bytes.Equal(devicelimit.MarshalOverride(o), b[1:]) {
+			err = errors.New("not in the form the gateway writes") // one record, one encoding
+		}
+		if err != nil {
+			return devicelimit.Override{}, fmt.Errorf("%w: override with topic classes: %v", ErrCorrupt, err)
+		}
+		return o, nil
+	case overrideVersion:
+	default:
+		return devicelimit.Override{}, fmt.Errorf("%w: override version %d, want %d, %d or %d", ErrCorrupt, b[0], overrideVersion, overrideWindows, overrideClasses)
 	}
 	b = b[1:]
 	limit, n := varint.Uvarint(b)

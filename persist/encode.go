@@ -33,6 +33,7 @@ func encodeClean(clean bool) []byte {
 const (
 	overrideVersion = 1
 	overrideWindows = 2
+	overrideClasses = 3
 )
 
 // appendOverride appends the encoding of o to b: version 1, then the
@@ -42,8 +43,12 @@ const (
 // number of windows (one byte), then per window its unit (one byte: 0
 // messages, 1 bytes), limit and length in nanoseconds as uvarints. An
 // override of one window is still written as version 1, which every
-// gateway reads. o must be valid.
+// gateway reads. An override with topic classes is version 3: its JSON
+// form (devicelimit.MarshalOverride). o must be valid.
 func appendOverride(b []byte, o devicelimit.Override) []byte {
+	if len(o.Classes) > 0 {
+		return append(append(b, overrideClasses), devicelimit.MarshalOverride(o)...)
+	}
 	if n := o.Quota.NWindows; n > 0 {
 		b = append(b, overrideWindows, byte(o.Quota.Policy))
 		b = binary.AppendVarint(b, int64(o.ExpiresAt))

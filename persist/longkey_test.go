@@ -2,6 +2,7 @@ package persist
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -127,7 +128,7 @@ func TestLongDeviceOverridesRoundTrip(t *testing.T) {
 		t.Fatalf("restore: %d, %v; want 3", n, err)
 	}
 	for _, d := range longIDs {
-		if got, ok := r2.Override(d, t0); !ok || got != o {
+		if got, ok := r2.Override(d, t0); !ok || !reflect.DeepEqual(got, o) {
 			t.Fatalf("device of %d bytes: restored %+v, %v; want %+v", len(d), got, ok, o)
 		}
 	}

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ func TestSetOverrideIsDurableOnReturn(t *testing.T) {
 	if err := s.SetOverride(r, "dev", o); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := r.Override("dev", t0); !ok || got != o {
+	if got, ok := r.Override("dev", t0); !ok || !reflect.DeepEqual(got, o) {
 		t.Fatalf("resolver has %+v, %v; want %+v", got, ok, o)
 	}
 	// The store is still open: a copy of its file is what a crash now
@@ -26,7 +27,7 @@ func TestSetOverrideIsDurableOnReturn(t *testing.T) {
 	if n, err := s2.RestoreOverrides(r2, t0); err != nil || n != 1 {
 		t.Fatalf("restored %d overrides (%v), want 1", n, err)
 	}
-	if got, ok := r2.Override("dev", t0); !ok || got != o {
+	if got, ok := r2.Override("dev", t0); !ok || !reflect.DeepEqual(got, o) {
 		t.Fatalf("restored %+v, %v; want %+v", got, ok, o)
 	}
 
@@ -71,7 +72,7 @@ func TestSetOverrideInvalidChangesNothing(t *testing.T) {
 			t.Fatalf("%s: got %v, want %v", name, err, c.want)
 		}
 	}
-	if got, ok := r.Override("dev", t0); !ok || got != good {
+	if got, ok := r.Override("dev", t0); !ok || !reflect.DeepEqual(got, good) {
 		t.Fatalf("resolver has %+v, %v; want %+v", got, ok, good)
 	}
 	if len(r.Overrides(t0)) != 1 {
@@ -114,7 +115,7 @@ func TestRestoreOverrides(t *testing.T) {
 		t.Fatalf("restored %d (%v), want 2", n, err)
 	}
 	got := r2.Overrides(now)
-	if len(got) != 2 || got[0].Device != "forever" || got[1].Device != "later" || got[1].Override != set["later"] {
+	if len(got) != 2 || got[0].Device != "forever" || got[1].Device != "later" || !reflect.DeepEqual(got[1].Override, set["later"]) {
 		t.Fatalf("restored %+v", got)
 	}
 	if logs.count("level=WARN", "device=fine-only", "stored quota override not applied") != 1 {

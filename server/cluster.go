@@ -156,7 +156,13 @@ func (w sharedWindows) PeekAllAt(device, class string, ls []devicelimit.Limit, s
 func (w sharedWindows) Reset(device string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	had, err := w.l.Reset(ctx, device, w.resolver.ClassNames())
+	classes := w.resolver.ClassNames()
+	if o, ok := w.resolver.Override(device, 0); ok { // 0: even a lapsed override's classes
+		for _, c := range o.Classes {
+			classes = append(classes, c.Name)
+		}
+	}
+	had, err := w.l.Reset(ctx, device, classes)
 	if err != nil {
 		return false, err
 	}

@@ -202,6 +202,28 @@ func TestWindowsSharedInCluster(t *testing.T) {
 	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.Contains(reason, "150 bytes per 1h0m0s") {
 		t.Fatalf("over the override's byte window on B: 0x%02x %q %v", code, reason, err)
 	}
+	// An override with topic classes of its own (stored in Redis as v3),
+	// set on A, replaces the configured class on B.
+	withClasses := devicelimit.Override{Quota: devicelimit.Quota{Limit: 100, Window: time.Hour},
+		Classes: []devicelimit.Class{{Name: "fire", Topics: []string{"devices/+/fire"}, Quota: devicelimit.Quota{Limit: 1, Window: time.Hour}}}}
+	if err := a.SetOverride("meter-1", withClasses); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if o, ok := b.resolver.Override("meter-1", b.clock.Now()); ok && len(o.Classes) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gateway B never learned the override with classes set on A")
+		}
+		time.Sleep(10 * time.Millisecond) // polling B, not letting time pass
+	}
+	onB.MustPublish(t, "devices/meter-1/fire", "!", mqtttest.CodeSuccess)
+	code, reason, err = onB.PublishReason("devices/meter-1/fire", "!")
+	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.Contains(reason, "(class fire)") {
+		t.Fatalf("second fire on B: 0x%02x %q %v; want refused by the override's class", code, reason, err)
+	}
+	onB.MustPublish(t, "devices/meter-1/alarm", "!", mqtttest.CodeSuccess) // the configured alarms class is replaced
 }
 
 // TestTopicClassesMQTT311: the alarm class counts apart for an MQTT

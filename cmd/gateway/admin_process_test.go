@@ -528,7 +528,7 @@ func TestQuotaWindowsCLIProcess(t *testing.T) {
 			t.Errorf("get output lacks %s:\n%s", re, out)
 		}
 	}
-	if out = mustCLI("list"); !regexp.MustCompile(`(?m)^w-dev +- +2 messages per 1h0m0s, 20 bytes per 1h0m0s +drop +-$`).MatchString(out) {
+	if out = mustCLI("list"); !regexp.MustCompile(`(?m)^w-dev +- +2 messages per 1h0m0s, 20 bytes per 1h0m0s +drop +- +-$`).MatchString(out) {
 		t.Errorf("list printed:\n%s", out)
 	}
 	for _, bad := range []struct{ windows, want string }{
@@ -603,4 +603,58 @@ func TestDataDirBeforeSeveralWindowsProcess(t *testing.T) {
 	c.mustPublish(t, "devices/meter-1/t", "x", codeSuccess)
 	c.mustPublish(t, "devices/meter-1/t", "x", codeQuotaExceeded) // the sixth in the hour
 	c.mustPublish(t, "devices/meter-1/alarm", "!", codeSuccess)   // the class's own window
+}
+
+// TestQuotaClassesCLIProcess: `gateway quota set --class` gives a
+// device topic classes of its own through a running gateway: an alarm
+// over its class's quota is refused naming the class while telemetry
+// passes; get and list show the classes; they survive a restart (a
+// version 3 override record); a bad --class changes nothing.
+func TestQuotaClassesCLIProcess(t *testing.T) {
+	t.Setenv("GATEWAY_ADMIN_TOKEN", "")
+	t.Setenv("GATEWAY_ADMIN_ADDR", "")
+	dir := t.TempDir()
+	g := startGW(t, dir, "--limit", "100", "--window", "1h")
+	cli := func(args ...string) (int, string, string) {
+		t.Helper()
+		return runBinary(t, append(append([]string{"quota"}, args...), "--admin-addr", g.admin, "--data-dir", g.dir)...)
+	}
+	code, out, errOut := cli("set", "c-dev", "--limit", "10", "--window", "1h",
+		"--class", "alarms:1/1h:devices/c-dev/alarm", "--class", "alarms:1/1h:devices/c-dev/fire/#", "--class", "bulk:100B/1h:devices/+/bulk")
+	want := "device c-dev: 10 messages per 1h0m0s, policy drop; class alarms (devices/c-dev/alarm devices/c-dev/fire/#): 1 messages per 1h0m0s, policy drop; class bulk (devices/+/bulk): 100 bytes per 1h0m0s, policy drop\n"
+	if code != 0 || out != want {
+		t.Fatalf("set: exit %d, out %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	c := dial5(t, g.mqtt, "c-dev")
+	c.mustPublish(t, "devices/c-dev/alarm", "!", codeSuccess)
+	if code, reason := c.publishReason(t, "devices/c-dev/fire/1", "!"); code != codeQuotaExceeded || !strings.Contains(reason, "(class alarms)") {
+		t.Fatalf("second alarm: 0x%02x %q; want refused by the class", code, reason)
+	}
+	c.mustPublish(t, "devices/c-dev/t", "telemetry", codeSuccess)
+	if _, out, _ = cli("get", "c-dev"); !regexp.MustCompile(`(?m)^class alarms \(devices/c-dev/alarm devices/c-dev/fire/#\) window 1 +1 messages per 1h0m0s: used 1, remaining 0`).MatchString(out) {
+		t.Errorf("get shows:\n%s", out)
+	}
+	if _, out, _ = cli("list"); !regexp.MustCompile(`(?m)^c-dev +10 +1h0m0s +drop +- +alarms,bulk$`).MatchString(out) {
+		t.Errorf("list shows:\n%s", out)
+	}
+	for _, bad := range []struct{ class, want string }{
+		{"alarms:1/1h", `"alarms:1/1h" is not NAME:WINDOWS:FILTER`},
+		{"alarms:1/xx:devices/#", `class "alarms": "1/xx": "xx" is not a duration`},
+		{"alarms:1/1h:devices/#/x", "classes[0].topics[0] is not a valid topic filter"},
+	} {
+		code, _, errOut := cli("set", "c-dev", "--limit", "5", "--window", "1h", "--class", bad.class)
+		if code == 0 || !strings.Contains(errOut, bad.want) {
+			t.Errorf("--class %s: exit %d, stderr %q, want %q", bad.class, code, errOut, bad.want)
+		}
+	}
+	g.stop()
+	g = startGW(t, dir, "--limit", "100", "--window", "1h")
+	defer g.stop()
+	if _, out, _ = cli("list"); !regexp.MustCompile(`(?m)^c-dev +10 +1h0m0s +drop +- +alarms,bulk$`).MatchString(out) {
+		t.Errorf("after the restart, list shows:\n%s", out)
+	}
+	c = dial5(t, g.mqtt, "c-dev")
+	if code, reason := c.publishReason(t, "devices/c-dev/alarm", "!"); code != codeQuotaExceeded || !strings.Contains(reason, "(class alarms)") {
+		t.Fatalf("alarm after the restart: 0x%02x %q; want still refused by the class", code, reason)
+	}
 }

@@ -26,3 +26,14 @@ func (cl *client5) mustPublish(t *testing.T, topic, payload string, want byte) {
 }
 
 func (cl *client5) close() { cl.Close() }
+
+// publishReason publishes and returns the PUBACK's reason code and
+// reason string; a failed publish fails the test.
+func (cl *client5) publishReason(t *testing.T, topic, payload string) (byte, string) {
+	t.Helper()
+	code, reason, err := cl.PublishReason(topic, payload)
+	if err != nil {
+		t.Fatalf("publish %s: %v", topic, err)
+	}
+	return code, reason
+}

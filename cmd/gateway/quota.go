@@ -45,6 +45,7 @@ type quotaFlags struct {
 	limit     intValue
 	window    durationValue
 	windows   string
+	classes   classFlags
 	policy    string
 	expiresAt string
 	forDur    durationValue
@@ -63,6 +64,7 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 		fs.Var(&f.limit, "limit", "`N` messages per window (required, unless --windows)")
 		fs.Var(&f.window, "window", "window `duration` such as 10s (required, unless --windows)")
 		fs.StringVar(&f.windows, "windows", "", "instead of --limit and --window, several `windows`: N/DURATION for N messages, SIZE/DURATION for bytes (SIZE with a unit: B, KiB, MiB, GiB), comma-separated, e.g. 10/1m,1000/24h,5MiB/24h")
+		fs.Var(&f.classes, "class", "a topic `class` of the override, NAME:WINDOWS:FILTER (WINDOWS as --windows), e.g. alarms:2/1m:devices/+/alarm/#; repeat for more filters of a class (same NAME and WINDOWS) and for more classes; the override's classes replace the device's rule's; each class drops over its quota, or disconnects with --policy disconnect")
 		fs.StringVar(&f.policy, "policy", "", "`policy` over the limit: drop, defer or disconnect (default: the API's)")
 		fs.StringVar(&f.expiresAt, "expires-at", "", "the override lapses at this RFC 3339 `time`")
 		fs.Var(&f.forDur, "for", "the override lapses after this `duration` from now")
@@ -75,7 +77,7 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 
 const quotaUsage = `Usage:
   gateway quota get ID [flags]
-  gateway quota set ID (--limit N --window D | --windows W) [--policy P] [--expires-at RFC3339 | --for D] [flags]
+  gateway quota set ID (--limit N --window D | --windows W) [--class C]... [--policy P] [--expires-at RFC3339 | --for D] [flags]
   gateway quota delete ID [flags]
   gateway quota list [flags]
   gateway quota reset ID [flags]
@@ -190,6 +192,9 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 			return usagef("quota set: give --expires-at or --for, not both")
 		}
 		body.Policy = f.policy
+		if body.Classes, err = f.classes.json(f.policy); err != nil {
+			return usagef("quota set: --class: %v", err)
+		}
 		switch {
 		case set["expires-at"]:
 			body.ExpiresAt = f.expiresAt
@@ -333,6 +338,9 @@ func (c *quotaClient) set(ctx context.Context, id string, body admin.SetQuotaJSO
 		if v.ExpiresAt != "" {
 			fmt.Fprintf(c.out, ", until %s", v.ExpiresAt)
 		}
+		for _, cl := range v.Classes {
+			fmt.Fprintf(c.out, "; class %s (%s): %s", cl.Name, strings.Join(cl.Topics, " "), describeQuota(cl.Quota))
+		}
 		fmt.Fprintln(c.out)
 	})
 }
@@ -341,13 +349,21 @@ func (c *quotaClient) list(ctx context.Context) error {
 	v, raw, err := c.api.Quotas(ctx)
 	return c.print("list", raw, err, func() {
 		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "DEVICE\tLIMIT\tWINDOW\tPOLICY\tEXPIRES AT")
+		fmt.Fprintln(tw, "DEVICE\tLIMIT\tWINDOW\tPOLICY\tEXPIRES AT\tCLASSES")
 		for _, o := range v.Overrides {
+			classes := "-"
+			if len(o.Classes) > 0 {
+				names := make([]string, len(o.Classes))
+				for i, cl := range o.Classes {
+					names[i] = cl.Name
+				}
+				classes = strings.Join(names, ",")
+			}
 			if len(o.Windows) > 0 {
-				fmt.Fprintf(tw, "%s\t-\t%s\t%s\t%s\n", orDash(o.Device), describeWindows(o.Windows), orDash(o.Policy), orDash(o.ExpiresAt))
+				fmt.Fprintf(tw, "%s\t-\t%s\t%s\t%s\t%s\n", orDash(o.Device), describeWindows(o.Windows), orDash(o.Policy), orDash(o.ExpiresAt), classes)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", orDash(o.Device), o.Limit, orDash(o.Window), orDash(o.Policy), orDash(o.ExpiresAt))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", orDash(o.Device), o.Limit, orDash(o.Window), orDash(o.Policy), orDash(o.ExpiresAt), classes)
 		}
 		tw.Flush()
 	})
@@ -384,6 +400,49 @@ func parseWindowsFlag(s string) ([]admin.WindowJSON, error) {
 	return windowsJSON(ls), nil
 }
 
+// classFlags collects --class NAME:WINDOWS:FILTER flags.
+type classFlags []string
+
+func (c *classFlags) String() string     { return strings.Join(*c, " ") }
+func (c *classFlags) Set(v string) error { *c = append(*c, v); return nil }
+
+// json returns the classes in the admin API's terms, in the order their
+// names first appear; a class's policy is the override's unless that is
+// defer (not built for classes: they drop).
+func (c classFlags) json(policy string) ([]admin.SetClassJSON, error) {
+	if policy == "defer" {
+		policy = ""
+	}
+	var out []admin.SetClassJSON
+	at := map[string]int{}
+	spec := map[string]string{}
+	for _, v := range c {
+		name, rest, ok1 := strings.Cut(v, ":")
+		windows, filter, ok2 := strings.Cut(rest, ":")
+		if !ok1 || !ok2 || name == "" || filter == "" {
+			return nil, fmt.Errorf("%q is not NAME:WINDOWS:FILTER, such as alarms:2/1m:devices/+/alarm/#", v)
+		}
+		if i, seen := at[name]; seen {
+			if spec[name] != windows {
+				return nil, fmt.Errorf("class %q: windows %q, and %q in an earlier --class", name, windows, spec[name])
+			}
+			out[i].Topics = append(out[i].Topics, filter)
+			continue
+		}
+		ls, err := devicelimit.ParseLimits(windows, ",")
+		if err != nil {
+			return nil, fmt.Errorf("class %q: %v", name, err)
+		}
+		q := admin.SetQuotaJSON{Windows: windowsJSON(ls), Policy: policy}
+		if len(ls) == 1 && ls[0].Unit == devicelimit.Messages {
+			q = admin.SetQuotaJSON{Limit: ls[0].N, Window: ls[0].Window.String(), Policy: policy}
+		}
+		at[name], spec[name] = len(out), windows
+		out = append(out, admin.SetClassJSON{Name: name, Topics: []string{filter}, Quota: q})
+	}
+	return out, nil
+}
+
 // windowsJSON writes windows in the admin API's terms.
 func windowsJSON(ls []devicelimit.Limit) []admin.WindowJSON {
 	out := make([]admin.WindowJSON, len(ls))
@@ -396,6 +455,16 @@ func windowsJSON(ls []devicelimit.Limit) []admin.WindowJSON {
 		}
 	}
 	return out
+}
+
+// describeQuota says what a quota allows: "2 messages per 1m0s, policy
+// drop".
+func describeQuota(q admin.QuotaJSON) string {
+	ws := q.Windows
+	if len(ws) == 0 {
+		ws = []admin.WindowJSON{{Messages: q.Limit, Window: q.Window}}
+	}
+	return describeWindows(ws) + ", policy " + orDash(q.Policy)
 }
 
 // describeWindows says what windows allow: "10 messages per 1m0s, 5242880

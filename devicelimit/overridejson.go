@@ -1,0 +1,101 @@
+package devicelimit
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// The JSON form of an override with topic classes, which the data file
+// (persist's version 3 override record) and Redis (cluster's "v3"
+// records) store: JSON keeps the class names and topic filters, any
+// strings, readable and unambiguous. An override without classes keeps
+// its older, compact encodings.
+
+type quotaRecord struct {
+	Limit   int           `json:"limit,omitempty"`
+	Window  time.Duration `json:"window,omitempty"`
+	Windows []limitRecord `json:"windows,omitempty"`
+	Policy  Policy        `json:"policy"`
+}
+
+type limitRecord struct {
+	Bytes  bool          `json:"bytes,omitempty"`
+	N      int           `json:"n"`
+	Window time.Duration `json:"window"`
+}
+
+type classRecord struct {
+	Name   string      `json:"name"`
+	Topics []string    `json:"topics"`
+	Quota  quotaRecord `json:"quota"`
+}
+
+type overrideRecord struct {
+	Quota   quotaRecord   `json:"quota"`
+	Expires Tick          `json:"expires,omitempty"`
+	Classes []classRecord `json:"classes"`
+}
+
+func quotaToRecord(q Quota) quotaRecord {
+	if q.NWindows == 0 {
+		return quotaRecord{Limit: q.Limit, Window: q.Window, Policy: q.Policy}
+	}
+	r := quotaRecord{Policy: q.Policy}
+	for _, l := range q.Windows[:min(max(q.NWindows, 0), MaxWindows)] {
+		r.Windows = append(r.Windows, limitRecord{Bytes: l.Unit == Bytes, N: l.N, Window: l.Window})
+	}
+	return r
+}
+
+func (r quotaRecord) quota() (Quota, error) {
+	if len(r.Windows) == 0 {
+		return Quota{Limit: r.Limit, Window: r.Window, Policy: r.Policy}, nil
+	}
+	if r.Limit != 0 || r.Window != 0 || len(r.Windows) > MaxWindows {
+		return Quota{}, fmt.Errorf("a quota of limit and window, or of 1 to %d windows", MaxWindows)
+	}
+	ls := make([]Limit, len(r.Windows))
+	for i, w := range r.Windows {
+		ls[i] = Limit{N: w.N, Window: w.Window}
+		if w.Bytes {
+			ls[i].Unit = Bytes
+		}
+	}
+	return WithWindows(r.Policy, ls...), nil
+}
+
+// MarshalOverride returns o's JSON form.
+func MarshalOverride(o Override) []byte {
+	r := overrideRecord{Quota: quotaToRecord(o.Quota), Expires: o.ExpiresAt, Classes: []classRecord{}}
+	for _, c := range o.Classes {
+		r.Classes = append(r.Classes, classRecord{Name: c.Name, Topics: c.Topics, Quota: quotaToRecord(c.Quota)})
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(err) // only strings, numbers and known policies
+	}
+	return b
+}
+
+// UnmarshalOverride reads MarshalOverride's form. It checks the shape,
+// not the ranges (Override.Validate does).
+func UnmarshalOverride(b []byte) (Override, error) {
+	var r overrideRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Override{}, err
+	}
+	q, err := r.Quota.quota()
+	if err != nil {
+		return Override{}, err
+	}
+	o := Override{Quota: q, ExpiresAt: r.Expires}
+	for i, c := range r.Classes {
+		cq, err := c.Quota.quota()
+		if err != nil {
+			return Override{}, fmt.Errorf("classes[%d]: %w", i, err)
+		}
+		o.Classes = append(o.Classes, Class{Name: c.Name, Topics: c.Topics, Quota: cq})
+	}
+	return o, nil
+}
