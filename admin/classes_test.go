@@ -61,7 +61,7 @@ func TestOverrideClasses(t *testing.T) {
 		{`[{"name":"a","topics":["a"]}]`, "classes[0].quota: required"},
 		{`[{"topics":["a"],"quota":{"limit":1,"window":"1s"}}]`, "classes[0].name: required"},
 		{`[{"name":"","topics":["a"],"quota":{"limit":1,"window":"1s"}}]`, "invalid quota: classes[0].name must be 1 to 64 bytes"},
-		{`[{"name":"a","topics":["a"],"quota":{"limit":1,"window":"1s","policy":"defer"}}]`, "invalid policy: classes[0].quota.policy defer is not built for topic classes yet"},
+		{`[{"name":"a","topics":["a"],"quota":{"limit":1,"window":"1s","policy":"queue"}}]`, "classes[0].quota.policy: invalid policy: must be drop, defer or disconnect"},
 		{`[{"name":"a","topics":["a"],"quota":{"limit":1,"window":"1s"},"burst":3}]`, `unknown field "burst"`},
 	} {
 		m := wantStatus(t, e.do("PUT", devPath("meter-1", "/quota"), `{"limit":10,"window":"1m","classes":`+c.classes+`}`, nil), 400)

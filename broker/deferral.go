@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,10 +177,14 @@ type deferShard struct {
 	_      [40]byte
 }
 
-// devQueue is one device's queue. All fields are guarded by the shard's
-// lock except due, guarded by heapMu.
+// devQueue is one device's queue, of its own quota or of one of its
+// topic classes: a device's messages keep their order within each.
+// All fields are guarded by the shard's lock except due, guarded by
+// heapMu.
 type devQueue struct {
-	device string
+	// key names the queue in its shard and in the store: the device ID,
+	// or for a class's queue the ID, a NUL and the class's name (queueKey).
+	key, device, class string
 	// msgs are the stored messages in enqueue order. A release round
 	// publishes a prefix without the lock and removes it after, so a
 	// message published meanwhile sees a non-empty queue and waits its
@@ -226,8 +231,24 @@ func newDeferrer(store DeferStore, limits DeferLimits, h *throttle) *deferrer {
 	return d
 }
 
+// shard returns the device's shard, where all its queues are.
 func (d *deferrer) shard(device string) *deferShard {
 	return &d.shards[maphash.String(d.seed, device)%deferShards]
+}
+
+// queueKey names the queue of device's messages in class ("": its own
+// quota's). A device ID holds no NUL (an MQTT string cannot).
+func queueKey(device, class string) string {
+	if class == "" {
+		return device
+	}
+	return device + "\x00" + class
+}
+
+// splitQueueKey is the inverse of queueKey.
+func splitQueueKey(key string) (device, class string) {
+	device, class, _ = strings.Cut(key, "\x00")
+	return device, class
 }
 
 // outcome is what deferPublish did with a publish.
@@ -254,44 +275,46 @@ func (o outcome) String() string {
 	return "deferred"
 }
 
-// deferPublish handles a publish of a device under policy defer at now.
-// A device with messages queued (or being stored) queues behind them even
-// when its window has room, so its messages keep their order; otherwise
-// the window decides, and a message over the limit is stored. It returns
-// once the message is durable. dec is the window's refusal, when it
-// refused.
-func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device string, rule, q devicelimit.Quota, now devicelimit.Tick) (outcome, devicelimit.Decision) {
+// deferPublish handles a publish of a device in topic class class (""
+// for its own quota) under policy defer at now. A device with messages
+// of the class queued (or being stored) queues behind them even when its
+// windows have room, so its messages keep their order in each class;
+// otherwise the windows decide, and a message over the limit is stored
+// with the quota rec (the rule's, or the class's). It returns once the
+// message is durable. dec is the windows' refusal, when they refused.
+func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device, class string, rec, q devicelimit.Quota, now devicelimit.Tick) (outcome, devicelimit.Decision) {
 	if limit, ok := q.TooLarge(len(pk.Payload)); ok {
 		// No window would ever admit it: not queued, where it would
 		// hold up the device's later messages for ever.
 		return outTooLarge, devicelimit.Decision{Limit: limit, TooLarge: true}
 	}
+	key := queueKey(device, class)
 	sh := d.shard(device)
 	sh.mu.Lock()
-	dq := sh.queues[device]
+	dq := sh.queues[key]
 	idle := dq == nil || dq.idle()
 	sh.mu.Unlock()
 	var dec devicelimit.Decision
 	// Decide outside the lock: with windows in Redis a decision is a
 	// round trip, which must not hold up the shard's other devices.
 	if idle {
-		if dec = d.table.AllowClassAt(device, "", q, len(pk.Payload), now); dec.Allowed {
+		if dec = d.table.AllowClassAt(device, class, q, len(pk.Payload), now); dec.Allowed {
 			return outAllowed, dec
 		}
 	}
 	sh.mu.Lock()
-	if dq = sh.queues[device]; dq == nil {
-		dq = &devQueue{device: device}
-		sh.queues[device] = dq
+	if dq = sh.queues[key]; dq == nil {
+		dq = &devQueue{key: key, device: device, class: class}
+		sh.queues[key] = dq
 	}
 	dq.writers++ // from here the queue is not idle: later publishes queue behind this one
 	sh.mu.Unlock()
 
-	m := deferredFromPacket(pk, cl.Properties.ProtocolVersion, now, rule)
+	m := deferredFromPacket(pk, cl.Properties.ProtocolVersion, now, rec)
 	// Exactly sized: the queue holds its records in memory, and
 	// MaxTotalBytes is meant to bound that memory.
-	rec := appendDeferred(make([]byte, 0, sizeDeferred(&m)), &m)
-	n := int64(len(rec))
+	record := appendDeferred(make([]byte, 0, sizeDeferred(&m)), &m)
+	n := int64(len(record))
 
 	sh.mu.Lock()
 	ok := len(dq.msgs)+dq.writers <= d.limits.MaxMessagesPerDevice &&
@@ -308,7 +331,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 	seq := d.seq.Add(1)
 	sh.mu.Unlock()
 
-	err := d.store.Enqueue(device, seq, rec)
+	err := d.store.Enqueue(key, seq, record)
 
 	sh.mu.Lock()
 	dq.writers--
@@ -321,7 +344,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 		d.failed("deferred message not stored", err, device)
 		return outFailed, dec
 	}
-	dq.msgs = append(dq.msgs, queuedMsg{seq: seq, enqueued: now, expiry: m.MessageExpiry, size: len(m.Payload), quota: rule, rec: rec})
+	dq.msgs = append(dq.msgs, queuedMsg{seq: seq, enqueued: now, expiry: m.MessageExpiry, size: len(m.Payload), quota: rec, rec: record})
 	dq.bytes += n
 	d.queueMsgs.Add(1)
 	d.queueBytes.Add(n)
@@ -335,15 +358,23 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device stri
 	return outDeferred, dec
 }
 
-// queueLen returns the number of messages device has queued.
+// queueLen returns the number of messages device has queued, in its own
+// queue and its classes'. The classes' queues are found by a walk of the
+// device's shard: for the admin API, not for publishes.
 func (d *deferrer) queueLen(device string) int {
 	sh := d.shard(device)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	n := 0
 	if dq := sh.queues[device]; dq != nil {
-		return len(dq.msgs)
+		n = len(dq.msgs)
 	}
-	return 0
+	for key, dq := range sh.queues {
+		if dq.device == device && key != device {
+			n += len(dq.msgs)
+		}
+	}
+	return n
 }
 
 // reserve takes n bytes of the global budget, or reports that they
@@ -364,7 +395,7 @@ func (d *deferrer) reserve(n int64) bool {
 // with the shard's lock held.
 func (d *deferrer) forgetIfIdle(sh *deferShard, dq *devQueue) {
 	if dq.idle() && !dq.scheduled {
-		delete(sh.queues, dq.device)
+		delete(sh.queues, dq.key)
 	}
 }
 
@@ -384,13 +415,14 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 		buckets  = d.table.Buckets()
 		fallback = d.resolver.Default()
 	)
-	err = d.store.LoadDeferred(func(device string, seq uint64, rec []byte) error {
+	err = d.store.LoadDeferred(func(key string, seq uint64, rec []byte) error {
 		m, err := decodeDeferred(rec)
 		if err != nil {
-			return fmt.Errorf("deferred message %d of device %q: %w", seq, device, err)
+			return fmt.Errorf("deferred message %d of device %q: %w", seq, key, err)
 		}
-		if cur == nil || cur.device != device {
-			cur = &devQueue{device: device}
+		if cur == nil || cur.key != key {
+			device, class := splitQueueKey(key)
+			cur = &devQueue{key: key, device: device, class: class}
 			queues = append(queues, cur)
 		}
 		q := m.Quota
@@ -417,7 +449,7 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 	for _, dq := range queues {
 		sh := d.shard(dq.device)
 		sh.mu.Lock()
-		sh.queues[dq.device] = dq
+		sh.queues[dq.key] = dq
 		d.schedule(dq, now.Add(d.limits.RestoreDelay), false) // Start starts the loop after
 		sh.mu.Unlock()
 	}

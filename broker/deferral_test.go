@@ -719,3 +719,75 @@ func TestDeferSeveralWindows(t *testing.T) {
 		t.Fatalf("after the release: %+v", st)
 	}
 }
+
+// TestDeferClasses: a topic class under policy defer has a queue of its
+// own per device: the device's telemetry waiting in its queue does not
+// hold up its alarms, nor the other way round; each class's messages
+// keep their order and their class's window; both queues are stored
+// (the class's under the device ID, a NUL and the class) and restored
+// after a restart, and the device's status counts both.
+func TestDeferClasses(t *testing.T) {
+	dir := t.TempDir()
+	clock := devicelimit.NewManualClock(t0)
+	rule := deferRule("dev-*", 1, time.Second)
+	rule.Classes = []devicelimit.Class{{Name: "alarms", Topics: []string{"t/+/alarm"},
+		Quota: devicelimit.Quota{Limit: 1, Window: time.Second, Policy: devicelimit.PolicyDefer}}}
+	rules := []devicelimit.Rule{rule}
+	s1 := openStore(t, dir)
+	f1 := start(t, fixtureOpts{rules: rules, store: s1, clock: clock})
+	p := f1.connect(t, 5, "dev-1", "")
+	for _, m := range []struct{ topic, payload string }{
+		{"t/dev-1", "a0"}, {"t/dev-1", "a1"}, {"t/dev-1", "a2"}, // one admitted, two queued
+		{"t/dev-1/alarm", "x0"}, {"t/dev-1/alarm", "x1"}, // admitted while telemetry waits; one queued
+	} {
+		if code := publish5(t, p, &paho.Publish{Topic: m.topic, QoS: 1, Payload: []byte(m.payload)}); code != 0 {
+			t.Fatalf("publish %s: PUBACK 0x%02x, want 0x00", m.payload, code)
+		}
+	}
+	if st := f1.srv.Stats(); st.Allowed != 2 || st.Deferred != 3 || st.QueueMessages != 3 {
+		t.Fatalf("after the burst: %+v, want 2 allowed (a0, x0), 3 deferred", st)
+	}
+	if n := f1.srv.DeviceStatus("dev-1").Deferred; n != 3 {
+		t.Fatalf("device status: %d deferred, want 3 (its own queue and the class's)", n)
+	}
+	keys := map[string]int{}
+	for _, m := range storedMsgs(t, s1) {
+		keys[m.device]++
+	}
+	if keys["dev-1"] != 2 || keys["dev-1\x00alarms"] != 1 {
+		t.Fatalf("stored under %v, want 2 under dev-1 and 1 under dev-1, NUL, alarms", keys)
+	}
+	closeNow(t, f1.srv)
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := openStore(t, dir)
+	f2 := start(t, fixtureOpts{rules: rules, store: s2, clock: clock, table: f1.table})
+	if st := f2.srv.Stats(); st.QueueMessages != 3 {
+		t.Fatalf("restored queue: %+v, want 3 messages", st)
+	}
+	sub := f2.subscribeMsgs(t, "sub", "t/#")
+	f2.releaseAll(t, sub, 0, 1100*time.Millisecond, 10)
+	sub.waitLen(t, 3)
+	var tele, alarms []string
+	var teleAt, alarmAt []devicelimit.Tick
+	for _, r := range sub.all() {
+		if r.pub.Topic == "t/dev-1/alarm" {
+			alarms, alarmAt = append(alarms, string(r.pub.Payload)), append(alarmAt, r.at)
+		} else {
+			tele, teleAt = append(tele, string(r.pub.Payload)), append(teleAt, r.at)
+		}
+	}
+	if !equal(tele, []string{"a1", "a2"}) || !equal(alarms, []string{"x1"}) {
+		t.Fatalf("released telemetry %q and alarms %q, want [a1 a2] and [x1]", tele, alarms)
+	}
+	if maxInWindow(teleAt, time.Second) > 1 || maxInWindow(alarmAt, time.Second) > 1 {
+		t.Fatalf("released faster than 1 per second per class: telemetry %v, alarms %v", teleAt, alarmAt)
+	}
+	// The alarm went out in the first round, beside the first telemetry
+	// message: the class's queue did not wait for the device's.
+	if alarmAt[0] != teleAt[0] {
+		t.Fatalf("the alarm was released at %v, the telemetry at %v: want the same round", alarmAt[0], teleAt)
+	}
+}

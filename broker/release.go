@@ -95,7 +95,11 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 			batch = append(batch, batchItem{queuedMsg: m, expired: true})
 			continue
 		}
-		dec := d.table.AllowClassAt(dq.device, "", d.resolver.QuotaAt(dq.device, m.quota, now), m.size, now)
+		q := d.resolver.QuotaAt(dq.device, m.quota, now)
+		if dq.class != "" {
+			q = d.resolver.ClassQuotaAt(dq.device, dq.class, m.quota, now)
+		}
+		dec := d.table.AllowClassAt(dq.device, dq.class, q, m.size, now)
 		if dec.TooLarge {
 			// The quota changed since it was queued and no window can
 			// take it now: dropped as expired, not held for ever.
@@ -147,7 +151,7 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 	if len(batch) > 0 {
 		d.delMu.Lock()
 		for i := range batch {
-			d.dels = append(d.dels, DeferredKey{Device: dq.device, Seq: batch[i].seq})
+			d.dels = append(d.dels, DeferredKey{Device: dq.key, Seq: batch[i].seq})
 		}
 		d.delMu.Unlock()
 	}

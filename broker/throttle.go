@@ -258,10 +258,10 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		h.refused(c.device, now)
 		return pk, errReject
 	}
-	class, q := h.resolver.ClassAt(c.device, c.rule, c.classes, pk.TopicName, now) // a class never defers
+	class, q := h.resolver.ClassAt(c.device, c.rule, c.classes, pk.TopicName, now)
 	if q.Policy == devicelimit.PolicyDefer && h.def != nil {
 		c.ack.barrier()
-		return pk, h.deferPublish(cl, &pk, c, q, now)
+		return pk, h.deferPublish(cl, &pk, c, class, q, now)
 	}
 	d := h.limiter.AllowClassAt(c.device, class, q, len(pk.Payload), now)
 	if d.Allowed {
@@ -340,10 +340,14 @@ func (h *throttle) admitQueued(cl *mqtt.Client, c *connInfo, pk *packets.Packet)
 // device has nothing queued and its window admits it, and otherwise
 // stored before mochi acks it with 0x00 and forwards nothing. A full
 // queue, or a store failure, is refused like policy drop.
-func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo, q devicelimit.Quota, now devicelimit.Tick) error {
-	out, d := h.def.deferPublish(cl, pk, c.device, c.rule, q, now)
+func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo, class string, q devicelimit.Quota, now devicelimit.Tick) error {
+	rec := c.rule // stored with the message; an override is looked up again at release
+	if class != "" {
+		rec = q // the class's quota
+	}
+	out, d := h.def.deferPublish(cl, pk, c.device, class, rec, q, now)
 	if !d.Allowed && d.Limit > 0 { // the window refused it (else it queued behind others)
-		h.logThrottled(cl, c, "", q, d, now)
+		h.logThrottled(cl, c, class, q, d, now)
 	}
 	switch out {
 	case outAllowed:
@@ -362,7 +366,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	if !wantsRefusal(cl, *pk) {
 		return errIgnore // as quotaExceeded would, without the reason string
 	}
-	return h.quotaExceeded(cl, *pk, refusalText("quota exceeded", q, out.String()))
+	return h.quotaExceeded(cl, *pk, refusalText("quota exceeded"+ofClass(class), q, out.String()))
 }
 
 // refuse applies q's policy to a publish over quota and returns the error

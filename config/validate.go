@@ -189,9 +189,6 @@ func (v *validator) classes(key string, cs []Class, buckets int) {
 			v.add(k+".quota", "a class needs a quota of its own: limit and window, or windows")
 			continue
 		}
-		if c.Quota.Policy == devicelimit.PolicyDefer {
-			v.add(k+".quota.policy", "defer is not built for topic classes yet: give drop or disconnect")
-		}
 		v.quota(k+".quota", c.Quota, buckets)
 	}
 }

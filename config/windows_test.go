@@ -102,7 +102,6 @@ func TestTopicClassesConfig(t *testing.T) {
 		{`limits: {classes: [{name: a, topics: ["a/#/b"], quota: {limit: 1, window: 1s}}]}`, `limits.classes[0].topics[0]: is not a valid topic filter`},
 		{`limits: {classes: [{name: a, topics: [], quota: {limit: 1, window: 1s}}]}`, `limits.classes[0].topics: must list at least one topic filter`},
 		{`limits: {classes: [{name: a, topics: [a]}]}`, `limits.classes[0].quota: a class needs a quota of its own`},
-		{`limits: {classes: [{name: a, topics: [a], quota: {limit: 1, window: 1s, policy: defer}}]}`, `limits.classes[0].quota.policy: defer is not built for topic classes yet`},
 		{`limits: {classes: [{name: a, topics: [a], quota: {limit: 0, window: 1s}}]}`, `limits.classes[0].quota.limit: must be between 1 and 1000000000 (got 0)`},
 		{`limits: {rules: [{match: {client_id: a}, classes: [{name: a, topics: [a], quota: {limit: 1, windows: [{messages: 1, window: 1s}]}}]}]}`, `limits.rules[0].classes[0].quota.windows: give limit and window, or windows, not both`},
 	} {

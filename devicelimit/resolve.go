@@ -85,11 +85,6 @@ func (o Override) Validate(device string, buckets int) error {
 	if err := ValidateClasses(o.Classes, buckets); err != nil {
 		return err
 	}
-	for i, c := range o.Classes {
-		if c.Quota.Policy == PolicyDefer {
-			return &FieldError{Field: fmt.Sprintf("classes[%d].quota.policy", i), Msg: "defer is not built for topic classes yet", Err: ErrInvalidPolicy}
-		}
-	}
 	if o.ExpiresAt < 0 {
 		return &FieldError{Field: "expires_at", Msg: fmt.Sprintf("must not be before 1970 (got %d ns)", int64(o.ExpiresAt)), Err: ErrInvalidQuota}
 	}
@@ -240,6 +235,20 @@ func (r *Resolver) QuotaAt(device string, rule Quota, now Tick) Quota {
 		return o.Quota
 	}
 	return rule
+}
+
+// ClassQuotaAt returns the quota of the device's topic class named class
+// at now: its override's class of that name, when its override has one,
+// else recorded (the class's quota when the message was deferred).
+func (r *Resolver) ClassQuotaAt(device, class string, recorded Quota, now Tick) Quota {
+	if o, ok := r.Override(device, now); ok {
+		for _, c := range o.Classes {
+			if c.Name == class {
+				return c.Quota
+			}
+		}
+	}
+	return recorded
 }
 
 // ClassAt returns the topic class and quota a message on topic of the

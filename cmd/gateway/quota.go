@@ -64,7 +64,7 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 		fs.Var(&f.limit, "limit", "`N` messages per window (required, unless --windows)")
 		fs.Var(&f.window, "window", "window `duration` such as 10s (required, unless --windows)")
 		fs.StringVar(&f.windows, "windows", "", "instead of --limit and --window, several `windows`: N/DURATION for N messages, SIZE/DURATION for bytes (SIZE with a unit: B, KiB, MiB, GiB), comma-separated, e.g. 10/1m,1000/24h,5MiB/24h")
-		fs.Var(&f.classes, "class", "a topic `class` of the override, NAME:WINDOWS:FILTER (WINDOWS as --windows), e.g. alarms:2/1m:devices/+/alarm/#; repeat for more filters of a class (same NAME and WINDOWS) and for more classes; the override's classes replace the device's rule's; each class drops over its quota, or disconnects with --policy disconnect")
+		fs.Var(&f.classes, "class", "a topic `class` of the override, NAME:WINDOWS:FILTER (WINDOWS as --windows), e.g. alarms:2/1m:devices/+/alarm/#; repeat for more filters of a class (same NAME and WINDOWS) and for more classes; the override's classes replace the device's rule's; each class takes --policy")
 		fs.StringVar(&f.policy, "policy", "", "`policy` over the limit: drop, defer or disconnect (default: the API's)")
 		fs.StringVar(&f.expiresAt, "expires-at", "", "the override lapses at this RFC 3339 `time`")
 		fs.Var(&f.forDur, "for", "the override lapses after this `duration` from now")
@@ -407,12 +407,8 @@ func (c *classFlags) String() string     { return strings.Join(*c, " ") }
 func (c *classFlags) Set(v string) error { *c = append(*c, v); return nil }
 
 // json returns the classes in the admin API's terms, in the order their
-// names first appear; a class's policy is the override's unless that is
-// defer (not built for classes: they drop).
+// names first appear; a class's policy is the override's.
 func (c classFlags) json(policy string) ([]admin.SetClassJSON, error) {
-	if policy == "defer" {
-		policy = ""
-	}
 	var out []admin.SetClassJSON
 	at := map[string]int{}
 	spec := map[string]string{}
