@@ -250,6 +250,12 @@ func (s *shard) windowKey(device, class string, u Unit, k int) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
+// inBuffer reports whether key lives in the shard's key buffer
+// (windowKey), not in the caller's device ID.
+func inBuffer(s *shard, key string) bool {
+	return len(s.keyBuf) > 0 && unsafe.StringData(key) == unsafe.SliceData(s.keyBuf)
+}
+
 // validKey checks a window's key: a device ID, or one followed by a
 // NUL and at most 300 bytes naming another of its windows.
 func validKey(key string) error {
@@ -279,8 +285,8 @@ func (t *Table) decideKey(s *shard, key string, q Limit, n int, now, at Tick, co
 	var ref uint32
 	var ok bool
 	if count {
-		if s.index.find(key, h) < 0 {
-			key = strings.Clone(key) // the new record keeps it; key is in the shard's buffer
+		if inBuffer(s, key) && s.index.find(key, h) < 0 {
+			key = strings.Clone(key) // the new record keeps it
 		}
 		r, ref, ok = s.lookup(key, h, q.N, true)
 	} else {
