@@ -155,6 +155,7 @@ type connInfo struct {
 	reason      string
 	reasonQuota devicelimit.Quota
 	reasonRetry time.Duration
+	reasonBy    devicelimit.Decision // the refusing window's limit and unit
 	// ack acknowledges forwarded QoS 1 publishes once durable
 	// (forwardack.go); nil until the first.
 	ack *acker
@@ -163,12 +164,28 @@ type connInfo struct {
 // refusalReason returns the MQTT 5 reason string of a refusal under q
 // with the given retry-after, formatting it only when it differs from
 // the connection's last one (a flood repeats it for a millisecond).
-func (c *connInfo) refusalReason(q devicelimit.Quota, retry time.Duration) string {
-	if c.reason == "" || c.reasonQuota != q || c.reasonRetry != retry {
-		c.reason = refusalText("quota exceeded", q, "retry after "+retry.String())
-		c.reasonQuota, c.reasonRetry = q, retry
+func (c *connInfo) refusalReason(q devicelimit.Quota, d devicelimit.Decision, retry time.Duration) string {
+	by := devicelimit.Decision{Limit: d.Limit, Unit: d.Unit}
+	if c.reason == "" || c.reasonQuota != q || c.reasonRetry != retry || c.reasonBy != by {
+		c.reason = refusalText("quota exceeded", q, "retry after "+retry.String()+refusedBy(q, d))
+		c.reasonQuota, c.reasonRetry, c.reasonBy = q, retry, by
 	}
 	return c.reason
+}
+
+// refusedBy names, for a quota of several windows, the window that
+// refused (the one that admits last): " (the 200 bytes per 1m0s window
+// is full)"; "" for a quota of one.
+func refusedBy(q devicelimit.Quota, d devicelimit.Decision) string {
+	if q.NWindows < 2 {
+		return ""
+	}
+	for _, l := range q.Windows[:min(q.NWindows, devicelimit.MaxWindows)] {
+		if l.Unit == d.Unit && l.N == d.Limit {
+			return fmt.Sprintf(" (the %d %s per %s window is full)", l.N, l.Unit, l.Window)
+		}
+	}
+	return ""
 }
 
 // refusalText is the one builder of a publish refusal's MQTT 5 reason
@@ -420,9 +437,9 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 			fmt.Sprintf("%d bytes never fit a window of %d: not retried", len(pk.Payload), d.Limit)))
 	}
 	if class != "" {
-		return h.quotaExceeded(cl, pk, refusalText("quota exceeded"+ofClass(class), q, "retry after "+retry.String()))
+		return h.quotaExceeded(cl, pk, refusalText("quota exceeded"+ofClass(class), q, "retry after "+retry.String()+refusedBy(q, d)))
 	}
-	return h.quotaExceeded(cl, pk, c.refusalReason(q, retry))
+	return h.quotaExceeded(cl, pk, c.refusalReason(q, d, retry))
 }
 
 // ofClass names a topic class in a refusal's reason string.

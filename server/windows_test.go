@@ -39,8 +39,9 @@ func TestSeveralWindows(t *testing.T) {
 	dev.MustPublish(t, "devices/meter-1/t", payload(100), mqtttest.CodeSuccess)
 	dev.MustPublish(t, "devices/meter-1/t", payload(50), mqtttest.CodeSuccess)
 	code, reason, err := dev.PublishReason("devices/meter-1/t", payload(60))
-	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.HasPrefix(reason, "quota exceeded: 3 messages per 1m0s, 200 bytes per 1m0s, retry after ") {
-		t.Fatalf("60 bytes over the byte window: 0x%02x %q %v", code, reason, err)
+	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.HasPrefix(reason, "quota exceeded: 3 messages per 1m0s, 200 bytes per 1m0s, retry after ") ||
+		!strings.HasSuffix(reason, " (the 200 bytes per 1m0s window is full)") {
+		t.Fatalf("60 bytes over the byte window: 0x%02x %q %v; want the reason to name the byte window", code, reason, err)
 	}
 	code, reason, err = dev.PublishReason("devices/meter-1/t", payload(201))
 	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.Contains(reason, "201 bytes never fit a window of 200: not retried") {
@@ -67,8 +68,9 @@ func TestSeveralWindows(t *testing.T) {
 
 	g = mustStart(t, cfg, Deps{})
 	dev = mqtttest.Dial5(t, g.Addr().String(), "meter-1")
-	if code, reason, err := dev.PublishReason("devices/meter-1/t", ""); err != nil || code != mqtttest.CodeQuotaExceeded {
-		t.Fatalf("after the restart, an empty message: 0x%02x %q %v; want refused by the message window", code, reason, err)
+	if code, reason, err := dev.PublishReason("devices/meter-1/t", ""); err != nil || code != mqtttest.CodeQuotaExceeded ||
+		!strings.HasSuffix(reason, " (the 3 messages per 1m0s window is full)") {
+		t.Fatalf("after the restart, an empty message: 0x%02x %q %v; want refused by the message window, named", code, reason, err)
 	}
 	body = httpGet(t, "http://"+g.AdminAddr().String()+"/api/v1/devices/meter-1", cfg.Admin.Token)
 	if err := json.Unmarshal([]byte(body), &st); err != nil || st.Quota.Windows[1].Used != 200 {
