@@ -315,7 +315,7 @@ func TestQuotaCLIProcess(t *testing.T) {
 		t.Errorf("get --json printed %q (%v)", out, err)
 	}
 	out = mustCLI("list")
-	if !regexp.MustCompile(`(?m)^DEVICE +LIMIT +WINDOW +POLICY +EXPIRES AT\ncli-dev +1 +30s +drop +\d{4}-`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^DEVICE +LIMIT +WINDOW +POLICY +EXPIRES AT +CLASSES\ncli-dev +1 +30s +drop +\d{4}-\S+ +-$`).MatchString(out) {
 		t.Errorf("list printed:\n%s", out)
 	}
 	out = mustCLI("throttled", "--limit", "3")
