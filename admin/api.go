@@ -11,6 +11,8 @@ type QuotaJSON struct {
 	Limit  int    `json:"limit,omitempty"`
 	Window string `json:"window,omitempty"`
 	Policy string `json:"policy"`
+	// Enforce is false for a quota in shadow mode, omitted otherwise.
+	Enforce *bool `json:"enforce,omitempty"`
 	// Windows are a quota's windows when it has several (then Limit and
 	// Window are omitted).
 	Windows []WindowJSON `json:"windows,omitempty"`
@@ -64,6 +66,7 @@ type OverrideJSON struct {
 	Limit     int    `json:"limit,omitempty"`
 	Window    string `json:"window,omitempty"`
 	Policy    string `json:"policy"`
+	Enforce   *bool  `json:"enforce,omitempty"` // false: shadow mode
 	ExpiresAt string `json:"expires_at,omitempty"`
 	// Windows are an override's windows when it has several (then
 	// Limit and Window are omitted).
@@ -109,6 +112,7 @@ type SetQuotaJSON struct {
 	// Windows, instead of Limit and Window: several windows.
 	Windows   []WindowJSON `json:"windows,omitempty"`
 	Policy    string       `json:"policy,omitempty"`     // the server's default (drop) when empty
+	Enforce   *bool        `json:"enforce,omitempty"`    // false: shadow mode
 	ExpiresAt string       `json:"expires_at,omitempty"` // RFC 3339; none when empty
 	// Classes are topic classes that replace the device's rule's.
 	Classes []SetClassJSON `json:"classes,omitempty"`

@@ -77,6 +77,20 @@ func (c *Client) Quotas(ctx context.Context) (OverridesJSON, []byte, error) {
 	return v, raw, err
 }
 
+// Rules lists the configured rules and whether each is enforced.
+func (c *Client) Rules(ctx context.Context) (RulesJSON, []byte, error) {
+	var v RulesJSON
+	raw, err := c.call(ctx, http.MethodGet, "/api/v1/rules", nil, &v)
+	return v, raw, err
+}
+
+// SetRuleEnforce switches a rule between enforcing and shadow mode.
+func (c *Client) SetRuleEnforce(ctx context.Context, rule string, enforce bool) (RuleJSON, []byte, error) {
+	var v RuleJSON
+	raw, err := c.call(ctx, http.MethodPut, "/api/v1/rules/"+url.PathEscape(rule)+"/enforce", enforceBody{Enforce: &enforce}, &v)
+	return v, raw, err
+}
+
 // Throttled lists up to n devices refused most lately.
 func (c *Client) Throttled(ctx context.Context, n int) (ThrottledListJSON, []byte, error) {
 	var v ThrottledListJSON

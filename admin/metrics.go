@@ -10,6 +10,7 @@ import (
 // count since the process started.
 type Snapshot struct {
 	Allowed, Dropped, Disconnected, Deferred, Overflowed uint64 // publishes by decision
+	WouldRefuse                                          uint64 // let through by quotas in shadow mode that would refuse them
 	Released, Expired                                    uint64 // deferred messages released / expired
 	QueueMessages, QueueBytes                            int64  // deferred queue depth
 	DevicesTracked                                       int    // windows in the table
@@ -67,6 +68,7 @@ type StatsSource interface {
 
 var (
 	descPublishes     = prometheus.NewDesc("devicegate_publishes_total", "Device publishes by throttle decision.", []string{"decision"}, nil)
+	descWouldRefuse   = prometheus.NewDesc("devicegate_publishes_would_refuse_total", "Device publishes a quota in shadow mode (enforce: false) let through that it would have refused; they are counted as allowed too.", nil, nil)
 	descReleased      = prometheus.NewDesc("devicegate_deferred_released_total", "Deferred messages released to subscribers.", nil, nil)
 	descExpired       = prometheus.NewDesc("devicegate_deferred_expired_total", "Deferred messages discarded after their maximum age.", nil, nil)
 	descQueueMessages = prometheus.NewDesc("devicegate_deferred_queue_messages", "Messages in the deferral queue.", nil, nil)
@@ -103,7 +105,7 @@ type collector struct{ src StatsSource }
 func NewCollector(src StatsSource) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPublishes, descReleased, descExpired, descQueueMessages, descQueueBytes,
+	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
 		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descWindowRefused} {
 		ch <- d
@@ -123,6 +125,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPublishes, s.Deferred, "deferred")
 	counter(descPublishes, s.Overflowed, "overflowed")
 	counter(descPublishes, s.Disconnected, "disconnected")
+	counter(descWouldRefuse, s.WouldRefuse)
 	counter(descReleased, s.Released)
 	counter(descExpired, s.Expired)
 	gauge(descQueueMessages, float64(s.QueueMessages))

@@ -11,7 +11,7 @@ import (
 
 func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
-		Allowed: 10, Dropped: 2, Disconnected: 1, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
+		Allowed: 10, Dropped: 2, Disconnected: 1, WouldRefuse: 31, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
 		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20,
 		Forward: []ForwardStats{{Upstream: "cloud", Connections: 2, Connected: 1, Forwarded: 21, Backlog: 22, BacklogBytes: 2300,
 			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5}},
@@ -87,6 +87,9 @@ devicegate_publishes_total{decision="deferred"} 3
 devicegate_publishes_total{decision="disconnected"} 1
 devicegate_publishes_total{decision="dropped"} 2
 devicegate_publishes_total{decision="overflowed"} 4
+# HELP devicegate_publishes_would_refuse_total Device publishes a quota in shadow mode (enforce: false) let through that it would have refused; they are counted as allowed too.
+# TYPE devicegate_publishes_would_refuse_total counter
+devicegate_publishes_would_refuse_total 31
 # HELP devicegate_slow_subscriber_drops_total Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.
 # TYPE devicegate_slow_subscriber_drops_total counter
 devicegate_slow_subscriber_drops_total 19
@@ -106,8 +109,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 32 {
-		t.Fatalf("%d series, want 32", n)
+	if n := testutil.CollectAndCount(c); n != 33 {
+		t.Fatalf("%d series, want 33", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

@@ -38,6 +38,7 @@ type quotaPart struct {
 	Window  *string         `json:"window"`
 	Windows []windowBody    `json:"windows,omitempty"` // instead of limit and window
 	Policy  *string         `json:"policy,omitempty"`  // default drop
+	Enforce *bool           `json:"enforce,omitempty"` // false: shadow mode
 }
 
 // classBody is a topic class of an override.
@@ -196,6 +197,7 @@ func (b quotaPart) quota(prefix string, buckets int) (devicelimit.Quota, error) 
 	if err := q.Validate(buckets); err != nil {
 		return bad("%v", err)
 	}
+	q.Shadow = b.Enforce != nil && !*b.Enforce
 	return q, nil
 }
 

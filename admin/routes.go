@@ -41,6 +41,8 @@ var routes = []route{
 	{http.MethodPost, "/api/v1/devices/{id}/reset", true, (*Server).resetDevice},
 	{http.MethodGet, "/api/v1/throttled", true, (*Server).throttled},
 	{http.MethodGet, "/api/v1/forward", true, (*Server).forward},
+	{http.MethodGet, "/api/v1/rules", true, (*Server).listRules},
+	{http.MethodPut, "/api/v1/rules/{name}/enforce", true, (*Server).putRuleEnforce},
 }
 
 // newMux registers one handler per path that dispatches on the method
@@ -274,7 +276,7 @@ func (s *Server) peekWindows(device, class string, q devicelimit.Quota, now devi
 // windows with their state.
 func quotaOut(q devicelimit.Quota, windows []WindowJSON) QuotaJSON {
 	if q.NWindows == 0 {
-		out := QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()}
+		out := QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String(), Enforce: enforceOut(q)}
 		if len(windows) == 1 { // a class's one window, with its state
 			out.Used, out.Remaining, out.RetryAfter = windows[0].Used, windows[0].Remaining, windows[0].RetryAfter
 		}
@@ -283,7 +285,7 @@ func quotaOut(q devicelimit.Quota, windows []WindowJSON) QuotaJSON {
 	if windows == nil {
 		windows = windowsOut(q)
 	}
-	return QuotaJSON{Policy: q.Policy.String(), Windows: windows}
+	return QuotaJSON{Policy: q.Policy.String(), Windows: windows, Enforce: enforceOut(q)}
 }
 
 // windowsOut lists q's windows.
@@ -301,7 +303,7 @@ func windowsOut(q devicelimit.Quota) []WindowJSON {
 }
 
 func overrideOut(device string, o devicelimit.Override) OverrideJSON {
-	out := OverrideJSON{Device: device, Limit: o.Quota.Limit, Window: o.Quota.Window.String(), Policy: o.Quota.Policy.String()}
+	out := OverrideJSON{Device: device, Limit: o.Quota.Limit, Window: o.Quota.Window.String(), Policy: o.Quota.Policy.String(), Enforce: enforceOut(o.Quota)}
 	if o.Quota.NWindows > 0 {
 		out.Limit, out.Window, out.Windows = 0, "", windowsOut(o.Quota)
 	}

@@ -76,8 +76,8 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 
 func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {
 	username := string(cl.Properties.Username)
-	q, classes, _ := h.resolver.RuleClasses(cl.ID, username)
-	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q, classes: classes}
+	q, classes, src := h.resolver.RuleClasses(cl.ID, username)
+	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q, ruleName: src.Rule, classes: classes}
 }
 
 // OnDisconnect forgets the connection. (mochi skips OnDisconnect when a

@@ -30,6 +30,9 @@ type Stats struct {
 	// Disconnected counts connections closed for a publish over quota
 	// (policy disconnect).
 	Disconnected uint64
+	// WouldRefuse counts the publishes a quota in shadow mode let
+	// through that it would have refused (counted in Allowed too).
+	WouldRefuse uint64
 	// Deferred counts publishes stored in the deferral queue (policy
 	// defer): over quota, or behind messages of the device already
 	// queued.
@@ -124,6 +127,9 @@ type throttle struct {
 	throttled *topk.Tracker
 
 	allowed, dropped, disconnected, inline atomic.Uint64
+	// wouldRefuse counts the publishes a quota in shadow mode let
+	// through that it would have refused.
+	wouldRefuse atomic.Uint64
 	// refusals counts refusals by the windows, by topic class ("" for
 	// the device's own quota; the classes are the configuration's, so
 	// the map is fixed) and by what refused (refusalKinds).
@@ -136,6 +142,7 @@ type connInfo struct {
 	device             string
 	clientID, username string
 	rule               devicelimit.Quota   // the config rule (or default) quota
+	ruleName           string              // the rule's name; "" for the default
 	classes            []devicelimit.Class // the rule's (or default's) topic classes
 	closing            atomic.Bool         // set when policy disconnect hung up
 	// dev is the device's entry in throttle.devices; nil for a
@@ -275,12 +282,19 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		h.refused(c.device, now)
 		return pk, errReject
 	}
-	class, q := h.resolver.ClassAt(c.device, c.rule, c.classes, pk.TopicName, now)
-	if q.Policy == devicelimit.PolicyDefer && h.def != nil {
+	class, q := h.resolver.ClassAt(c.device, c.rule, c.ruleName, c.classes, pk.TopicName, now)
+	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow {
 		c.ack.barrier()
 		return pk, h.deferPublish(cl, &pk, c, class, q, now)
 	}
 	d := h.limiter.AllowClassAt(c.device, class, q, len(pk.Payload), now)
+	if !d.Allowed && q.Shadow {
+		// Shadow mode: refused as an enforcing quota would (so not
+		// counted in the windows), let through all the same.
+		h.wouldRefuse.Add(1)
+		h.logThrottled(cl, c, class, q, d, now)
+		d.Allowed = true
+	}
 	if d.Allowed {
 		if queueable {
 			return pk, h.admitQueued(cl, c, &pk)
@@ -461,17 +475,20 @@ func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, class string, q de
 		c.quietUntil = now.Add(retry)
 		return
 	}
-	level := slog.LevelInfo
+	level, msg := slog.LevelInfo, "device throttled"
 	if q.Policy == devicelimit.PolicyDisconnect {
 		level = slog.LevelWarn
 	}
+	if q.Shadow {
+		level, msg = slog.LevelInfo, "device would throttle (shadow mode: let through)"
+	}
 	if q.NWindows > 0 || class != "" {
-		h.log.Log(context.Background(), level, "device throttled",
+		h.log.Log(context.Background(), level, msg,
 			"device", device, "client", cl.ID, "class", class, "quota", q.Describe(), "too_large", d.TooLarge,
 			"policy", q.Policy.String(), "retry_after", ceilMillisecond(d.RetryAfter).String())
 		return
 	}
-	h.log.Log(context.Background(), level, "device throttled",
+	h.log.Log(context.Background(), level, msg,
 		"device", device, "client", cl.ID, "limit", q.Limit, "window", q.Window.String(),
 		"policy", q.Policy.String(), "retry_after", ceilMillisecond(d.RetryAfter).String())
 }
@@ -533,6 +550,7 @@ func (h *throttle) stats() Stats {
 		Allowed:      h.allowed.Load(),
 		Dropped:      h.dropped.Load(),
 		Disconnected: h.disconnected.Load(),
+		WouldRefuse:  h.wouldRefuse.Load(),
 		Inline:       h.inline.Load(),
 
 		ConnectedClients: h.connected.Load(),

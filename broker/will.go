@@ -39,7 +39,7 @@ func (w *willHook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 func (h *throttle) admitWill(cl *mqtt.Client) bool {
 	c := h.cachedInfo(cl)
 	now := h.clock.Now()
-	class, q := h.resolver.ClassAt(c.device, c.rule, c.classes, cl.Properties.Will.TopicName, now)
+	class, q := h.resolver.ClassAt(c.device, c.rule, c.ruleName, c.classes, cl.Properties.Will.TopicName, now)
 	if h.limiter.AllowClassAt(c.device, class, q, len(cl.Properties.Will.Payload), now).Allowed {
 		h.allowed.Add(1)
 		return true

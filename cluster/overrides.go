@@ -269,7 +269,7 @@ func (o *Overrides) DeleteOverride(device string) (bool, error) {
 // "v3 " and its JSON form (devicelimit.MarshalOverride). A gateway that knows only v1 reads a
 // v2 record as unreadable (logged) and keeps the device on its rules.
 func encodeOverride(ov devicelimit.Override) string {
-	if len(ov.Classes) > 0 {
+	if ov.NeedsJSON() {
 		return "v3 " + string(devicelimit.MarshalOverride(ov))
 	}
 	q := ov.Quota
@@ -292,8 +292,8 @@ func encodeOverride(ov devicelimit.Override) string {
 func decodeOverride(s string) (devicelimit.Override, error) {
 	if rest, ok := strings.CutPrefix(s, "v3 "); ok {
 		o, err := devicelimit.UnmarshalOverride([]byte(rest))
-		if err == nil && len(o.Classes) == 0 {
-			err = errors.New("no topic classes")
+		if err == nil && !o.NeedsJSON() {
+			err = errors.New("neither classes nor shadow mode")
 		}
 		if err != nil {
 			return devicelimit.Override{}, fmt.Errorf("%w: %q: %v", ErrBadOverride, trim(s), err)

@@ -243,6 +243,9 @@ type Quota struct {
 	// Windows, when set, are the quota's windows: a message is admitted
 	// only when every one admits it.
 	Windows []QuotaWindow `yaml:"windows,omitempty"`
+	// Enforce false is shadow mode: decided and counted as if enforced,
+	// the messages it would refuse pass (devicelimit.Quota.Shadow).
+	Enforce *bool `yaml:"enforce,omitempty"`
 }
 
 // QuotaWindow is one window of a quota: at most Messages messages, or
@@ -347,8 +350,9 @@ func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 // or neither of messages and bytes is left for Validate to report (it
 // is taken as bytes, or as 0 messages).
 func (q Quota) Quota() devicelimit.Quota {
+	shadow := q.Enforce != nil && !*q.Enforce
 	if len(q.Windows) == 0 {
-		return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: q.Policy}
+		return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: q.Policy, Shadow: shadow}
 	}
 	ls := make([]devicelimit.Limit, len(q.Windows))
 	for i, w := range q.Windows {
@@ -358,6 +362,7 @@ func (q Quota) Quota() devicelimit.Quota {
 		}
 	}
 	dq := devicelimit.WithWindows(q.Policy, ls...)
+	dq.Shadow = shadow
 	if len(ls) > devicelimit.MaxWindows {
 		dq.NWindows = len(ls) // refused by Validate, naming the count
 	}

@@ -114,3 +114,38 @@ func TestTopicClassesConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestEnforceConfig: enforce: false puts the quota it is written on in
+// shadow mode (the default's, a rule's, a class's); it is not inherited
+// by a rule; a value that is not a boolean is refused naming the key.
+func TestEnforceConfig(t *testing.T) {
+	c, err := Parse(strings.NewReader(`limits:
+  default: {limit: 10, window: 1m, enforce: false}
+  rules:
+    - name: meters
+      match: {client_id: "meter-*"}
+      quota: {limit: 5, window: 1s}
+      classes: [{name: alarms, topics: ["a/#"], quota: {limit: 1, window: 1s, enforce: false}}]
+`))
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Resolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Default().Shadow {
+		t.Fatal("limits.default with enforce: false is enforced")
+	}
+	q, classes, _ := res.RuleClasses("meter-1", "")
+	if q.Shadow || len(classes) != 1 || !classes[0].Quota.Shadow {
+		t.Fatalf("rule %v (classes %+v): want the rule enforced, its class in shadow mode", q, classes)
+	}
+	_, err = Parse(strings.NewReader(`limits: {default: {limit: 10, window: 1m, enforce: maybe}}`))
+	if err == nil || !strings.Contains(err.Error(), "limits.default.enforce") {
+		t.Fatalf("enforce: maybe: %v, want an error naming limits.default.enforce", err)
+	}
+}

@@ -30,6 +30,8 @@ var (
 	ErrInvalidPolicy = errors.New("invalid policy")
 	// ErrInvalidPattern reports a malformed client-ID or username glob.
 	ErrInvalidPattern = errors.New("invalid pattern")
+	// ErrUnknownRule reports a rule name no configured rule has.
+	ErrUnknownRule = errors.New("no such rule")
 	// ErrInvalidDevice reports an empty or oversized device ID.
 	ErrInvalidDevice = errors.New("invalid device id")
 	// ErrBadSnapshot reports window bytes that cannot be decoded.

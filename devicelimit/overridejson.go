@@ -6,17 +6,27 @@ import (
 	"time"
 )
 
-// The JSON form of an override with topic classes, which the data file
-// (persist's version 3 override record) and Redis (cluster's "v3"
-// records) store: JSON keeps the class names and topic filters, any
-// strings, readable and unambiguous. An override without classes keeps
-// its older, compact encodings.
+// The JSON form of an override with topic classes or in shadow mode,
+// which the data file (persist's version 3 override record) and Redis
+// (cluster's "v3" records) store: JSON keeps the class names and topic
+// filters, any strings, readable and unambiguous. Other overrides keep
+// their older, compact encodings.
+
+// NeedsJSON reports whether o is stored in its JSON form: it has topic
+// classes, or a quota in shadow mode.
+func (o Override) NeedsJSON() bool {
+	if len(o.Classes) > 0 || o.Quota.Shadow {
+		return true
+	}
+	return false
+}
 
 type quotaRecord struct {
 	Limit   int           `json:"limit,omitempty"`
 	Window  time.Duration `json:"window,omitempty"`
 	Windows []limitRecord `json:"windows,omitempty"`
 	Policy  Policy        `json:"policy"`
+	Shadow  bool          `json:"shadow,omitempty"`
 }
 
 type limitRecord struct {
@@ -39,9 +49,9 @@ type overrideRecord struct {
 
 func quotaToRecord(q Quota) quotaRecord {
 	if q.NWindows == 0 {
-		return quotaRecord{Limit: q.Limit, Window: q.Window, Policy: q.Policy}
+		return quotaRecord{Limit: q.Limit, Window: q.Window, Policy: q.Policy, Shadow: q.Shadow}
 	}
-	r := quotaRecord{Policy: q.Policy}
+	r := quotaRecord{Policy: q.Policy, Shadow: q.Shadow}
 	for _, l := range q.Windows[:min(max(q.NWindows, 0), MaxWindows)] {
 		r.Windows = append(r.Windows, limitRecord{Bytes: l.Unit == Bytes, N: l.N, Window: l.Window})
 	}
@@ -50,7 +60,7 @@ func quotaToRecord(q Quota) quotaRecord {
 
 func (r quotaRecord) quota() (Quota, error) {
 	if len(r.Windows) == 0 {
-		return Quota{Limit: r.Limit, Window: r.Window, Policy: r.Policy}, nil
+		return Quota{Limit: r.Limit, Window: r.Window, Policy: r.Policy, Shadow: r.Shadow}, nil
 	}
 	if r.Limit != 0 || r.Window != 0 || len(r.Windows) > MaxWindows {
 		return Quota{}, fmt.Errorf("a quota of limit and window, or of 1 to %d windows", MaxWindows)
@@ -62,7 +72,9 @@ func (r quotaRecord) quota() (Quota, error) {
 			ls[i].Unit = Bytes
 		}
 	}
-	return WithWindows(r.Policy, ls...), nil
+	q := WithWindows(r.Policy, ls...)
+	q.Shadow = r.Shadow
+	return q, nil
 }
 
 // MarshalOverride returns o's JSON form.

@@ -86,6 +86,10 @@ type Quota struct {
 	Policy   Policy
 	Windows  [MaxWindows]Limit
 	NWindows int
+	// Shadow is shadow mode ("enforce: false"): messages are decided
+	// and counted exactly as if the quota were enforced, and one it
+	// would refuse passes all the same, counted as would-refuse.
+	Shadow bool
 }
 
 // WithWindows returns a quota of the windows ls (at most MaxWindows are
@@ -139,10 +143,14 @@ func (q Quota) Shortest() time.Duration {
 // String formats the quota as "10/1s drop", or with several windows as
 // "[10 messages/1m0s 5242880 bytes/24h0m0s] drop".
 func (q Quota) String() string {
-	if q.NWindows > 0 {
-		return fmt.Sprintf("%v %s", q.Windows[:q.NWindows], q.Policy)
+	shadow := ""
+	if q.Shadow {
+		shadow = " shadow"
 	}
-	return fmt.Sprintf("%d/%s %s", q.Limit, q.Window, q.Policy)
+	if q.NWindows > 0 {
+		return fmt.Sprintf("%v %s%s", q.Windows[:q.NWindows], q.Policy, shadow)
+	}
+	return fmt.Sprintf("%d/%s %s%s", q.Limit, q.Window, q.Policy, shadow)
 }
 
 // Validate reports whether q can be enforced by a table with the given

@@ -109,7 +109,22 @@ type Resolver struct {
 
 	count  atomic.Int64 // number of overrides, so the common no-override case takes no lock
 	shards [overrideShards]overrideShard
+
+	// modes are the rules' runtime enforce switches (SetRuleEnforce),
+	// by rule index: modeConfigured, modeEnforce or modeShadow.
+	// switched is set once any was switched, so the common case reads
+	// one atomic.
+	modes    []atomic.Int32
+	ruleIdx  map[string]int
+	switched atomic.Bool
 }
+
+// The runtime enforce switch of a rule.
+const (
+	modeConfigured int32 = iota
+	modeEnforce
+	modeShadow
+)
 
 type overrideShard struct {
 	mu sync.RWMutex
@@ -158,7 +173,65 @@ func NewResolver(def Quota, rules []Rule, buckets int) (*Resolver, error) {
 	for i := range r.shards {
 		r.shards[i].m = make(map[string]Override)
 	}
+	r.modes = make([]atomic.Int32, len(r.rules))
+	r.ruleIdx = make(map[string]int, len(r.rules))
+	for i := range r.rules {
+		r.ruleIdx[r.rules[i].Name] = i
+	}
 	return r, nil
+}
+
+// SetRuleEnforce switches the named rule's own quota between enforcing
+// (enforce set) and shadow mode at runtime, from its devices' next
+// message; it lasts until the gateway stops (the configuration's
+// enforce applies again after a restart). An unknown name is an error
+// wrapping ErrUnknownRule.
+func (r *Resolver) SetRuleEnforce(name string, enforce bool) error {
+	i, ok := r.ruleIdx[name]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownRule, name)
+	}
+	mode := modeShadow
+	if enforce {
+		mode = modeEnforce
+	}
+	r.modes[i].Store(mode)
+	r.switched.Store(true)
+	return nil
+}
+
+// RuleEnforce reports whether the named rule's own quota is enforced
+// now (false: shadow mode), and whether the rule exists.
+func (r *Resolver) RuleEnforce(name string) (enforce, ok bool) {
+	i, ok := r.ruleIdx[name]
+	if !ok {
+		return false, false
+	}
+	return !r.ruleShadow(i, r.rules[i].Quota.Shadow), true
+}
+
+// ruleShadow returns whether rule i's quota is in shadow mode now, its
+// configuration saying configured.
+func (r *Resolver) ruleShadow(i int, configured bool) bool {
+	if !r.switched.Load() {
+		return configured
+	}
+	switch r.modes[i].Load() {
+	case modeEnforce:
+		return false
+	case modeShadow:
+		return true
+	}
+	return configured
+}
+
+// RuleNames returns the rules' names in order.
+func (r *Resolver) RuleNames() []string {
+	out := make([]string, len(r.rules))
+	for i := range r.rules {
+		out[i] = r.rules[i].Name
+	}
+	return out
 }
 
 // Buckets returns the bucket count quotas are validated against.
@@ -179,7 +252,9 @@ func (r *Resolver) Rule(clientID, username string) (Quota, Source) {
 func (r *Resolver) RuleClasses(clientID, username string) (Quota, []Class, Source) {
 	for i := range r.rules {
 		if r.rules[i].match(clientID, username) {
-			return r.rules[i].Quota, r.rules[i].Classes, Source{Kind: SourceRule, Rule: r.rules[i].Name}
+			q := r.rules[i].Quota
+			q.Shadow = r.ruleShadow(i, q.Shadow)
+			return q, r.rules[i].Classes, Source{Kind: SourceRule, Rule: r.rules[i].Name}
 		}
 	}
 	return r.def, r.classes, Source{Kind: SourceDefault}
@@ -254,9 +329,16 @@ func (r *Resolver) ClassQuotaAt(device, class string, recorded Quota, now Tick) 
 // ClassAt returns the topic class and quota a message on topic of the
 // device is counted under at now: the first of its classes (its
 // override's, when that has classes, else ruleClasses, resolved once at
-// connect) whose filter matches, else "" and QuotaAt's quota.
-func (r *Resolver) ClassAt(device string, rule Quota, ruleClasses []Class, topic string, now Tick) (string, Quota) {
+// connect) whose filter matches, else "" and QuotaAt's quota; rule is
+// the quota of the device's rule ruleName ("" for the default), under
+// its runtime enforce switch (SetRuleEnforce).
+func (r *Resolver) ClassAt(device string, rule Quota, ruleName string, ruleClasses []Class, topic string, now Tick) (string, Quota) {
 	q, classes := rule, ruleClasses
+	if ruleName != "" && r.switched.Load() {
+		if i, ok := r.ruleIdx[ruleName]; ok {
+			q.Shadow = r.ruleShadow(i, r.rules[i].Quota.Shadow)
+		}
+	}
 	if o, ok := r.Override(device, now); ok {
 		q = o.Quota
 		if len(o.Classes) > 0 {

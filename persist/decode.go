@@ -67,8 +67,8 @@ func decodeOverride(b []byte) (devicelimit.Override, error) {
 		if err == nil {
 			err = o.Validate("device", 1) // the ranges; the buckets are the caller's check
 		}
-		if err == nil && len(o.Classes) == 0 {
-			err = errors.New("no classes")
+		if err == nil && !o.NeedsJSON() {
+			err = errors.New("neither classes nor shadow mode")
 		}
 		if err == nil && !bytes.Equal(devicelimit.MarshalOverride(o), b[1:]) {
 			err = errors.New("not in the form the gateway writes") // one record, one encoding

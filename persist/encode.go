@@ -43,10 +43,11 @@ const (
 // number of windows (one byte), then per window its unit (one byte: 0
 // messages, 1 bytes), limit and length in nanoseconds as uvarints. An
 // override of one window is still written as version 1, which every
-// gateway reads. An override with topic classes is version 3: its JSON
-// form (devicelimit.MarshalOverride). o must be valid.
+// gateway reads. An override with topic classes or in shadow mode is
+// version 3: its JSON form (devicelimit.MarshalOverride). o must be
+// valid.
 func appendOverride(b []byte, o devicelimit.Override) []byte {
-	if len(o.Classes) > 0 {
+	if o.NeedsJSON() {
 		return append(append(b, overrideClasses), devicelimit.MarshalOverride(o)...)
 	}
 	if n := o.Quota.NWindows; n > 0 {

@@ -54,6 +54,7 @@ func FuzzDecodeOverride(f *testing.F) {
 		{Quota: devicelimit.WithWindows(devicelimit.PolicyDisconnect,
 			devicelimit.Limit{Unit: devicelimit.Messages, N: 10, Window: time.Minute},
 			devicelimit.Limit{Unit: devicelimit.Bytes, N: devicelimit.MaxBytes, Window: devicelimit.MaxWindow}), ExpiresAt: t0},
+		{Quota: devicelimit.Quota{Limit: 3, Window: time.Minute, Shadow: true}, ExpiresAt: t0},
 		{Quota: q, Classes: []devicelimit.Class{{Name: "alarms", Topics: []string{"devices/+/alarm/#", "x"},
 			Quota: devicelimit.WithWindows(devicelimit.PolicyDrop, devicelimit.Limit{Unit: devicelimit.Bytes, N: 100, Window: time.Minute})}}},
 	} {

@@ -510,6 +510,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		Allowed:          st.Allowed,
 		Dropped:          st.Dropped,
 		Disconnected:     st.Disconnected,
+		WouldRefuse:      st.WouldRefuse,
 		Deferred:         st.Deferred,
 		Overflowed:       st.Overflowed,
 		Released:         st.Released,

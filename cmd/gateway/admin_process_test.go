@@ -658,3 +658,51 @@ func TestQuotaClassesCLIProcess(t *testing.T) {
 		t.Fatalf("alarm after the restart: 0x%02x %q; want still refused by the class", code, reason)
 	}
 }
+
+// TestShadowCLIProcess: `gateway quota enforce` switches a rule of a
+// running gateway process between shadow mode and enforcing, from the
+// device's next message; `quota rules` shows it; `quota set --shadow`
+// puts an override in shadow mode, which survives a restart.
+func TestShadowCLIProcess(t *testing.T) {
+	t.Setenv("GATEWAY_ADMIN_TOKEN", "")
+	t.Setenv("GATEWAY_ADMIN_ADDR", "")
+	dir := t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
+	yaml := "limits:\n  rules:\n    - {name: meters, match: {client_id: \"meter-*\"}, quota: {limit: 1, window: 1h, enforce: false}}\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := startGW(t, dir, "--config", cfg)
+	cli := func(args ...string) (int, string, string) {
+		t.Helper()
+		return runBinary(t, append(append([]string{"quota"}, args...), "--admin-addr", g.admin, "--data-dir", g.dir)...)
+	}
+	c := dial5(t, g.mqtt, "meter-1")
+	c.mustPublish(t, "devices/meter-1/t", "1", codeSuccess)
+	c.mustPublish(t, "devices/meter-1/t", "2", codeSuccess) // would be refused: let through
+	if code, out, errOut := cli("enforce", "meters", "true"); code != 0 || out != "rule meters: enforced until the gateway stops\n" {
+		t.Fatalf("enforce: exit %d, %q, %q", code, out, errOut)
+	}
+	c.mustPublish(t, "devices/meter-1/t", "3", codeQuotaExceeded)
+	if _, out, _ := cli("rules"); !regexp.MustCompile(`(?m)^meters +true$`).MatchString(out) {
+		t.Errorf("rules:\n%s", out)
+	}
+	if code, _, errOut := cli("enforce", "pumps", "true"); code == 0 || !strings.Contains(errOut, `no rule named "pumps"`) {
+		t.Errorf("enforce of an unknown rule: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := cli("enforce", "meters", "sometimes"); code != 2 || !strings.Contains(errOut, `"sometimes" is not true or false`) {
+		t.Errorf("enforce sometimes: exit %d, %q", code, errOut)
+	}
+	if code, out, errOut := cli("set", "meter-2", "--limit", "1", "--window", "1h", "--shadow"); code != 0 || !strings.Contains(out, ", shadow mode") {
+		t.Fatalf("set --shadow: exit %d, %q, %q", code, out, errOut)
+	}
+	g.stop()
+	g = startGW(t, dir, "--config", cfg)
+	defer g.stop()
+	d := dial5(t, g.mqtt, "meter-2")
+	d.mustPublish(t, "devices/meter-2/t", "1", codeSuccess)
+	d.mustPublish(t, "devices/meter-2/t", "2", codeSuccess) // the override, in shadow mode, survived
+	if _, out, _ := cli("get", "meter-2"); !regexp.MustCompile(`(?m)^enforce +false`).MatchString(out) {
+		t.Errorf("get after the restart:\n%s", out)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,7 +25,7 @@ import (
 const quotaTimeout = 10 * time.Second
 
 // quotaSubcommands are the subcommands of `gateway quota`.
-const quotaSubcommands = "get, set, delete, list, reset, throttled"
+const quotaSubcommands = "get, set, delete, list, reset, throttled, rules, enforce"
 
 // quotaClient is what `gateway quota` knows of the admin API: the typed
 // client, and how to print.
@@ -46,6 +47,7 @@ type quotaFlags struct {
 	window    durationValue
 	windows   string
 	classes   classFlags
+	shadow    bool
 	policy    string
 	expiresAt string
 	forDur    durationValue
@@ -66,6 +68,7 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 		fs.StringVar(&f.windows, "windows", "", "instead of --limit and --window, several `windows`: N/DURATION for N messages, SIZE/DURATION for bytes (SIZE with a unit: B, KiB, MiB, GiB), comma-separated, e.g. 10/1m,1000/24h,5MiB/24h")
 		fs.Var(&f.classes, "class", "a topic `class` of the override, NAME:WINDOWS:FILTER (WINDOWS as --windows), e.g. alarms:2/1m:devices/+/alarm/#; repeat for more filters of a class (same NAME and WINDOWS) and for more classes; the override's classes replace the device's rule's; each class takes --policy")
 		fs.StringVar(&f.policy, "policy", "", "`policy` over the limit: drop, defer or disconnect (default: the API's)")
+		fs.BoolVar(&f.shadow, "shadow", false, "shadow mode: the override's quota is decided and counted, and what it would refuse is let through (counted as would-refuse)")
 		fs.StringVar(&f.expiresAt, "expires-at", "", "the override lapses at this RFC 3339 `time`")
 		fs.Var(&f.forDur, "for", "the override lapses after this `duration` from now")
 	case "throttled":
@@ -77,11 +80,13 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 
 const quotaUsage = `Usage:
   gateway quota get ID [flags]
-  gateway quota set ID (--limit N --window D | --windows W) [--class C]... [--policy P] [--expires-at RFC3339 | --for D] [flags]
+  gateway quota set ID (--limit N --window D | --windows W) [--class C]... [--policy P] [--shadow] [--expires-at RFC3339 | --for D] [flags]
   gateway quota delete ID [flags]
   gateway quota list [flags]
   gateway quota reset ID [flags]
   gateway quota throttled [--limit N] [flags]
+  gateway quota rules [flags]
+  gateway quota enforce RULE true|false [flags]
 
 Reads and changes per-device quotas through a running gateway's admin
 API. get shows a device's quota in force, where it comes from, its use
@@ -89,7 +94,9 @@ of the current window and its deferred messages; set puts a runtime
 override (kept in the data directory, so it survives restarts); delete
 removes it, restoring the configured quota; list shows every override;
 reset empties a device's window; throttled lists the devices refused
-most in the last one to two minutes.
+most in the last one to two minutes; rules lists the configured rules
+and whether each is enforced; enforce switches a rule between enforcing
+and shadow mode until the gateway stops.
 
 The API's address comes from --admin-addr, else $GATEWAY_ADMIN_ADDR, else
 127.0.0.1:8080; the token from --token, else $GATEWAY_ADMIN_TOKEN, else
@@ -130,7 +137,7 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		return usagef("quota: missing subcommand; subcommands are %s (run \"gateway help quota\")", quotaSubcommands)
 	}
 	sub, rest := args[0], args[1:]
-	wantIDs := map[string]int{"get": 1, "set": 1, "delete": 1, "list": 0, "reset": 1, "throttled": 0}
+	wantIDs := map[string]int{"get": 1, "set": 1, "delete": 1, "list": 0, "reset": 1, "throttled": 0, "rules": 0, "enforce": 2}
 	n, ok := wantIDs[sub]
 	if !ok {
 		if sub == "-h" || sub == "--help" || sub == "help" {
@@ -150,6 +157,9 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		return usagef("quota %s: %v (run \"gateway help quota\")", sub, err)
 	}
 	if len(pos) != n {
+		if sub == "enforce" {
+			return usagef("quota enforce: want a rule name and true or false (got %d arguments)", len(pos))
+		}
 		if n == 1 {
 			return usagef("quota %s: want one device ID (got %d arguments)", sub, len(pos))
 		}
@@ -163,7 +173,7 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("quota %s: %w", sub, err)
 	}
 	var id string
-	if n == 1 {
+	if n == 1 && sub != "enforce" {
 		id = pos[0]
 		if id == "" {
 			return usagef("quota %s: the device ID is empty", sub)
@@ -192,6 +202,9 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 			return usagef("quota set: give --expires-at or --for, not both")
 		}
 		body.Policy = f.policy
+		if f.shadow {
+			body.Enforce = new(bool) // false
+		}
 		if body.Classes, err = f.classes.json(f.policy); err != nil {
 			return usagef("quota set: --class: %v", err)
 		}
@@ -220,6 +233,29 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		return c.list(ctx)
 	case "throttled":
 		return c.throttled(ctx, f.top.v)
+	case "rules":
+		v, raw, err := c.api.Rules(ctx)
+		return c.print(sub, raw, err, func() {
+			tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "RULE\tENFORCE")
+			for _, r := range v.Rules {
+				fmt.Fprintf(tw, "%s\t%v\n", r.Rule, r.Enforce)
+			}
+			tw.Flush()
+		})
+	case "enforce":
+		enforce, err := strconv.ParseBool(pos[1])
+		if err != nil {
+			return usagef("quota enforce: %q is not true or false", pos[1])
+		}
+		v, raw, err := c.api.SetRuleEnforce(ctx, pos[0], enforce)
+		return c.print(sub, raw, err, func() {
+			mode := "enforced"
+			if !v.Enforce {
+				mode = "in shadow mode (decided and counted, let through)"
+			}
+			fmt.Fprintf(c.out, "rule %s: %s until the gateway stops\n", v.Rule, mode)
+		})
 	}
 	return nil
 }
@@ -300,6 +336,9 @@ func (c *quotaClient) get(ctx context.Context, id string) error {
 			row("window", orDash(v.Quota.Window))
 		}
 		row("policy", orDash(v.Quota.Policy))
+		if v.Quota.Enforce != nil && !*v.Quota.Enforce {
+			row("enforce", "false (shadow mode: what it would refuse is let through)")
+		}
 		for _, cl := range v.Classes {
 			ws := cl.Quota.Windows
 			if len(ws) == 0 {
@@ -334,6 +373,9 @@ func (c *quotaClient) set(ctx context.Context, id string, body admin.SetQuotaJSO
 			fmt.Fprintf(c.out, "device %s: %s, policy %s", id, describeWindows(v.Windows), orDash(v.Policy))
 		} else {
 			fmt.Fprintf(c.out, "device %s: %d messages per %s, policy %s", id, v.Limit, orDash(v.Window), orDash(v.Policy))
+		}
+		if v.Enforce != nil && !*v.Enforce {
+			fmt.Fprint(c.out, ", shadow mode")
 		}
 		if v.ExpiresAt != "" {
 			fmt.Fprintf(c.out, ", until %s", v.ExpiresAt)

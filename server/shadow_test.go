@@ -1,0 +1,81 @@
+package server
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"devicegate/config"
+	"devicegate/internal/mqtttest"
+)
+
+// TestShadowModeSwitchedAtRuntime: a rule with enforce: false lets its
+// devices' messages over quota through, counting them as would-refuse
+// (metric, device status), and a log line says "would throttle"; the
+// admin API switches the rule to enforcing, which refuses the very next
+// message, and back; an override in shadow mode lets a device through
+// whatever its rule says.
+func TestShadowModeSwitchedAtRuntime(t *testing.T) {
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Admin.Token = "test-token"
+	off := false
+	cfg.Limits.Rules = []config.Rule{{Name: "meters", Match: config.Match{ClientID: "meter-*"},
+		Quota: config.Quota{Limit: 2, Window: config.Duration(time.Hour), Enforce: &off}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	admin := "http://" + g.AdminAddr().String()
+	dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+	for range 5 { // 2 within the quota, 3 it would refuse
+		dev.MustPublish(t, "devices/meter-1/t", "x", mqtttest.CodeSuccess)
+	}
+	if m := httpGet(t, admin+"/metrics", ""); !strings.Contains(m, "devicegate_publishes_would_refuse_total 3\n") {
+		t.Fatalf("metrics lack 3 would-refuse:\n%s", grepLines(m, "would_refuse"))
+	}
+	var st struct {
+		Quota struct {
+			Enforce *bool
+			Limit   int
+		}
+		Used int
+	}
+	if body := httpGet(t, admin+"/api/v1/devices/meter-1", "test-token"); json.Unmarshal([]byte(body), &st) != nil ||
+		st.Quota.Enforce == nil || *st.Quota.Enforce || st.Used != 2 {
+		t.Fatalf("device status %s: want enforce false and 2 used (as an enforcing quota would count)", body)
+	}
+	httpDo(t, "PUT", admin+"/api/v1/rules/meters/enforce", "test-token", `{"enforce":true}`, 200)
+	dev.MustPublish(t, "devices/meter-1/t", "x", mqtttest.CodeQuotaExceeded) // the next message
+	if body := httpGet(t, admin+"/api/v1/rules", "test-token"); body != `{"rules":[{"rule":"meters","enforce":true}]}`+"\n" {
+		t.Fatalf("rules: %s", body)
+	}
+	httpDo(t, "PUT", admin+"/api/v1/rules/meters/enforce", "test-token", `{"enforce":false}`, 200)
+	dev.MustPublish(t, "devices/meter-1/t", "x", mqtttest.CodeSuccess)
+	httpDo(t, "PUT", admin+"/api/v1/rules/pumps/enforce", "test-token", `{"enforce":true}`, 404)
+	httpDo(t, "PUT", admin+"/api/v1/rules/meters/enforce", "test-token", `{"enforce":"yes"}`, 400)
+	if body := httpGet(t, admin+"/api/v1/rules", "test-token"); !strings.Contains(body, `"enforce":false`) {
+		t.Fatalf("a refused switch changed the rule: %s", body)
+	}
+
+	// An override in shadow mode: enforced rule, device let through.
+	httpDo(t, "PUT", admin+"/api/v1/rules/meters/enforce", "test-token", `{"enforce":true}`, 200)
+	httpDo(t, "PUT", admin+"/api/v1/devices/meter-2/quota", "test-token", `{"limit":1,"window":"1h","enforce":false}`, 200)
+	other := mqtttest.Dial5(t, g.Addr().String(), "meter-2")
+	other.MustPublish(t, "devices/meter-2/t", "x", mqtttest.CodeSuccess)
+	other.MustPublish(t, "devices/meter-2/t", "x", mqtttest.CodeSuccess)
+	if m := httpGet(t, admin+"/metrics", ""); !strings.Contains(m, "devicegate_publishes_would_refuse_total 5\n") {
+		t.Fatalf("metrics after the override:\n%s", grepLines(m, "would_refuse"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
