@@ -43,6 +43,8 @@ type DeviceStatus struct {
 	LastSeen devicelimit.Tick
 	// Deferred is the number of messages queued for the device.
 	Deferred int
+	// BlockedUntil is the end of the device's block, 0 when none.
+	BlockedUntil devicelimit.Tick
 }
 
 // Devices reports a device's connection and queue state.
@@ -88,6 +90,20 @@ type Options struct {
 	// Forward, when not nil, reports each upstream's forwarding state
 	// (GET /api/v1/forward).
 	Forward func() []ForwardStats
+	// Blocks lists and lifts automatic blocks; nil: none.
+	Blocks Blocks
+}
+
+// Blocks lists the devices blocked now and lifts a block.
+type Blocks interface {
+	Blocked() []BlockedDevice
+	Unblock(device string) (bool, error)
+}
+
+// BlockedDevice is a device's block, in force until Until.
+type BlockedDevice struct {
+	Device string
+	Until  devicelimit.Tick
 }
 
 // Server is the admin HTTP server. Create it with New; Handler serves

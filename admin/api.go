@@ -13,6 +13,8 @@ type QuotaJSON struct {
 	Policy string `json:"policy"`
 	// Enforce is false for a quota in shadow mode, omitted otherwise.
 	Enforce *bool `json:"enforce,omitempty"`
+	// Block is the quota's automatic blocking, when it has one.
+	Block *BlockSpecJSON `json:"block,omitempty"`
 	// Windows are a quota's windows when it has several (then Limit and
 	// Window are omitted).
 	Windows []WindowJSON `json:"windows,omitempty"`
@@ -21,6 +23,14 @@ type QuotaJSON struct {
 	Used       *int   `json:"used,omitempty"`
 	Remaining  *int   `json:"remaining,omitempty"`
 	RetryAfter string `json:"retry_after,omitempty"`
+}
+
+// BlockSpecJSON is a quota's automatic blocking: a device refused After
+// times within Within is blocked for For.
+type BlockSpecJSON struct {
+	After  int    `json:"after"`
+	Within string `json:"within"`
+	For    string `json:"for"`
 }
 
 // ClassJSON is a topic class of a device's rule, the default or its
@@ -52,6 +62,7 @@ type DeviceJSON struct {
 	Remaining         int       `json:"remaining"`
 	RetryAfter        string    `json:"retry_after"`
 	Deferred          int       `json:"deferred"`
+	BlockedUntil      string    `json:"blocked_until,omitempty"`
 	Connected         bool      `json:"connected"`
 	LastSeen          *string   `json:"last_seen"`
 	// Classes are the device's topic classes (its override's, else its

@@ -77,6 +77,20 @@ func (c *Client) Quotas(ctx context.Context) (OverridesJSON, []byte, error) {
 	return v, raw, err
 }
 
+// Blocks lists the devices blocked now.
+func (c *Client) Blocks(ctx context.Context) (BlocksJSON, []byte, error) {
+	var v BlocksJSON
+	raw, err := c.call(ctx, http.MethodGet, "/api/v1/blocks", nil, &v)
+	return v, raw, err
+}
+
+// Unblock lifts a device's block.
+func (c *Client) Unblock(ctx context.Context, device string) (UnblockedJSON, []byte, error) {
+	var v UnblockedJSON
+	raw, err := c.call(ctx, http.MethodDelete, devicePath(device, "/block"), nil, &v)
+	return v, raw, err
+}
+
 // Rules lists the configured rules and whether each is enforced.
 func (c *Client) Rules(ctx context.Context) (RulesJSON, []byte, error) {
 	var v RulesJSON

@@ -11,6 +11,8 @@ import (
 type Snapshot struct {
 	Allowed, Dropped, Disconnected, Deferred, Overflowed uint64 // publishes by decision
 	WouldRefuse                                          uint64 // let through by quotas in shadow mode that would refuse them
+	Blocks                                               uint64 // automatic blocks made
+	Blocked                                              int    // devices blocked now
 	Released, Expired                                    uint64 // deferred messages released / expired
 	QueueMessages, QueueBytes                            int64  // deferred queue depth
 	DevicesTracked                                       int    // windows in the table
@@ -69,6 +71,8 @@ type StatsSource interface {
 var (
 	descPublishes     = prometheus.NewDesc("devicegate_publishes_total", "Device publishes by throttle decision.", []string{"decision"}, nil)
 	descWouldRefuse   = prometheus.NewDesc("devicegate_publishes_would_refuse_total", "Device publishes a quota in shadow mode (enforce: false) let through that it would have refused; they are counted as allowed too.", nil, nil)
+	descBlocks        = prometheus.NewDesc("devicegate_blocks_total", "Devices blocked by automatic blocking (a quota's block: too many refusals within its span).", nil, nil)
+	descBlocked       = prometheus.NewDesc("devicegate_devices_blocked", "Devices blocked now; their CONNECTs are refused until their blocks end or are lifted.", nil, nil)
 	descReleased      = prometheus.NewDesc("devicegate_deferred_released_total", "Deferred messages released to subscribers.", nil, nil)
 	descExpired       = prometheus.NewDesc("devicegate_deferred_expired_total", "Deferred messages discarded after their maximum age.", nil, nil)
 	descQueueMessages = prometheus.NewDesc("devicegate_deferred_queue_messages", "Messages in the deferral queue.", nil, nil)
@@ -105,7 +109,7 @@ type collector struct{ src StatsSource }
 func NewCollector(src StatsSource) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descReleased, descExpired, descQueueMessages, descQueueBytes,
+	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
 		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descWindowRefused} {
 		ch <- d
@@ -126,6 +130,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPublishes, s.Overflowed, "overflowed")
 	counter(descPublishes, s.Disconnected, "disconnected")
 	counter(descWouldRefuse, s.WouldRefuse)
+	counter(descBlocks, s.Blocks)
+	gauge(descBlocked, float64(s.Blocked))
 	counter(descReleased, s.Released)
 	counter(descExpired, s.Expired)
 	gauge(descQueueMessages, float64(s.QueueMessages))

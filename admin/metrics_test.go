@@ -11,7 +11,7 @@ import (
 
 func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
-		Allowed: 10, Dropped: 2, Disconnected: 1, WouldRefuse: 31, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
+		Allowed: 10, Dropped: 2, Disconnected: 1, WouldRefuse: 31, Blocks: 32, Blocked: 2, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
 		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20,
 		Forward: []ForwardStats{{Upstream: "cloud", Connections: 2, Connected: 1, Forwarded: 21, Backlog: 22, BacklogBytes: 2300,
 			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5}},
@@ -26,6 +26,9 @@ func TestCollector(t *testing.T) {
 # TYPE devicegate_acl_denied_total counter
 devicegate_acl_denied_total{action="publish"} 13
 devicegate_acl_denied_total{action="subscribe"} 14
+# HELP devicegate_blocks_total Devices blocked by automatic blocking (a quota's block: too many refusals within its span).
+# TYPE devicegate_blocks_total counter
+devicegate_blocks_total 32
 # HELP devicegate_clock_rollbacks_total Wall-clock rollbacks detected.
 # TYPE devicegate_clock_rollbacks_total counter
 devicegate_clock_rollbacks_total 1
@@ -48,6 +51,9 @@ devicegate_deferred_queue_messages 7
 # HELP devicegate_deferred_released_total Deferred messages released to subscribers.
 # TYPE devicegate_deferred_released_total counter
 devicegate_deferred_released_total 5
+# HELP devicegate_devices_blocked Devices blocked now; their CONNECTs are refused until their blocks end or are lifted.
+# TYPE devicegate_devices_blocked gauge
+devicegate_devices_blocked 2
 # HELP devicegate_devices_tracked Live rate windows: one per device with one window, more for a device with several windows or topic classes.
 # TYPE devicegate_devices_tracked gauge
 devicegate_devices_tracked 9
@@ -109,8 +115,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 33 {
-		t.Fatalf("%d series, want 33", n)
+	if n := testutil.CollectAndCount(c); n != 35 {
+		t.Fatalf("%d series, want 35", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

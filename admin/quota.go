@@ -39,6 +39,14 @@ type quotaPart struct {
 	Windows []windowBody    `json:"windows,omitempty"` // instead of limit and window
 	Policy  *string         `json:"policy,omitempty"`  // default drop
 	Enforce *bool           `json:"enforce,omitempty"` // false: shadow mode
+	Block   *blockBody      `json:"block,omitempty"`   // automatic blocking
+}
+
+// blockBody is automatic blocking in a quota body.
+type blockBody struct {
+	After  int    `json:"after"`
+	Within string `json:"within"`
+	For    string `json:"for"`
 }
 
 // classBody is a topic class of an override.
@@ -198,7 +206,29 @@ func (b quotaPart) quota(prefix string, buckets int) (devicelimit.Quota, error) 
 		return bad("%v", err)
 	}
 	q.Shadow = b.Enforce != nil && !*b.Enforce
+	if b.Block != nil {
+		within, err1 := time.ParseDuration(b.Block.Within)
+		dur, err2 := time.ParseDuration(b.Block.For)
+		switch {
+		case err1 != nil || len(b.Block.Within) > maxField:
+			return bad("block.within: not a duration such as \"1m\" (got %q)", clipField(b.Block.Within))
+		case err2 != nil || len(b.Block.For) > maxField:
+			return bad("block.for: not a duration such as \"10m\" (got %q)", clipField(b.Block.For))
+		}
+		q.Block = devicelimit.Block{After: b.Block.After, Within: within, For: dur}
+		if err := q.Validate(buckets); err != nil {
+			return bad("%v", err)
+		}
+	}
 	return q, nil
+}
+
+// clipField shortens a field quoted in an error.
+func clipField(s string) string {
+	if len(s) > maxField {
+		return s[:maxField] + "..."
+	}
+	return s
 }
 
 // parseClasses reads an override's topic classes; the errors name the

@@ -43,6 +43,8 @@ var routes = []route{
 	{http.MethodGet, "/api/v1/forward", true, (*Server).forward},
 	{http.MethodGet, "/api/v1/rules", true, (*Server).listRules},
 	{http.MethodPut, "/api/v1/rules/{name}/enforce", true, (*Server).putRuleEnforce},
+	{http.MethodGet, "/api/v1/blocks", true, (*Server).listBlocks},
+	{http.MethodDelete, "/api/v1/devices/{id}/block", true, (*Server).deleteBlock},
 }
 
 // newMux registers one handler per path that dispatches on the method
@@ -245,6 +247,9 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	if expires != 0 {
 		out.OverrideExpiresAt = formatTick(expires)
 	}
+	if st.BlockedUntil != 0 {
+		out.BlockedUntil = formatTick(st.BlockedUntil)
+	}
 	if st.LastSeen != 0 {
 		ls := formatTick(st.LastSeen)
 		out.LastSeen = &ls
@@ -276,7 +281,7 @@ func (s *Server) peekWindows(device, class string, q devicelimit.Quota, now devi
 // windows with their state.
 func quotaOut(q devicelimit.Quota, windows []WindowJSON) QuotaJSON {
 	if q.NWindows == 0 {
-		out := QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String(), Enforce: enforceOut(q)}
+		out := QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String(), Enforce: enforceOut(q), Block: blockOut(q)}
 		if len(windows) == 1 { // a class's one window, with its state
 			out.Used, out.Remaining, out.RetryAfter = windows[0].Used, windows[0].Remaining, windows[0].RetryAfter
 		}
@@ -285,7 +290,7 @@ func quotaOut(q devicelimit.Quota, windows []WindowJSON) QuotaJSON {
 	if windows == nil {
 		windows = windowsOut(q)
 	}
-	return QuotaJSON{Policy: q.Policy.String(), Windows: windows, Enforce: enforceOut(q)}
+	return QuotaJSON{Policy: q.Policy.String(), Windows: windows, Enforce: enforceOut(q), Block: blockOut(q)}
 }
 
 // windowsOut lists q's windows.

@@ -89,3 +89,61 @@ func enforceOut(q devicelimit.Quota) *bool {
 	}
 	return nil
 }
+
+// BlockJSON is a device's block.
+type BlockJSON struct {
+	Device string `json:"device"`
+	Until  string `json:"until"`
+}
+
+// BlocksJSON answers GET /api/v1/blocks.
+type BlocksJSON struct {
+	Blocks []BlockJSON `json:"blocks"`
+}
+
+// UnblockedJSON answers DELETE /api/v1/devices/{id}/block.
+type UnblockedJSON struct {
+	Device    string `json:"device"`
+	Unblocked bool   `json:"unblocked"`
+}
+
+func (s *Server) listBlocks(w http.ResponseWriter, _ *http.Request) {
+	out := BlocksJSON{Blocks: []BlockJSON{}}
+	if s.opts.Blocks != nil {
+		for _, b := range s.opts.Blocks.Blocked() {
+			out.Blocks = append(out.Blocks, BlockJSON{Device: b.Device, Until: formatTick(b.Until)})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// deleteBlock lifts a device's block: its CONNECTs are accepted again.
+func (s *Server) deleteBlock(w http.ResponseWriter, r *http.Request) {
+	id, ok := deviceID(w, r)
+	if !ok {
+		return
+	}
+	if s.opts.Blocks == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q is not blocked", id))
+		return
+	}
+	had, err := s.opts.Blocks.Unblock(id)
+	if err != nil {
+		s.log.Error("unblock", "device", id, "err", err)
+		writeError(w, http.StatusInternalServerError, "unblock failed; see the gateway's log")
+		return
+	}
+	if !had {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q is not blocked", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, UnblockedJSON{Device: id, Unblocked: true})
+}
+
+// blockOut is a quota's automatic blocking in the API, nil for none.
+func blockOut(q devicelimit.Quota) *BlockSpecJSON {
+	if q.Block == (devicelimit.Block{}) {
+		return nil
+	}
+	return &BlockSpecJSON{After: q.Block.After, Within: q.Block.Within.String(), For: q.Block.For.String()}
+}

@@ -174,10 +174,11 @@ const (
 	refusedBusy
 	refusedPending
 	refusedProtocol
+	refusedBlocked
 	refusedReasons
 )
 
-var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions", "busy", "pending", "protocol"}
+var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions", "busy", "pending", "protocol", "blocked"}
 
 // authHook is the mochi hook that authenticates clients at CONNECT,
 // applies the connection limits and enforces the topic ACL. It is added
@@ -194,6 +195,7 @@ type authHook struct {
 	clock    devicelimit.Clock
 	log      *slog.Logger
 	logs     *logLimiter // one log line per key per refusalLogWindow
+	blocks   *blocks     // devices blocked (automatic blocking)
 
 	// conns is the broker's registry of connections: OnConnect records
 	// an authenticated client's session there, the ACL reads it; the
@@ -333,6 +335,14 @@ func (h *authHook) admit(cl *mqtt.Client, pk packets.Packet) (*session, *refusal
 		}
 	}
 	device := h.identity.Of(cl.ID, string(cl.Properties.Username))
+	if h.blocks != nil {
+		now := h.clock.Now()
+		if until, blocked := h.blocks.until(device, now); blocked {
+			return nil, refuse(refusedBlocked, packets.ErrBanned,
+				fmt.Sprintf("blocked for refusals over quota until %s; retry after %s", until.Time().UTC().Format(time.RFC3339), ceilMillisecond(until.Sub(now))),
+				packets.Err3NotAuthorized)
+		}
+	}
 	if s != nil {
 		s.device = device
 		if s.role == auth.RoleDevice && !auth.ValidDevice(device) {

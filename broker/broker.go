@@ -47,6 +47,9 @@ type Options struct {
 	Defer DeferStore
 	// DeferLimits bound the deferral queue; zero fields take defaults.
 	DeferLimits DeferLimits
+	// Blocks stores automatic blocks (quotas with a Block); without it
+	// blocks last until the process ends.
+	Blocks BlockStore
 	// Throttled, when not nil, records every refused publish (dropped,
 	// disconnected, or refused by a full or failed deferral) by device
 	// at its decision instant. Admitted and deferred publishes are not
@@ -197,7 +200,8 @@ func New(opts Options) (*Server, error) {
 			h.refusals[c] = new([3]atomic.Uint64)
 		}
 	}
-	ah, err := newAuthHook(srv, opts, log, logs, h.conns)
+	h.blocks = newBlocks(opts.Blocks, log)
+	ah, err := newAuthHook(srv, opts, log, logs, h.conns, h.blocks)
 	if err != nil {
 		return nil, err
 	}
@@ -265,6 +269,9 @@ func (s *Server) Start() error {
 	case s.started:
 		return ErrStarted
 	}
+	if err := s.hook.blocks.load(s.opts.Clock.Now()); err != nil {
+		return err
+	}
 	if s.def != nil && !s.def.loaded {
 		msgs, devices, err := s.def.load(s.opts.Clock.Now())
 		if err != nil {
@@ -329,6 +336,7 @@ func (s *Server) startSweep() {
 
 // tick does the periodic housekeeping at now.
 func (s *Server) tick(now devicelimit.Tick) {
+	s.hook.blocks.expire(now)
 	s.hook.sweep(now)
 	s.auth.sweep(now)
 }
@@ -376,7 +384,17 @@ func (s *Server) DeviceStatus(device string) DeviceStatus {
 	if s.def != nil {
 		st.Deferred = s.def.queueLen(device)
 	}
+	st.BlockedUntil, _ = s.hook.blocks.until(device, s.opts.Clock.Now())
 	return st
+}
+
+// Blocks returns the devices blocked now (automatic blocking), by ID.
+func (s *Server) Blocks() []Blocked { return s.hook.blocks.list(s.opts.Clock.Now()) }
+
+// Unblock lifts device's block and reports whether it had one in
+// force; its CONNECTs are accepted again at once.
+func (s *Server) Unblock(device string) (bool, error) {
+	return s.hook.blocks.lift(device, s.opts.Clock.Now())
 }
 
 // Close stops releasing deferred messages, stops accepting connections,

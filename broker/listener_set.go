@@ -30,10 +30,10 @@ func (o *Options) validateListeners() error {
 // newAuthHook builds the auth hook; logs is the throttle's log limiter,
 // which it shares (its lines are of kinds logRefused and logProtocol)
 // and which the throttle sweeps.
-func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger, logs *logLimiter, conns *registry) (*authHook, error) {
+func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger, logs *logLimiter, conns *registry, blocked *blocks) (*authHook, error) {
 	var err error
 	h := &authHook{srv: srv, opts: opts.Auth, limits: opts.Limits, table: opts.Table, identity: opts.Identity,
-		clock: opts.Clock, log: log, logs: logs, conns: conns, pending: newPendingGate(opts.Limits.MaxPendingConnections)}
+		clock: opts.Clock, log: log, logs: logs, conns: conns, blocks: blocked, pending: newPendingGate(opts.Limits.MaxPendingConnections)}
 	h.creds.Store(opts.Auth.Credentials)
 	h.ownClients = srv.Clients.Len()
 	if opts.Limits.ConnectRate.Limit > 0 {

@@ -31,6 +31,9 @@ type DeviceStatus struct {
 	// Deferred is the number of the device's messages in the deferral
 	// queue; always 0 without a DeferStore.
 	Deferred int
+	// BlockedUntil is the end of the device's block; 0 when it is not
+	// blocked.
+	BlockedUntil devicelimit.Tick
 }
 
 // lastSeenRetention is how long LastSeen is remembered for a device with

@@ -33,6 +33,10 @@ type Stats struct {
 	// WouldRefuse counts the publishes a quota in shadow mode let
 	// through that it would have refused (counted in Allowed too).
 	WouldRefuse uint64
+	// Blocks counts the blocks made (automatic blocking); Blocked is the
+	// number of devices blocked now.
+	Blocks  uint64
+	Blocked int
 	// Deferred counts publishes stored in the deferral queue (policy
 	// defer): over quota, or behind messages of the device already
 	// queued.
@@ -130,6 +134,8 @@ type throttle struct {
 	// wouldRefuse counts the publishes a quota in shadow mode let
 	// through that it would have refused.
 	wouldRefuse atomic.Uint64
+	// blocks are the devices blocked for their refusals.
+	blocks *blocks
 	// refusals counts refusals by the windows, by topic class ("" for
 	// the device's own quota; the classes are the configuration's, so
 	// the map is fixed) and by what refused (refusalKinds).
@@ -407,6 +413,9 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 	h.logThrottled(cl, c, class, q, d, now)
 	h.refused(c.device, now)
 	v5 := cl.Properties.ProtocolVersion == 5
+	if q.Block.After > 0 && h.countRefusal(c, q.Block, now) {
+		return h.blockNow(cl, c, q, now)
+	}
 
 	if q.Policy == devicelimit.PolicyDisconnect {
 		c.closing.Store(true)
@@ -551,6 +560,8 @@ func (h *throttle) stats() Stats {
 		Dropped:      h.dropped.Load(),
 		Disconnected: h.disconnected.Load(),
 		WouldRefuse:  h.wouldRefuse.Load(),
+		Blocks:       h.blocks.made.Load(),
+		Blocked:      int(h.blocks.n.Load()),
 		Inline:       h.inline.Load(),
 
 		ConnectedClients: h.connected.Load(),

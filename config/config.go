@@ -246,6 +246,16 @@ type Quota struct {
 	// Enforce false is shadow mode: decided and counted as if enforced,
 	// the messages it would refuse pass (devicelimit.Quota.Shadow).
 	Enforce *bool `yaml:"enforce,omitempty"`
+	// Block blocks a device the quota refused After times within
+	// Within, for For (devicelimit.Block).
+	Block *Block `yaml:"block,omitempty"`
+}
+
+// Block is automatic blocking in YAML: {after: 1000, within: 1m, for: 10m}.
+type Block struct {
+	After  int      `yaml:"after"`
+	Within Duration `yaml:"within"`
+	For    Duration `yaml:"for"`
 }
 
 // QuotaWindow is one window of a quota: at most Messages messages, or
@@ -351,8 +361,12 @@ func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 // is taken as bytes, or as 0 messages).
 func (q Quota) Quota() devicelimit.Quota {
 	shadow := q.Enforce != nil && !*q.Enforce
+	var block devicelimit.Block
+	if q.Block != nil {
+		block = devicelimit.Block{After: q.Block.After, Within: time.Duration(q.Block.Within), For: time.Duration(q.Block.For)}
+	}
 	if len(q.Windows) == 0 {
-		return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: q.Policy, Shadow: shadow}
+		return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: q.Policy, Shadow: shadow, Block: block}
 	}
 	ls := make([]devicelimit.Limit, len(q.Windows))
 	for i, w := range q.Windows {
@@ -362,7 +376,7 @@ func (q Quota) Quota() devicelimit.Quota {
 		}
 	}
 	dq := devicelimit.WithWindows(q.Policy, ls...)
-	dq.Shadow = shadow
+	dq.Shadow, dq.Block = shadow, block
 	if len(ls) > devicelimit.MaxWindows {
 		dq.NWindows = len(ls) // refused by Validate, naming the count
 	}

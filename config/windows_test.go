@@ -149,3 +149,33 @@ func TestEnforceConfig(t *testing.T) {
 		t.Fatalf("enforce: maybe: %v, want an error naming limits.default.enforce", err)
 	}
 }
+
+// TestBlockConfig: block on a quota parses into devicelimit's terms; a
+// block with 0 refusals, or without a span or a duration, is refused
+// naming the key and the value.
+func TestBlockConfig(t *testing.T) {
+	c, err := Parse(strings.NewReader(`limits: {default: {limit: 10, window: 1m, block: {after: 1000, within: 1m, for: 10m}}}`))
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := c.Limits.Default.Quota().Block; b != (devicelimit.Block{After: 1000, Within: time.Minute, For: 10 * time.Minute}) {
+		t.Fatalf("block %+v", b)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{`limits: {default: {limit: 10, window: 1m, block: {after: 0, within: 1m, for: 10m}}}`, "limits.default.block.after: must be between 1 and 1000000000 refusals (got 0)"},
+		{`limits: {default: {limit: 10, window: 1m, block: {after: 5, for: 10m}}}`, `limits.default.block.within: must be between 20ms and 720h0m0s (got "0s")`},
+		{`limits: {default: {limit: 10, window: 1m, block: {after: 5, within: 1m}}}`, `limits.default.block.for: must be > 0 and at most 720h0m0s (got "0s")`},
+		{`limits: {default: {limit: 10, window: 1m, block: {after: 5, within: 1m, for: 10m, forever: true}}}`, "forever"},
+	} {
+		c, err := Parse(strings.NewReader(tc.yaml))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}

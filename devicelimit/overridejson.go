@@ -15,7 +15,7 @@ import (
 // NeedsJSON reports whether o is stored in its JSON form: it has topic
 // classes, or a quota in shadow mode.
 func (o Override) NeedsJSON() bool {
-	if len(o.Classes) > 0 || o.Quota.Shadow {
+	if len(o.Classes) > 0 || o.Quota.Shadow || o.Quota.Block != (Block{}) {
 		return true
 	}
 	return false
@@ -27,6 +27,27 @@ type quotaRecord struct {
 	Windows []limitRecord `json:"windows,omitempty"`
 	Policy  Policy        `json:"policy"`
 	Shadow  bool          `json:"shadow,omitempty"`
+	Block   *blockRecord  `json:"block,omitempty"`
+}
+
+type blockRecord struct {
+	After  int           `json:"after"`
+	Within time.Duration `json:"within"`
+	For    time.Duration `json:"for"`
+}
+
+func blockToRecord(b Block) *blockRecord {
+	if b == (Block{}) {
+		return nil
+	}
+	return &blockRecord{After: b.After, Within: b.Within, For: b.For}
+}
+
+func (r *blockRecord) block() Block {
+	if r == nil {
+		return Block{}
+	}
+	return Block{After: r.After, Within: r.Within, For: r.For}
 }
 
 type limitRecord struct {
@@ -49,9 +70,9 @@ type overrideRecord struct {
 
 func quotaToRecord(q Quota) quotaRecord {
 	if q.NWindows == 0 {
-		return quotaRecord{Limit: q.Limit, Window: q.Window, Policy: q.Policy, Shadow: q.Shadow}
+		return quotaRecord{Limit: q.Limit, Window: q.Window, Policy: q.Policy, Shadow: q.Shadow, Block: blockToRecord(q.Block)}
 	}
-	r := quotaRecord{Policy: q.Policy, Shadow: q.Shadow}
+	r := quotaRecord{Policy: q.Policy, Shadow: q.Shadow, Block: blockToRecord(q.Block)}
 	for _, l := range q.Windows[:min(max(q.NWindows, 0), MaxWindows)] {
 		r.Windows = append(r.Windows, limitRecord{Bytes: l.Unit == Bytes, N: l.N, Window: l.Window})
 	}
@@ -60,7 +81,7 @@ func quotaToRecord(q Quota) quotaRecord {
 
 func (r quotaRecord) quota() (Quota, error) {
 	if len(r.Windows) == 0 {
-		return Quota{Limit: r.Limit, Window: r.Window, Policy: r.Policy, Shadow: r.Shadow}, nil
+		return Quota{Limit: r.Limit, Window: r.Window, Policy: r.Policy, Shadow: r.Shadow, Block: r.Block.block()}, nil
 	}
 	if r.Limit != 0 || r.Window != 0 || len(r.Windows) > MaxWindows {
 		return Quota{}, fmt.Errorf("a quota of limit and window, or of 1 to %d windows", MaxWindows)
@@ -73,7 +94,7 @@ func (r quotaRecord) quota() (Quota, error) {
 		}
 	}
 	q := WithWindows(r.Policy, ls...)
-	q.Shadow = r.Shadow
+	q.Shadow, q.Block = r.Shadow, r.Block.block()
 	return q, nil
 }
 

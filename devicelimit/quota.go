@@ -90,6 +90,40 @@ type Quota struct {
 	// and counted exactly as if the quota were enforced, and one it
 	// would refuse passes all the same, counted as would-refuse.
 	Shadow bool
+	// Block, when After > 0, blocks a device this quota refused After
+	// times within Within: disconnected, its CONNECTs refused for For.
+	Block Block
+}
+
+// Block is automatic blocking: a device refused After times within
+// Within is taken off the air for For.
+type Block struct {
+	After  int
+	Within time.Duration
+	For    time.Duration
+}
+
+// MaxBlock bounds a block's duration.
+const MaxBlock = 30 * 24 * time.Hour
+
+// validate checks b (none when After is 0); the error names the field
+// under "block.".
+func (b Block) validate(buckets int) error {
+	if b == (Block{}) {
+		return nil
+	}
+	bad := func(field, format string, args ...any) error {
+		return &FieldError{Field: "block." + field, Msg: fmt.Sprintf(format, args...), Err: ErrInvalidQuota}
+	}
+	switch {
+	case b.After < 1 || b.After > MaxLimit:
+		return bad("after", "must be between 1 and %d refusals (got %d)", MaxLimit, b.After)
+	case b.Within < time.Duration(buckets)*MinBucketWidth || b.Within > MaxWindow:
+		return bad("within", "must be between %s and %s (got %q)", time.Duration(buckets)*MinBucketWidth, MaxWindow, b.Within.String())
+	case b.For <= 0 || b.For > MaxBlock:
+		return bad("for", "must be > 0 and at most %s (got %q)", MaxBlock, b.For.String())
+	}
+	return nil
 }
 
 // WithWindows returns a quota of the windows ls (at most MaxWindows are
@@ -159,6 +193,9 @@ func (q Quota) String() string {
 // value.
 func (q Quota) Validate(buckets int) error {
 	if err := validBuckets(buckets); err != nil {
+		return err
+	}
+	if err := q.Block.validate(buckets); err != nil {
 		return err
 	}
 	bad := func(field, format string, args ...any) error {

@@ -208,6 +208,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Identity:  identity,
 		Logger:    log,
 		Defer:     store,
+		Blocks:    store,
 		DeferLimits: broker.DeferLimits{
 			MaxMessagesPerDevice: cfg.Limits.Defer.MaxMessagesPerDevice,
 			MaxBytesPerDevice:    int64(cfg.Limits.Defer.MaxBytesPerDevice),
@@ -266,6 +267,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Overrides: g.adminOverrides(),
 		Windows:   g.adminWindows(),
 		Devices:   brokerDevices{srv},
+		Blocks:    brokerBlocks{srv},
 		Throttled: topThrottled{g.topk, g.clock},
 		Registry:  reg,
 		Logger:    log,
@@ -464,6 +466,19 @@ func (d brokerDevices) Status(device string) admin.DeviceStatus {
 	return admin.DeviceStatus(d.srv.DeviceStatus(device))
 }
 
+// brokerBlocks lists and lifts the broker's automatic blocks.
+type brokerBlocks struct{ srv *broker.Server }
+
+func (b brokerBlocks) Blocked() []admin.BlockedDevice {
+	var out []admin.BlockedDevice
+	for _, x := range b.srv.Blocks() {
+		out = append(out, admin.BlockedDevice{Device: x.Device, Until: x.Until})
+	}
+	return out
+}
+
+func (b brokerBlocks) Unblock(device string) (bool, error) { return b.srv.Unblock(device) }
+
 // topThrottled lists the devices refused most, as of now.
 type topThrottled struct {
 	topk  *topk.Tracker
@@ -511,6 +526,8 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		Dropped:          st.Dropped,
 		Disconnected:     st.Disconnected,
 		WouldRefuse:      st.WouldRefuse,
+		Blocks:           st.Blocks,
+		Blocked:          st.Blocked,
 		Deferred:         st.Deferred,
 		Overflowed:       st.Overflowed,
 		Released:         st.Released,

@@ -706,3 +706,47 @@ func TestShadowCLIProcess(t *testing.T) {
 		t.Errorf("get after the restart:\n%s", out)
 	}
 }
+
+// TestBlockCLIProcess: a gateway process blocks a device its quota
+// refused twice within a minute; `gateway quota blocks` lists it, the
+// block survives a restart (its CONNECT refused), and `gateway quota
+// unblock` lifts it.
+func TestBlockCLIProcess(t *testing.T) {
+	t.Setenv("GATEWAY_ADMIN_TOKEN", "")
+	t.Setenv("GATEWAY_ADMIN_ADDR", "")
+	dir := t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(cfg, []byte("limits:\n  default: {limit: 1, window: 1h, block: {after: 2, within: 1m, for: 1h}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := startGW(t, dir, "--config", cfg)
+	cli := func(args ...string) (int, string, string) {
+		t.Helper()
+		return runBinary(t, append(append([]string{"quota"}, args...), "--admin-addr", g.admin, "--data-dir", g.dir)...)
+	}
+	c := dial5(t, g.mqtt, "flood-1")
+	c.mustPublish(t, "devices/flood-1/t", "1", codeSuccess)
+	c.mustPublish(t, "devices/flood-1/t", "2", codeQuotaExceeded)
+	_, _, _ = c.PublishReason("devices/flood-1/t", "3") // the second refusal: blocked
+	select {
+	case <-c.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked device's connection did not end")
+	}
+	if _, out, _ := cli("blocks"); !regexp.MustCompile(`(?m)^flood-1 +\d{4}-`).MatchString(out) {
+		t.Fatalf("blocks:\n%s", out)
+	}
+	g.stop()
+	g = startGW(t, dir, "--config", cfg)
+	defer g.stop()
+	if code, reason := connectCode(t, g.mqtt, "flood-1"); code != 0x8A || !strings.Contains(reason, "blocked") {
+		t.Fatalf("CONNECT after the restart: 0x%02x %q; want 0x8A banned", code, reason)
+	}
+	if code, out, errOut := cli("unblock", "flood-1"); code != 0 || out != "device flood-1: unblocked\n" {
+		t.Fatalf("unblock: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, _, errOut := cli("unblock", "flood-1"); code == 0 || !strings.Contains(errOut, "is not blocked") {
+		t.Fatalf("second unblock: exit %d, %q", code, errOut)
+	}
+	dial5(t, g.mqtt, "flood-1").close()
+}

@@ -37,3 +37,9 @@ func (cl *client5) publishReason(t *testing.T, topic, payload string) (byte, str
 	}
 	return code, reason
 }
+
+// connectCode is mqtttest.ConnectCode.
+func connectCode(t *testing.T, addr, id string) (byte, string) {
+	t.Helper()
+	return mqtttest.ConnectCode(t, addr, id)
+}

@@ -25,7 +25,7 @@ import (
 const quotaTimeout = 10 * time.Second
 
 // quotaSubcommands are the subcommands of `gateway quota`.
-const quotaSubcommands = "get, set, delete, list, reset, throttled, rules, enforce"
+const quotaSubcommands = "get, set, delete, list, reset, throttled, rules, enforce, blocks, unblock"
 
 // quotaClient is what `gateway quota` knows of the admin API: the typed
 // client, and how to print.
@@ -86,6 +86,8 @@ const quotaUsage = `Usage:
   gateway quota reset ID [flags]
   gateway quota throttled [--limit N] [flags]
   gateway quota rules [flags]
+  gateway quota blocks [flags]
+  gateway quota unblock ID [flags]
   gateway quota enforce RULE true|false [flags]
 
 Reads and changes per-device quotas through a running gateway's admin
@@ -96,7 +98,8 @@ removes it, restoring the configured quota; list shows every override;
 reset empties a device's window; throttled lists the devices refused
 most in the last one to two minutes; rules lists the configured rules
 and whether each is enforced; enforce switches a rule between enforcing
-and shadow mode until the gateway stops.
+and shadow mode until the gateway stops; blocks lists the devices
+blocked by automatic blocking; unblock lifts a device's block.
 
 The API's address comes from --admin-addr, else $GATEWAY_ADMIN_ADDR, else
 127.0.0.1:8080; the token from --token, else $GATEWAY_ADMIN_TOKEN, else
@@ -137,7 +140,7 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		return usagef("quota: missing subcommand; subcommands are %s (run \"gateway help quota\")", quotaSubcommands)
 	}
 	sub, rest := args[0], args[1:]
-	wantIDs := map[string]int{"get": 1, "set": 1, "delete": 1, "list": 0, "reset": 1, "throttled": 0, "rules": 0, "enforce": 2}
+	wantIDs := map[string]int{"get": 1, "set": 1, "delete": 1, "list": 0, "reset": 1, "throttled": 0, "rules": 0, "enforce": 2, "blocks": 0, "unblock": 1}
 	n, ok := wantIDs[sub]
 	if !ok {
 		if sub == "-h" || sub == "--help" || sub == "help" {
@@ -233,6 +236,21 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		return c.list(ctx)
 	case "throttled":
 		return c.throttled(ctx, f.top.v)
+	case "blocks":
+		v, raw, err := c.api.Blocks(ctx)
+		return c.print(sub, raw, err, func() {
+			tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "DEVICE\tBLOCKED UNTIL")
+			for _, b := range v.Blocks {
+				fmt.Fprintf(tw, "%s\t%s\n", orDash(b.Device), b.Until)
+			}
+			tw.Flush()
+		})
+	case "unblock":
+		_, raw, err := c.api.Unblock(ctx, id)
+		return c.print(sub, raw, err, func() {
+			fmt.Fprintf(c.out, "device %s: unblocked\n", id)
+		})
 	case "rules":
 		v, raw, err := c.api.Rules(ctx)
 		return c.print(sub, raw, err, func() {

@@ -133,3 +133,26 @@ func Subscribe5(t *testing.T, addr, id string, sub paho.SubscribeOptions, on fun
 	}
 	return c
 }
+
+// ConnectCode sends an MQTT 5 CONNECT of id to addr and returns the
+// CONNACK's reason code and reason string: 0 when accepted (the
+// connection is then closed).
+func ConnectCode(t *testing.T, addr, id string) (byte, string) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30})
+	if err == nil {
+		_ = c.Disconnect(&paho.Disconnect{})
+		return 0, ""
+	}
+	if ca == nil {
+		t.Fatalf("connect %s: %v, and no CONNACK", id, err)
+	}
+	return ca.ReasonCode, ca.Properties.ReasonString
+}

@@ -1,0 +1,211 @@
+package broker
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"devicegate/devicelimit"
+)
+
+// Automatic blocking: a device a quota with a Block refused Block.After
+// times within Block.Within is disconnected and its CONNECTs are refused
+// until the block's end. Blocks persist in a BlockStore when there is
+// one, expire by themselves, and can be lifted (Server.Unblock).
+
+// BlockStore keeps blocks durably (a *persist.Store is one).
+type BlockStore interface {
+	SetBlock(device string, until devicelimit.Tick) error
+	DeleteBlock(device string) error
+	LoadBlocks(fn func(device string, until devicelimit.Tick) error) error
+}
+
+// Blocked is a device's block: in force until Until.
+type Blocked struct {
+	Device string
+	Until  devicelimit.Tick
+}
+
+// refusalsClass is the class under which a device's refusals are
+// counted for blocking: a NUL in it keeps it apart from every topic
+// class (a class's name holds none).
+const refusalsClass = "\x00refusals"
+
+type blocks struct {
+	mu    sync.Mutex
+	m     map[string]devicelimit.Tick
+	n     atomic.Int64 // len(m), so the common case takes no lock
+	store BlockStore   // nil: blocks last until the process ends
+	log   *slog.Logger
+
+	made, lifted atomic.Uint64
+}
+
+func newBlocks(store BlockStore, log *slog.Logger) *blocks {
+	return &blocks{m: make(map[string]devicelimit.Tick), store: store, log: log}
+}
+
+// load restores the stored blocks still in force at now.
+func (b *blocks) load(now devicelimit.Tick) error {
+	if b.store == nil {
+		return nil
+	}
+	var gone []string
+	err := b.store.LoadBlocks(func(device string, until devicelimit.Tick) error {
+		if until <= now {
+			gone = append(gone, strings.Clone(device))
+			return nil
+		}
+		b.mu.Lock()
+		b.m[strings.Clone(device)] = until
+		b.n.Store(int64(len(b.m)))
+		b.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("restore blocks: %w", err)
+	}
+	for _, d := range gone {
+		if err := b.store.DeleteBlock(d); err != nil {
+			return fmt.Errorf("delete expired block of %q: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// until returns the end of device's block in force at now.
+func (b *blocks) until(device string, now devicelimit.Tick) (devicelimit.Tick, bool) {
+	if b.n.Load() == 0 {
+		return 0, false
+	}
+	b.mu.Lock()
+	u, ok := b.m[device]
+	b.mu.Unlock()
+	return u, ok && now < u
+}
+
+// block blocks device until until and reports whether it is a new
+// block (false: it was blocked already). The block is stored before it
+// is reported.
+func (b *blocks) block(device string, until devicelimit.Tick, now devicelimit.Tick) (bool, error) {
+	b.mu.Lock()
+	if u, ok := b.m[device]; ok && now < u {
+		b.mu.Unlock()
+		return false, nil
+	}
+	b.m[device] = until
+	b.n.Store(int64(len(b.m)))
+	b.mu.Unlock()
+	b.made.Add(1)
+	if b.store != nil {
+		if err := b.store.SetBlock(device, until); err != nil {
+			return true, fmt.Errorf("store the block of %q: %w", device, err)
+		}
+	}
+	return true, nil
+}
+
+// lift ends device's block, reporting whether it had one in force.
+func (b *blocks) lift(device string, now devicelimit.Tick) (bool, error) {
+	b.mu.Lock()
+	u, ok := b.m[device]
+	delete(b.m, device)
+	b.n.Store(int64(len(b.m)))
+	b.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	if b.store != nil {
+		if err := b.store.DeleteBlock(device); err != nil {
+			return now < u, fmt.Errorf("delete the block of %q: %w", device, err)
+		}
+	}
+	if now < u {
+		b.lifted.Add(1)
+		b.log.Info("device unblocked", "device", device, "reason", "lifted through the admin API")
+		return true, nil
+	}
+	return false, nil
+}
+
+// expire ends the blocks over at now, logging each once.
+func (b *blocks) expire(now devicelimit.Tick) {
+	if b.n.Load() == 0 {
+		return
+	}
+	var over []string
+	b.mu.Lock()
+	for d, u := range b.m {
+		if u <= now {
+			over = append(over, d)
+			delete(b.m, d)
+		}
+	}
+	b.n.Store(int64(len(b.m)))
+	b.mu.Unlock()
+	for _, d := range over {
+		b.log.Info("device unblocked", "device", d, "reason", "the block ended")
+		if b.store != nil {
+			if err := b.store.DeleteBlock(d); err != nil {
+				b.log.Error("expired block not deleted from the data file", "device", d, "error", err)
+			}
+		}
+	}
+}
+
+// list returns the blocks in force at now, by device.
+func (b *blocks) list(now devicelimit.Tick) []Blocked {
+	b.mu.Lock()
+	out := make([]Blocked, 0, len(b.m))
+	for d, u := range b.m {
+		if now < u {
+			out = append(out, Blocked{Device: d, Until: u})
+		}
+	}
+	b.mu.Unlock()
+	slices.SortFunc(out, func(x, y Blocked) int { return strings.Compare(x.Device, y.Device) })
+	return out
+}
+
+// countRefusal counts a refusal of the device under b and reports
+// whether it is the b.After-th within b.Within: the device is to be
+// blocked. The refusals are counted in a window of the device's own,
+// through the limiter (shared in Redis in cluster mode).
+func (h *throttle) countRefusal(c *connInfo, b devicelimit.Block, now devicelimit.Tick) bool {
+	d := h.limiter.AllowClassAt(c.device, refusalsClass, devicelimit.Quota{Limit: b.After, Window: b.Within}, 0, now)
+	return !d.Allowed || d.Remaining == 0
+}
+
+// blockNow blocks the device for q.Block.For, logs it once, and
+// disconnects the connection (MQTT 5: DISCONNECT 0x98, administrative
+// action, with a reason string; 3.1.1 has no server DISCONNECT: the
+// connection ends).
+func (h *throttle) blockNow(cl *mqtt.Client, c *connInfo, q devicelimit.Quota, now devicelimit.Tick) error {
+	until := now.Add(q.Block.For)
+	reason := fmt.Sprintf("blocked for %s: %d refusals over quota within %s", q.Block.For, q.Block.After, q.Block.Within)
+	fresh, err := h.blocks.block(c.device, until, now)
+	if err != nil {
+		h.log.Error("block not stored: it lasts until the gateway stops", "device", c.device, "error", err)
+	}
+	if fresh {
+		h.log.Warn("device blocked", "device", c.device, "client", cl.ID, "until", until.Time().UTC().Format(time.RFC3339), "reason", reason)
+	}
+	c.closing.Store(true)
+	h.disconnected.Add(1)
+	if cl.Properties.ProtocolVersion == 5 {
+		_ = cl.WritePacket(packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
+			ReasonCode:  packets.ErrAdministrativeAction.Code,
+			Properties:  packets.Properties{ReasonString: reason},
+		})
+	}
+	hangUp(cl.Net.Conn)
+	return errReject
+}

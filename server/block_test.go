@@ -1,0 +1,118 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	packets311 "github.com/eclipse/paho.mqtt.golang/packets"
+
+	"devicegate/config"
+	"devicegate/devicelimit"
+	"devicegate/internal/mqtttest"
+)
+
+// TestAutomaticBlocking: a device its quota refuses 3 times within a
+// minute is disconnected (MQTT 5 DISCONNECT 0x98 with the reason) and
+// its CONNECTs are refused (MQTT 5 CONNACK 0x8A with a reason string,
+// 3.1.1 return code 5) until the block ends on the injected clock; the
+// block survives a restart, is listed and lifted by the admin API, and
+// counted in the metrics; another device is served all along.
+func TestAutomaticBlocking(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir, 1000, time.Hour)
+	cfg.Admin.Token = "test-token"
+	cfg.Limits.Default = config.Quota{Limit: 2, Window: config.Duration(time.Hour),
+		Block: &config.Block{After: 3, Within: config.Duration(time.Minute), For: config.Duration(10 * time.Minute)}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	src := devicelimit.NewManualTime(now)
+	g := mustStart(t, cfg, Deps{Time: src})
+	admin := "http://" + g.AdminAddr().String()
+	dev := mqtttest.Dial5(t, g.Addr().String(), "flood-1")
+	dev.MustPublish(t, "devices/flood-1/t", "1", mqtttest.CodeSuccess)
+	dev.MustPublish(t, "devices/flood-1/t", "2", mqtttest.CodeSuccess)
+	dev.MustPublish(t, "devices/flood-1/t", "3", mqtttest.CodeQuotaExceeded)
+	dev.MustPublish(t, "devices/flood-1/t", "4", mqtttest.CodeQuotaExceeded)
+	// The third refusal blocks: the connection ends.
+	_, _, _ = dev.PublishReason("devices/flood-1/t", "5")
+	select {
+	case <-dev.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked device's connection did not end")
+	}
+	wantRefused5(t, g.Addr().String(), "flood-1")
+	wantRefused311(t, g.Addr().String(), "flood-1")
+	other := mqtttest.Dial5(t, g.Addr().String(), "fine-1")
+	other.MustPublish(t, "devices/fine-1/t", "ok", mqtttest.CodeSuccess)
+
+	var blocks struct {
+		Blocks []struct{ Device, Until string }
+	}
+	if body := httpGet(t, admin+"/api/v1/blocks", "test-token"); json.Unmarshal([]byte(body), &blocks) != nil || len(blocks.Blocks) != 1 || blocks.Blocks[0].Device != "flood-1" {
+		t.Fatalf("blocks: %s", body)
+	}
+	if m := httpGet(t, admin+"/metrics", ""); !strings.Contains(m, "devicegate_blocks_total 1\n") || !strings.Contains(m, "devicegate_devices_blocked 1\n") ||
+		!strings.Contains(m, `devicegate_connects_refused_total{reason="blocked"} 2`) {
+		t.Fatalf("metrics:\n%s", grepLines(m, "block"))
+	}
+	if body := httpGet(t, admin+"/api/v1/devices/flood-1", "test-token"); !strings.Contains(body, `"blocked_until"`) {
+		t.Fatalf("device status lacks blocked_until: %s", body)
+	}
+	other.Close()
+	closeGateway(t, g)
+
+	// After a restart, still blocked; 10 minutes later, not.
+	g = mustStart(t, cfg, Deps{Time: src})
+	wantRefused5(t, g.Addr().String(), "flood-1")
+	src.Advance(10*time.Minute + time.Second)
+	waitClock(t, g, devicelimit.TickOf(now.Add(10*time.Minute+time.Second)))
+	again := mqtttest.Dial5(t, g.Addr().String(), "flood-1")
+	again.Close()
+
+	// Blocked again, then lifted through the admin API.
+	admin = "http://" + g.AdminAddr().String()
+	c := mqtttest.Dial5(t, g.Addr().String(), "flood-2")
+	for i := range 5 {
+		if _, _, err := c.PublishReason("devices/flood-2/t", "x"); err != nil {
+			break
+		}
+		_ = i
+	}
+	<-c.Lost()
+	wantRefused5(t, g.Addr().String(), "flood-2")
+	httpDo(t, http.MethodDelete, admin+"/api/v1/devices/flood-2/block", "test-token", "", http.StatusOK)
+	httpDo(t, http.MethodDelete, admin+"/api/v1/devices/flood-2/block", "test-token", "", http.StatusNotFound)
+	lifted := mqtttest.Dial5(t, g.Addr().String(), "flood-2")
+	lifted.Close()
+}
+
+// wantRefused5 checks an MQTT 5 CONNECT of id is refused with 0x8A and a
+// reason string saying when to retry.
+func wantRefused5(t *testing.T, addr, id string) {
+	t.Helper()
+	if code, reason := mqtttest.ConnectCode(t, addr, id); code != 0x8A || !strings.Contains(reason, "retry after") {
+		t.Fatalf("%s: CONNACK 0x%02x %q; want 0x8A banned with a reason string", id, code, reason)
+	}
+}
+
+// wantRefused311 checks an MQTT 3.1.1 CONNECT of id is refused with
+// return code 5 (not authorized).
+func wantRefused311(t *testing.T, addr, id string) {
+	t.Helper()
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetProtocolVersion(4).SetConnectRetry(false))
+	tok := c.Connect()
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() == nil {
+		c.Disconnect(0)
+		t.Fatalf("%s connected over MQTT 3.1.1 while blocked", id)
+	}
+	if !errors.Is(tok.Error(), packets311.ErrorRefusedNotAuthorised) {
+		t.Fatalf("%s over MQTT 3.1.1: %v; want not authorised (return code 5)", id, tok.Error())
+	}
+}
