@@ -27,6 +27,17 @@ type BlockStore interface {
 	LoadBlocks(fn func(device string, until devicelimit.Tick) error) error
 }
 
+// SharedBlocks, when a BlockStore also implements it, are the blocks
+// of the gateways sharing windows (cluster mode): asked at every CONNECT
+// of a device, they are the truth while they answer (a block made or
+// lifted on another gateway counts here at once); this gateway's own
+// blocks decide while they do not.
+type SharedBlocks interface {
+	// BlockedUntil returns the end of device's shared block (ok false:
+	// none), or an error when they cannot be read.
+	BlockedUntil(device string) (until devicelimit.Tick, ok bool, err error)
+}
+
 // Blocked is a device's block: in force until Until.
 type Blocked struct {
 	Device string
@@ -39,17 +50,20 @@ type Blocked struct {
 const refusalsClass = "\x00refusals"
 
 type blocks struct {
-	mu    sync.Mutex
-	m     map[string]devicelimit.Tick
-	n     atomic.Int64 // len(m), so the common case takes no lock
-	store BlockStore   // nil: blocks last until the process ends
-	log   *slog.Logger
+	mu     sync.Mutex
+	m      map[string]devicelimit.Tick
+	n      atomic.Int64 // len(m), so the common case takes no lock
+	store  BlockStore   // nil: blocks last until the process ends
+	shared SharedBlocks // the store's, in cluster mode; else nil
+	log    *slog.Logger
 
 	made, lifted atomic.Uint64
 }
 
 func newBlocks(store BlockStore, log *slog.Logger) *blocks {
-	return &blocks{m: make(map[string]devicelimit.Tick), store: store, log: log}
+	b := &blocks{m: make(map[string]devicelimit.Tick), store: store, log: log}
+	b.shared, _ = store.(SharedBlocks)
+	return b
 }
 
 // load restores the stored blocks still in force at now.
@@ -82,6 +96,13 @@ func (b *blocks) load(now devicelimit.Tick) error {
 
 // until returns the end of device's block in force at now.
 func (b *blocks) until(device string, now devicelimit.Tick) (devicelimit.Tick, bool) {
+	if b.shared != nil {
+		u, ok, err := b.shared.BlockedUntil(device)
+		if err == nil {
+			return u, ok && now < u
+		}
+		// Unread: this gateway's own blocks decide.
+	}
 	if b.n.Load() == 0 {
 		return 0, false
 	}
@@ -119,6 +140,12 @@ func (b *blocks) lift(device string, now devicelimit.Tick) (bool, error) {
 	delete(b.m, device)
 	b.n.Store(int64(len(b.m)))
 	b.mu.Unlock()
+	if b.shared != nil {
+		// A block made by another gateway is lifted here too.
+		if su, sok, err := b.shared.BlockedUntil(device); err == nil && sok {
+			u, ok = su, true
+		}
+	}
 	if !ok {
 		return false, nil
 	}

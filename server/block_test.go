@@ -11,6 +11,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	packets311 "github.com/eclipse/paho.mqtt.golang/packets"
 
+	"devicegate/cluster/redistest"
 	"devicegate/config"
 	"devicegate/devicelimit"
 	"devicegate/internal/mqtttest"
@@ -85,7 +86,11 @@ func TestAutomaticBlocking(t *testing.T) {
 		}
 		_ = i
 	}
-	<-c.Lost()
+	select {
+	case <-c.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second blocked device's connection did not end")
+	}
 	wantRefused5(t, g.Addr().String(), "flood-2")
 	httpDo(t, http.MethodDelete, admin+"/api/v1/devices/flood-2/block", "test-token", "", http.StatusOK)
 	httpDo(t, http.MethodDelete, admin+"/api/v1/devices/flood-2/block", "test-token", "", http.StatusNotFound)
@@ -114,5 +119,41 @@ func wantRefused311(t *testing.T, addr, id string) {
 	}
 	if !errors.Is(tok.Error(), packets311.ErrorRefusedNotAuthorised) {
 		t.Fatalf("%s over MQTT 3.1.1: %v; want not authorised (return code 5)", id, tok.Error())
+	}
+}
+
+// TestBlockSharedInCluster: two gateways sharing Redis: a device
+// blocked on one is refused at CONNECT by the other, and a block lifted
+// on the other is lifted on both.
+func TestBlockSharedInCluster(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := func() config.Config {
+		c := testConfig(t.TempDir(), 1000, time.Hour)
+		c.Admin.Token = "test-token"
+		c.Cluster.Redis.Addrs = []string{srv.Addr}
+		c.Limits.Default = config.Quota{Limit: 1, Window: config.Duration(time.Hour),
+			Block: &config.Block{After: 2, Within: config.Duration(time.Minute), For: config.Duration(time.Hour)}}
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a := mustStart(t, cfg(), Deps{})
+	b := mustStart(t, cfg(), Deps{})
+	dev := mqtttest.Dial5(t, a.Addr().String(), "flood-1")
+	dev.MustPublish(t, "devices/flood-1/t", "1", mqtttest.CodeSuccess)
+	dev.MustPublish(t, "devices/flood-1/t", "2", mqtttest.CodeQuotaExceeded)
+	_, _, _ = dev.PublishReason("devices/flood-1/t", "3") // blocked on A
+	select {
+	case <-dev.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked device's connection did not end")
+	}
+	wantRefused5(t, b.Addr().String(), "flood-1")
+	httpDo(t, http.MethodDelete, "http://"+b.AdminAddr().String()+"/api/v1/devices/flood-1/block", "test-token", "", http.StatusOK)
+	for _, g := range []*Gateway{a, b} {
+		if code, reason := mqtttest.ConnectCode(t, g.Addr().String(), "flood-1"); code != 0 {
+			t.Fatalf("after the lift on B, CONNECT to %s: 0x%02x %q", g.Addr(), code, reason)
+		}
 	}
 }

@@ -34,6 +34,7 @@ type clusterParts struct {
 	decisions, control redis.UniversalClient
 	limiter            *cluster.Limiter
 	overrides          *cluster.Overrides
+	blocks             *cluster.Blocks
 }
 
 // startCluster connects the gateway to Redis when cfg asks for it; the
@@ -63,6 +64,7 @@ func (g *Gateway) startCluster(cfg config.Config) error {
 		return err
 	}
 	c.overrides = cluster.NewOverrides(c.control, g.resolver, g.clock, cluster.DefaultPrefix, log)
+	c.blocks = cluster.NewBlocks(c.control, cluster.DefaultPrefix, timeout)
 	c.overrides.Start()
 	select {
 	case <-c.overrides.Synced():
@@ -167,4 +169,40 @@ func (w sharedWindows) Reset(device string) (bool, error) {
 		return false, err
 	}
 	return w.local.Reset(device) || had, nil
+}
+
+// blockStore is where the broker keeps automatic blocks: the data file,
+// and in cluster mode Redis too, so that a block made or lifted on one
+// gateway holds on all (broker.SharedBlocks).
+func (g *Gateway) blockStore(store *persist.Store) broker.BlockStore {
+	if g.cluster == nil {
+		return store
+	}
+	return sharedBlockStore{Store: store, shared: g.cluster.blocks, clock: g.clock, log: g.log}
+}
+
+// sharedBlockStore writes blocks to the data file and to Redis, and
+// reads them from Redis.
+type sharedBlockStore struct {
+	*persist.Store
+	shared *cluster.Blocks
+	clock  devicelimit.Clock
+	log    interface {
+		Error(msg string, args ...any)
+	}
+}
+
+func (s sharedBlockStore) SetBlock(device string, until devicelimit.Tick) error {
+	if err := s.shared.Set(device, until, s.clock.Now()); err != nil {
+		s.log.Error("block not shared with the other gateways", "device", device, "error", err)
+	}
+	return s.Store.SetBlock(device, until)
+}
+
+func (s sharedBlockStore) DeleteBlock(device string) error {
+	return errors.Join(s.shared.Delete(device), s.Store.DeleteBlock(device))
+}
+
+func (s sharedBlockStore) BlockedUntil(device string) (devicelimit.Tick, bool, error) {
+	return s.shared.Until(device)
 }

@@ -208,7 +208,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Identity:  identity,
 		Logger:    log,
 		Defer:     store,
-		Blocks:    store,
+		Blocks:    g.blockStore(store),
 		DeferLimits: broker.DeferLimits{
 			MaxMessagesPerDevice: cfg.Limits.Defer.MaxMessagesPerDevice,
 			MaxBytesPerDevice:    int64(cfg.Limits.Defer.MaxBytesPerDevice),
