@@ -62,6 +62,9 @@ func refused5(ca *paho.Connack, err error) error {
 	if ca == nil || ca.ReasonCode < 0x80 {
 		return fmt.Errorf("connect: %w", err)
 	}
+	if ca.ReasonCode == 0x8A { // banned: automatic blocking
+		return fmt.Errorf("%w: CONNACK 0x8A banned", ErrBlocked)
+	}
 	reason := ""
 	name, known := connackNames[ca.ReasonCode]
 	if ca.Properties != nil && ca.Properties.ReasonString != "" && ca.Properties.ReasonString != name {

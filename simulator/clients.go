@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
-	"devicegate/internal/mqtt3"
 	paho "github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicegate/internal/mqtt3"
 )
 
 // ackTimeout bounds the wait for a PUBACK (or PUBREC, PUBCOMP). On an
@@ -33,6 +35,10 @@ type client5 struct {
 	// resend on a later session), and the device must learn of the loss
 	// now.
 	alive context.Context
+	// disconnect is the reason code of the gateway's DISCONNECT, set
+	// before disconnected is closed, if it sent one.
+	disconnect   atomic.Uint32
+	disconnected chan struct{}
 }
 
 func dial5(ctx context.Context, addr, id string, qos byte, auth Auth) (*client5, error) {
@@ -40,7 +46,12 @@ func dial5(ctx context.Context, addr, id string, qos byte, auth Auth) (*client5,
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	c := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn, PacketTimeout: ackTimeout})
+	cl := &client5{qos: qos, disconnected: make(chan struct{})}
+	c := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn, PacketTimeout: ackTimeout,
+		OnServerDisconnect: func(d *paho.Disconnect) {
+			cl.disconnect.Store(uint32(d.ReasonCode))
+			close(cl.disconnected)
+		}})
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if ca, err := c.Connect(cctx, connect5(id, auth.Username, auth.Password, deviceReceiveMaximum)); err != nil {
@@ -52,7 +63,8 @@ func dial5(ctx context.Context, addr, id string, qos byte, auth Auth) (*client5,
 		<-c.Done()
 		gone()
 	}()
-	return &client5{c: c, qos: qos, alive: alive}, nil
+	cl.c, cl.alive = c, alive
+	return cl, nil
 }
 
 func (c *client5) publish(_ context.Context, topic string, payload []byte) (Ack, byte, error) {
@@ -61,6 +73,9 @@ func (c *client5) publish(_ context.Context, topic string, payload []byte) (Ack,
 	pctx, cancel := context.WithTimeout(c.alive, ackTimeout)
 	defer cancel()
 	resp, err := c.c.Publish(pctx, &paho.Publish{Topic: topic, QoS: c.qos, Payload: payload})
+	if err != nil && resp == nil && c.blocked() { // no PUBACK: the connection ended
+		err = fmt.Errorf("%w: DISCONNECT 0x98: %v", ErrBlocked, err)
+	}
 	if c.qos == 0 {
 		return AckNone, 0, err
 	}
@@ -74,6 +89,19 @@ func (c *client5) publish(_ context.Context, topic string, payload []byte) (Ack,
 		return AckRefused, resp.ReasonCode, nil // paho reports it as an error too
 	}
 	return AckSuccess, resp.ReasonCode, nil
+}
+
+// blocked reports whether the gateway ended the connection with
+// DISCONNECT 0x98 (administrative action: automatic blocking). paho
+// calls back about a DISCONNECT after the connection is closed, in a
+// goroutine of its own: wait a moment for it.
+func (c *client5) blocked() bool {
+	select {
+	case <-c.disconnected:
+		return c.disconnect.Load() == 0x98
+	case <-time.After(time.Second):
+		return false
+	}
 }
 
 func (c *client5) close() {

@@ -14,4 +14,8 @@ var (
 	// ErrBadPayload is returned by DecodeHeader for bytes that are not a
 	// simulator payload.
 	ErrBadPayload = errors.New("not a simulator payload")
+	// ErrBlocked reports a device the gateway blocked (automatic
+	// blocking): disconnected with DISCONNECT 0x98, or refused at
+	// CONNECT with 0x8A banned (MQTT 5).
+	ErrBlocked = errors.New("blocked by the gateway")
 )

@@ -24,6 +24,10 @@ type Report struct {
 	// password, client ID not allowed, not authorized; see Auth): they
 	// fail the run.
 	RefusedAtConnect int `json:"refused_at_connect"`
+	// Blocked are the devices the gateway blocked (automatic blocking:
+	// DISCONNECT 0x98, or CONNACK 0x8A): they stop publishing; not a
+	// fault of the run.
+	Blocked []string `json:"blocked,omitempty"`
 	// SubscriberLost is true when the subscriber's connection ended
 	// before the run did: arrivals after that were not seen, so lost
 	// counts are not to be trusted.
@@ -56,6 +60,7 @@ type recorder struct {
 	connFails   int
 	connRefused int // connect failures that were ErrConnectRefused
 	disconnects int
+	blocked     map[string]bool
 	errs        []string
 	// seen tracks, per device and seq, a success ack not yet matched by
 	// an arrival (true) or an arrival not yet matched by its ack
@@ -174,6 +179,16 @@ func (r *recorder) fail(err error, connect bool) {
 		r.disconnects++
 	}
 	r.note(err)
+}
+
+// blockedDevice records a device the gateway blocked.
+func (r *recorder) blockedDevice(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.blocked == nil {
+		r.blocked = map[string]bool{}
+	}
+	r.blocked[id] = true
 }
 
 // refusedAtConnect counts a device the gateway refused at CONNECT

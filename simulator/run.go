@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -87,6 +88,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.ConnectFailures, rep.Disconnects, rep.Errors = rec.connFails, rec.disconnects, rec.errs
 	rep.RefusedAtConnect = rec.connRefused
+	for d := range rec.blocked {
+		rep.Blocked = append(rep.Blocked, d)
+	}
+	slices.Sort(rep.Blocked)
 	rec.mu.Unlock()
 	allowances(logs, rep.Restarts, cfg.CrashLoss+cfg.Tolerance)
 	rep.Result = Check(logs, CheckOptions{Tolerance: cfg.Tolerance, Immediate: cfg.Immediate})
@@ -285,6 +290,10 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 		// timeouts on a busy machine: try again a few times; but a
 		// gateway that refuses the device's credentials or client ID
 		// will refuse it again.
+		if errors.Is(err, ErrBlocked) {
+			rec.blockedDevice(id)
+			return
+		}
 		refused := errors.Is(err, ErrConnectRefused)
 		if refused || ctx.Err() != nil || attempt == connectAttempts-1 || !sleepUntil(ctx, time.Now().Add(backoff(attempt))) {
 			if ctx.Err() == nil {
@@ -366,6 +375,10 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 			continue
 		}
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, ErrBlocked) {
+			rec.blockedDevice(id) // the gateway's automatic blocking: not a fault
 			return
 		}
 		if f.gate.generation() == gen {

@@ -3,6 +3,7 @@ package simulator
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -54,6 +55,10 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\n%s: %d devices over quota (excess at the subscriber %d in all, at most %d), %d lost, %d leaked, %d phantom; %d connect failures, %d disconnects; tolerance %s\n",
 		verdict, t.Violations, t.ExcessTotal, t.MaxExcess, t.Lost, t.Leaked, t.Phantom, r.ConnectFailures, r.Disconnects, r.Result.Tolerance)
+	if n := len(r.Blocked); n > 0 {
+		shown := r.Blocked[:min(n, 10)]
+		fmt.Fprintf(w, "%d devices were blocked by the gateway (automatic blocking) and stopped: %s\n", n, strings.Join(shown, ", "))
+	}
 	if r.RefusedAtConnect > 0 {
 		fmt.Fprintf(w, "%d devices were refused at CONNECT for their credentials or client ID (see the errors); nothing was sent for them\n", r.RefusedAtConnect)
 	}

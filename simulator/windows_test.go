@@ -141,3 +141,34 @@ func TestRunSeveralWindowsAndClasses(t *testing.T) {
 		t.Fatalf("summary names the judged window? %v\n%s", err, b.String())
 	}
 }
+
+// TestRunReportsBlockedDevices: against a gateway that blocks a device
+// refused 3 times within a second, flooding devices are reported
+// blocked (not as faults), the run's verdict stays OK, and a device
+// within its quota is served all along.
+func TestRunReportsBlockedDevices(t *testing.T) {
+	q := devicelimit.Quota{Limit: 2, Window: time.Second,
+		Block: devicelimit.Block{After: 3, Within: time.Second, For: time.Hour}}
+	srv := startServerClasses(t, q, nil)
+	cfg := Config{
+		Addr: srv.Addr().String(), Devices: 3, Rate: 20, QoS: 1, Duration: 1500 * time.Millisecond,
+		Quota: q, Seed: 1, Tolerance: 150 * time.Millisecond,
+	}
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Blocked) != 3 || rep.Disconnects != 0 || !rep.Verdict.OK {
+		t.Fatalf("blocked %v, disconnects %d, verdict %+v (errors %v); want the 3 flooding devices blocked, a clean verdict",
+			rep.Blocked, rep.Disconnects, rep.Verdict, rep.Errors)
+	}
+	var b strings.Builder
+	if err := rep.WriteSummary(&b); err != nil || !strings.Contains(b.String(), "3 devices were blocked by the gateway") {
+		t.Fatalf("summary: %v\n%s", err, b.String())
+	}
+	// A device within its quota is not blocked.
+	cfg.Devices, cfg.Rate, cfg.IDPattern = 1, 1, "calm-%02d"
+	if rep, err = Run(context.Background(), cfg); err != nil || len(rep.Blocked) != 0 || rep.Result.Totals.Refused != 0 {
+		t.Fatalf("a calm device: %v, blocked %v, totals %+v", err, rep.Blocked, rep.Result.Totals)
+	}
+}
