@@ -146,8 +146,8 @@ func parseQuotaBody(body []byte, buckets int, now devicelimit.Tick) (devicelimit
 			return devicelimit.Override{}, fmt.Errorf("expires_at: must be in the future (got %q, now %s)", *b.ExpiresAt, formatTick(now))
 		}
 	}
-	if err := o.Validate("device", buckets); err != nil {
-		return devicelimit.Override{}, err // the classes as a whole: names, filters, policies
+	if err := devicelimit.ValidateClasses(o.Classes, buckets); err != nil {
+		return devicelimit.Override{}, err // the classes as a whole: names, filters
 	}
 	return o, nil
 }
@@ -202,9 +202,6 @@ func (b quotaPart) quota(prefix string, buckets int) (devicelimit.Quota, error) 
 			return bad("policy: %v", err)
 		}
 	}
-	if err := q.Validate(buckets); err != nil {
-		return bad("%v", err)
-	}
 	q.Shadow = b.Enforce != nil && !*b.Enforce
 	if b.Block != nil {
 		within, err1 := time.ParseDuration(b.Block.Within)
@@ -216,9 +213,9 @@ func (b quotaPart) quota(prefix string, buckets int) (devicelimit.Quota, error) 
 			return bad("block.for: not a duration such as \"10m\" (got %q)", clipField(b.Block.For))
 		}
 		q.Block = devicelimit.Block{After: b.Block.After, Within: within, For: dur}
-		if err := q.Validate(buckets); err != nil {
-			return bad("%v", err)
-		}
+	}
+	if err := q.Validate(buckets); err != nil {
+		return bad("%v", err)
 	}
 	return q, nil
 }

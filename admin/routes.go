@@ -261,15 +261,12 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 // for a message of no bytes (a byte window's retry depends on the size):
 // the summed-up decision and each window's state.
 func (s *Server) peekWindows(device, class string, q devicelimit.Quota, now devicelimit.Tick) (devicelimit.Decision, []WindowJSON, error) {
-	ls := q.Windows[:max(q.NWindows, 0)]
-	if q.NWindows == 0 {
-		ls = []devicelimit.Limit{{Unit: devicelimit.Messages, N: q.Limit, Window: q.Window}}
-	}
+	ls := q.Limits()
 	v, err := s.windows().PeekAllAt(device, class, ls, 0, now)
 	if err != nil {
 		return devicelimit.Decision{}, nil, err
 	}
-	out := windowsOut(devicelimit.WithWindows(q.Policy, ls...))
+	out := WindowsJSON(ls)
 	for i := range out {
 		wd := v.Windows[i]
 		out[i].Used, out[i].Remaining, out[i].RetryAfter = &wd.Count, &wd.Remaining, ceilMillis(wd.RetryAfter).String()
@@ -288,15 +285,15 @@ func quotaOut(q devicelimit.Quota, windows []WindowJSON) QuotaJSON {
 		return out
 	}
 	if windows == nil {
-		windows = windowsOut(q)
+		windows = WindowsJSON(q.Limits())
 	}
 	return QuotaJSON{Policy: q.Policy.String(), Windows: windows, Enforce: enforceOut(q), Block: blockOut(q)}
 }
 
-// windowsOut lists q's windows.
-func windowsOut(q devicelimit.Quota) []WindowJSON {
-	out := make([]WindowJSON, q.NWindows)
-	for i, l := range q.Windows[:q.NWindows] {
+// WindowsJSON writes windows in the API's terms.
+func WindowsJSON(ls []devicelimit.Limit) []WindowJSON {
+	out := make([]WindowJSON, len(ls))
+	for i, l := range ls {
 		out[i].Window = l.Window.String()
 		if l.Unit == devicelimit.Bytes {
 			out[i].Bytes = l.N
@@ -310,7 +307,7 @@ func windowsOut(q devicelimit.Quota) []WindowJSON {
 func overrideOut(device string, o devicelimit.Override) OverrideJSON {
 	out := OverrideJSON{Device: device, Limit: o.Quota.Limit, Window: o.Quota.Window.String(), Policy: o.Quota.Policy.String(), Enforce: enforceOut(o.Quota)}
 	if o.Quota.NWindows > 0 {
-		out.Limit, out.Window, out.Windows = 0, "", windowsOut(o.Quota)
+		out.Limit, out.Window, out.Windows = 0, "", WindowsJSON(o.Quota.Limits())
 	}
 	if o.ExpiresAt != 0 {
 		out.ExpiresAt = formatTick(o.ExpiresAt)

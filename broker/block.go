@@ -55,13 +55,16 @@ type blocks struct {
 	n      atomic.Int64 // len(m), so the common case takes no lock
 	store  BlockStore   // nil: blocks last until the process ends
 	shared SharedBlocks // the store's, in cluster mode; else nil
-	log    *slog.Logger
+	// mayBlock reports whether any quota has a block: until one has, a
+	// CONNECT does not ask the shared blocks (a Redis round trip).
+	mayBlock func() bool
+	log      *slog.Logger
 
-	made, lifted atomic.Uint64
+	made atomic.Uint64 // blocks made
 }
 
-func newBlocks(store BlockStore, log *slog.Logger) *blocks {
-	b := &blocks{m: make(map[string]devicelimit.Tick), store: store, log: log}
+func newBlocks(store BlockStore, mayBlock func() bool, log *slog.Logger) *blocks {
+	b := &blocks{m: make(map[string]devicelimit.Tick), store: store, mayBlock: mayBlock, log: log}
 	b.shared, _ = store.(SharedBlocks)
 	return b
 }
@@ -96,7 +99,7 @@ func (b *blocks) load(now devicelimit.Tick) error {
 
 // until returns the end of device's block in force at now.
 func (b *blocks) until(device string, now devicelimit.Tick) (devicelimit.Tick, bool) {
-	if b.shared != nil {
+	if b.shared != nil && b.mayBlock() {
 		u, ok, err := b.shared.BlockedUntil(device)
 		if err == nil {
 			return u, ok && now < u
@@ -155,7 +158,6 @@ func (b *blocks) lift(device string, now devicelimit.Tick) (bool, error) {
 		}
 	}
 	if now < u {
-		b.lifted.Add(1)
 		b.log.Info("device unblocked", "device", device, "reason", "lifted through the admin API")
 		return true, nil
 	}
@@ -224,15 +226,5 @@ func (h *throttle) blockNow(cl *mqtt.Client, c *connInfo, q devicelimit.Quota, n
 	if fresh {
 		h.log.Warn("device blocked", "device", c.device, "client", cl.ID, "until", until.Time().UTC().Format(time.RFC3339), "reason", reason)
 	}
-	c.closing.Store(true)
-	h.disconnected.Add(1)
-	if cl.Properties.ProtocolVersion == 5 {
-		_ = cl.WritePacket(packets.Packet{
-			FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
-			ReasonCode:  packets.ErrAdministrativeAction.Code,
-			Properties:  packets.Properties{ReasonString: reason},
-		})
-	}
-	hangUp(cl.Net.Conn)
-	return errReject
+	return h.disconnect(cl, c, packets.ErrAdministrativeAction.Code, reason)
 }

@@ -200,7 +200,7 @@ func New(opts Options) (*Server, error) {
 			h.refusals[c] = new([3]atomic.Uint64)
 		}
 	}
-	h.blocks = newBlocks(opts.Blocks, log)
+	h.blocks = newBlocks(opts.Blocks, opts.Resolver.MayBlock, log)
 	ah, err := newAuthHook(srv, opts, log, logs, h.conns, h.blocks)
 	if err != nil {
 		return nil, err

@@ -412,31 +412,13 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 	retry := ceilMillisecond(d.RetryAfter)
 	h.logThrottled(cl, c, class, q, d, now)
 	h.refused(c.device, now)
-	v5 := cl.Properties.ProtocolVersion == 5
 	if q.Block.After > 0 && h.countRefusal(c, q.Block, now) {
 		return h.blockNow(cl, c, q, now)
 	}
 
 	if q.Policy == devicelimit.PolicyDisconnect {
-		c.closing.Store(true)
-		h.disconnected.Add(1)
-		if v5 {
-			_ = cl.WritePacket(packets.Packet{
-				FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
-				ReasonCode:  packets.ErrMessageRateTooHigh.Code,
-				Properties: packets.Properties{
-					ReasonString: refusalText("message rate too high", q, "retry after "+retry.String()),
-				},
-			})
-		}
-		// MQTT 3.1.1 has no server DISCONNECT: the connection just ends.
-		hangUp(cl.Net.Conn)
-		// The connection is closed (or closing), not the client: mochi's
-		// read loop then fails like for any connection the server drops
-		// and publishes the device's will (MQTT-3.1.2-8), so presence
-		// tracking sees the device go offline. cl.Stop, as mochi's
-		// DisconnectClient does, ends the loop quietly and drops the will.
-		return errReject
+		return h.disconnect(cl, c, packets.ErrMessageRateTooHigh.Code,
+			refusalText("message rate too high", q, "retry after "+retry.String()))
 	}
 
 	// PolicyDrop, and PolicyDefer without a store.
@@ -587,6 +569,29 @@ const (
 	RefusedBytes
 	RefusedTooLarge
 )
+
+// disconnect ends cl's connection for a refusal: MQTT 5 clients get a
+// DISCONNECT with code and reason first; MQTT 3.1.1 has no server
+// DISCONNECT: the connection just ends. Publishes read after it are
+// refused uncounted (c.closing).
+func (h *throttle) disconnect(cl *mqtt.Client, c *connInfo, code byte, reason string) error {
+	c.closing.Store(true)
+	h.disconnected.Add(1)
+	if cl.Properties.ProtocolVersion == 5 {
+		_ = cl.WritePacket(packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
+			ReasonCode:  code,
+			Properties:  packets.Properties{ReasonString: reason},
+		})
+	}
+	hangUp(cl.Net.Conn)
+	// The connection is closed (or closing), not the client: mochi's
+	// read loop then fails like for any connection the server drops
+	// and publishes the device's will (MQTT-3.1.2-8), so presence
+	// tracking sees the device go offline. cl.Stop, as mochi's
+	// DisconnectClient does, ends the loop quietly and drops the will.
+	return errReject
+}
 
 // OverrideClass is the class Stats.Refusals counts the refusals of a
 // topic class under when only a quota override names it: the metric's

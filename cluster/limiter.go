@@ -152,22 +152,7 @@ func (l *Limiter) AllowClassAt(device, class string, q devicelimit.Quota, size i
 	if class == "" && q.NWindows == 0 {
 		return l.AllowAt(device, q, now)
 	}
-	ls, one := limitsOf(q)
-	if q.NWindows == 0 {
-		ls = one[:]
-	}
-	return l.decide(device, class, ls, size, now)
-}
-
-// limitsOf returns q's windows: q.Windows[:q.NWindows], or, for a quota
-// of one window, one (the caller slices it, so that q stays on its
-// stack).
-func limitsOf(q devicelimit.Quota) ([]devicelimit.Limit, [1]devicelimit.Limit) {
-	one := [1]devicelimit.Limit{{Unit: devicelimit.Messages, N: q.Limit, Window: q.Window}}
-	if q.NWindows > 0 {
-		return append([]devicelimit.Limit(nil), q.Windows[:min(q.NWindows, devicelimit.MaxWindows)]...), one
-	}
-	return nil, one
+	return l.decide(device, class, q.Limits(), size, now)
 }
 
 // AllowAt decides whether device may publish one message under quota q,
@@ -253,27 +238,21 @@ func (l *Limiter) fill(r *request, device, class string, ls []devicelimit.Limit,
 	for i, w := range ls {
 		r.keys[i] = windowKeyOf(base, class, w.Unit, seen[w.Unit])
 		seen[w.Unit]++
-		units := 1
-		if w.Unit == devicelimit.Bytes {
-			units = max(size, 0)
-		}
 		a := r.args[6*i : 6*i+6]
-		a[0], a[1], a[2], a[3], a[4], a[5] = w.N, int64(w.Window/time.Microsecond), l.buckets, c, units, 0
+		a[0], a[1], a[2], a[3], a[4], a[5] = w.N, int64(w.Window/time.Microsecond), l.buckets, c, w.Units(size), 0
 	}
 }
 
-// windowKeyOf returns the key of a device's window number k of unit u
-// in class, base being the device's key: base itself for the device's
-// own first message window (the key a gateway that knew one window per
-// device used), else base, a NUL, the class, a NUL, 'm' or 'b' and k
-// (devicelimit/limits.go names a table's windows alike). A device ID
-// and a class name hold no NUL, so no two windows share a key, and all
-// of a device's keys share its hash tag.
+// windowKeyOf returns the Redis key of a device's window number k of
+// unit u in class, base being the device's key: the table's window key
+// (devicelimit.AppendWindowKey) with base in place of the device ID, so
+// the one-window key is the one a gateway that knew one window per
+// device used, and all of a device's keys share its hash tag.
 func windowKeyOf(base, class string, u devicelimit.Unit, k int) string {
-	if class == "" && u == devicelimit.Messages && k == 0 {
+	if devicelimit.OwnWindow(class, u, k) {
 		return base
 	}
-	return base + "\x00" + class + "\x00" + string([]byte{"mb"[u], byte('0' + k)})
+	return string(devicelimit.AppendWindowKey(make([]byte, 0, len(base)+len(class)+4), base, class, u, k))
 }
 
 // Reset empties the device's shared windows, those of its own quota

@@ -85,7 +85,7 @@ func TestScriptWindowsMatchTable(t *testing.T) {
 			}
 			if got.Allowed && count {
 				for k, w := range ls {
-					admitted[k] = append(admitted[k], sent{at, unitsOf(w, size)})
+					admitted[k] = append(admitted[k], sent{at, w.Units(size)})
 				}
 			}
 		}
@@ -160,13 +160,6 @@ func randomSize(r *rand.Rand, ls []devicelimit.Limit) int {
 type sent struct {
 	at    devicelimit.Tick
 	units int
-}
-
-func unitsOf(w devicelimit.Limit, size int) int {
-	if w.Unit == devicelimit.Bytes {
-		return size
-	}
-	return 1
 }
 
 // checkSum fails when some closed interval of w's length holds more

@@ -195,7 +195,7 @@ func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, 
 	var refs [MaxWindows]uint32
 	var seen [2]int // windows of each unit so far
 	for i, l := range ls {
-		n := units(l, size)
+		n := l.Units(size)
 		key := s.windowKey(device, class, l.Unit, seen[l.Unit])
 		seen[l.Unit]++
 		if n > l.N {
@@ -220,7 +220,7 @@ func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, 
 		seen = [2]int{}
 		for i, l := range ls {
 			r := s.rec(refs[i])
-			v.Windows[i] = r.decideN(l, now, &s.cut, units(l, size), true)
+			v.Windows[i] = r.decideN(l, now, &s.cut, l.Units(size), true)
 			v.Windows[i].Unit = l.Unit
 			if r.flags()&flagDirty == 0 {
 				s.markDirty(r, s.windowKey(device, class, l.Unit, seen[l.Unit]))
@@ -239,15 +239,34 @@ func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, 
 // class, in the shard's key buffer: valid until the next call, under
 // s.mu. The device's own first message window is the device's key.
 func (s *shard) windowKey(device, class string, u Unit, k int) string {
-	if class == "" && u == Messages && k == 0 {
+	if OwnWindow(class, u, k) {
 		return device
 	}
-	b := append(s.keyBuf[:0], device...)
-	b = append(b, 0)
-	b = append(b, class...)
-	b = append(b, 0, "mb"[u], byte('0'+k))
+	b := AppendWindowKey(s.keyBuf[:0], device, class, u, k)
 	s.keyBuf = b
 	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// OwnWindow reports whether window k of unit u in class is a device's
+// own first message window, whose key is the device's.
+func OwnWindow(class string, u Unit, k int) bool {
+	return class == "" && u == Messages && k == 0
+}
+
+// AppendWindowKey appends to b the key of device's window number k of
+// unit u in class ("" for its own quota): device itself for its own
+// first message window, else device, a NUL, the class, a NUL, 'm' or
+// 'b' and k. A device ID and a class name hold no NUL, so no two
+// windows share a key. device may be any stem that names the device
+// (cluster's Redis key, for one).
+func AppendWindowKey(b []byte, device, class string, u Unit, k int) []byte {
+	b = append(b, device...)
+	if OwnWindow(class, u, k) {
+		return b
+	}
+	b = append(b, 0)
+	b = append(b, class...)
+	return append(b, 0, "mb"[u], byte('0'+k))
 }
 
 // inBuffer reports whether key lives in the shard's key buffer
@@ -266,8 +285,9 @@ func validKey(key string) error {
 	return ValidDeviceID(device)
 }
 
-// units is what a message of size bytes counts in a window of l.
-func units(l Limit, size int) int {
+// Units is what a message of size payload bytes counts in window l: 1
+// in a message window, its bytes in a byte window.
+func (l Limit) Units(size int) int {
 	if l.Unit == Bytes {
 		return max(size, 0)
 	}

@@ -6,19 +6,16 @@ import (
 	"time"
 )
 
-// The JSON form of an override with topic classes or in shadow mode,
+// The JSON form of an override with topic classes, shadow mode or a block,
 // which the data file (persist's version 3 override record) and Redis
 // (cluster's "v3" records) store: JSON keeps the class names and topic
 // filters, any strings, readable and unambiguous. Other overrides keep
 // their older, compact encodings.
 
 // NeedsJSON reports whether o is stored in its JSON form: it has topic
-// classes, or a quota in shadow mode.
+// classes, or a quota in shadow mode or with a block.
 func (o Override) NeedsJSON() bool {
-	if len(o.Classes) > 0 || o.Quota.Shadow || o.Quota.Block != (Block{}) {
-		return true
-	}
-	return false
+	return len(o.Classes) > 0 || o.Quota.Shadow || o.Quota.Block != (Block{})
 }
 
 type quotaRecord struct {
@@ -73,7 +70,7 @@ func quotaToRecord(q Quota) quotaRecord {
 		return quotaRecord{Limit: q.Limit, Window: q.Window, Policy: q.Policy, Shadow: q.Shadow, Block: blockToRecord(q.Block)}
 	}
 	r := quotaRecord{Policy: q.Policy, Shadow: q.Shadow, Block: blockToRecord(q.Block)}
-	for _, l := range q.Windows[:min(max(q.NWindows, 0), MaxWindows)] {
+	for _, l := range q.Limits() {
 		r.Windows = append(r.Windows, limitRecord{Bytes: l.Unit == Bytes, N: l.N, Window: l.Window})
 	}
 	return r

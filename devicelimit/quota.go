@@ -134,6 +134,16 @@ func WithWindows(p Policy, ls ...Limit) Quota {
 	return q
 }
 
+// Limits returns q's windows: Windows[:NWindows], or its one message
+// window. (A decision path that must not allocate builds the one window
+// in an array of its own instead: class.go.)
+func (q Quota) Limits() []Limit {
+	if q.NWindows > 0 {
+		return q.Windows[:min(q.NWindows, MaxWindows)]
+	}
+	return []Limit{{Unit: Messages, N: q.Limit, Window: q.Window}}
+}
+
 // Describe says what the quota allows: "10 messages per 1s", or its
 // windows, "10 messages per 1m0s, 5242880 bytes per 24h0m0s".
 func (q Quota) Describe() string {

@@ -117,7 +117,29 @@ type Resolver struct {
 	modes    []atomic.Int32
 	ruleIdx  map[string]int
 	switched atomic.Bool
+
+	// blocking is set once any quota, configured or an override's, has
+	// a block: until then no device can be blocked (MayBlock).
+	blocking atomic.Bool
 }
+
+// blocks reports whether q or one of cs has a block.
+func blocks(q Quota, cs []Class) bool {
+	if q.Block != (Block{}) {
+		return true
+	}
+	for _, c := range cs {
+		if c.Quota.Block != (Block{}) {
+			return true
+		}
+	}
+	return false
+}
+
+// MayBlock reports whether some quota, configured or set as an override
+// since start, has a block: when none has, no device can be blocked,
+// and a CONNECT need not ask whether it is.
+func (r *Resolver) MayBlock() bool { return r.blocking.Load() }
 
 // The runtime enforce switch of a rule.
 const (
@@ -175,8 +197,12 @@ func NewResolver(def Quota, rules []Rule, buckets int) (*Resolver, error) {
 	}
 	r.modes = make([]atomic.Int32, len(r.rules))
 	r.ruleIdx = make(map[string]int, len(r.rules))
+	r.blocking.Store(blocks(def, nil))
 	for i := range r.rules {
 		r.ruleIdx[r.rules[i].Name] = i
+		if blocks(r.rules[i].Quota, r.rules[i].Classes) {
+			r.blocking.Store(true)
+		}
 	}
 	return r, nil
 }
@@ -287,6 +313,9 @@ func (r *Resolver) SetDefaultClasses(cs []Class) error {
 		return fmt.Errorf("default: %w", err)
 	}
 	r.classes = cs
+	if blocks(Quota{}, cs) {
+		r.blocking.Store(true)
+	}
 	return nil
 }
 
@@ -374,6 +403,9 @@ func (r *Resolver) Override(device string, now Tick) (Override, bool) {
 func (r *Resolver) SetOverride(device string, o Override) error {
 	if err := o.Validate(device, r.buckets); err != nil {
 		return err
+	}
+	if blocks(o.Quota, o.Classes) {
+		r.blocking.Store(true)
 	}
 	s := r.shard(device)
 	s.mu.Lock()

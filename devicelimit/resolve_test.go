@@ -181,3 +181,25 @@ func TestIdentity(t *testing.T) {
 		t.Fatalf("ParseIdentity(ip) = %v", err)
 	}
 }
+
+// TestResolverMayBlock: MayBlock is false while no quota has a block,
+// and true once the configuration or an override gives one.
+func TestResolverMayBlock(t *testing.T) {
+	q := Quota{Limit: 5, Window: time.Second}
+	r, err := NewResolver(q, []Rule{{Name: "a", ClientID: "a-*", Quota: q}}, DefaultBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.MayBlock() {
+		t.Fatal("MayBlock without any block")
+	}
+	blocked := q
+	blocked.Block = Block{After: 3, Within: time.Second, For: time.Minute}
+	if err := r.SetOverride("d", Override{Quota: blocked}); err != nil || !r.MayBlock() {
+		t.Fatalf("after an override with a block: MayBlock %v (%v)", r.MayBlock(), err)
+	}
+	r2, err := NewResolver(q, []Rule{{Name: "b", ClientID: "b-*", Quota: q, Classes: []Class{{Name: "c", Topics: []string{"x"}, Quota: blocked}}}}, DefaultBuckets)
+	if err != nil || !r2.MayBlock() {
+		t.Fatalf("a rule's class with a block: MayBlock %v (%v)", r2.MayBlock(), err)
+	}
+}

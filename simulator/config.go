@@ -129,7 +129,7 @@ func quotaOK(q devicelimit.Quota) bool {
 	if q.NWindows > devicelimit.MaxWindows {
 		return false
 	}
-	for _, l := range limitsOf(q) {
+	for _, l := range q.Limits() {
 		if l.N <= 0 || l.Window <= 0 {
 			return false
 		}

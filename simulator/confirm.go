@@ -38,7 +38,7 @@ func confirmed(l DeviceLog, first map[uint64]time.Time, immediate time.Duration,
 		if !s.AckAt.IsZero() && s.AckAt.Before(hi) {
 			hi = s.AckAt
 		}
-		spans = append(spans, span{s.At, hi, units(w, s.Size)})
+		spans = append(spans, span{s.At, hi, w.Units(s.Size)})
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.lo.Compare(b.lo) })
 	// For each i (a window starting at spans[i].lo), count the j in

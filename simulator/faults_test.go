@@ -142,7 +142,7 @@ func TestConfirmedMatchesBruteForce(t *testing.T) {
 			}
 			want = max(want, n)
 		}
-		if got, _ := confirmed(l, first, 0, false, "", limitsOf(l.Quota)[0]); got != want {
+		if got, _ := confirmed(l, first, 0, false, "", l.Quota.Limits()[0]); got != want {
 			t.Fatalf("iter %d: confirmed %d, brute force %d", iter, got, want)
 		}
 	}

@@ -84,7 +84,7 @@ func ParseMix(s string, def devicelimit.Policy) ([]Class, error) {
 func FormatMix(mix []Class) string {
 	parts := make([]string, len(mix))
 	for i, c := range mix {
-		parts[i] = fmt.Sprintf("%g%%:%s:%s", c.Share, devicelimit.FormatLimits(limitsOf(c.Quota), "+"), c.Quota.Policy)
+		parts[i] = fmt.Sprintf("%g%%:%s:%s", c.Share, devicelimit.FormatLimits(c.Quota.Limits(), "+"), c.Quota.Policy)
 	}
 	return strings.Join(parts, ",")
 }

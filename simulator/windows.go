@@ -38,22 +38,6 @@ func (w WindowResult) violation(released bool) bool {
 	return w.Excess > w.Allowance && (w.ConfirmedExcess > w.Allowance || released)
 }
 
-// limitsOf returns q's windows: its several, or its one message window.
-func limitsOf(q devicelimit.Quota) []devicelimit.Limit {
-	if q.NWindows > 0 {
-		return q.Windows[:min(q.NWindows, devicelimit.MaxWindows)]
-	}
-	return []devicelimit.Limit{{Unit: devicelimit.Messages, N: q.Limit, Window: q.Window}}
-}
-
-// units is what a message of size bytes counts in a window of w.
-func units(w devicelimit.Limit, size int) int {
-	if w.Unit == devicelimit.Bytes {
-		return size
-	}
-	return 1
-}
-
 // judgeWindows judges every window of the device's own quota and of its
 // topic classes (in name order) on its first arrivals. An arrival of a
 // sequence number never sent counts in the device's own windows, as
@@ -88,7 +72,7 @@ func judgeWindows(l DeviceLog, first map[uint64]time.Time, opts CheckOptions, de
 			}
 		}
 		slices.SortFunc(arrived, func(a, b point) int { return a.at.Compare(b.at) })
-		for _, w := range limitsOf(q) {
+		for _, w := range q.Limits() {
 			r := WindowResult{Class: class, Unit: w.Unit.String(), Limit: w.N, WindowNS: w.Window, Allowance: l.Allowance}
 			if w.Unit == devicelimit.Bytes {
 				r.Allowance = l.Allowance * largest[class]
@@ -136,16 +120,16 @@ func maxInWindow(pts []point, w devicelimit.Limit, span time.Duration) (int, tim
 	sum, j := 0, 0
 	for i := range pts {
 		if j < i+1 {
-			j, sum = i+1, units(w, pts[i].size)
+			j, sum = i+1, w.Units(pts[i].size)
 		}
 		for j < len(pts) && pts[j].at.Sub(pts[i].at) < span {
-			sum += units(w, pts[j].size)
+			sum += w.Units(pts[j].size)
 			j++
 		}
 		if sum > best || best == 0 && i == 0 {
 			best, start = sum, pts[i].at
 		}
-		sum -= units(w, pts[i].size)
+		sum -= w.Units(pts[i].size)
 	}
 	return best, start
 }

@@ -74,9 +74,9 @@ func TestMaxInWindowMatchesBruteForce(t *testing.T) {
 		w := devicelimit.Limit{Unit: devicelimit.Unit(r.IntN(2)), N: 1, Window: time.Duration(r.IntN(2000)) * time.Millisecond}
 		want := 0
 		for i := range pts {
-			n := units(w, pts[i].size) // a window starting at an arrival holds it, even of length 0
+			n := w.Units(pts[i].size) // a window starting at an arrival holds it, even of length 0
 			for j := i + 1; j < len(pts) && pts[j].at.Sub(pts[i].at) < w.Window; j++ {
-				n += units(w, pts[j].size)
+				n += w.Units(pts[j].size)
 			}
 			want = max(want, n)
 		}

@@ -457,7 +457,7 @@ func parseWindowsFlag(s string) ([]admin.WindowJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	return windowsJSON(ls), nil
+	return admin.WindowsJSON(ls), nil
 }
 
 // classFlags collects --class NAME:WINDOWS:FILTER flags.
@@ -489,7 +489,7 @@ func (c classFlags) json(policy string) ([]admin.SetClassJSON, error) {
 		if err != nil {
 			return nil, fmt.Errorf("class %q: %v", name, err)
 		}
-		q := admin.SetQuotaJSON{Windows: windowsJSON(ls), Policy: policy}
+		q := admin.SetQuotaJSON{Windows: admin.WindowsJSON(ls), Policy: policy}
 		if len(ls) == 1 && ls[0].Unit == devicelimit.Messages {
 			q = admin.SetQuotaJSON{Limit: ls[0].N, Window: ls[0].Window.String(), Policy: policy}
 		}
@@ -497,20 +497,6 @@ func (c classFlags) json(policy string) ([]admin.SetClassJSON, error) {
 		out = append(out, admin.SetClassJSON{Name: name, Topics: []string{filter}, Quota: q})
 	}
 	return out, nil
-}
-
-// windowsJSON writes windows in the admin API's terms.
-func windowsJSON(ls []devicelimit.Limit) []admin.WindowJSON {
-	out := make([]admin.WindowJSON, len(ls))
-	for i, l := range ls {
-		out[i].Window = l.Window.String()
-		if l.Unit == devicelimit.Bytes {
-			out[i].Bytes = l.N
-		} else {
-			out[i].Messages = l.N
-		}
-	}
-	return out
 }
 
 // describeQuota says what a quota allows: "2 messages per 1m0s, policy

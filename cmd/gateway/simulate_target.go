@@ -224,7 +224,7 @@ func (r *remote) setQuota(ctx context.Context, device string, q devicelimit.Quot
 func putQuota(ctx context.Context, c *admin.Client, device string, q devicelimit.Quota) error {
 	body := admin.SetQuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String()}
 	if q.NWindows > 0 {
-		body.Limit, body.Window, body.Windows = 0, "", windowsJSON(q.Windows[:q.NWindows])
+		body.Limit, body.Window, body.Windows = 0, "", admin.WindowsJSON(q.Limits())
 	}
 	_, _, err := c.SetQuota(ctx, device, body)
 	if err != nil {
