@@ -23,4 +23,7 @@ type Decision struct {
 	// Unit is what the window counts (the refusing one's, for a quota
 	// of several).
 	Unit Unit
+	// Group reports that the refusing window is the device's group's
+	// (Table.AllowGroupAt).
+	Group bool
 }

@@ -169,10 +169,30 @@ func (t *Table) PeekAllAt(device, class string, ls []Limit, size int, now Tick) 
 }
 
 func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, count bool) Verdict {
-	v := Verdict{Refused: 0, N: len(ls)}
+	if bad := t.invalidLimit(ls); bad != -1 {
+		if bad == -2 {
+			return Verdict{}
+		}
+		return Verdict{Refused: bad, N: len(ls)}
+	}
+	s, _ := t.shard(device)
+	p := part{s: s, stem: device, class: class}
+	s.mu.Lock()
+	// One window decides and counts at once; several are first decided,
+	// then counted in when all admit.
+	commit := count && len(ls) == 1
+	if t.prepare(&p, ls, size, now, t.CrashCharge(), count, commit) && count && !commit {
+		t.commit(&p, ls, size, now)
+	}
+	s.mu.Unlock()
+	return p.verdict()
+}
+
+// invalidLimit returns the place of the first window of ls a decision
+// must refuse, -2 when ls holds none or too many, -1 when all are valid.
+func (t *Table) invalidLimit(ls []Limit) int {
 	if len(ls) < 1 || len(ls) > MaxWindows {
-		v.N = 0
-		return v
+		return -2
 	}
 	for i, l := range ls {
 		top := MaxLimit
@@ -180,56 +200,78 @@ func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, 
 			top = MaxBytes
 		}
 		if l.N < 1 || l.N > top || l.Window < t.minWindow || l.Window > MaxWindow || l.Unit > Bytes {
-			v.Refused = i
-			return v
+			return i
 		}
 	}
-	s, _ := t.shard(device)
-	s.mu.Lock()
-	at := t.CrashCharge()
+	return -1
+}
+
+// part is the windows of one stem (a device, or a group's key) in one
+// class, in shard s, as a decision goes through them: their verdict so
+// far, and their records' refs once prepared. (The windows themselves
+// are passed apart: the stem may be kept as a new window's key, and a
+// struct's fields escape together.)
+type part struct {
+	s           *shard
+	stem, class string
+	v           Verdict
+	refs        [MaxWindows]uint32
+	allowed     bool
+}
+
+// prepare decides the message on p's windows ls (s.mu held) and
+// reports whether all admit it; commit counts it at once (one window
+// only: several are counted by commit once all admit).
+func (t *Table) prepare(p *part, ls []Limit, size int, now, at Tick, count, commit bool) bool {
+	p.v = Verdict{Refused: 0, N: len(ls)}
 	allowed := true
-	// One window decides and counts at once; several are first decided,
-	// then counted in when all admit (their records found again by ref:
-	// creating one may move the others' bytes, never their refs).
-	commit := count && len(ls) == 1
-	var refs [MaxWindows]uint32
 	var seen [2]int // windows of each unit so far
 	for i, l := range ls {
 		n := l.Units(size)
-		key := s.windowKey(device, class, l.Unit, seen[l.Unit])
+		key := p.s.windowKey(p.stem, p.class, l.Unit, seen[l.Unit])
 		seen[l.Unit]++
 		if n > l.N {
-			v.Windows[i] = Decision{Limit: l.N, Remaining: l.N, Unit: l.Unit}
-			if !v.TooLarge {
-				v.TooLarge, v.Refused = true, i
+			p.v.Windows[i] = Decision{Limit: l.N, Remaining: l.N, Unit: l.Unit}
+			if !p.v.TooLarge {
+				p.v.TooLarge, p.v.Refused = true, i
 			}
 			allowed = false
 			continue
 		}
-		d, ref := t.decideKey(s, key, l, n, now, at, count, commit)
+		d, ref := t.decideKey(p.s, key, l, n, now, at, count, commit)
 		d.Unit = l.Unit
-		v.Windows[i], refs[i] = d, ref
+		p.v.Windows[i], p.refs[i] = d, ref
 		if d.RetryAfter > 0 { // a refusal always has one (window.go)
 			allowed = false
-			if !v.TooLarge && d.RetryAfter >= v.RetryAfter {
-				v.RetryAfter, v.Refused = d.RetryAfter, i
+			if !p.v.TooLarge && d.RetryAfter >= p.v.RetryAfter {
+				p.v.RetryAfter, p.v.Refused = d.RetryAfter, i
 			}
 		}
 	}
-	if allowed && count && !commit {
-		seen = [2]int{}
-		for i, l := range ls {
-			r := s.rec(refs[i])
-			v.Windows[i] = r.decideN(l, now, &s.cut, l.Units(size), true)
-			v.Windows[i].Unit = l.Unit
-			if r.flags()&flagDirty == 0 {
-				s.markDirty(r, s.windowKey(device, class, l.Unit, seen[l.Unit]))
-			}
-			seen[l.Unit]++
+	p.allowed = allowed
+	return allowed
+}
+
+// commit counts the message in every window of p, prepared (s.mu held;
+// the records found again by ref: creating one may move the others'
+// bytes, never their refs).
+func (t *Table) commit(p *part, ls []Limit, size int, now Tick) {
+	var seen [2]int
+	for i, l := range ls {
+		r := p.s.rec(p.refs[i])
+		p.v.Windows[i] = r.decideN(l, now, &p.s.cut, l.Units(size), true)
+		p.v.Windows[i].Unit = l.Unit
+		if r.flags()&flagDirty == 0 {
+			p.s.markDirty(r, p.s.windowKey(p.stem, p.class, l.Unit, seen[l.Unit]))
 		}
+		seen[l.Unit]++
 	}
-	s.mu.Unlock()
-	if allowed {
+}
+
+// verdict returns p's verdict, Allowed when every window admitted.
+func (p *part) verdict() Verdict {
+	v := p.v
+	if p.allowed {
 		v.Allowed, v.Refused, v.RetryAfter = true, -1, 0
 	}
 	return v
@@ -278,7 +320,13 @@ func inBuffer(s *shard, key string) bool {
 // validKey checks a window's key: a device ID, or one followed by a
 // NUL and at most 300 bytes naming another of its windows.
 func validKey(key string) error {
-	device, rest, _ := strings.Cut(key, "\x00")
+	device, rest := key, ""
+	if i := stemEnd(key); i >= 0 {
+		device, rest = key[:i], key[i+1:]
+	}
+	if name, ok := GroupOfKey(device); ok {
+		device = name // a group's windows
+	}
 	if len(rest) > 300 {
 		return &FieldError{Field: "device", Msg: fmt.Sprintf("a window key's suffix must be at most 300 bytes (got %d)", len(rest)), Err: ErrInvalidDevice}
 	}

@@ -130,10 +130,23 @@ func (t *Table) shard(device string) (*shard, uint64) {
 // the hash's of the key up to its first NUL.
 func (t *Table) shardOfKey(key string) (*shard, uint64) {
 	h := hashString(key)
-	if i := strings.IndexByte(key, 0); i >= 0 {
+	if i := stemEnd(key); i >= 0 {
 		return &t.shards[hashString(key[:i])%numShards], h
 	}
 	return &t.shards[h%numShards], h
+}
+
+// stemEnd returns the place of the NUL that ends the stem of a window's
+// key (the device ID, or a group's key, which starts with a NUL), -1
+// when the key is its stem.
+func stemEnd(key string) int {
+	if len(key) > 0 && key[0] == 0 {
+		if i := strings.IndexByte(key[1:], 0); i >= 0 {
+			return i + 1
+		}
+		return -1
+	}
+	return strings.IndexByte(key, 0)
 }
 
 func (s *shard) rec(ref uint32) rec {
@@ -273,7 +286,7 @@ func (t *Table) Reset(device string) bool {
 	if had {
 		s.evict(i)
 	}
-	if strings.IndexByte(device, 0) >= 0 {
+	if stemEnd(device) >= 0 {
 		return had // a window's own key: that window only
 	}
 	prefix := device + "\x00"

@@ -1,0 +1,110 @@
+package devicelimit
+
+import "unsafe"
+
+// AllowGroupAt decides whether device may publish a message of size
+// bytes at now in topic class class ("" for its own quota) under q,
+// when it is in the group whose key is groupKey (GroupKey: callers
+// keep it, so a decision allocates nothing) under gq: the device's
+// windows and the group's are decided together, under both shards'
+// locks (taken in shard order), so no window, the device's or the
+// group's, ever holds more than its limit.
+//
+// When q and gq are both enforced, or both in shadow mode, the message
+// is admitted only when every window of both admits it, and counted in
+// every one. When one is in shadow mode, the enforced one decides
+// first, alone; only a message it admits (and counts) is decided in the
+// shadow one's windows, and counted there when they admit it: what the
+// enforced windows let through stays within their limits, and the
+// shadow windows count what they would admit. The Decision is the
+// refusing window's, Group set when it is the group's (the caller lets
+// the message through when that part is in shadow mode), or, admitted,
+// the device's first window's.
+func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq Quota, size int, now Tick) Decision {
+	var dOne, gOne [1]Limit
+	dls, gls := limitsInto(q, &dOne), limitsInto(gq, &gOne)
+	dp := part{stem: device, class: class}
+	gp := part{stem: groupKey}
+	for k, ls := range [2][]Limit{dls, gls} {
+		if bad := t.invalidLimit(ls); bad != -1 {
+			d := Decision{Group: k == 1}
+			if bad >= 0 {
+				d.Limit = ls[bad].N
+			}
+			return d
+		}
+	}
+	dp.s, _ = t.shard(device)
+	gp.s, _ = t.shard(groupKey)
+	first, second := dp.s, gp.s
+	if uintptr(unsafe.Pointer(first)) > uintptr(unsafe.Pointer(second)) {
+		first, second = second, first
+	}
+	first.mu.Lock()
+	if second != first {
+		second.mu.Lock()
+	}
+	at := t.CrashCharge()
+	if q.Shadow == gq.Shadow {
+		if t.prepare(&dp, dls, size, now, at, true, false) && t.prepare(&gp, gls, size, now, at, true, false) {
+			t.commit(&dp, dls, size, now)
+			t.commit(&gp, gls, size, now)
+		}
+	} else {
+		a, b, als, bls := &dp, &gp, dls, gls // the enforced part first
+		if q.Shadow {
+			a, b, als, bls = &gp, &dp, gls, dls
+		}
+		if t.prepare(a, als, size, now, at, true, len(als) == 1) {
+			if len(als) > 1 {
+				t.commit(a, als, size, now)
+			}
+			if t.prepare(b, bls, size, now, at, true, len(bls) == 1) && len(bls) > 1 {
+				t.commit(b, bls, size, now)
+			}
+		}
+	}
+	if second != first {
+		second.mu.Unlock()
+	}
+	first.mu.Unlock()
+	return groupDecision(&dp, &gp)
+}
+
+// groupDecision sums a group decision up (see AllowGroupAt): the
+// device's first window's when every prepared window admitted, else the
+// refusing part's, the group's when only it refused, a too-large
+// message's first, else the one that admits last.
+func groupDecision(dp, gp *part) Decision {
+	if dp.allowed && gp.allowed {
+		return dp.verdict().Decision()
+	}
+	byGroup := dp.allowed
+	if !dp.allowed && gp.v.N > 0 && !gp.allowed && !dp.v.TooLarge {
+		byGroup = gp.v.TooLarge || gp.v.RetryAfter > dp.v.RetryAfter
+	}
+	if byGroup {
+		d := gp.verdict().Decision()
+		d.Group = true
+		return d
+	}
+	return dp.verdict().Decision()
+}
+
+// limitsInto returns q's windows, its one message window built in one
+// (so as not to allocate).
+func limitsInto(q Quota, one *[1]Limit) []Limit {
+	if q.NWindows == 0 {
+		one[0] = Limit{Unit: Messages, N: q.Limit, Window: q.Window}
+		return one[:]
+	}
+	return q.Windows[:min(max(q.NWindows, 0), MaxWindows)]
+}
+
+// PeekGroupAt returns the verdict a message of size bytes would get in
+// the windows of the group whose key is groupKey under gq, changing
+// nothing: the group's status.
+func (t *Table) PeekGroupAt(groupKey string, gq Quota, size int, now Tick) Verdict {
+	var one [1]Limit
+	return t.PeekAllAt(groupKey, "", limitsInto(gq, &one), size, now)
+}
