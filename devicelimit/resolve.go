@@ -171,8 +171,8 @@ type Resolver struct {
 	def      Quota
 	classes  []Class // the default's topic classes
 	defGroup groupOf // the default's group
-	rules   []compiledRule
-	buckets int
+	rules    []compiledRule
+	buckets  int
 
 	count  atomic.Int64 // number of overrides, so the common no-override case takes no lock
 	shards [overrideShards]overrideShard
