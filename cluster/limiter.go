@@ -168,8 +168,27 @@ func (l *Limiter) AllowAt(device string, q devicelimit.Quota, now devicelimit.Ti
 
 // decide is AllowClassAt for the windows ls.
 func (l *Limiter) decide(device, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) devicelimit.Decision {
+	if d, done := l.precheck(ls, size); done {
+		return d
+	}
+	if l.health.skip() {
+		return l.fallback(device, class, ls, size, now)
+	}
+	r := l.pool.Get().(*request)
+	l.fill(r, device, class, ls, size, true)
+	if !l.send(r, device) {
+		return l.fallback(device, class, ls, size, now)
+	}
+	d := r.res.Decision()
+	l.pool.Put(r)
+	return d
+}
+
+// precheck decides without Redis what needs none: windows a table
+// would refuse as invalid, and a message larger than a byte window.
+func (l *Limiter) precheck(ls []devicelimit.Limit, size int) (devicelimit.Decision, bool) {
 	if len(ls) < 1 || len(ls) > devicelimit.MaxWindows {
-		return devicelimit.Decision{}
+		return devicelimit.Decision{}, true
 	}
 	for _, w := range ls {
 		top := devicelimit.MaxLimit
@@ -177,31 +196,32 @@ func (l *Limiter) decide(device, class string, ls []devicelimit.Limit, size int,
 			top = devicelimit.MaxBytes
 		}
 		if w.N < 1 || w.N > top || w.Window < time.Duration(l.buckets)*devicelimit.MinBucketWidth || w.Window > devicelimit.MaxWindow || w.Unit > devicelimit.Bytes {
-			return devicelimit.Decision{Limit: w.N}
+			return devicelimit.Decision{Limit: w.N}, true
 		}
 	}
-	for _, w := range ls {
-		if w.Unit == devicelimit.Bytes && size > w.N {
-			// No retry admits it: Redis need not be asked.
-			return devicelimit.Decision{Limit: w.N, Remaining: w.N, TooLarge: true, Unit: w.Unit}
-		}
+	if v, ok := devicelimit.TooLargeVerdict(ls, size); ok {
+		return v.Decision(), true // no retry admits it: Redis need not be asked
 	}
-	if l.health.skip() {
-		return l.fallback(device, class, ls, size, now)
-	}
-	r := l.pool.Get().(*request)
+	return devicelimit.Decision{}, false
+}
+
+// send takes the decision r was filled for: with a call of its own when
+// it is the only one under way, else through a pipeline worker. It
+// reports whether r holds Redis's answer (the caller then returns r to
+// the pool); on false, the failure is recorded and r is gone, and the
+// caller decides by the failure policy.
+func (l *Limiter) send(r *request, device string) bool {
 	r.state.Store(pending)
-	l.fill(r, device, class, ls, size, true)
 	defer l.inflight.Add(-1)
 	if l.inflight.Add(1) == 1 {
-		return l.direct(r, device, class, ls, size, now)
+		return l.direct(r, device)
 	}
 	r.timer.Reset(l.timeout)
 	select {
 	case l.reqs <- r:
 	case <-r.timer.C:
 		l.health.failed(ErrTimeout)
-		return l.fallback(device, class, ls, size, now)
+		return false
 	}
 	select {
 	case <-r.done:
@@ -209,38 +229,89 @@ func (l *Limiter) decide(device, class string, ls []devicelimit.Limit, size int,
 		if r.err != nil {
 			l.failed(device, r.err)
 			l.pool.Put(r)
-			return l.fallback(device, class, ls, size, now)
+			return false
 		}
 		l.health.ok()
-		d := r.res.Decision()
-		l.pool.Put(r)
-		return d
+		return true
 	case <-r.timer.C:
 		r.state.CompareAndSwap(pending, abandoned)
 		l.health.failed(ErrTimeout)
-		return l.fallback(device, class, ls, size, now)
+		return false
 	}
 }
 
 // fill sets r's keys and arguments to decide ls of class for a message
-// of size bytes, counting it when count is set. The group value is
-// set by whoever sends r (a call's consecutive decisions need distinct
-// ones).
+// of size bytes, counting it when count is set: a decision of one part.
+// The group value is set by whoever sends r (a call's consecutive
+// decisions need distinct ones).
 func (l *Limiter) fill(r *request, device, class string, ls []devicelimit.Limit, size int, count bool) {
+	r.n, r.na, r.cond, r.groupFirst, r.tooLarge = 0, 0, false, false, false
+	l.fillPart(r, l.windowKey(device), class, ls, size, count, 0)
+	r.na = r.n
+	copy(r.ls[:], ls)
+}
+
+// fillPart appends to r the keys and arguments of the windows ls of
+// class under base, with group value g.
+func (l *Limiter) fillPart(r *request, base, class string, ls []devicelimit.Limit, size int, count bool, g int) {
 	var c any = "0" // constants: boxed without an allocation
 	if count {
 		c = "1"
 	}
-	r.n = len(ls)
-	copy(r.ls[:], ls)
-	base := l.windowKey(device)
 	var seen [2]int
-	for i, w := range ls {
+	for _, w := range ls {
+		i := r.n
 		r.keys[i] = windowKeyOf(base, class, w.Unit, seen[w.Unit])
 		seen[w.Unit]++
 		a := r.args[6*i : 6*i+6]
-		a[0], a[1], a[2], a[3], a[4], a[5] = w.N, int64(w.Window/time.Microsecond), l.buckets, c, w.Units(size), 0
+		a[0], a[1], a[2], a[3], a[4], a[5] = w.N, int64(w.Window/time.Microsecond), l.buckets, c, w.Units(size), g
+		r.n++
 	}
+}
+
+// setGroups sets the group values of r's keys for a call in which r is
+// decision i: the first part's i, the second's i too when the parts are
+// decided together, -(i+1) when the second is decided only if the
+// first admitted (the script's conditional group).
+func (r *request) setGroups(i int) {
+	for k := range r.n {
+		g := i
+		if k >= r.na && r.cond {
+			g = -(i + 1)
+		}
+		r.args[6*k+5] = g
+	}
+}
+
+// decode reads the script's answer for r into r.res (and r.gres for a
+// group decision).
+func (r *request) decode(v []int64) error {
+	if len(v) != 4*r.n {
+		return errBadReply
+	}
+	na, nb := r.na, r.n-r.na
+	first, second := r.ls[:na], r.gls[:nb]
+	if r.groupFirst {
+		first, second = r.gls[:na], r.ls[:nb]
+	}
+	a, err := decodeVerdict(v[:4*na], first)
+	if err != nil {
+		return err
+	}
+	var b devicelimit.Verdict
+	switch {
+	case r.tooLarge && a.Allowed:
+		b = r.second
+	case nb > 0 && (a.Allowed || !r.cond):
+		if b, err = decodeVerdict(v[4*na:], second); err != nil {
+			return err
+		}
+	}
+	r.res, r.gres = a, b
+	if r.groupFirst {
+		r.res, r.gres = b, a
+	}
+	return nil
 }
 
 // windowKeyOf returns the Redis key of a device's window number k of
@@ -285,13 +356,22 @@ const (
 // pooled; one whose caller gave up is left to the garbage collector,
 // since its worker may still write to it.
 type request struct {
-	keys  [devicelimit.MaxWindows]string
-	args  [6 * devicelimit.MaxWindows]any
-	ls    [devicelimit.MaxWindows]devicelimit.Limit
-	n     int // windows
-	state atomic.Uint32
-	res   devicelimit.Verdict
-	err   error
+	keys [2 * devicelimit.MaxWindows]string
+	args [6 * 2 * devicelimit.MaxWindows]any
+	ls   [devicelimit.MaxWindows]devicelimit.Limit // the device's windows
+	gls  [devicelimit.MaxWindows]devicelimit.Limit // its group's (groups.go)
+	n    int                                       // keys
+	// na is the number of keys of the first part; the rest are the
+	// second's (a group decision). cond: the second is decided only
+	// when the first admits; groupFirst: the group's part is first.
+	// tooLarge, when set, is the second part's verdict, decided without
+	// Redis (a message too large for one of its byte windows).
+	na                         int
+	cond, groupFirst, tooLarge bool
+	second                     devicelimit.Verdict
+	state            atomic.Uint32
+	res, gres        devicelimit.Verdict // the device's verdict, and its group's
+	err              error
 	done  chan struct{} // capacity 1, signalled once the result is set
 	timer *time.Timer
 }
@@ -306,22 +386,22 @@ func (l *Limiter) failed(device string, err error) {
 	l.health.failed(err)
 }
 
-// direct takes r's decision with a call of its own.
-func (l *Limiter) direct(r *request, device, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) devicelimit.Decision {
+// direct takes r's decision with a call of its own (see send).
+func (l *Limiter) direct(r *request, device string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
+	r.setGroups(0)
 	v, err := windowScript.Run(ctx, l.rdb, r.keys[:r.n], r.args[:6*r.n]...).Int64Slice() // EVALSHA, EVAL on NOSCRIPT
-	var d devicelimit.Verdict
 	if err == nil {
-		d, err = decodeVerdict(v, r.ls[:r.n])
+		err = r.decode(v)
 	}
-	l.pool.Put(r)
 	if err != nil {
+		l.pool.Put(r)
 		l.failed(device, err)
-		return l.fallback(device, class, ls, size, now)
+		return false
 	}
 	l.health.ok()
-	return d.Decision()
+	return true
 }
 
 // worker sends the decisions waiting in reqs, as many as are there (up
@@ -392,7 +472,7 @@ func (l *Limiter) run(batch []*request, buf *batchBuf) {
 	for i, r := range live {
 		var v []int64
 		if v, r.err = cmds[i].Int64Slice(); r.err == nil {
-			r.res, r.err = decodeVerdict(v, r.ls[:r.n])
+			r.err = r.decode(v)
 		}
 		r.done <- struct{}{}
 	}
@@ -404,9 +484,7 @@ func (l *Limiter) runMulti(ctx context.Context, live []*request, buf *batchBuf) 
 	buf.keys, buf.args = buf.keys[:0], buf.args[:0]
 	for i, r := range live {
 		buf.keys = append(buf.keys, r.keys[:r.n]...)
-		for k := range r.n {
-			r.args[6*k+5] = i
-		}
+		r.setGroups(i)
 		buf.args = append(buf.args, r.args[:6*r.n]...)
 	}
 	v, err := windowScript.Run(ctx, l.rdb, buf.keys, buf.args...).Int64Slice() // EVALSHA, EVAL on NOSCRIPT
@@ -416,7 +494,7 @@ func (l *Limiter) runMulti(ctx context.Context, live []*request, buf *batchBuf) 
 	at := 0
 	for _, r := range live {
 		if r.err = err; err == nil {
-			r.res, r.err = decodeVerdict(v[4*at:4*(at+r.n)], r.ls[:r.n])
+			r.err = r.decode(v[4*at : 4*(at+r.n)])
 		}
 		at += r.n
 		r.done <- struct{}{}
@@ -428,6 +506,7 @@ func (l *Limiter) eval(ctx context.Context, live []*request, full bool) []*redis
 	pipe := l.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(live))
 	for i, r := range live {
+		r.setGroups(0)
 		if full {
 			cmds[i] = windowScript.Eval(ctx, pipe, r.keys[:r.n], r.args[:6*r.n]...)
 		} else {

@@ -13,8 +13,10 @@ import "github.com/redis/go-redis/v9"
 // counts in the window (1 in a message window, its payload bytes in a
 // byte window), and a group value: consecutive keys with the same group
 // are the windows of one message, admitted only when every one admits
-// it and then counted in each (a refused message counts in none). Then
-// comes an explicit time in microseconds that only tests pass, empty in
+// it and then counted in each (a refused message counts in none); a
+// negative group value is decided only when the group before it
+// admitted its message (a device's windows and its group's of which one
+// is in shadow mode: devicelimit.Table.AllowGroupAt). Then comes an explicit time in microseconds that only tests pass, empty in
 // production, where the clock is Redis's TIME (read once per call). It
 // returns four integers per key: allowed 0|1 (1: the message was counted
 // in every window of its group), count, remaining, retry-after in
@@ -251,53 +253,66 @@ local function retryOf(st)
 end
 
 -- One decision is a run of keys with the same group value: the windows
--- of one message, which counts in all of them or in none.
+-- of one message, which counts in all of them or in none. A negative
+-- group value is conditional: its run is decided only when the run
+-- before it admitted (a device's enforced windows before its group's in
+-- shadow mode, or the reverse); when not, its keys are left as they
+-- are and answer 0, 0, 0, 0.
 local out = {}
 local i = 1
+local prevOK = true
 while i <= nk do
   local g = ARGV[6 * i]
   local j = i
   while j < nk and ARGV[6 * j + 6] == g do j = j + 1 end
-  local count = ARGV[6 * i - 2] == '1'
-  local sts, ok = {}, true
-  for k = i, j do
-    local a = 6 * k
-    local units = tonumber(ARGV[a - 1])
-    local st = prepare(KEYS[k], tonumber(ARGV[a - 5]), tonumber(ARGV[a - 4]), tonumber(ARGV[a - 3]), units, clock)
-    sts[k] = st
-    if st == nil or st.full or st.total + units > st.limit then ok = false end
-  end
-  for k = i, j do
-    local st, a = sts[k], 4 * k
-    if st == nil then
-      out[a - 3], out[a - 2], out[a - 1], out[a] = -1, 0, 0, 0
-    elseif st.full then
-      out[a - 3], out[a - 2], out[a - 1], out[a] = 0, st.total, 0, st.retry
-    elseif st.units > st.limit then
-      -- Never admitted (the caller says so without asking): nothing read.
-      out[a - 3], out[a - 2], out[a - 1], out[a] = 0, 0, st.limit, 0
-    elseif st.total + st.units <= st.limit then
-      -- Admitted here: counted when every window admits.
-      local allowed = 0
-      if ok and count then
-        use(st)
-        local slot = st.head % st.S
-        setc(slot, getc(slot) + st.units)
-        st.total = st.total + st.units
-        store(st, 0)
-        allowed = 1
-      end
-      out[a - 3], out[a - 2], out[a - 1], out[a] = allowed, st.total, st.limit - st.total, 0
-    else
-      use(st)
-      local untilT = retryOf(st)
-      if count then
-        -- The instant is kept for a message counting 1: a smaller one
-        -- may fit earlier.
-        if st.units == 1 then store(st, untilT) else store(st, 0) end
-      end
-      out[a - 3], out[a - 2], out[a - 1], out[a] = 0, st.total, 0, untilT - st.now
+  if tonumber(g) < 0 and not prevOK then
+    for k = i, j do
+      local a = 4 * k
+      out[a - 3], out[a - 2], out[a - 1], out[a] = 0, 0, 0, 0
     end
+  else
+    local count = ARGV[6 * i - 2] == '1'
+    local sts, ok = {}, true
+    for k = i, j do
+      local a = 6 * k
+      local units = tonumber(ARGV[a - 1])
+      local st = prepare(KEYS[k], tonumber(ARGV[a - 5]), tonumber(ARGV[a - 4]), tonumber(ARGV[a - 3]), units, clock)
+      sts[k] = st
+      if st == nil or st.full or st.total + units > st.limit then ok = false end
+    end
+    for k = i, j do
+      local st, a = sts[k], 4 * k
+      if st == nil then
+        out[a - 3], out[a - 2], out[a - 1], out[a] = -1, 0, 0, 0
+      elseif st.full then
+        out[a - 3], out[a - 2], out[a - 1], out[a] = 0, st.total, 0, st.retry
+      elseif st.units > st.limit then
+        -- Never admitted (the caller says so without asking): nothing read.
+        out[a - 3], out[a - 2], out[a - 1], out[a] = 0, 0, st.limit, 0
+      elseif st.total + st.units <= st.limit then
+        -- Admitted here: counted when every window admits.
+        local allowed = 0
+        if ok and count then
+          use(st)
+          local slot = st.head % st.S
+          setc(slot, getc(slot) + st.units)
+          st.total = st.total + st.units
+          store(st, 0)
+          allowed = 1
+        end
+        out[a - 3], out[a - 2], out[a - 1], out[a] = allowed, st.total, st.limit - st.total, 0
+      else
+        use(st)
+        local untilT = retryOf(st)
+        if count then
+          -- The instant is kept for a message counting 1: a smaller one
+          -- may fit earlier.
+          if st.units == 1 then store(st, untilT) else store(st, 0) end
+        end
+        out[a - 3], out[a - 2], out[a - 1], out[a] = 0, st.total, 0, untilT - st.now
+      end
+    end
+    prevOK = ok
   end
   i = j + 1
 end

@@ -206,6 +206,8 @@ type Limits struct {
 	// Classes are the topic classes of the devices no rule matches
 	// (README, "Topic classes").
 	Classes []Class `yaml:"classes,omitempty"`
+	// Group puts the devices no rule matches in a group.
+	Group *Group `yaml:"group,omitempty"`
 	// Defer bounds the queues of devices with policy defer.
 	Defer Defer `yaml:"defer"`
 	// MaxDevices bounds the devices with a live window; beyond it, new
@@ -277,6 +279,8 @@ type Rule struct {
 	// them matches (the first) is counted under the class's quota, in
 	// windows of its own per device.
 	Classes []Class `yaml:"classes,omitempty"`
+	// Group puts the rule's devices in a group (groups.go).
+	Group *Group `yaml:"group,omitempty"`
 }
 
 // Class is a topic class: its name, topic filters and quota (limit and
@@ -411,11 +415,14 @@ func (c Config) Resolver() (*devicelimit.Resolver, error) {
 			return nil, err
 		}
 		rules[i] = devicelimit.Rule{Name: c.Limits.RuleName(i), ClientID: r.Match.ClientID, Username: r.Match.Username, Quota: r.Quota.Quota(),
-			Classes: classes(r.Classes)}
+			Classes: classes(r.Classes), Group: r.Group.group()}
 	}
 	res, err := devicelimit.NewResolver(c.Limits.Default.Quota(), rules, c.Limits.Buckets)
 	if err == nil {
 		err = res.SetDefaultClasses(classes(c.Limits.Classes))
+	}
+	if err == nil {
+		err = res.SetDefaultGroup(c.Limits.Group.group())
 	}
 	return res, err
 }

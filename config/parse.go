@@ -104,7 +104,9 @@ func Parse(r io.Reader) (Config, error) {
 		for j := range r.Classes {
 			mixed(fmt.Sprintf("limits.rules[%d].classes[%d].quota.", i, j))
 		}
+		mixed(fmt.Sprintf("limits.rules[%d].group.quota.", i))
 	}
+	mixed("limits.group.quota.")
 	// A rule's quota keys that are absent come from limits.default:
 	// its limit and window, or its windows, when the rule gives neither.
 	for i := range cfg.Limits.Rules {

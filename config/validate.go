@@ -77,8 +77,10 @@ func (c Config) Validate() error {
 		v.glob(key+".match.username", r.Match.Username)
 		v.quota(key+".quota", r.Quota, buckets)
 		v.classes(key+".classes", r.Classes, buckets)
+		v.group(key+".group", r.Group, r.Match.ClientID, r.Match.Username, key+".quota", r.Quota, key+".classes", r.Classes, buckets, c.Cluster)
 	}
 	v.classes("limits.classes", c.Limits.Classes, buckets)
+	v.group("limits.group", c.Limits.Group, "", "", "limits.default", c.Limits.Default, "limits.classes", c.Limits.Classes, buckets, c.Cluster)
 	d := c.Limits.Defer
 	if d.MaxMessagesPerDevice < 1 || d.MaxMessagesPerDevice > MaxDeferMessages {
 		v.add("limits.defer.max_messages_per_device", fmt.Sprintf("must be between 1 and %d (got %d)", MaxDeferMessages, d.MaxMessagesPerDevice))

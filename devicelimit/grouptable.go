@@ -46,7 +46,9 @@ func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq 
 	}
 	at := t.CrashCharge()
 	if q.Shadow == gq.Shadow {
-		if t.prepare(&dp, dls, size, now, at, true, false) && t.prepare(&gp, gls, size, now, at, true, false) {
+		// Both decided, so a refusal names the part that admits last.
+		dok := t.prepare(&dp, dls, size, now, at, true, false)
+		if t.prepare(&gp, gls, size, now, at, true, false) && dok {
 			t.commit(&dp, dls, size, now)
 			t.commit(&gp, gls, size, now)
 		}
@@ -71,24 +73,34 @@ func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq 
 	return groupDecision(&dp, &gp)
 }
 
-// groupDecision sums a group decision up (see AllowGroupAt): the
-// device's first window's when every prepared window admitted, else the
-// refusing part's, the group's when only it refused, a too-large
-// message's first, else the one that admits last.
+// groupDecision sums a group decision up (see CombineGroup).
 func groupDecision(dp, gp *part) Decision {
-	if dp.allowed && gp.allowed {
-		return dp.verdict().Decision()
+	return CombineGroup(dp.verdict(), gp.verdict())
+}
+
+// CombineGroup sums up a group decision (AllowGroupAt) from the verdict
+// on the device's windows, dv, and on its group's, gv, each Allowed
+// when all its windows admitted the message (counted or not), gv.N 0
+// when the group's windows were not decided: the device's first
+// window's decision when both admitted, else the refusing part's (the
+// group's when only it refused; a too-large message's first; else the
+// one that admits last), with Group set when it is the group's.
+func CombineGroup(dv, gv Verdict) Decision {
+	if dv.Allowed && gv.Allowed {
+		return dv.Decision()
 	}
-	byGroup := dp.allowed
-	if !dp.allowed && gp.v.N > 0 && !gp.allowed && !dp.v.TooLarge {
-		byGroup = gp.v.TooLarge || gp.v.RetryAfter > dp.v.RetryAfter
+	byGroup := dv.Allowed
+	if !dv.Allowed && gv.N > 0 && !gv.Allowed && !dv.TooLarge {
+		byGroup = gv.TooLarge || gv.RetryAfter > dv.RetryAfter
 	}
 	if byGroup {
-		d := gp.verdict().Decision()
-		d.Group = true
+		d := gv.Decision()
+		d.Allowed, d.Group = false, true
 		return d
 	}
-	return dp.verdict().Decision()
+	d := dv.Decision()
+	d.Allowed = false
+	return d
 }
 
 // limitsInto returns q's windows, its one message window built in one

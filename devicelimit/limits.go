@@ -132,6 +132,20 @@ type Verdict struct {
 	N int
 }
 
+// TooLargeVerdict returns the verdict on a message of size bytes that
+// one of the byte windows ls can never admit, and whether there is one:
+// refused as too large by the first such window, nothing counted.
+func TooLargeVerdict(ls []Limit, size int) (Verdict, bool) {
+	for i, l := range ls {
+		if l.Unit == Bytes && size > l.N {
+			v := Verdict{TooLarge: true, Refused: i, N: len(ls)}
+			v.Windows[i] = Decision{Limit: l.N, Remaining: l.N, Unit: Bytes}
+			return v, true
+		}
+	}
+	return Verdict{}, false
+}
+
 // AllowQuotaAt decides whether device may publish a message of size
 // bytes at now under q: against q's windows when it has several
 // (AllowAllAt; the decision's Count, Limit and Remaining are the
