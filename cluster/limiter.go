@@ -369,11 +369,11 @@ type request struct {
 	na                         int
 	cond, groupFirst, tooLarge bool
 	second                     devicelimit.Verdict
-	state            atomic.Uint32
-	res, gres        devicelimit.Verdict // the device's verdict, and its group's
-	err              error
-	done  chan struct{} // capacity 1, signalled once the result is set
-	timer *time.Timer
+	state                      atomic.Uint32
+	res, gres                  devicelimit.Verdict // the device's verdict, and its group's
+	err                        error
+	done                       chan struct{} // capacity 1, signalled once the result is set
+	timer                      *time.Timer
 }
 
 // failed records a decision Redis did not take. An unreadable record
