@@ -92,6 +92,8 @@ type Options struct {
 	Forward func() []ForwardStats
 	// Blocks lists and lifts automatic blocks; nil: none.
 	Blocks Blocks
+	// Groups lists the groups of the devices connected; nil: none.
+	Groups Groups
 }
 
 // Blocks lists the devices blocked now and lifts a block.

@@ -65,6 +65,8 @@ type DeviceJSON struct {
 	BlockedUntil      string    `json:"blocked_until,omitempty"`
 	Connected         bool      `json:"connected"`
 	LastSeen          *string   `json:"last_seen"`
+	// Group is the group the device is in by its rule; "" for none.
+	Group string `json:"group,omitempty"`
 	// Classes are the device's topic classes (its override's, else its
 	// rule's or the default's), each with its windows' state.
 	Classes []ClassJSON `json:"classes,omitempty"`

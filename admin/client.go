@@ -105,6 +105,36 @@ func (c *Client) SetRuleEnforce(ctx context.Context, rule string, enforce bool) 
 	return v, raw, err
 }
 
+func groupPath(name, suffix string) string { return "/api/v1/groups/" + url.PathEscape(name) + suffix }
+
+// Groups lists the groups the gateway knows.
+func (c *Client) Groups(ctx context.Context) (GroupListJSON, []byte, error) {
+	var v GroupListJSON
+	raw, err := c.call(ctx, http.MethodGet, "/api/v1/groups", nil, &v)
+	return v, raw, err
+}
+
+// Group returns a group's quota and its windows' state.
+func (c *Client) Group(ctx context.Context, name string) (GroupJSON, []byte, error) {
+	var v GroupJSON
+	raw, err := c.call(ctx, http.MethodGet, groupPath(name, ""), nil, &v)
+	return v, raw, err
+}
+
+// SetGroupQuota sets a group's quota override (no policy, no classes).
+func (c *Client) SetGroupQuota(ctx context.Context, name string, q SetQuotaJSON) (GroupJSON, []byte, error) {
+	var v GroupJSON
+	raw, err := c.call(ctx, http.MethodPut, groupPath(name, "/quota"), q, &v)
+	return v, raw, err
+}
+
+// DeleteGroupQuota deletes a group's quota override.
+func (c *Client) DeleteGroupQuota(ctx context.Context, name string) (GroupDeletedJSON, []byte, error) {
+	var v GroupDeletedJSON
+	raw, err := c.call(ctx, http.MethodDelete, groupPath(name, "/quota"), nil, &v)
+	return v, raw, err
+}
+
 // Throttled lists up to n devices refused most lately.
 func (c *Client) Throttled(ctx context.Context, n int) (ThrottledListJSON, []byte, error) {
 	var v ThrottledListJSON

@@ -31,6 +31,11 @@ type Snapshot struct {
 	// ("" for the device's own quota) and by what refused them, indexed
 	// like RefusalKinds.
 	Refusals map[string][3]uint64
+	// Groups counts, by configured group (its name, or the template
+	// that makes its groups), the messages of its devices the group's
+	// windows admitted, refused and would refuse in shadow mode,
+	// indexed like GroupOutcomes.
+	Groups map[string][3]uint64
 	// PersistFailing reports that the data file's writes are failing;
 	// PersistFailures counts the failed writes.
 	PersistFailing  bool
@@ -86,6 +91,7 @@ var (
 	descRollbacks     = prometheus.NewDesc("devicegate_clock_rollbacks_total", "Wall-clock rollbacks detected.", nil, nil)
 	descACLDenied     = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
 	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
+	descGroup         = prometheus.NewDesc("devicegate_group_publishes_total", "Publishes of a group's devices by what the group's windows did: admitted, refused, or would_refuse (shadow mode, let through); by configured group: its name, or the template that makes its groups (\"{tenant}\"), so the label's values are bounded by the configuration.", []string{"group", "outcome"}, nil)
 	descWindowRefused = prometheus.NewDesc("devicegate_window_refusals_total", "Publishes the windows refused (policies drop and disconnect), by topic class (\"\" for the device's own quota, \"(override)\" for a class only overrides name) and by what refused them: a message window, a byte window, or a payload larger than a byte window (too_large).", []string{"class", "window"}, nil)
 	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
 	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.", nil, nil)
@@ -111,7 +117,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descWindowRefused} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descWindowRefused, descGroup} {
 		ch <- d
 	}
 }
@@ -171,7 +177,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descWindowRefused, n, class, RefusalKinds[k])
 		}
 	}
+	for group, ns := range s.Groups {
+		for k, n := range ns {
+			counter(descGroup, n, group, GroupOutcomes[k])
+		}
+	}
 }
+
+// GroupOutcomes are the outcome label values of
+// devicegate_group_publishes_total, by Snapshot.Groups' index.
+var GroupOutcomes = [3]string{"admitted", "refused", "would_refuse"}
 
 // RefusalKinds are the window label values of
 // devicegate_window_refusals_total, by Snapshot.Refusals' index.

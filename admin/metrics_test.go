@@ -17,6 +17,7 @@ func TestCollector(t *testing.T) {
 			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5}},
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
+		Groups: map[string][3]uint64{"{tenant}": {40, 41, 42}},
 	}}
 	reg := prometheus.NewRegistry()
 	c := NewCollector(src)
@@ -57,6 +58,11 @@ devicegate_devices_blocked 2
 # HELP devicegate_devices_tracked Live rate windows: one per device with one window, more for a device with several windows or topic classes.
 # TYPE devicegate_devices_tracked gauge
 devicegate_devices_tracked 9
+# HELP devicegate_group_publishes_total Publishes of a group's devices by what the group's windows did: admitted, refused, or would_refuse (shadow mode, let through); by configured group: its name, or the template that makes its groups ("{tenant}"), so the label's values are bounded by the configuration.
+# TYPE devicegate_group_publishes_total counter
+devicegate_group_publishes_total{group="{tenant}",outcome="admitted"} 40
+devicegate_group_publishes_total{group="{tenant}",outcome="refused"} 41
+devicegate_group_publishes_total{group="{tenant}",outcome="would_refuse"} 42
 # HELP devicegate_persist_failing 1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.
 # TYPE devicegate_persist_failing gauge
 devicegate_persist_failing 1
@@ -115,8 +121,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 35 {
-		t.Fatalf("%d series, want 35", n)
+	if n := testutil.CollectAndCount(c); n != 38 {
+		t.Fatalf("%d series, want 38", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

@@ -45,6 +45,10 @@ var routes = []route{
 	{http.MethodPut, "/api/v1/rules/{name}/enforce", true, (*Server).putRuleEnforce},
 	{http.MethodGet, "/api/v1/blocks", true, (*Server).listBlocks},
 	{http.MethodDelete, "/api/v1/devices/{id}/block", true, (*Server).deleteBlock},
+	{http.MethodGet, "/api/v1/groups", true, (*Server).listGroups},
+	{http.MethodGet, "/api/v1/groups/{name}", true, (*Server).getGroup},
+	{http.MethodPut, "/api/v1/groups/{name}/quota", true, (*Server).putGroupQuota},
+	{http.MethodDelete, "/api/v1/groups/{name}/quota", true, (*Server).deleteGroupQuota},
 }
 
 // newMux registers one handler per path that dispatches on the method
@@ -247,6 +251,7 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	if expires != 0 {
 		out.OverrideExpiresAt = formatTick(expires)
 	}
+	out.Group = s.opts.Resolver.GroupOf(clientID, username).Name
 	if st.BlockedUntil != 0 {
 		out.BlockedUntil = formatTick(st.BlockedUntil)
 	}
@@ -323,18 +328,8 @@ func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if status, msg := checkContentType(r); status != 0 {
-		writeError(w, status, msg)
-		return
-	}
-	body, err := readBody(w, r)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxBody))
-			return
-		}
-		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
+	body, ok := s.quotaBody(w, r)
+	if !ok {
 		return
 	}
 	o, err := parseQuotaBody(body, s.opts.Resolver.Buckets(), s.opts.Clock.Now())
@@ -409,6 +404,9 @@ func (s *Server) listQuotas(w http.ResponseWriter, r *http.Request) {
 	ovs := s.opts.Resolver.Overrides(s.opts.Clock.Now())
 	out := make([]OverrideJSON, 0, len(ovs))
 	for _, o := range ovs {
+		if _, group := devicelimit.GroupOfKey(o.Device); group {
+			continue // GET /api/v1/groups lists those
+		}
 		out = append(out, overrideOut(o.Device, o.Override))
 	}
 	writeJSON(w, http.StatusOK, OverridesJSON{Overrides: out})

@@ -200,6 +200,7 @@ func New(opts Options) (*Server, error) {
 			h.refusals[c] = new([3]atomic.Uint64)
 		}
 	}
+	h.groups = newGroupStats(opts.Resolver)
 	h.blocks = newBlocks(opts.Blocks, opts.Resolver.MayBlock, log)
 	ah, err := newAuthHook(srv, opts, log, logs, h.conns, h.blocks)
 	if err != nil {

@@ -17,6 +17,10 @@ type Limiter interface {
 	// topic class class ("" for the device's own quota) under a quota
 	// that may have several windows (devicelimit.Table's).
 	AllowClassAt(device, class string, q devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.Decision
+	// AllowGroupAt decides a message of a device in a group: its
+	// windows (class, q) and its group's (groupKey, gq) together,
+	// devicelimit.Table's contract.
+	AllowGroupAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.Decision
 	// Buckets returns the number of buckets per window, which quotas
 	// are validated against.
 	Buckets() int

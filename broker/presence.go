@@ -80,7 +80,8 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {
 	username := string(cl.Properties.Username)
 	q, classes, src := h.resolver.RuleClasses(cl.ID, username)
-	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q, ruleName: src.Rule, classes: classes}
+	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q, ruleName: src.Rule, classes: classes,
+		group: h.joinGroup(cl.ID, username)}
 }
 
 // OnDisconnect forgets the connection. (mochi skips OnDisconnect when a
@@ -145,6 +146,10 @@ func (h *throttle) sweep(now devicelimit.Tick) {
 	h.logs.sweep(now)
 	h.wills.sweep(now)
 	for _, device := range h.resolver.Prune(now) {
+		if group, ok := devicelimit.GroupOfKey(device); ok {
+			h.log.Info("group quota override expired", "group", group)
+			continue
+		}
 		h.log.Info("quota override expired", "device", device)
 	}
 	h.conns.closed(h.forget)

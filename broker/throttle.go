@@ -47,6 +47,11 @@ type Stats struct {
 	Overflowed uint64
 	// Released counts deferred messages published.
 	Released uint64
+	// Groups counts, by configured group (its label: the name, or the
+	// template), the messages of its devices its windows admitted,
+	// refused, and would refuse in shadow mode (indexed by
+	// GroupAdmitted, GroupRefused, GroupWouldRefuse).
+	Groups map[string][3]uint64
 	// Refusals counts the publishes the windows refused (policies drop
 	// and disconnect), by topic class ("" for the device's own quota)
 	// and by what refused them: a message window, a byte window, or a
@@ -140,6 +145,9 @@ type throttle struct {
 	// the device's own quota; the classes are the configuration's, so
 	// the map is fixed) and by what refused (refusalKinds).
 	refusals map[string]*[3]atomic.Uint64
+	// groups counts the groups' outcomes by label (group.go); fixed at
+	// start.
+	groups map[string]*groupStats
 }
 
 // connInfo is what a connection's publishes need and what cannot change
@@ -150,6 +158,7 @@ type connInfo struct {
 	rule               devicelimit.Quota   // the config rule (or default) quota
 	ruleName           string              // the rule's name; "" for the default
 	classes            []devicelimit.Class // the rule's (or default's) topic classes
+	group              groupOf             // the device's group; zero for none
 	closing            atomic.Bool         // set when policy disconnect hung up
 	// dev is the device's entry in throttle.devices; nil for a
 	// connInfo computed for an uncached client.
@@ -289,16 +298,25 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		return pk, errReject
 	}
 	class, q := h.resolver.ClassAt(c.device, c.rule, c.ruleName, c.classes, pk.TopicName, now)
-	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow {
+	// A device in a group is never deferred: a deferred message would
+	// be released without its group's windows (policy defer drops).
+	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow && c.group.key == "" {
 		c.ack.barrier()
 		return pk, h.deferPublish(cl, &pk, c, class, q, now)
 	}
-	d := h.limiter.AllowClassAt(c.device, class, q, len(pk.Payload), now)
-	if !d.Allowed && q.Shadow {
+	var d devicelimit.Decision
+	var gq devicelimit.Quota
+	shadow := q.Shadow
+	if c.group.key == "" {
+		d = h.limiter.AllowClassAt(c.device, class, q, len(pk.Payload), now)
+	} else {
+		d, gq, shadow = h.decideGroup(c, class, q, len(pk.Payload), now)
+	}
+	if !d.Allowed && shadow {
 		// Shadow mode: refused as an enforcing quota would (so not
-		// counted in the windows), let through all the same.
+		// counted in its windows), let through all the same.
 		h.wouldRefuse.Add(1)
-		h.logThrottled(cl, c, class, q, d, now)
+		h.logThrottled(cl, c, class, refusing(q, gq, d), d, now)
 		d.Allowed = true
 	}
 	if d.Allowed {
@@ -308,7 +326,16 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		return pk, h.admit(cl, c.device, &pk)
 	}
 	c.ack.barrier()
-	return pk, h.refuse(cl, pk, c, class, q, d, now)
+	return pk, h.refuse(cl, pk, c, class, q, gq, d, now)
+}
+
+// refusing returns the quota whose window refused: the group's (gq)
+// when d says so, else the device's q.
+func refusing(q, gq devicelimit.Quota, d devicelimit.Decision) devicelimit.Quota {
+	if d.Group {
+		return gq
+	}
+	return q
 }
 
 // admit lets a publish the window admitted through: forwarded to the
@@ -408,23 +435,35 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 
 // refuse applies q's policy to a publish over quota and returns the error
 // for mochi.
-func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class string, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
+func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class string, q, gq devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
 	retry := ceilMillisecond(d.RetryAfter)
-	h.logThrottled(cl, c, class, q, d, now)
+	h.logThrottled(cl, c, class, refusing(q, gq, d), d, now)
 	h.refused(c.device, now)
 	if q.Block.After > 0 && h.countRefusal(c, q.Block, now) {
 		return h.blockNow(cl, c, q, now)
 	}
 
 	if q.Policy == devicelimit.PolicyDisconnect {
+		what, rq := "message rate too high", q
+		if d.Group {
+			what, rq = "message rate of group "+c.group.Name+" too high", gq
+		}
 		return h.disconnect(cl, c, packets.ErrMessageRateTooHigh.Code,
-			refusalText("message rate too high", q, "retry after "+retry.String()))
+			refusalText(what, rq, "retry after "+retry.String()))
 	}
 
 	// PolicyDrop, and PolicyDefer without a store.
 	h.dropped.Add(1)
 	if !wantsRefusal(cl, pk) {
 		return errIgnore // as quotaExceeded would, without the reason string
+	}
+	if d.Group {
+		// Counted in Stats.Groups (decideGroup).
+		if d.TooLarge {
+			return h.quotaExceeded(cl, pk, refusalText("payload too large for the quota of group "+c.group.Name, gq,
+				fmt.Sprintf("%d bytes never fit a window of %d: not retried", len(pk.Payload), d.Limit)))
+		}
+		return h.quotaExceeded(cl, pk, refusalText("quota of group "+c.group.Name+" exceeded", gq, "retry after "+retry.String()+refusedBy(gq, d)))
 	}
 	r := h.refusals[class]
 	if r == nil {
@@ -467,11 +506,17 @@ func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, class string, q de
 		return
 	}
 	level, msg := slog.LevelInfo, "device throttled"
-	if q.Policy == devicelimit.PolicyDisconnect {
+	if q.Policy == devicelimit.PolicyDisconnect && !d.Group {
 		level = slog.LevelWarn
 	}
 	if q.Shadow {
 		level, msg = slog.LevelInfo, "device would throttle (shadow mode: let through)"
+	}
+	if d.Group {
+		h.log.Log(context.Background(), level, msg,
+			"device", device, "client", cl.ID, "group", c.group.Name, "group_quota", q.Describe(), "too_large", d.TooLarge,
+			"retry_after", ceilMillisecond(d.RetryAfter).String())
+		return
 	}
 	if q.NWindows > 0 || class != "" {
 		h.log.Log(context.Background(), level, msg,
@@ -551,6 +596,10 @@ func (h *throttle) stats() Stats {
 	}
 	for class, r := range h.refusals {
 		st.Refusals[class] = [3]uint64{r[0].Load(), r[1].Load(), r[2].Load()}
+	}
+	st.Groups = make(map[string][3]uint64, len(h.groups))
+	for label, g := range h.groups {
+		st.Groups[label] = [3]uint64{g[0].Load(), g[1].Load(), g[2].Load()}
 	}
 	if d := h.def; d != nil {
 		st.Deferred = d.deferred.Load()

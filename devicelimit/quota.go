@@ -245,13 +245,27 @@ func validBuckets(buckets int) error {
 	return nil
 }
 
-// ValidDeviceID reports whether id can name a device: 1..MaxDeviceID bytes.
+// ValidDeviceID reports whether id can name a device: 1..MaxDeviceID
+// bytes without NUL (an MQTT string holds none; a NUL starts a group's
+// key, group.go).
 func ValidDeviceID(id string) error {
 	if id == "" {
 		return &FieldError{Field: "device", Msg: "must not be empty", Err: ErrInvalidDevice}
+	}
+	if strings.IndexByte(id, 0) >= 0 {
+		return &FieldError{Field: "device", Msg: "must not hold a NUL byte", Err: ErrInvalidDevice}
 	}
 	if len(id) > MaxDeviceID {
 		return &FieldError{Field: "device", Msg: fmt.Sprintf("must be at most %d bytes (got %d)", MaxDeviceID, len(id)), Err: ErrInvalidDevice}
 	}
 	return nil
+}
+
+// ValidOverrideKey checks what an override is set for: a device ID, or
+// a group's key (GroupKey).
+func ValidOverrideKey(key string) error {
+	if name, ok := GroupOfKey(key); ok {
+		return ValidGroupName(name)
+	}
+	return ValidDeviceID(key)
 }

@@ -142,7 +142,7 @@ type Override struct {
 // resolver, the store, the Redis overrides and the admin API alike; the
 // error is a *FieldError naming the field.
 func (o Override) Validate(device string, buckets int) error {
-	if err := ValidDeviceID(device); err != nil {
+	if err := ValidOverrideKey(device); err != nil {
 		return err
 	}
 	if err := o.Quota.Validate(buckets); err != nil {

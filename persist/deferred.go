@@ -166,10 +166,12 @@ func (s *Store) DeferredStats() (messages int, bytes int64, err error) {
 	return messages, bytes, nil
 }
 
-// validDeferredDevice checks that device can name deferred messages.
+// validDeferredDevice checks that device can name deferred messages: a
+// device's queue, or one of its classes' (the device ID, a NUL and the
+// class: any bytes but none).
 func validDeferredDevice(device string) error {
-	if err := devicelimit.ValidDeviceID(device); err != nil {
-		return err
+	if device == "" {
+		return &devicelimit.FieldError{Field: "device", Msg: "must not be empty", Err: devicelimit.ErrInvalidDevice}
 	}
 	if len(device) > MaxDeferredDevice {
 		return fmt.Errorf("%w: %d bytes, deferred messages are kept for IDs of at most %d", devicelimit.ErrInvalidDevice, len(device), MaxDeferredDevice)

@@ -40,7 +40,7 @@ func (s *Store) SetOverride(r *devicelimit.Resolver, device string, o devicelimi
 // DeleteOverride removes device's override durably, then from r, and
 // reports whether either held one.
 func (s *Store) DeleteOverride(r *devicelimit.Resolver, device string) (bool, error) {
-	if err := devicelimit.ValidDeviceID(device); err != nil {
+	if err := devicelimit.ValidOverrideKey(device); err != nil {
 		return false, fmt.Errorf("delete override: %w", err)
 	}
 	s.overrideMu.Lock()

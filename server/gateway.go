@@ -268,6 +268,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Windows:   g.adminWindows(),
 		Devices:   brokerDevices{srv},
 		Blocks:    brokerBlocks{srv},
+		Groups:    brokerGroups{srv},
 		Throttled: topThrottled{g.topk, g.clock},
 		Registry:  reg,
 		Logger:    log,
@@ -466,6 +467,17 @@ func (d brokerDevices) Status(device string) admin.DeviceStatus {
 	return admin.DeviceStatus(d.srv.DeviceStatus(device))
 }
 
+// brokerGroups lists the groups of the devices connected.
+type brokerGroups struct{ srv *broker.Server }
+
+func (g brokerGroups) Groups() []admin.GroupMembers {
+	var out []admin.GroupMembers
+	for _, x := range g.srv.Groups() {
+		out = append(out, admin.GroupMembers(x))
+	}
+	return out
+}
+
 // brokerBlocks lists and lifts the broker's automatic blocks.
 type brokerBlocks struct{ srv *broker.Server }
 
@@ -546,6 +558,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		ACLSubscribeDenied:  as.SubscribeDenied,
 		ConnectsRefused:     as.ConnectsRefused,
 		Refusals:            st.Refusals,
+		Groups:              st.Groups,
 		PersistFailing:      ph.Failing,
 		PersistFailures:     ph.Failures,
 		SlowSubscriberDrops: st.SlowSubscriberDrops,

@@ -25,7 +25,7 @@ import (
 const quotaTimeout = 10 * time.Second
 
 // quotaSubcommands are the subcommands of `gateway quota`.
-const quotaSubcommands = "get, set, delete, list, reset, throttled, rules, enforce, blocks, unblock"
+const quotaSubcommands = "get, set, delete, list, reset, throttled, rules, enforce, blocks, unblock, groups, group, set-group, delete-group"
 
 // quotaClient is what `gateway quota` knows of the admin API: the typed
 // client, and how to print.
@@ -62,6 +62,13 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 	fs.StringVar(&f.dataDir, "data-dir", config.Default().DataDir, "the gateway's data `directory`, where it keeps its token file")
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON instead of a table")
 	switch sub {
+	case "set-group":
+		fs.Var(&f.limit, "limit", "`N` messages per window (required, unless --windows)")
+		fs.Var(&f.window, "window", "window `duration` such as 10s (required, unless --windows)")
+		fs.StringVar(&f.windows, "windows", "", "instead of --limit and --window, several `windows`, as for set")
+		fs.BoolVar(&f.shadow, "shadow", false, "shadow mode: the group's windows decide and count, and what they would refuse is let through")
+		fs.StringVar(&f.expiresAt, "expires-at", "", "the override lapses at this RFC 3339 `time`")
+		fs.Var(&f.forDur, "for", "the override lapses after this `duration` from now")
 	case "set":
 		fs.Var(&f.limit, "limit", "`N` messages per window (required, unless --windows)")
 		fs.Var(&f.window, "window", "window `duration` such as 10s (required, unless --windows)")
@@ -89,6 +96,10 @@ const quotaUsage = `Usage:
   gateway quota blocks [flags]
   gateway quota unblock ID [flags]
   gateway quota enforce RULE true|false [flags]
+  gateway quota groups [flags]
+  gateway quota group NAME [flags]
+  gateway quota set-group NAME (--limit N --window D | --windows W) [--shadow] [--expires-at RFC3339 | --for D] [flags]
+  gateway quota delete-group NAME [flags]
 
 Reads and changes per-device quotas through a running gateway's admin
 API. get shows a device's quota in force, where it comes from, its use
@@ -99,7 +110,10 @@ reset empties a device's window; throttled lists the devices refused
 most in the last one to two minutes; rules lists the configured rules
 and whether each is enforced; enforce switches a rule between enforcing
 and shadow mode until the gateway stops; blocks lists the devices
-blocked by automatic blocking; unblock lifts a device's block.
+blocked by automatic blocking; unblock lifts a device's block. groups
+lists the groups (tenants) the gateway knows, group shows a group's
+windows, shared by all its devices; set-group overrides a group's
+quota, delete-group removes that override.
 
 The API's address comes from --admin-addr, else $GATEWAY_ADMIN_ADDR, else
 127.0.0.1:8080; the token from --token, else $GATEWAY_ADMIN_TOKEN, else
@@ -108,7 +122,7 @@ the token file the gateway wrote in --data-dir.
 
 func printQuotaUsage(w io.Writer) {
 	fmt.Fprint(w, quotaUsage)
-	for _, sub := range []string{"set", "throttled"} {
+	for _, sub := range []string{"set", "set-group", "throttled"} {
 		fmt.Fprintf(w, "\nFlags of %s:\n", sub)
 		newQuotaFlags(sub, new(quotaFlags)).VisitAll(func(f *flag.Flag) {
 			name, usage := flag.UnquoteUsage(f)
@@ -140,7 +154,8 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		return usagef("quota: missing subcommand; subcommands are %s (run \"gateway help quota\")", quotaSubcommands)
 	}
 	sub, rest := args[0], args[1:]
-	wantIDs := map[string]int{"get": 1, "set": 1, "delete": 1, "list": 0, "reset": 1, "throttled": 0, "rules": 0, "enforce": 2, "blocks": 0, "unblock": 1}
+	wantIDs := map[string]int{"get": 1, "set": 1, "delete": 1, "list": 0, "reset": 1, "throttled": 0, "rules": 0, "enforce": 2, "blocks": 0, "unblock": 1,
+		"groups": 0, "group": 1, "set-group": 1, "delete-group": 1}
 	n, ok := wantIDs[sub]
 	if !ok {
 		if sub == "-h" || sub == "--help" || sub == "help" {
@@ -163,6 +178,9 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		if sub == "enforce" {
 			return usagef("quota enforce: want a rule name and true or false (got %d arguments)", len(pos))
 		}
+		if n == 1 && strings.Contains(sub, "group") {
+			return usagef("quota %s: want one group name (got %d arguments)", sub, len(pos))
+		}
 		if n == 1 {
 			return usagef("quota %s: want one device ID (got %d arguments)", sub, len(pos))
 		}
@@ -178,6 +196,9 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 	var id string
 	if n == 1 && sub != "enforce" {
 		id = pos[0]
+		if id == "" && strings.Contains(sub, "group") {
+			return usagef("quota %s: the group name is empty", sub)
+		}
 		if id == "" {
 			return usagef("quota %s: the device ID is empty", sub)
 		}
@@ -186,36 +207,13 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 	case "get":
 		return c.get(ctx, id)
 	case "set":
-		var body admin.SetQuotaJSON
-		switch {
-		case set["windows"] && (set["limit"] || set["window"]):
-			return usagef("quota set: give --limit and --window, or --windows, not both")
-		case set["windows"]:
-			ws, err := parseWindowsFlag(f.windows)
-			if err != nil {
-				return usagef("quota set: --windows: %v", err)
-			}
-			body.Windows = ws
-		case !set["limit"] || !set["window"]:
-			return usagef("quota set: --limit and --window are required (or --windows)")
-		default:
-			body.Limit, body.Window = f.limit.v, f.window.v.String()
-		}
-		if set["expires-at"] && set["for"] {
-			return usagef("quota set: give --expires-at or --for, not both")
+		body, err := f.quotaBody(sub, set)
+		if err != nil {
+			return err
 		}
 		body.Policy = f.policy
-		if f.shadow {
-			body.Enforce = new(bool) // false
-		}
 		if body.Classes, err = f.classes.json(f.policy); err != nil {
 			return usagef("quota set: --class: %v", err)
-		}
-		switch {
-		case set["expires-at"]:
-			body.ExpiresAt = f.expiresAt
-		case set["for"]:
-			body.ExpiresAt = time.Now().Add(f.forDur.v).UTC().Format(time.RFC3339Nano)
 		}
 		return c.set(ctx, id, body)
 	case "delete":
@@ -251,6 +249,8 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		return c.print(sub, raw, err, func() {
 			fmt.Fprintf(c.out, "device %s: unblocked\n", id)
 		})
+	case "groups", "group", "set-group", "delete-group":
+		return c.groups(ctx, sub, id, f, set)
 	case "rules":
 		v, raw, err := c.api.Rules(ctx)
 		return c.print(sub, raw, err, func() {
@@ -276,6 +276,39 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		})
 	}
 	return nil
+}
+
+// quotaBody builds the quota of set and set-group from the flags:
+// --limit and --window or --windows, --shadow, --expires-at or --for.
+func (f *quotaFlags) quotaBody(sub string, set map[string]bool) (admin.SetQuotaJSON, error) {
+	var body admin.SetQuotaJSON
+	switch {
+	case set["windows"] && (set["limit"] || set["window"]):
+		return body, usagef("quota %s: give --limit and --window, or --windows, not both", sub)
+	case set["windows"]:
+		ws, err := parseWindowsFlag(f.windows)
+		if err != nil {
+			return body, usagef("quota %s: --windows: %v", sub, err)
+		}
+		body.Windows = ws
+	case !set["limit"] || !set["window"]:
+		return body, usagef("quota %s: --limit and --window are required (or --windows)", sub)
+	default:
+		body.Limit, body.Window = f.limit.v, f.window.v.String()
+	}
+	if set["expires-at"] && set["for"] {
+		return body, usagef("quota %s: give --expires-at or --for, not both", sub)
+	}
+	if f.shadow {
+		body.Enforce = new(bool) // false
+	}
+	switch {
+	case set["expires-at"]:
+		body.ExpiresAt = f.expiresAt
+	case set["for"]:
+		body.ExpiresAt = time.Now().Add(f.forDur.v).UTC().Format(time.RFC3339Nano)
+	}
+	return body, nil
 }
 
 func newQuotaClient(f quotaFlags, out io.Writer) (*quotaClient, error) {
@@ -369,6 +402,9 @@ func (c *quotaClient) get(ctx context.Context, id string) error {
 		row("source", orDash(v.Source))
 		if v.OverrideExpiresAt != "" {
 			row("override expires at", v.OverrideExpiresAt)
+		}
+		if v.Group != "" {
+			row("group", v.Group+" (gateway quota group "+v.Group+")")
 		}
 		row("used", v.Used)
 		row("remaining", v.Remaining)

@@ -1,0 +1,121 @@
+package broker
+
+import (
+	"sort"
+	"sync/atomic"
+
+	"devicegate/devicelimit"
+)
+
+// Group outcomes: the indexes of Stats.Groups' counts.
+const (
+	// GroupAdmitted counts the messages of a group's devices its
+	// windows admitted (and counted).
+	GroupAdmitted = iota
+	// GroupRefused counts those its windows refused.
+	GroupRefused
+	// GroupWouldRefuse counts those its windows, in shadow mode, would
+	// have refused and let through.
+	GroupWouldRefuse
+)
+
+// groupStats counts one configured group's outcomes; the groups of a
+// template share one (its label).
+type groupStats [3]atomic.Uint64
+
+// newGroupStats returns the counters of every configured group, by
+// label: a map fixed at start, so its size is bounded by the
+// configuration however many groups the templates make.
+func newGroupStats(r *devicelimit.Resolver) map[string]*groupStats {
+	m := map[string]*groupStats{}
+	if r == nil {
+		return m
+	}
+	for _, label := range r.GroupLabels() {
+		m[label] = new(groupStats)
+	}
+	return m
+}
+
+// groupOf is a connection's group: its membership and key, and the
+// counters of its label.
+type groupOf struct {
+	devicelimit.Membership
+	key   string // devicelimit.GroupKey(Name)
+	stats *groupStats
+}
+
+// joinGroup returns the group of a device with this client ID and
+// username.
+func (h *throttle) joinGroup(clientID, username string) groupOf {
+	m := h.resolver.GroupOf(clientID, username)
+	if m.Name == "" {
+		return groupOf{}
+	}
+	return groupOf{Membership: m, key: devicelimit.GroupKey(m.Name), stats: h.groups[m.Label]}
+}
+
+// decideGroup decides a publish of a device in a group (see
+// devicelimit.Table.AllowGroupAt) and counts the group's outcome. It
+// returns the decision, the group's quota at now, and whether a refusal
+// is one to let through (its part in shadow mode).
+func (h *throttle) decideGroup(c *connInfo, class string, q devicelimit.Quota, size int, now devicelimit.Tick) (devicelimit.Decision, devicelimit.Quota, bool) {
+	gq := h.resolver.GroupQuotaAt(c.group.Membership, now)
+	d := h.limiter.AllowGroupAt(c.device, class, q, c.group.key, gq, size, now)
+	st := c.group.stats
+	switch {
+	case d.Allowed:
+		if st != nil {
+			st[GroupAdmitted].Add(1)
+		}
+		return d, gq, false
+	case d.Group && gq.Shadow:
+		if st != nil {
+			st[GroupWouldRefuse].Add(1)
+		}
+		return d, gq, true
+	case d.Group:
+		if st != nil {
+			st[GroupRefused].Add(1)
+		}
+	}
+	return d, gq, !d.Group && q.Shadow
+}
+
+// GroupMembers is a group with devices connected: its name, metric
+// label and rule's quota, and how many of its devices are connected.
+type GroupMembers struct {
+	Name      string
+	Label     string
+	Quota     devicelimit.Quota
+	Connected int
+}
+
+// Groups returns the groups of the devices connected now, by name.
+func (s *Server) Groups() []GroupMembers {
+	h := s.hook
+	h.devMu.Lock()
+	by := map[string]*GroupMembers{}
+	for _, d := range h.devices {
+		if len(d.live) == 0 {
+			continue
+		}
+		g := d.live[len(d.live)-1].group
+		if g.key == "" {
+			continue
+		}
+		m := by[g.Name]
+		if m == nil {
+			m = &GroupMembers{Name: g.Name, Label: g.Label, Quota: g.Quota}
+			by[g.Name] = m
+		}
+		m.Connected++
+	}
+	h.devMu.Unlock()
+	out := make([]GroupMembers, 0, len(by))
+	for _, m := range by {
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
