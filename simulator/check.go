@@ -94,6 +94,9 @@ type DeviceLog struct {
 	// allows this device: the admissions a crashed gateway may have
 	// forgotten. 0 without a crash.
 	Allowance int
+	// Group is the gateway's group the device is in ("" for none):
+	// its messages are judged with its group's, CheckOptions.Groups.
+	Group string
 }
 
 // CheckOptions tune the checker. The zero value checks exact windows
@@ -114,6 +117,10 @@ type CheckOptions struct {
 	// the spot; a success-acked message arriving later, or not at all,
 	// counts as deferred. Devices under other policies ignore it.
 	Immediate time.Duration
+	// Groups are the windows of the gateway's groups, by name: the
+	// devices whose DeviceLog.Group names one are judged together
+	// against them too (groups.go).
+	Groups map[string]devicelimit.Quota
 }
 
 // DeviceResult is the checker's verdict on one device. The buckets
@@ -207,6 +214,9 @@ type Totals struct {
 	Unconfirmed int `json:"unconfirmed"`
 	ExcessTotal int `json:"excess_total"`
 	MaxExcess   int `json:"max_excess"`
+	// GroupViolations is the number of groups (Result.Groups) whose
+	// windows held more than their limit.
+	GroupViolations int `json:"group_violations,omitempty"`
 	Latency
 }
 
@@ -278,6 +288,8 @@ type Result struct {
 	Tolerance time.Duration  `json:"tolerance_ns"`
 	Totals    Totals         `json:"totals"`
 	Devices   []DeviceResult `json:"devices"`
+	// Groups are the verdicts on the groups' windows, by name.
+	Groups []GroupResult `json:"groups,omitempty"`
 	// Timeline is nil when nothing was sent.
 	Timeline *Timeline `json:"timeline,omitempty"`
 }
@@ -312,6 +324,12 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 	}
 	slices.Sort(all)
 	t.LatencyP50, t.LatencyP95, t.LatencyP99, t.LatencyMax = percentiles(all)
+	res.Groups = judgeGroups(logs, opts)
+	for _, g := range res.Groups {
+		if g.Violated {
+			t.GroupViolations++
+		}
+	}
 	return res
 }
 
@@ -346,17 +364,8 @@ func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []
 		Policy: l.Quota.Policy.String(),
 		Counts: Counts{Sent: len(l.Sent)},
 	}
-	first := make(map[uint64]time.Time, len(l.Arrivals))
-	for _, a := range l.Arrivals {
-		if t, ok := first[a.Seq]; ok {
-			r.Duplicated++
-			if a.At.Before(t) {
-				first[a.Seq] = a.At
-			}
-			continue
-		}
-		first[a.Seq] = a.At
-	}
+	first, dups := firstArrivals(l.Arrivals)
+	r.Duplicated = dups
 	r.OutOfOrder = outOfOrder(first)
 	sent := make(map[uint64]bool, len(l.Sent))
 	var lat []time.Duration
@@ -447,7 +456,7 @@ type Verdict struct {
 // worst devices.
 func Decide(res Result, n int) Verdict {
 	failed := Worst(res, -1)
-	v := Verdict{OK: len(failed) == 0}
+	v := Verdict{OK: len(failed) == 0 && res.Totals.GroupViolations == 0}
 	for i, d := range failed {
 		if i == n {
 			break

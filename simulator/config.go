@@ -77,6 +77,16 @@ type Config struct {
 	// of the gateway's topic classes, each judged by its class's quota
 	// apart from the device's own.
 	TopicClasses []TopicClass `json:"topic_classes,omitempty"`
+	// Group, when set, is the gateway's group all the fleet's devices
+	// are in (a tenant): the checker judges them together against its
+	// windows too.
+	Group *Group `json:"group,omitempty"`
+	// Flood devices, the first of the fleet, publish steadily at
+	// FloodRate messages per second instead of Rate and Pattern: a
+	// faulty sensor among calm ones (with Group, a tenant's flooding
+	// device).
+	Flood     int     `json:"flood,omitempty"`
+	FloodRate float64 `json:"flood_rate,omitempty"`
 	// Tolerance and Immediate are passed to the checker (CheckOptions).
 	// Tolerance defaults to 50 ms; Immediate to 250 ms.
 	Tolerance time.Duration `json:"tolerance_ns"`
@@ -201,6 +211,12 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("drain", c.Drain, "must be >= 0")
 	case len(c.Mix) == 0 && !quotaOK(c.Quota):
 		return bad("quota", c.Quota, "must have a limit and a window > 0")
+	case c.Flood < 0 || c.Flood > c.Devices:
+		return bad("flood", c.Flood, fmt.Sprintf("must be between 0 and the fleet's %d devices", c.Devices))
+	case c.Flood > 0 && !(c.FloodRate > 0):
+		return bad("flood_rate", c.FloodRate, "must be > 0 with flood devices")
+	case c.Group != nil && (c.Group.Name == "" || !quotaOK(c.Group.Quota)):
+		return bad("group", c.Group, "must have a name and windows with a limit and a length > 0")
 	}
 	names := map[string]bool{}
 	for i, tc := range c.TopicClasses {

@@ -84,6 +84,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, l := range rec.logs {
 		l.Quota = rec.quotas[l.Device]
 		l.Classes = classQuotas(cfg.TopicClasses)
+		if cfg.Group != nil {
+			l.Group = cfg.Group.Name
+		}
 		logs = append(logs, *l)
 	}
 	rep.ConnectFailures, rep.Disconnects, rep.Errors = rec.connFails, rec.disconnects, rec.errs
@@ -94,7 +97,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	slices.Sort(rep.Blocked)
 	rec.mu.Unlock()
 	allowances(logs, rep.Restarts, cfg.CrashLoss+cfg.Tolerance)
-	rep.Result = Check(logs, CheckOptions{Tolerance: cfg.Tolerance, Immediate: cfg.Immediate})
+	opts := CheckOptions{Tolerance: cfg.Tolerance, Immediate: cfg.Immediate}
+	if cfg.Group != nil {
+		opts.Groups = map[string]devicelimit.Quota{cfg.Group.Name: cfg.Group.Quota}
+	}
+	rep.Result = Check(logs, opts)
 	rep.Verdict = Decide(rep.Result, 10)
 	if rep.SubscriberLost {
 		rep.Verdict.OK = false // the arrival log is incomplete
@@ -250,9 +257,10 @@ func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, err
 // schedule returns the gap before the device's next message after n
 // sent, or the whole period's worth for bursts.
 type schedule struct {
-	cfg Config
-	rng *rand.Rand
-	n   int
+	cfg   Config
+	rng   *rand.Rand
+	n     int
+	flood bool // a flood device: steady at cfg.FloodRate
 }
 
 // next returns the offset from the first send of the (n+1)th message,
@@ -261,6 +269,9 @@ func (s *schedule) next(prev time.Duration) time.Duration {
 	defer func() { s.n++ }()
 	if s.n == 0 {
 		return 0
+	}
+	if s.flood {
+		return time.Duration(float64(s.n) / s.cfg.FloodRate * float64(time.Second))
 	}
 	switch s.cfg.Pattern {
 	case PatternBurst:
@@ -316,7 +327,7 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 	for _, tc := range cfg.TopicClasses {
 		topics[tc.Topic] = fmt.Sprintf(tc.Topic, id)
 	}
-	sch := &schedule{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
+	sch := &schedule{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))), flood: i < cfg.Flood}
 	start := time.Now()
 	storm := cfg.StormAt > 0
 	off := sch.next(0) // offset of the next message due

@@ -55,6 +55,15 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\n%s: %d devices over quota (excess at the subscriber %d in all, at most %d), %d lost, %d leaked, %d phantom; %d connect failures, %d disconnects; tolerance %s\n",
 		verdict, t.Violations, t.ExcessTotal, t.MaxExcess, t.Lost, t.Leaked, t.Phantom, r.ConnectFailures, r.Disconnects, r.Result.Tolerance)
+	for _, g := range r.Result.Groups {
+		state := "OK"
+		if g.Violated {
+			state = "OVER ITS LIMIT"
+		}
+		for _, gw := range g.Windows {
+			fmt.Fprintf(w, "group %s (%d devices): %s: %s\n", g.Group, g.Devices, gw.describe(), state)
+		}
+	}
 	if n := len(r.Blocked); n > 0 {
 		shown := r.Blocked[:min(n, 10)]
 		fmt.Fprintf(w, "%d devices were blocked by the gateway (automatic blocking) and stopped: %s\n", n, strings.Join(shown, ", "))

@@ -42,6 +42,8 @@ type simulateFlags struct {
 	mix         string
 	windows     string
 	topicClass  string
+	group       string
+	flood       string
 	stormAt     durationValue
 	restartAt   durationValue
 	target      targetFlags
@@ -78,6 +80,8 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	fs.Var(&f.window, "window", "quota window `duration` the run is judged against (default 10s)")
 	fs.StringVar(&f.windows, "windows", "", `quota of several `+"`windows`"+` the run is judged against, instead of --limit/--window: N/DURATION (messages) or SIZE/DURATION (payload bytes, SIZE with a unit), comma-separated, e.g. "10/1s,2KiB/10s"`)
 	fs.StringVar(&f.topicClass, "topic-class", "", `with --embedded or --spawn: send every EVERY-th message of each device in the gateway's topic class NAME (limits.classes), judged by the class's quota; "`+"`NAME:EVERY`"+`,...", e.g. "alarms:10"`)
+	fs.StringVar(&f.group, "group", "", `the gateway's group (a tenant) all devices are in, judged together against its windows too: "`+"`NAME:WINDOWS`"+`", WINDOWS as --windows, e.g. "acme:100/10s"`)
+	fs.StringVar(&f.flood, "flood", "", `the first N devices flood at RATE messages per second instead of --rate: "`+"`N:RATE`"+`", e.g. "1:200"`)
 	fs.StringVar(&f.policy, "policy", "drop", "quota `policy` the gateway applies: drop, defer or disconnect")
 	fs.Var(&f.tolerance, "tolerance", "slack in `duration` allowed to the checker's window edges (default 50ms)")
 	fs.StringVar(&f.jsonFile, "json", "", `write the whole report as JSON to `+"`file`"+`; "-" for stdout`)
@@ -214,6 +218,27 @@ func simulateConfig(args []string, stdout io.Writer) (simulator.Config, *simulat
 	if cfg.Mix, err = simulator.ParseMix(f.mix, policy); err != nil {
 		return bad("mix", err.Error(), strconv.Quote(f.mix))
 	}
+	if f.group != "" {
+		name, windows, ok := strings.Cut(f.group, ":")
+		ls, err := devicelimit.ParseLimits(windows, ",")
+		if err == nil {
+			err = devicelimit.ValidateLimits(ls, 1)
+		}
+		if !ok || name == "" || err != nil {
+			return bad("group", fmt.Sprintf("want NAME:WINDOWS such as acme:100/10s (%v)", err), strconv.Quote(f.group))
+		}
+		cfg.Group = &simulator.Group{Name: name, Quota: devicelimit.WithWindows(devicelimit.PolicyDrop, ls...)}
+	}
+	if f.flood != "" {
+		n, rate, ok := strings.Cut(f.flood, ":")
+		cfg.Flood, err = strconv.Atoi(n)
+		if err == nil {
+			cfg.FloodRate, err = strconv.ParseFloat(rate, 64)
+		}
+		if !ok || err != nil || cfg.Flood < 1 || !(cfg.FloodRate > 0) {
+			return bad("flood", "want N:RATE with N >= 1 devices and RATE > 0 messages per second, such as 1:200", strconv.Quote(f.flood))
+		}
+	}
 	if err := f.checkTarget(set); err != nil {
 		return simulator.Config{}, nil, nil, err
 	}
@@ -231,7 +256,7 @@ var simFieldFlags = map[string]string{
 	"duration": "duration", "qos": "qos", "protocol": "protocol", "ramp_up": "ramp-up",
 	"quota": "limit/--window", "rate": "rate", "burst": "burst", "period": "period",
 	"pattern": "pattern", "payload_size": "payload-size", "drain": "drain", "mix": "mix",
-	"topic_classes": "topic-class",
+	"topic_classes": "topic-class", "group": "group", "flood": "flood", "flood_rate": "flood",
 }
 
 // blameSimFlags turns a simulator config error into a usage error that

@@ -295,3 +295,68 @@ func TestSimulateSeveralWindowsAndClasses(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateTenantFlood: `gateway simulate --embedded` with a gateway
+// whose devices are all in group acme (30 per second) and block a
+// device refused 5 times within a second; one of 8 devices floods: it
+// is reported blocked, the rest of the tenant is served in full, and
+// the group's window is judged and held. Bad --group and --flood are
+// refused naming the flag.
+func TestSimulateTenantFlood(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.yaml")
+	yaml := `limits:
+  default: {limit: 5, window: 1s, block: {after: 5, within: 1s, for: 1h}}
+  group: {name: acme, quota: {limit: 30, window: 1s}}
+`
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(dir, "report.json")
+	code, stdout, stderr := runBinary(t, "simulate", "--embedded", "--config", cfg, "--devices", "8", "--rate", "2/s",
+		"--group", "acme:30/1s", "--flood", "1:50", "--duration", "2s", "--tolerance", "150ms", "--json", report)
+	if code != 0 || !strings.Contains(stdout, "group acme (8 devices): 30 messages per 1s: at most ") ||
+		!strings.Contains(stdout, "1 devices were blocked by the gateway (automatic blocking) and stopped: dev-00000") {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var rep struct {
+		Blocked []string
+		Result  struct {
+			Devices []struct {
+				Device   string
+				Sent     int
+				Accepted int
+			}
+			Groups []struct {
+				Violated bool
+				Windows  []struct{ MaxInWindow int }
+			}
+		}
+	}
+	b, err := os.ReadFile(report)
+	if err == nil {
+		err = json.Unmarshal(b, &rep)
+	}
+	if err != nil || len(rep.Result.Groups) != 1 || rep.Result.Groups[0].Violated || rep.Result.Groups[0].Windows[0].MaxInWindow > 30 {
+		t.Fatalf("report groups %+v (%v)", rep.Result.Groups, err)
+	}
+	for _, d := range rep.Result.Devices[1:] {
+		if d.Accepted != d.Sent || d.Sent == 0 {
+			t.Errorf("%s: accepted %d of %d; the rest of the tenant should be served in full", d.Device, d.Accepted, d.Sent)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--group", "acme"}, `--group: want NAME:WINDOWS`},
+		{[]string{"--group", "acme:0/1s"}, `--group: want NAME:WINDOWS`},
+		{[]string{"--flood", "1"}, `--flood: want N:RATE`},
+		{[]string{"--flood", "20:5"}, `--flood: must be between 0 and the fleet's 10 devices`},
+	} {
+		code, _, stderr := runBinary(t, append([]string{"simulate", "--duration", "1s"}, c.args...)...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr, c.want)
+		}
+	}
+}
