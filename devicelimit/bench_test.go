@@ -60,6 +60,22 @@ func (l windowsImpl) allow(device string, now devicelimit.Tick) bool {
 	return l.t.AllowAllAt(device, "", benchWindows[:l.n], 64, now).Allowed
 }
 
+// groupImpl decides with AllowGroupAt: benchQuota for the device, and a
+// group of 1e9 per 10 s (never full: the cost of the second part, not
+// of refusals), each device in one of 100 groups by its ID's last two
+// digits.
+type groupImpl struct {
+	t    *devicelimit.Table
+	keys [100]string
+}
+
+var benchGroupQuota = devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: benchQuota.Window}
+
+func (l *groupImpl) allow(device string, now devicelimit.Tick) bool {
+	g := int(device[len(device)-2]-'0')*10 + int(device[len(device)-1]-'0')
+	return l.t.AllowGroupAt(device, "", benchQuota, l.keys[g], benchGroupQuota, 64, now).Allowed
+}
+
 // xrateImpl is the baseline.
 type xrateImpl struct {
 	mu sync.Mutex
@@ -93,6 +109,14 @@ var benchImpls = []struct {
 	{"windows1", func() limiter { return windowsOf(1) }},
 	{"windows2", func() limiter { return windowsOf(2) }},
 	{"windows3", func() limiter { return windowsOf(3) }},
+	{"group", func() limiter {
+		t, _ := devicelimit.NewTable(devicelimit.DefaultBuckets)
+		g := &groupImpl{t: t}
+		for i := range g.keys {
+			g.keys[i] = devicelimit.GroupKey(fmt.Sprintf("tenant-%02d", i))
+		}
+		return g
+	}},
 }
 
 func windowsOf(n int) limiter {

@@ -357,7 +357,11 @@ func TestQuotaCLIProcess(t *testing.T) {
 func TestMetricsProcess(t *testing.T) {
 	up := mosquittotest.Start(t)
 	conf := filepath.Join(t.TempDir(), "gateway.yaml")
-	if err := os.WriteFile(conf, []byte("forward: [{name: cloud, to: \"mqtt://"+up.Addr+"\", topics: [\"nothing/#\"]}]\n"), 0o600); err != nil {
+	// A rule with a group no device of the run is in: its metric series
+	// exist from the start.
+	yaml := "forward: [{name: cloud, to: \"mqtt://" + up.Addr + "\", topics: [\"nothing/#\"]}]\n" +
+		"limits: {rules: [{name: tenants, match: {client_id: \"tenant-*\"}, group: {name: t, quota: {limit: 10, window: 1h}}}]}\n"
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	g := startGW(t, t.TempDir(), "--config", conf, "--limit", "10", "--window", "1h")
