@@ -57,9 +57,10 @@ func (h *throttle) joinGroup(clientID, username string) groupOf {
 
 // decideGroup decides a publish of a device in a group (see
 // devicelimit.Table.AllowGroupAt) and counts the group's outcome. It
-// returns the decision, the group's quota at now, and whether a refusal
-// is one to let through (its part in shadow mode).
-func (h *throttle) decideGroup(c *connInfo, class string, q devicelimit.Quota, size int, now devicelimit.Tick) (devicelimit.Decision, devicelimit.Quota, bool) {
+// returns the decision, the group's quota at now, whether the group's
+// window refused, and whether a refusal is one to let through (its part
+// in shadow mode).
+func (h *throttle) decideGroup(c *connInfo, class string, q devicelimit.Quota, size int, now devicelimit.Tick) (devicelimit.Decision, devicelimit.Quota, bool, bool) {
 	gq := h.resolver.GroupQuotaAt(c.group.Membership, now)
 	d := h.limiter.AllowGroupAt(c.device, class, q, c.group.key, gq, size, now)
 	st := c.group.stats
@@ -68,18 +69,18 @@ func (h *throttle) decideGroup(c *connInfo, class string, q devicelimit.Quota, s
 		if st != nil {
 			st[GroupAdmitted].Add(1)
 		}
-		return d, gq, false
+		return d.Decision, gq, false, false
 	case d.Group && gq.Shadow:
 		if st != nil {
 			st[GroupWouldRefuse].Add(1)
 		}
-		return d, gq, true
+		return d.Decision, gq, true, true
 	case d.Group:
 		if st != nil {
 			st[GroupRefused].Add(1)
 		}
 	}
-	return d, gq, !d.Group && q.Shadow
+	return d.Decision, gq, d.Group, !d.Group && q.Shadow
 }
 
 // GroupMembers is a group with devices connected: its name, metric

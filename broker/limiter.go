@@ -20,7 +20,7 @@ type Limiter interface {
 	// AllowGroupAt decides a message of a device in a group: its
 	// windows (class, q) and its group's (groupKey, gq) together,
 	// devicelimit.Table's contract.
-	AllowGroupAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.Decision
+	AllowGroupAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.GroupDecision
 	// Buckets returns the number of buckets per window, which quotas
 	// are validated against.
 	Buckets() int

@@ -306,17 +306,17 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	}
 	var d devicelimit.Decision
 	var gq devicelimit.Quota
-	shadow := q.Shadow
+	byGroup, shadow := false, q.Shadow
 	if c.group.key == "" {
 		d = h.limiter.AllowClassAt(c.device, class, q, len(pk.Payload), now)
 	} else {
-		d, gq, shadow = h.decideGroup(c, class, q, len(pk.Payload), now)
+		d, gq, byGroup, shadow = h.decideGroup(c, class, q, len(pk.Payload), now)
 	}
 	if !d.Allowed && shadow {
 		// Shadow mode: refused as an enforcing quota would (so not
 		// counted in its windows), let through all the same.
 		h.wouldRefuse.Add(1)
-		h.logThrottled(cl, c, class, refusing(q, gq, d), d, now)
+		h.logThrottled(cl, c, class, refusing(q, gq, byGroup), d, byGroup, now)
 		d.Allowed = true
 	}
 	if d.Allowed {
@@ -326,13 +326,13 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		return pk, h.admit(cl, c.device, &pk)
 	}
 	c.ack.barrier()
-	return pk, h.refuse(cl, pk, c, class, q, gq, d, now)
+	return pk, h.refuse(cl, pk, c, class, q, gq, byGroup, d, now)
 }
 
 // refusing returns the quota whose window refused: the group's (gq)
-// when d says so, else the device's q.
-func refusing(q, gq devicelimit.Quota, d devicelimit.Decision) devicelimit.Quota {
-	if d.Group {
+// when byGroup, else the device's q.
+func refusing(q, gq devicelimit.Quota, byGroup bool) devicelimit.Quota {
+	if byGroup {
 		return gq
 	}
 	return q
@@ -411,7 +411,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	}
 	out, d := h.def.deferPublish(cl, pk, c.device, class, rec, q, now)
 	if !d.Allowed && d.Limit > 0 { // the window refused it (else it queued behind others)
-		h.logThrottled(cl, c, class, q, d, now)
+		h.logThrottled(cl, c, class, q, d, false, now)
 	}
 	switch out {
 	case outAllowed:
@@ -435,9 +435,10 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 
 // refuse applies q's policy to a publish over quota and returns the error
 // for mochi.
-func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class string, q, gq devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) error {
+// The group's window refused it when byGroup (gq its quota).
+func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class string, q, gq devicelimit.Quota, byGroup bool, d devicelimit.Decision, now devicelimit.Tick) error {
 	retry := ceilMillisecond(d.RetryAfter)
-	h.logThrottled(cl, c, class, refusing(q, gq, d), d, now)
+	h.logThrottled(cl, c, class, refusing(q, gq, byGroup), d, byGroup, now)
 	h.refused(c.device, now)
 	if q.Block.After > 0 && h.countRefusal(c, q.Block, now) {
 		return h.blockNow(cl, c, q, now)
@@ -445,7 +446,7 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 
 	if q.Policy == devicelimit.PolicyDisconnect {
 		what, rq := "message rate too high", q
-		if d.Group {
+		if byGroup {
 			what, rq = "message rate of group "+c.group.Name+" too high", gq
 		}
 		return h.disconnect(cl, c, packets.ErrMessageRateTooHigh.Code,
@@ -457,7 +458,7 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 	if !wantsRefusal(cl, pk) {
 		return errIgnore // as quotaExceeded would, without the reason string
 	}
-	if d.Group {
+	if byGroup {
 		// Counted in Stats.Groups (decideGroup).
 		if d.TooLarge {
 			return h.quotaExceeded(cl, pk, refusalText("payload too large for the quota of group "+c.group.Name, gq,
@@ -496,7 +497,7 @@ func ofClass(class string) string {
 
 // logThrottled logs a refusal by the window, at most once per window per
 // device.
-func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, class string, q devicelimit.Quota, d devicelimit.Decision, now devicelimit.Tick) {
+func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, class string, q devicelimit.Quota, d devicelimit.Decision, byGroup bool, now devicelimit.Tick) {
 	if now < c.quietUntil {
 		return // the limiter would refuse: skip its lookup
 	}
@@ -506,13 +507,13 @@ func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, class string, q de
 		return
 	}
 	level, msg := slog.LevelInfo, "device throttled"
-	if q.Policy == devicelimit.PolicyDisconnect && !d.Group {
+	if q.Policy == devicelimit.PolicyDisconnect && !byGroup {
 		level = slog.LevelWarn
 	}
 	if q.Shadow {
 		level, msg = slog.LevelInfo, "device would throttle (shadow mode: let through)"
 	}
-	if d.Group {
+	if byGroup {
 		h.log.Log(context.Background(), level, msg,
 			"device", device, "client", cl.ID, "group", c.group.Name, "group_quota", q.Describe(), "too_large", d.TooLarge,
 			"retry_after", ceilMillisecond(d.RetryAfter).String())

@@ -14,7 +14,7 @@ import (
 // when it admitted), atomic inside Redis. Redis Cluster cannot take it
 // (the keys of one call must share a slot): the configuration refuses
 // groups there.
-func (l *Limiter) AllowGroupAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.Decision {
+func (l *Limiter) AllowGroupAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.GroupDecision {
 	r := l.pool.Get().(*request)
 	if d, done := l.fillGroup(r, device, class, q, groupKey, gq, size); done {
 		l.pool.Put(r)
@@ -33,12 +33,12 @@ func (l *Limiter) AllowGroupAt(device, class string, q devicelimit.Quota, groupK
 }
 
 // fallbackGroup decides a group decision under the failure policy.
-func (l *Limiter) fallbackGroup(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.Decision {
+func (l *Limiter) fallbackGroup(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.GroupDecision {
 	if l.policy == PolicyLocal {
 		l.health.fallbacks.Add(1)
 		return l.local.AllowGroupAt(device, class, q, groupKey, gq, size, now)
 	}
-	return l.fallback(device, class, q.Limits(), size, now)
+	return devicelimit.GroupDecision{Decision: l.fallback(device, class, q.Limits(), size, now)}
 }
 
 // fillGroup sets r's keys and arguments for a group decision (see
@@ -47,14 +47,13 @@ func (l *Limiter) fallbackGroup(device, class string, q devicelimit.Quota, group
 // none needs Redis: invalid windows, or a message too large for a part
 // decided first or with the other. A second part too large is decided
 // here (r.tooLarge) and the first asked alone.
-func (l *Limiter) fillGroup(r *request, device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int) (devicelimit.Decision, bool) {
+func (l *Limiter) fillGroup(r *request, device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int) (devicelimit.GroupDecision, bool) {
 	ls, gls := q.Limits(), gq.Limits()
 	if d, done := l.precheck(ls, 0); done {
-		return d, true
+		return devicelimit.GroupDecision{Decision: d}, true
 	}
 	if d, done := l.precheck(gls, 0); done {
-		d.Group = true
-		return d, true
+		return devicelimit.GroupDecision{Decision: d, Group: true}, true
 	}
 	r.n, r.na = 0, 0
 	r.cond, r.groupFirst = q.Shadow != gq.Shadow, q.Shadow && !gq.Shadow
@@ -77,9 +76,7 @@ func (l *Limiter) fillGroup(r *request, device, class string, q devicelimit.Quot
 		if !aTL {
 			v, byGroup = vb, b.group
 		}
-		d := v.Decision()
-		d.Group = byGroup
-		return d, true
+		return devicelimit.GroupDecision{Decision: v.Decision(), Group: byGroup}, true
 	case bTL:
 		r.tooLarge, r.second = true, vb
 	}
@@ -88,13 +85,13 @@ func (l *Limiter) fillGroup(r *request, device, class string, q devicelimit.Quot
 	if !r.tooLarge {
 		l.fillPart(r, b.base, b.class, b.ls, size, true, 0)
 	}
-	return devicelimit.Decision{}, false
+	return devicelimit.GroupDecision{}, false
 }
 
 // evalGroupAt is a group decision taken synchronously at clock, an
 // explicit time in microseconds (for tests, which cannot move Redis's
 // clock).
-func (l *Limiter) evalGroupAt(ctx context.Context, device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, clock int64) (devicelimit.Decision, error) {
+func (l *Limiter) evalGroupAt(ctx context.Context, device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, clock int64) (devicelimit.GroupDecision, error) {
 	var r request
 	if d, done := l.fillGroup(&r, device, class, q, groupKey, gq, size); done {
 		return d, nil
@@ -105,7 +102,7 @@ func (l *Limiter) evalGroupAt(ctx context.Context, device, class string, q devic
 		err = r.decode(v)
 	}
 	if err != nil {
-		return devicelimit.Decision{}, err
+		return devicelimit.GroupDecision{}, err
 	}
 	return devicelimit.CombineGroup(r.res, r.gres), nil
 }

@@ -23,7 +23,14 @@ type Decision struct {
 	// Unit is what the window counts (the refusing one's, for a quota
 	// of several).
 	Unit Unit
-	// Group reports that the refusing window is the device's group's
-	// (Table.AllowGroupAt).
+}
+
+// GroupDecision is the decision on a message of a device in a group
+// (Table.AllowGroupAt): the refusing window's, and whether that window
+// is the group's. (A type apart: a field more in Decision measured 1.19x
+// slower AllowAt at a million devices, though its size did not change.)
+type GroupDecision struct {
+	Decision
+	// Group reports that the refusing window is the group's.
 	Group bool
 }

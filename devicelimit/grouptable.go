@@ -20,14 +20,14 @@ import "unsafe"
 // refusing window's, Group set when it is the group's (the caller lets
 // the message through when that part is in shadow mode), or, admitted,
 // the device's first window's.
-func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq Quota, size int, now Tick) Decision {
+func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq Quota, size int, now Tick) GroupDecision {
 	var dOne, gOne [1]Limit
 	dls, gls := limitsInto(q, &dOne), limitsInto(gq, &gOne)
 	dp := part{stem: device, class: class}
 	gp := part{stem: groupKey}
 	for k, ls := range [2][]Limit{dls, gls} {
 		if bad := t.invalidLimit(ls); bad != -1 {
-			d := Decision{Group: k == 1}
+			d := GroupDecision{Group: k == 1}
 			if bad >= 0 {
 				d.Limit = ls[bad].N
 			}
@@ -74,7 +74,7 @@ func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq 
 }
 
 // groupDecision sums a group decision up (see CombineGroup).
-func groupDecision(dp, gp *part) Decision {
+func groupDecision(dp, gp *part) GroupDecision {
 	return CombineGroup(dp.verdict(), gp.verdict())
 }
 
@@ -85,9 +85,9 @@ func groupDecision(dp, gp *part) Decision {
 // window's decision when both admitted, else the refusing part's (the
 // group's when only it refused; a too-large message's first; else the
 // one that admits last), with Group set when it is the group's.
-func CombineGroup(dv, gv Verdict) Decision {
+func CombineGroup(dv, gv Verdict) GroupDecision {
 	if dv.Allowed && gv.Allowed {
-		return dv.Decision()
+		return GroupDecision{Decision: dv.Decision()}
 	}
 	byGroup := dv.Allowed
 	if !dv.Allowed && gv.N > 0 && !gv.Allowed && !dv.TooLarge {
@@ -95,12 +95,12 @@ func CombineGroup(dv, gv Verdict) Decision {
 	}
 	if byGroup {
 		d := gv.Decision()
-		d.Allowed, d.Group = false, true
-		return d
+		d.Allowed = false
+		return GroupDecision{Decision: d, Group: true}
 	}
 	d := dv.Decision()
 	d.Allowed = false
-	return d
+	return GroupDecision{Decision: d}
 }
 
 // limitsInto returns q's windows, its one message window built in one
