@@ -60,6 +60,16 @@ fuzz:
 BENCH_E2E_FLAGS ?=
 bench-e2e: tools
 	$(GO) run ./bench/harness $(BENCH_E2E_FLAGS)
+# bench-density: memory per idle connection of the gateway (at its
+# defaults), plain mochi and Mosquitto, 10,000 connections each
+# (bench/harness -mode density). BENCH_DENSITY_FLAGS passes options,
+# e.g. -conns 100000 (needs an open-file hard limit above it), -profile DIR
+# (heap and goroutine profiles, and the figures after forced collections),
+# -gateway-mqtt "max_pending_writes: 16".
+BENCH_DENSITY_FLAGS ?=
+.PHONY: bench-density
+bench-density: tools
+	$(GO) run ./bench/harness -mode density $(BENCH_DENSITY_FLAGS)
 # test-forward-outage: issues 15 and 16's acceptance runs, 50 devices
 # through a 30 s outage of the destination (Mosquitto, with and without
 # kill -9; Redis, NATS JetStream and Kafka with kill -9); make test runs

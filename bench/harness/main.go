@@ -84,7 +84,11 @@ func mainErr(args []string) error {
 	fs.IntVar(&o.inflight, "inflight", 32, "unacknowledged QoS 1 publishes per publisher")
 	fs.StringVar(&o.profile, "profile", "", "write CPU and allocation profiles of the gateway under load to `dir`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, server logs)")
-	fs.StringVar(&o.mode, "mode", "e2e", "e2e (gateway, plain mochi, Mosquitto) or forward (make bench-forward)")
+	fs.StringVar(&o.mode, "mode", "e2e", "e2e (gateway, plain mochi, Mosquitto), forward (make bench-forward) or density (make bench-density)")
+	var do densityOptions
+	fs.IntVar(&do.conns, "conns", 10_000, "density mode: idle connections per server")
+	fs.StringVar(&do.targets, "density-targets", "gateway,mochi,mosquitto", "density mode: the servers measured, in order")
+	fs.StringVar(&do.gwKeys, "gateway-mqtt", "", "density mode: more keys of the gateway's mqtt: section (`yaml` lines, e.g. \"max_pending_writes: 16\")")
 	var fo forwardOptions
 	fs.IntVar(&fo.backlog, "backlog", 1_000_000, "forward mode: messages in the backlog whose drain is timed")
 	fs.StringVar(&fo.keys, "forward-keys", "", "forward mode: more keys of every forward: entry (`yaml`, e.g. \"max_inflight: 1000\")")
@@ -112,6 +116,12 @@ func mainErr(args []string) error {
 	}
 	if err := build(dir, o.profile != ""); err != nil {
 		return err
+	}
+	if o.mode == "density" {
+		do.profile = o.profile
+		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer cancel()
+		return densityBench(ctx, dir, do, mosquitto)
 	}
 
 	var procs []*proc
