@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,4 +120,76 @@ func TestWriteQueueDropsCounted(t *testing.T) {
 		t.Fatalf("%d log lines for %d drops, want 1 naming the client:\n%s", len(lines), drops, strings.Join(lines, "\n"))
 	}
 	t.Logf("%d of %d messages dropped for the stuck subscriber", drops, n)
+}
+
+// TestConsumerQueueAccounting: 50 publishers send a burst of 5,000 QoS 0
+// messages of 2 KiB while a backend consumer of devices/# reads nothing;
+// then it reads. With the default queue (8192 per client) it gets every
+// message; with a queue of 8, every message it does not get is counted
+// in Stats.SlowSubscriberDrops, none lost uncounted.
+func TestConsumerQueueAccounting(t *testing.T) {
+	const publishers, each = 50, 100
+	for _, tc := range []struct {
+		name    string
+		pending int
+	}{{"default", 0}, {"pending=8", 8}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _, ctx := startLogged(t, Limits{MaxPendingWrites: tc.pending})
+			sub := dialTCP(t, f.addr)
+			defer sub.Close()
+			_ = sub.SetDeadline(time.Now().Add(waitTimeout))
+			if _, err := sub.Write(rawConnectV(5, "backend", props(), nil)); err != nil {
+				t.Fatal(err)
+			}
+			readPacket(t, sub)
+			if _, err := sub.Write(packet(0x82, append(append(u16(1), 0), append(mqttString("devices/#"), 0)...))); err != nil {
+				t.Fatal(err)
+			}
+			if p := readPacket(t, sub); p.typ>>4 != 9 || reasonOf(p) != 0 {
+				t.Fatalf("SUBACK: % x", p.body)
+			}
+			payload := make([]byte, 2048)
+			var wg sync.WaitGroup
+			for i := range publishers {
+				pub := f.dial5(t, fmt.Sprintf("meter-%d", i), "", nil)
+				wg.Go(func() {
+					for range each {
+						if _, err := pub.Publish(ctx, &paho.Publish{Topic: fmt.Sprintf("devices/meter-%d", i), QoS: 0, Payload: payload}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					// A QoS 1 publish after the burst: acked once the
+					// broker has handled every message before it.
+					if _, err := pub.Publish(ctx, &paho.Publish{Topic: fmt.Sprintf("devices/meter-%d/done", i), QoS: 1, Payload: []byte("x")}); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			// The consumer reads now: every burst message arrives or is
+			// counted dropped (the 50 "done" messages too).
+			want := uint64(publishers*each + publishers)
+			got := uint64(0)
+			for {
+				drops := f.srv.Stats().SlowSubscriberDrops
+				if got+drops == want {
+					if tc.pending == 0 && drops != 0 {
+						t.Fatalf("%d drops with the default queue", drops)
+					}
+					if tc.pending == 8 && drops == 0 {
+						t.Fatal("no drops with a queue of 8 and a consumer that read nothing during 10 MiB")
+					}
+					t.Logf("received %d, dropped and counted %d, of %d", got, drops, want)
+					return
+				}
+				if got+drops > want {
+					t.Fatalf("received %d + dropped %d > sent %d", got, drops, want)
+				}
+				if p := readPacket(t, sub); p.typ>>4 == 3 {
+					got++
+				}
+			}
+		})
+	}
 }
