@@ -48,6 +48,10 @@ type Config struct {
 	// paho.mqtt.golang). A 3.1.1 PUBACK carries no verdict, so its
 	// messages are recorded with AckNone, like QoS 0.
 	Protocol int `json:"protocol"`
+	// Client is the devices' MQTT client: ClientPaho (the default:
+	// paho.golang for MQTT 5, paho.mqtt.golang for 3.1.1), or ClientLean
+	// for runs at scale (MQTT 5 only; lean.go).
+	Client string `json:"client,omitempty"`
 	// PayloadSize pads payloads to this many bytes; the header is never
 	// cut.
 	PayloadSize int `json:"payload_size"`
@@ -106,6 +110,12 @@ type Config struct {
 	Progress      func(Progress) `json:"-"`
 	ProgressEvery time.Duration  `json:"-"`
 }
+
+// The devices' clients (Config.Client).
+const (
+	ClientPaho = "paho"
+	ClientLean = "lean"
+)
 
 // TopicClass is a topic class of the gateway (limits.classes) that
 // devices send some of their messages in.
@@ -211,6 +221,10 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("drain", c.Drain, "must be >= 0")
 	case len(c.Mix) == 0 && !quotaOK(c.Quota):
 		return bad("quota", c.Quota, "must have a limit and a window > 0")
+	case c.Client != "" && c.Client != ClientPaho && c.Client != ClientLean:
+		return bad("client", c.Client, "must be paho or lean")
+	case c.Client == ClientLean && c.Protocol != 5:
+		return bad("client", c.Client, errLeanProtocol.Error())
 	case c.Flood < 0 || c.Flood > c.Devices:
 		return bad("flood", c.Flood, fmt.Sprintf("must be between 0 and the fleet's %d devices", c.Devices))
 	case c.Flood > 0 && !(c.FloodRate > 0):

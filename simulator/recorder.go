@@ -45,6 +45,8 @@ type Report struct {
 	// Errors holds the first few distinct error messages seen.
 	Errors []string `json:"errors,omitempty"`
 	Result Result   `json:"result"`
+	// Simulator is what this process used during the run (resources.go).
+	Simulator Resources `json:"simulator"`
 	// Verdict is Decide's on Result, and not OK when SubscriberLost.
 	Verdict Verdict `json:"verdict"`
 }

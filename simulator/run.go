@@ -36,6 +36,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer func() { f.sub.close() }()
 
 	rep := &Report{Config: cfg, Started: time.Now()}
+	cpu0 := selfUsage().CPU
 	f.started = rep.Started
 	runCtx, cancel := context.WithDeadline(ctx, rep.Started.Add(cfg.Duration))
 	defer cancel()
@@ -102,6 +103,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		opts.Groups = map[string]devicelimit.Quota{cfg.Group.Name: cfg.Group.Quota}
 	}
 	rep.Result = Check(logs, opts)
+	rep.Simulator = selfUsage()
+	rep.Simulator.CPU -= cpu0
 	rep.Verdict = Decide(rep.Result, 10)
 	if rep.SubscriberLost {
 		rep.Verdict.OK = false // the arrival log is incomplete
@@ -418,6 +421,15 @@ func (f *fleet) dial(ctx context.Context, id string) (publisher, error) {
 	// A failed dial returns a nil interface, not a nil *client.
 	if f.cfg.Protocol == 4 {
 		c, err := dial4(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	if f.cfg.Client == ClientLean {
+		// No ping is needed while a keepalive outlasts the run.
+		maxIdle := f.cfg.Duration + f.cfg.Drain + time.Minute
+		c, err := dialLean(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth, maxIdle)
 		if err != nil {
 			return nil, err
 		}

@@ -23,6 +23,10 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\nsent %d = accepted %d + refused %d + deferred %d (released %d, pending %d) + lost %d + unacked %d (arrived %d)\n",
 		t.Sent, t.Accepted, t.Refused, t.Deferred, t.Released, t.Pending, t.Lost, t.Unacked, t.UnackedArrived)
+	if u := r.Simulator; u.PeakRSS > 0 && t.Devices > 0 {
+		fmt.Fprintf(w, "simulator process: peak RSS %.1f MiB (%.1f KB per device), CPU %s\n",
+			float64(u.PeakRSS)/(1<<20), float64(u.PeakRSS)/1024/float64(t.Devices), u.CPU.Round(time.Millisecond))
+	}
 	if r.Reconnects > 0 {
 		fmt.Fprintf(w, "%d reconnections\n", r.Reconnects)
 	}

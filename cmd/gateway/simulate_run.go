@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"devicegate/internal/freeport"
@@ -116,6 +117,15 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		defer cancel()
 		if cerr := target.close(cctx); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("simulate: stop the gateway: %w", cerr))
+			return
+		}
+		// A spawned gateway's own figures, from its exit status.
+		if c, ok := target.(*child); ok && f.jsonFile != "-" && c.cmd != nil && c.cmd.ProcessState != nil {
+			if ru, ok := c.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+				cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+				fmt.Fprintf(stdout, "spawned gateway process: peak RSS %.1f MiB (%.1f KB per device), CPU %s\n",
+					float64(ru.Maxrss)/1024, float64(ru.Maxrss)/float64(max(f.devices.v, 1)), cpu.Round(time.Millisecond))
+			}
 		}
 	}()
 	cfg.Addr = target.mqttAddr()

@@ -1,0 +1,214 @@
+package simulator
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	mpackets "github.com/mochi-mqtt/server/v2/packets"
+)
+
+// clientLean is an MQTT 5 device for runs at scale (Config.Client
+// "lean"): the device's own goroutine writes each PUBLISH and reads its
+// ack, with no goroutine of the client's, a 256-byte read buffer and
+// mochi's packet codec (github.com/mochi-mqtt/server/v2/packets, which
+// the gateway is built on). It connects with keepalive 0, so an idle
+// device sends nothing between messages; a broker that imposes a
+// keepalive (MQTT 5 Server Keep Alive: Mosquitto answers 0 with its
+// max_keepalive, 65535 s) is accepted only when it is longer than the
+// run (maxIdle), else refused with an error that says so. What paho.golang gives the protocol-feature runs (a pinger,
+// session state, a reader goroutine, queues) it leaves out.
+type clientLean struct {
+	conn net.Conn
+	r    *bufio.Reader
+	qos  byte
+	id   uint16 // the last packet ID used
+	buf  bytes.Buffer
+}
+
+// leanReadBuffer is the read buffer of a lean client: acks are a few
+// bytes.
+const leanReadBuffer = 256
+
+func dialLean(ctx context.Context, addr, id string, qos byte, auth Auth, maxIdle time.Duration) (*clientLean, error) {
+	conn, err := auth.dialConn(ctx, addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	c := &clientLean{conn: conn, r: bufio.NewReaderSize(conn, leanReadBuffer), qos: qos}
+	pk := mpackets.Packet{
+		FixedHeader:     mpackets.FixedHeader{Type: mpackets.Connect},
+		ProtocolVersion: 5,
+		Connect: mpackets.ConnectParams{
+			ProtocolName:     []byte("MQTT"),
+			Clean:            true,
+			Keepalive:        0,
+			ClientIdentifier: id,
+		},
+		Properties: mpackets.Properties{ReceiveMaximum: deviceReceiveMaximum},
+	}
+	if auth.Username != "" {
+		pk.Connect.UsernameFlag, pk.Connect.Username = true, []byte(auth.Username)
+		pk.Connect.PasswordFlag, pk.Connect.Password = true, []byte(auth.Password)
+	}
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	ca, err := c.roundTrip(&pk, pk.ConnectEncode, mpackets.Connack)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if ca.ReasonCode >= 0x80 {
+		conn.Close()
+		return nil, refusedLean(ca)
+	}
+	if ka := time.Duration(ca.Properties.ServerKeepAlive) * time.Second; ca.Properties.ServerKeepAliveFlag && ka > 0 && ka < maxIdle {
+		conn.Close()
+		return nil, fmt.Errorf("connect: the broker imposes a keepalive of %s, shorter than the run (%s); the lean client sends no PINGREQ: let clients have keepalive 0 (the gateway's mqtt.keepalive.min: 0s), or use the paho client", ka, maxIdle)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// refusedLean is refused5 for a CONNACK read by the lean client.
+func refusedLean(ca mpackets.Packet) error {
+	if ca.ReasonCode == 0x8A { // banned: automatic blocking
+		return fmt.Errorf("%w: CONNACK 0x8A banned", ErrBlocked)
+	}
+	reason := ""
+	name, known := connackNames[ca.ReasonCode]
+	if rs := ca.Properties.ReasonString; rs != "" && rs != name {
+		reason = ": " + rs
+	}
+	if known {
+		return fmt.Errorf("%w: CONNACK 0x%02x %s%s", ErrConnectRefused, ca.ReasonCode, name, reason)
+	}
+	return fmt.Errorf("connect: CONNACK 0x%02x%s", ca.ReasonCode, reason)
+}
+
+// roundTrip writes pk with encode and reads packets until one of type
+// want (see read).
+func (c *clientLean) roundTrip(pk *mpackets.Packet, encode func(*bytes.Buffer) error, want byte) (mpackets.Packet, error) {
+	c.buf.Reset()
+	if err := encode(&c.buf); err != nil {
+		return mpackets.Packet{}, err
+	}
+	if _, err := c.conn.Write(c.buf.Bytes()); err != nil {
+		return mpackets.Packet{}, err
+	}
+	return c.read(want, pk.PacketID)
+}
+
+// read reads packets until one of type want (with packet ID id, for
+// acks). A DISCONNECT from the gateway ends the connection: with 0x98
+// (administrative action) it is automatic blocking, ErrBlocked.
+func (c *clientLean) read(want byte, id uint16) (mpackets.Packet, error) {
+	for {
+		hb, err := c.r.ReadByte()
+		if err != nil {
+			return mpackets.Packet{}, err
+		}
+		pk := mpackets.Packet{ProtocolVersion: 5}
+		if err := pk.FixedHeader.Decode(hb); err != nil {
+			return pk, err
+		}
+		n, _, err := mpackets.DecodeLength(c.r)
+		if err != nil {
+			return pk, err
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(c.r, body); err != nil {
+			return pk, err
+		}
+		pk.FixedHeader.Remaining = n
+		switch pk.FixedHeader.Type {
+		case mpackets.Disconnect:
+			if err := pk.DisconnectDecode(body); err != nil {
+				return pk, err
+			}
+			c.conn.Close()
+			if pk.ReasonCode == 0x98 {
+				return pk, fmt.Errorf("%w: DISCONNECT 0x98", ErrBlocked)
+			}
+			return pk, fmt.Errorf("disconnected by the gateway: DISCONNECT 0x%02x %s", pk.ReasonCode, pk.Properties.ReasonString)
+		case want:
+		default:
+			continue // nothing else is expected; a device subscribes to nothing
+		}
+		switch want {
+		case mpackets.Connack:
+			err = pk.ConnackDecode(body)
+		case mpackets.Puback:
+			err = pk.PubackDecode(body)
+		case mpackets.Pubrec:
+			err = pk.PubrecDecode(body)
+		case mpackets.Pubcomp:
+			err = pk.PubcompDecode(body)
+		}
+		if err != nil {
+			return pk, err
+		}
+		if want == mpackets.Connack || pk.PacketID == id {
+			return pk, nil
+		}
+	}
+}
+
+func (c *clientLean) publish(_ context.Context, topic string, payload []byte) (Ack, byte, error) {
+	pk := mpackets.Packet{
+		FixedHeader:     mpackets.FixedHeader{Type: mpackets.Publish, Qos: c.qos},
+		ProtocolVersion: 5,
+		TopicName:       topic,
+		Payload:         payload,
+	}
+	if c.qos == 0 {
+		c.buf.Reset()
+		if err := pk.PublishEncode(&c.buf); err != nil {
+			return AckNone, 0, err
+		}
+		_, err := c.conn.Write(c.buf.Bytes())
+		return AckNone, 0, err
+	}
+	c.id++
+	if c.id == 0 {
+		c.id = 1
+	}
+	pk.PacketID = c.id
+	_ = c.conn.SetDeadline(time.Now().Add(ackTimeout))
+	defer c.conn.SetDeadline(time.Time{})
+	want := mpackets.Puback
+	if c.qos == 2 {
+		want = mpackets.Pubrec
+	}
+	ack, err := c.roundTrip(&pk, pk.PublishEncode, want)
+	if err != nil {
+		return AckNone, 0, err
+	}
+	if ack.ReasonCode >= 0x80 {
+		return AckRefused, ack.ReasonCode, nil
+	}
+	if c.qos == 2 {
+		rel := mpackets.Packet{FixedHeader: mpackets.FixedHeader{Type: mpackets.Pubrel, Qos: 1}, ProtocolVersion: 5, PacketID: c.id}
+		if _, err := c.roundTrip(&rel, rel.PubrelEncode, mpackets.Pubcomp); err != nil {
+			return AckNone, 0, err
+		}
+	}
+	return AckSuccess, ack.ReasonCode, nil
+}
+
+func (c *clientLean) close() {
+	pk := mpackets.Packet{FixedHeader: mpackets.FixedHeader{Type: mpackets.Disconnect}, ProtocolVersion: 5}
+	c.buf.Reset()
+	if pk.DisconnectEncode(&c.buf) == nil {
+		_ = c.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.conn.Write(c.buf.Bytes())
+	}
+	c.conn.Close()
+}
+
+// errLeanProtocol is Config validation's: the lean client speaks MQTT 5.
+var errLeanProtocol = errors.New("the lean client speaks MQTT 5 only")
