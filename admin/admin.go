@@ -92,7 +92,7 @@ type Options struct {
 	Forward func() []ForwardStats
 	// Blocks lists and lifts automatic blocks; nil: none.
 	Blocks Blocks
-	// Groups lists the groups of the devices connected; nil: none.
+	// Groups lists the groups devices joined since start; nil: none.
 	Groups Groups
 }
 

@@ -13,10 +13,10 @@ import (
 	"devicegate/devicelimit"
 )
 
-// GroupMembers is a group with devices connected to this gateway: its
-// name, the label its metrics count under (the configured name or
-// template), the quota its rule gives it, and how many of its devices
-// are connected here.
+// GroupMembers is a group a device joined on this gateway since it
+// started: its name, the label its metrics count under (the configured
+// name or template), the quota its rule gives it, and how many of its
+// devices are connected here now.
 type GroupMembers struct {
 	Name      string
 	Label     string
@@ -24,7 +24,7 @@ type GroupMembers struct {
 	Connected int
 }
 
-// Groups lists the groups of the devices connected now.
+// Groups lists the groups devices joined on this gateway since start.
 type Groups interface {
 	Groups() []GroupMembers
 }
@@ -71,9 +71,9 @@ func groupName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return name, true
 }
 
-// groups returns every group this gateway knows, by name: those of
-// connected devices, those the configuration names (fixed names), and
-// those with an override.
+// groups returns every group this gateway knows, by name: those its
+// devices joined since start, those the configuration names (fixed
+// names), and those with an override.
 func (s *Server) groups() map[string]GroupJSON {
 	now := s.opts.Clock.Now()
 	out := map[string]GroupJSON{}
@@ -139,7 +139,7 @@ func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
 	g, ok := s.groups()[name]
 	q, known := s.groupQuota(name)
 	if !ok || !known {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("group %q is not known here: no device of it is connected, and neither the configuration nor an override names it", name))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("group %q is not known here: no device of it connected since this gateway started, and neither the configuration nor an override names it", name))
 		return
 	}
 	_, windows, err := s.peekWindows(devicelimit.GroupKey(name), "", q, s.opts.Clock.Now())

@@ -52,6 +52,7 @@ func (h *throttle) joinGroup(clientID, username string) groupOf {
 	if m.Name == "" {
 		return groupOf{}
 	}
+	h.groupsSeen.Store(m.Name, m)
 	return groupOf{Membership: m, key: devicelimit.GroupKey(m.Name), stats: h.groups[m.Label]}
 }
 
@@ -83,8 +84,9 @@ func (h *throttle) decideGroup(c *connInfo, class string, q devicelimit.Quota, s
 	return d.Decision, gq, d.Group, !d.Group && q.Shadow
 }
 
-// GroupMembers is a group with devices connected: its name, metric
-// label and rule's quota, and how many of its devices are connected.
+// GroupMembers is a group a device joined since start: its name,
+// metric label and rule's quota, and how many of its devices are
+// connected now.
 type GroupMembers struct {
 	Name      string
 	Label     string
@@ -92,25 +94,27 @@ type GroupMembers struct {
 	Connected int
 }
 
-// Groups returns the groups of the devices connected now, by name.
+// Groups returns the groups devices joined since start, by name, with
+// their devices connected now. (The gateway keeps one entry per group
+// it has seen: groups are few, a tenant's devices many.)
 func (s *Server) Groups() []GroupMembers {
 	h := s.hook
-	h.devMu.Lock()
 	by := map[string]*GroupMembers{}
+	h.groupsSeen.Range(func(k, v any) bool {
+		m := v.(devicelimit.Membership)
+		by[m.Name] = &GroupMembers{Name: m.Name, Label: m.Label, Quota: m.Quota}
+		return true
+	})
+	h.devMu.Lock()
 	for _, d := range h.devices {
 		if len(d.live) == 0 {
 			continue
 		}
-		g := d.live[len(d.live)-1].group
-		if g.key == "" {
-			continue
+		if g := d.live[len(d.live)-1].group; g.key != "" {
+			if m := by[g.Name]; m != nil {
+				m.Connected++
+			}
 		}
-		m := by[g.Name]
-		if m == nil {
-			m = &GroupMembers{Name: g.Name, Label: g.Label, Quota: g.Quota}
-			by[g.Name] = m
-		}
-		m.Connected++
 	}
 	h.devMu.Unlock()
 	out := make([]GroupMembers, 0, len(by))

@@ -148,6 +148,9 @@ type throttle struct {
 	// groups counts the groups' outcomes by label (group.go); fixed at
 	// start.
 	groups map[string]*groupStats
+	// groupsSeen holds the membership of every group a device joined
+	// since start, by name (group.go).
+	groupsSeen sync.Map
 }
 
 // connInfo is what a connection's publishes need and what cannot change

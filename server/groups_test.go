@@ -135,9 +135,17 @@ func TestGroupsCapTenant(t *testing.T) {
 	httpDo(t, "DELETE", admin+"/api/v1/groups/acme/quota", "test-token", "", 404)
 	devs[3].MustPublish(t, "devices/tenant-acme-3/t", "x", mqtttest.CodeQuotaExceeded)
 
-	// The group's window survives a restart.
+	// The group's window survives a restart; before it, with its
+	// devices gone, the group is still known here.
 	for _, d := range append(devs, beta) {
 		d.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for st := getGroup(t, admin, "acme"); st.Connected != 0; st = getGroup(t, admin, "acme") {
+		if time.Now().After(deadline) {
+			t.Fatalf("group acme after its devices left: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	closeGateway(t, g)
 	g = mustStart(t, groupConfig(t, dir), Deps{})
