@@ -1,0 +1,79 @@
+package broker
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"devicegate/devicelimit"
+)
+
+// tenantRule puts devices "t-NAME-*" in group NAME: each device 10 per
+// second, the group 3 per second, and a topic class "alarms" of its own
+// 5 per second per device; policy p.
+func tenantRule(p devicelimit.Policy) devicelimit.Rule {
+	return devicelimit.Rule{
+		Name: "tenants", ClientID: "t-{tenant}-*",
+		Quota:   devicelimit.Quota{Limit: 10, Window: time.Second, Policy: p},
+		Classes: []devicelimit.Class{{Name: "alarms", Topics: []string{"a/#"}, Quota: devicelimit.Quota{Limit: 5, Window: time.Second, Policy: p}}},
+		Group:   &devicelimit.Group{Name: "{tenant}", Quota: devicelimit.Quota{Limit: 3, Window: time.Second}},
+	}
+}
+
+// TestGroupAcrossClassesAndProtocols: a tenant's 3 messages a second are
+// shared by its devices over MQTT 5 and 3.1.1 and count a topic class's
+// messages too; MQTT 5 learns that the group refused (0x97, the reason
+// names it); another tenant is served; the window frees on the clock.
+func TestGroupAcrossClassesAndProtocols(t *testing.T) {
+	f := start(t, fixtureOpts{rules: []devicelimit.Rule{tenantRule(devicelimit.PolicyDrop)}})
+	a5 := f.connect(t, 5, "t-acme-1", "")
+	a3 := f.connect(t, 3, "t-acme-2", "")
+	if a, err := a5.publish(t, "x/1", "1", 1); err != nil || a.code != 0 {
+		t.Fatalf("first: 0x%02x %v", a.code, err)
+	}
+	if a, err := a3.publish(t, "x/2", "2", 1); err != nil || a.code != 0 {
+		t.Fatalf("3.1.1: 0x%02x %v", a.code, err)
+	}
+	if a, err := a5.publish(t, "a/fire", "3", 1); err != nil || a.code != 0 {
+		t.Fatalf("alarm class: 0x%02x %v", a.code, err)
+	}
+	a, err := a5.publish(t, "a/fire", "4", 1)
+	if err != nil || a.code != 0x97 || !strings.HasPrefix(a.reason, "quota of group acme exceeded: 3 messages per 1s, retry after ") {
+		t.Fatalf("fourth of the tenant: 0x%02x %q %v", a.code, a.reason, err)
+	}
+	b := f.connect(t, 5, "t-beta-1", "")
+	if a, err := b.publish(t, "x/b", "b", 1); err != nil || a.code != 0 {
+		t.Fatalf("another tenant: 0x%02x %v", a.code, err)
+	}
+	st := f.srv.Stats().Groups["{tenant}"]
+	if st[GroupAdmitted] != 4 || st[GroupRefused] != 1 {
+		t.Fatalf("group stats %v, want 4 admitted, 1 refused", st)
+	}
+	f.clock.Advance(1100 * time.Millisecond)
+	if a, err := a3.publish(t, "x/2", "5", 1); err != nil || a.code != 0 {
+		t.Fatalf("after the window: 0x%02x %v", a.code, err)
+	}
+	if g := f.srv.Groups(); len(g) != 2 || g[0].Name != "acme" || g[0].Connected != 2 || g[1].Name != "beta" {
+		t.Fatalf("groups %+v", g)
+	}
+}
+
+// TestGroupRefusalDisconnects: under policy disconnect a refusal by the
+// group ends the MQTT 5 device's connection with DISCONNECT 0x96 whose
+// reason names the group.
+func TestGroupRefusalDisconnects(t *testing.T) {
+	f := start(t, fixtureOpts{rules: []devicelimit.Rule{tenantRule(devicelimit.PolicyDisconnect)}})
+	p := f.connect(t, 5, "t-acme-1", "")
+	for i := range 3 {
+		if a, err := p.publish(t, "x/1", "ok", 1); err != nil || a.code != 0 {
+			t.Fatalf("publish %d: 0x%02x %v", i, a.code, err)
+		}
+	}
+	p.send("x/1", "over", 1)
+	receive(t, "the connection to end", p.lost())
+	eventually(t, "DISCONNECT", func() bool { return p.disconnect() != nil })
+	if d := p.disconnect(); d.ReasonCode != 0x96 || d.Properties == nil ||
+		!strings.HasPrefix(d.Properties.ReasonString, "message rate of group acme too high: 3 messages per 1s, retry after ") {
+		t.Fatalf("DISCONNECT %+v", d)
+	}
+}
