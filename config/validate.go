@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"devicegate/auth"
+	"devicegate/broker"
 	"devicegate/devicelimit"
 )
 
@@ -177,6 +178,8 @@ func (v *validator) classes(key string, cs []Class, buckets int) {
 			v.add(k+".name", fmt.Sprintf("must be 1 to %d bytes without NUL (got %q)", devicelimit.MaxClassName, c.Name))
 		} else if j, dup := names[c.Name]; dup {
 			v.add(k+".name", fmt.Sprintf("%q is also the name of %s[%d]", c.Name, key, j))
+		} else if c.Name == broker.OverrideClass {
+			v.add(k+".name", fmt.Sprintf("%q is reserved: the metrics count the classes only overrides name under it", c.Name))
 		}
 		names[c.Name] = i
 		if len(c.Topics) == 0 {

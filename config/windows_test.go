@@ -179,3 +179,15 @@ func TestBlockConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestReservedClassName: a class may not be named "(override)", the
+// metrics' label of the classes only overrides name.
+func TestReservedClassName(t *testing.T) {
+	c, err := Parse(strings.NewReader(`limits: {classes: [{name: "(override)", topics: ["a/#"], quota: {limit: 1, window: 1s}}]}`))
+	if err == nil {
+		err = c.Validate()
+	}
+	if want := `limits.classes[0].name: "(override)" is reserved`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%v, want %q", err, want)
+	}
+}
