@@ -135,7 +135,7 @@ type TopicClass struct {
 
 // ClassTopic returns the topic template and class name of message seq
 // of a device: a topic class's, or Topic's and "".
-func (c Config) ClassTopic(seq uint64) (string, string) {
+func (c *Config) ClassTopic(seq uint64) (string, string) {
 	for _, tc := range c.TopicClasses {
 		if seq%uint64(tc.Every) == uint64(tc.Every-1) {
 			return tc.Topic, tc.Name

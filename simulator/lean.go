@@ -29,6 +29,10 @@ type clientLean struct {
 	qos  byte
 	id   uint16 // the last packet ID used
 	buf  bytes.Buffer
+	// out and in are the packet being sent and the one read, kept here
+	// rather than on the goroutine's stack: a packets.Packet is 800
+	// bytes, and the device's goroutine should stay small while idle.
+	out, in mpackets.Packet
 }
 
 // leanReadBuffer is the read buffer of a lean client: acks are a few
@@ -41,27 +45,23 @@ func dialLean(ctx context.Context, addr, id string, qos byte, auth Auth, maxIdle
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	c := &clientLean{conn: conn, r: bufio.NewReaderSize(conn, leanReadBuffer), qos: qos}
-	pk := mpackets.Packet{
-		FixedHeader:     mpackets.FixedHeader{Type: mpackets.Connect},
-		ProtocolVersion: 5,
-		Connect: mpackets.ConnectParams{
-			ProtocolName:     []byte("MQTT"),
-			Clean:            true,
-			Keepalive:        0,
-			ClientIdentifier: id,
-		},
-		Properties: mpackets.Properties{ReceiveMaximum: deviceReceiveMaximum},
-	}
+	pk := &c.out
+	pk.FixedHeader.Type = mpackets.Connect
+	pk.ProtocolVersion = 5
+	pk.Connect.ProtocolName = []byte("MQTT")
+	pk.Connect.Clean = true
+	pk.Connect.ClientIdentifier = id
+	pk.Properties.ReceiveMaximum = deviceReceiveMaximum
 	if auth.Username != "" {
 		pk.Connect.UsernameFlag, pk.Connect.Username = true, []byte(auth.Username)
 		pk.Connect.PasswordFlag, pk.Connect.Password = true, []byte(auth.Password)
 	}
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	ca, err := c.roundTrip(&pk, pk.ConnectEncode, mpackets.Connack)
-	if err != nil {
+	if err := c.roundTrip(pk.ConnectEncode, mpackets.Connack, 0); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("connect: %w", err)
 	}
+	ca := &c.in
 	if ca.ReasonCode >= 0x80 {
 		conn.Close()
 		return nil, refusedLean(ca)
@@ -71,11 +71,12 @@ func dialLean(ctx context.Context, addr, id string, qos byte, auth Auth, maxIdle
 		return nil, fmt.Errorf("connect: the broker imposes a keepalive of %s, shorter than the run (%s); the lean client sends no PINGREQ: let clients have keepalive 0 (the gateway's mqtt.keepalive.min: 0s), or use the paho client", ka, maxIdle)
 	}
 	_ = conn.SetDeadline(time.Time{})
+	c.out, c.in = mpackets.Packet{}, mpackets.Packet{} // the credentials and the CONNACK's properties
 	return c, nil
 }
 
 // refusedLean is refused5 for a CONNACK read by the lean client.
-func refusedLean(ca mpackets.Packet) error {
+func refusedLean(ca *mpackets.Packet) error {
 	if ca.ReasonCode == 0x8A { // banned: automatic blocking
 		return fmt.Errorf("%w: CONNACK 0x8A banned", ErrBlocked)
 	}
@@ -90,51 +91,53 @@ func refusedLean(ca mpackets.Packet) error {
 	return fmt.Errorf("connect: CONNACK 0x%02x%s", ca.ReasonCode, reason)
 }
 
-// roundTrip writes pk with encode and reads packets until one of type
-// want (see read).
-func (c *clientLean) roundTrip(pk *mpackets.Packet, encode func(*bytes.Buffer) error, want byte) (mpackets.Packet, error) {
+// roundTrip writes c.out with encode (one of its methods) and reads
+// packets into c.in until one of type want (see read).
+func (c *clientLean) roundTrip(encode func(*bytes.Buffer) error, want byte, id uint16) error {
 	c.buf.Reset()
 	if err := encode(&c.buf); err != nil {
-		return mpackets.Packet{}, err
+		return err
 	}
 	if _, err := c.conn.Write(c.buf.Bytes()); err != nil {
-		return mpackets.Packet{}, err
+		return err
 	}
-	return c.read(want, pk.PacketID)
+	return c.read(want, id)
 }
 
-// read reads packets until one of type want (with packet ID id, for
-// acks). A DISCONNECT from the gateway ends the connection: with 0x98
-// (administrative action) it is automatic blocking, ErrBlocked.
-func (c *clientLean) read(want byte, id uint16) (mpackets.Packet, error) {
+// read reads packets into c.in until one of type want (with packet ID
+// id, for acks). A DISCONNECT from the gateway ends the connection:
+// with 0x98 (administrative action) it is automatic blocking,
+// ErrBlocked.
+func (c *clientLean) read(want byte, id uint16) error {
+	pk := &c.in
 	for {
 		hb, err := c.r.ReadByte()
 		if err != nil {
-			return mpackets.Packet{}, err
+			return err
 		}
-		pk := mpackets.Packet{ProtocolVersion: 5}
+		*pk = mpackets.Packet{ProtocolVersion: 5}
 		if err := pk.FixedHeader.Decode(hb); err != nil {
-			return pk, err
+			return err
 		}
 		n, _, err := mpackets.DecodeLength(c.r)
 		if err != nil {
-			return pk, err
+			return err
 		}
 		body := make([]byte, n)
 		if _, err := io.ReadFull(c.r, body); err != nil {
-			return pk, err
+			return err
 		}
 		pk.FixedHeader.Remaining = n
 		switch pk.FixedHeader.Type {
 		case mpackets.Disconnect:
 			if err := pk.DisconnectDecode(body); err != nil {
-				return pk, err
+				return err
 			}
 			c.conn.Close()
 			if pk.ReasonCode == 0x98 {
-				return pk, fmt.Errorf("%w: DISCONNECT 0x98", ErrBlocked)
+				return fmt.Errorf("%w: DISCONNECT 0x98", ErrBlocked)
 			}
-			return pk, fmt.Errorf("disconnected by the gateway: DISCONNECT 0x%02x %s", pk.ReasonCode, pk.Properties.ReasonString)
+			return fmt.Errorf("disconnected by the gateway: DISCONNECT 0x%02x %s", pk.ReasonCode, pk.Properties.ReasonString)
 		case want:
 		default:
 			continue // nothing else is expected; a device subscribes to nothing
@@ -150,21 +153,21 @@ func (c *clientLean) read(want byte, id uint16) (mpackets.Packet, error) {
 			err = pk.PubcompDecode(body)
 		}
 		if err != nil {
-			return pk, err
+			return err
 		}
 		if want == mpackets.Connack || pk.PacketID == id {
-			return pk, nil
+			return nil
 		}
 	}
 }
 
 func (c *clientLean) publish(_ context.Context, topic string, payload []byte) (Ack, byte, error) {
-	pk := mpackets.Packet{
-		FixedHeader:     mpackets.FixedHeader{Type: mpackets.Publish, Qos: c.qos},
-		ProtocolVersion: 5,
-		TopicName:       topic,
-		Payload:         payload,
-	}
+	pk := &c.out
+	*pk = mpackets.Packet{}
+	pk.FixedHeader.Type, pk.FixedHeader.Qos = mpackets.Publish, c.qos
+	pk.ProtocolVersion = 5
+	pk.TopicName, pk.Payload = topic, payload
+	defer func() { pk.Payload = nil }() // the caller's buffer
 	if c.qos == 0 {
 		c.buf.Reset()
 		if err := pk.PublishEncode(&c.buf); err != nil {
@@ -184,24 +187,28 @@ func (c *clientLean) publish(_ context.Context, topic string, payload []byte) (A
 	if c.qos == 2 {
 		want = mpackets.Pubrec
 	}
-	ack, err := c.roundTrip(&pk, pk.PublishEncode, want)
-	if err != nil {
+	if err := c.roundTrip(pk.PublishEncode, want, c.id); err != nil {
 		return AckNone, 0, err
 	}
-	if ack.ReasonCode >= 0x80 {
-		return AckRefused, ack.ReasonCode, nil
+	if code := c.in.ReasonCode; code >= 0x80 {
+		return AckRefused, code, nil
 	}
+	code := c.in.ReasonCode
 	if c.qos == 2 {
-		rel := mpackets.Packet{FixedHeader: mpackets.FixedHeader{Type: mpackets.Pubrel, Qos: 1}, ProtocolVersion: 5, PacketID: c.id}
-		if _, err := c.roundTrip(&rel, rel.PubrelEncode, mpackets.Pubcomp); err != nil {
+		*pk = mpackets.Packet{}
+		pk.FixedHeader.Type, pk.FixedHeader.Qos = mpackets.Pubrel, 1
+		pk.ProtocolVersion, pk.PacketID = 5, c.id
+		if err := c.roundTrip(pk.PubrelEncode, mpackets.Pubcomp, c.id); err != nil {
 			return AckNone, 0, err
 		}
 	}
-	return AckSuccess, ack.ReasonCode, nil
+	return AckSuccess, code, nil
 }
 
 func (c *clientLean) close() {
-	pk := mpackets.Packet{FixedHeader: mpackets.FixedHeader{Type: mpackets.Disconnect}, ProtocolVersion: 5}
+	pk := &c.out
+	*pk = mpackets.Packet{}
+	pk.FixedHeader.Type, pk.ProtocolVersion = mpackets.Disconnect, 5
 	c.buf.Reset()
 	if pk.DisconnectEncode(&c.buf) == nil {
 		_ = c.conn.SetWriteDeadline(time.Now().Add(time.Second))

@@ -260,7 +260,7 @@ func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, err
 // schedule returns the gap before the device's next message after n
 // sent, or the whole period's worth for bursts.
 type schedule struct {
-	cfg   Config
+	cfg   *Config
 	rng   *rand.Rand
 	n     int
 	flood bool // a flood device: steady at cfg.FloodRate
@@ -289,7 +289,9 @@ func (s *schedule) next(prev time.Duration) time.Duration {
 // device runs device i until ctx ends: connect after delay, publish on
 // schedule, reconnect after a storm or a restart.
 func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duration) {
-	cfg, rec := f.cfg, f.rec
+	// The Config by pointer: a copy would sit on every device's stack
+	// (and in its schedule) all run long.
+	cfg, rec := &f.cfg, f.rec
 	if !sleepUntil(ctx, time.Now().Add(delay)) {
 		return
 	}

@@ -196,8 +196,8 @@ func TestRunRefusesBadConfig(t *testing.T) {
 }
 
 func TestScheduleOffsets(t *testing.T) {
-	steady := &schedule{cfg: Config{Pattern: PatternSteady, Rate: 4}}
-	burst := &schedule{cfg: Config{Pattern: PatternBurst, Burst: 3, Period: time.Second}}
+	steady := &schedule{cfg: &Config{Pattern: PatternSteady, Rate: 4}}
+	burst := &schedule{cfg: &Config{Pattern: PatternBurst, Burst: 3, Period: time.Second}}
 	var s, b []time.Duration
 	var ps, pb time.Duration
 	for range 7 {
