@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"devicegate/broker"
 	"devicegate/devicelimit"
 	"devicegate/internal/mosquittotest"
 )
@@ -64,5 +65,42 @@ func TestLeanClientAgainstMosquitto(t *testing.T) {
 	cfg.Protocol = 4
 	if _, err := Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "lean client speaks MQTT 5 only") {
 		t.Fatalf("lean with MQTT 3.1.1: %v", err)
+	}
+}
+
+// TestLeanClientRefusesShortKeepalive: a broker that imposes a
+// keepalive shorter than the run (the gateway's mqtt.keepalive.max) is
+// refused at connect by the lean client, which sends no PINGREQ, with
+// an error that says so.
+func TestLeanClientRefusesShortKeepalive(t *testing.T) {
+	table, err := devicelimit.NewTable(devicelimit.DefaultBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := devicelimit.Quota{Limit: 100, Window: time.Second}
+	resolver, err := devicelimit.NewResolver(q, nil, devicelimit.DefaultBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := broker.New(broker.Options{TCPAddr: "127.0.0.1:0", Table: table, Resolver: resolver,
+		Clock: preciseClock{base: devicelimit.TickOf(time.Now()), start: time.Now()}, Limits: broker.Limits{KeepaliveMax: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Close(ctx)
+	})
+	rep, err := Run(context.Background(), Config{Addr: srv.Addr().String(), Devices: 2, Rate: 1, QoS: 1, Duration: time.Second,
+		Quota: q, Client: ClientLean})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ConnectFailures != 2 || len(rep.Errors) == 0 || !strings.Contains(rep.Errors[0], "imposes a keepalive of 5s, shorter than the run") {
+		t.Fatalf("connect failures %d, errors %q", rep.ConnectFailures, rep.Errors)
 	}
 }
