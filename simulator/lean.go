@@ -18,10 +18,10 @@ import (
 // ack, with no goroutine of the client's, a 256-byte read buffer and
 // mochi's packet codec (github.com/mochi-mqtt/server/v2/packets, which
 // the gateway is built on). It connects with keepalive 0, so an idle
-// device sends nothing between messages; a broker that imposes a
-// keepalive (MQTT 5 Server Keep Alive: Mosquitto answers 0 with its
-// max_keepalive, 65535 s) is accepted only when it is longer than the
-// run (maxIdle), else refused with an error that says so. What paho.golang gives the protocol-feature runs (a pinger,
+// device sends nothing between messages; when the broker imposes a
+// keepalive (MQTT 5 Server Keep Alive: the gateway's mqtt.keepalive.max,
+// Mosquitto's max_keepalive), the device's loop sends a PINGREQ when
+// half of it has passed without a packet (pinger). What paho.golang gives the protocol-feature runs (a pinger,
 // session state, a reader goroutine, queues) it leaves out.
 type clientLean struct {
 	conn net.Conn
@@ -29,6 +29,10 @@ type clientLean struct {
 	qos  byte
 	id   uint16 // the last packet ID used
 	buf  bytes.Buffer
+	// keepalive is the broker's Server Keep Alive, 0 for none; last is
+	// when the client last sent a packet.
+	keepalive time.Duration
+	last      time.Time
 	// out and in are the packet being sent and the one read, kept here
 	// rather than on the goroutine's stack: a packets.Packet is 800
 	// bytes, and the device's goroutine should stay small while idle.
@@ -39,7 +43,7 @@ type clientLean struct {
 // bytes.
 const leanReadBuffer = 256
 
-func dialLean(ctx context.Context, addr, id string, qos byte, auth Auth, maxIdle time.Duration) (*clientLean, error) {
+func dialLean(ctx context.Context, addr, id string, qos byte, auth Auth) (*clientLean, error) {
 	conn, err := auth.dialConn(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -66,9 +70,8 @@ func dialLean(ctx context.Context, addr, id string, qos byte, auth Auth, maxIdle
 		conn.Close()
 		return nil, refusedLean(ca)
 	}
-	if ka := time.Duration(ca.Properties.ServerKeepAlive) * time.Second; ca.Properties.ServerKeepAliveFlag && ka > 0 && ka < maxIdle {
-		conn.Close()
-		return nil, fmt.Errorf("connect: the broker imposes a keepalive of %s, shorter than the run (%s); the lean client sends no PINGREQ: let clients have keepalive 0 (the gateway's mqtt.keepalive.min: 0s), or use the paho client", ka, maxIdle)
+	if ca.Properties.ServerKeepAliveFlag {
+		c.keepalive = time.Duration(ca.Properties.ServerKeepAlive) * time.Second
 	}
 	_ = conn.SetDeadline(time.Time{})
 	c.out, c.in = mpackets.Packet{}, mpackets.Packet{} // the credentials and the CONNACK's properties
@@ -101,7 +104,28 @@ func (c *clientLean) roundTrip(encode func(*bytes.Buffer) error, want byte, id u
 	if _, err := c.conn.Write(c.buf.Bytes()); err != nil {
 		return err
 	}
+	c.last = time.Now()
 	return c.read(want, id)
+}
+
+// pingDue returns when the client must send a PINGREQ to stay within
+// the broker's keepalive (half of it after its last packet), if it must.
+func (c *clientLean) pingDue() (time.Time, bool) {
+	if c.keepalive <= 0 {
+		return time.Time{}, false
+	}
+	return c.last.Add(c.keepalive / 2), true
+}
+
+// ping sends a PINGREQ and reads the PINGRESP.
+func (c *clientLean) ping() error {
+	_ = c.conn.SetDeadline(time.Now().Add(ackTimeout))
+	defer c.conn.SetDeadline(time.Time{})
+	if _, err := c.conn.Write([]byte{mpackets.Pingreq << 4, 0}); err != nil {
+		return err
+	}
+	c.last = time.Now()
+	return c.read(mpackets.Pingresp, 0)
 }
 
 // read reads packets into c.in until one of type want (with packet ID
@@ -155,7 +179,7 @@ func (c *clientLean) read(want byte, id uint16) error {
 		if err != nil {
 			return err
 		}
-		if want == mpackets.Connack || pk.PacketID == id {
+		if want == mpackets.Connack || want == mpackets.Pingresp || pk.PacketID == id {
 			return nil
 		}
 	}
@@ -174,6 +198,7 @@ func (c *clientLean) publish(_ context.Context, topic string, payload []byte) (A
 			return AckNone, 0, err
 		}
 		_, err := c.conn.Write(c.buf.Bytes())
+		c.last = time.Now()
 		return AckNone, 0, err
 	}
 	c.id++

@@ -374,21 +374,28 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 				return
 			}
 		}
-		if !sleepUntil(ctx, start.Add(off)) {
+		ok, err := waitToSend(ctx, p, start.Add(off))
+		if !ok {
 			return
 		}
-		at := time.Now()
-		payload := AppendHeader(buf[:0], Header{Device: id, Seq: seq, Sent: at}, cfg.PayloadSize)
-		tmpl, class := cfg.ClassTopic(seq)
-		ack, code, err := p.publish(ctx, topics[tmpl], payload)
-		var ackAt time.Time
-		if ack != AckNone {
-			ackAt = time.Now()
-		}
-		rec.sent(id, Sent{Seq: seq, At: at, Ack: ack, Code: code, AckAt: ackAt, Size: len(payload), Class: class})
-		off = sch.next(off)
 		if err == nil {
-			continue
+			at := time.Now()
+			payload := AppendHeader(buf[:0], Header{Device: id, Seq: seq, Sent: at}, cfg.PayloadSize)
+			tmpl, class := cfg.ClassTopic(seq)
+			var ack Ack
+			var code byte
+			ack, code, err = p.publish(ctx, topics[tmpl], payload)
+			var ackAt time.Time
+			if ack != AckNone {
+				ackAt = time.Now()
+			}
+			rec.sent(id, Sent{Seq: seq, At: at, Ack: ack, Code: code, AckAt: ackAt, Size: len(payload), Class: class})
+			off = sch.next(off)
+			if err == nil {
+				continue
+			}
+		} else {
+			seq-- // nothing was sent: the next message keeps this number
 		}
 		if ctx.Err() != nil {
 			return
@@ -407,6 +414,35 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 			return
 		}
 	}
+}
+
+// pinger is a publisher that must show the broker it is alive between
+// messages: the lean client under a broker's keepalive (paho clients
+// ping on their own).
+type pinger interface {
+	pingDue() (time.Time, bool)
+	ping() error
+}
+
+// waitToSend waits until due, pinging the broker in between when p
+// must. It returns false when ctx ended first, and a ping's error (the
+// connection is gone) with true.
+func waitToSend(ctx context.Context, p publisher, due time.Time) (bool, error) {
+	if pg, ok := p.(pinger); ok {
+		for {
+			at, need := pg.pingDue()
+			if !need || !at.Before(due) {
+				break
+			}
+			if !sleepUntil(ctx, at) {
+				return false, nil
+			}
+			if err := pg.ping(); err != nil {
+				return true, err
+			}
+		}
+	}
+	return sleepUntil(ctx, due), nil
 }
 
 // connectAttempts is how often a device tries its first connection.
@@ -429,9 +465,7 @@ func (f *fleet) dial(ctx context.Context, id string) (publisher, error) {
 		return c, nil
 	}
 	if f.cfg.Client == ClientLean {
-		// No ping is needed while a keepalive outlasts the run.
-		maxIdle := f.cfg.Duration + f.cfg.Drain + time.Minute
-		c, err := dialLean(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth, maxIdle)
+		c, err := dialLean(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth)
 		if err != nil {
 			return nil, err
 		}
