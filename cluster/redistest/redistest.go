@@ -89,6 +89,27 @@ func freePort(t testing.TB) int {
 	return n
 }
 
+// clusterPort returns a free port whose cluster bus port (the port plus
+// 10000, where a cluster node also listens) is free too: a busy machine's
+// ephemeral ports can hold the second when only the first was checked.
+func clusterPort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		p := freePort(t)
+		if p+10000 > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p
+	}
+	t.Fatal("no free port with a free cluster bus port (+10000) in 100 tries")
+	return 0
+}
+
 func (s *Server) start() *proctest.Proc {
 	s.t.Helper()
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
@@ -148,7 +169,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	cli := proctest.Tool(t, "redis-cli")
 	c := &Cluster{}
 	for range n {
-		s := &Server{t: t, port: freePort(t), cluster: t.TempDir()}
+		s := &Server{t: t, port: clusterPort(t), cluster: t.TempDir()}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 		s.Server = proctest.NewServer(t, s.start)
 		c.Nodes = append(c.Nodes, s)
