@@ -213,3 +213,25 @@ func TestGroupSharedInCluster(t *testing.T) {
 	d.MustPublish(t, "devices/tenant-acme-7/t", "x", mqtttest.CodeSuccess)
 	d.MustPublish(t, "devices/tenant-acme-7/t", "x", mqtttest.CodeQuotaExceeded)
 }
+
+// TestGroupOverrideSurvivesRestart: a group override is kept in the data
+// directory like a device's and judges the group after a restart.
+func TestGroupOverrideSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	g := mustStart(t, groupConfig(t, dir), Deps{})
+	httpDo(t, "PUT", "http://"+g.AdminAddr().String()+"/api/v1/groups/acme/quota", "test-token", `{"limit":1,"window":"1h"}`, 200)
+	closeGateway(t, g)
+	g = mustStart(t, groupConfig(t, dir), Deps{})
+	if st := getGroup(t, "http://"+g.AdminAddr().String(), "acme"); st.Source != "override" || st.Quota.Windows[0].Messages != 1 {
+		t.Fatalf("group acme after a restart: %+v", st)
+	}
+	d := mqtttest.Dial5(t, g.Addr().String(), "tenant-acme-1")
+	d.MustPublish(t, "devices/tenant-acme-1/t", "x", mqtttest.CodeSuccess)
+	code, reason, err := d.PublishReason("devices/tenant-acme-1/t", "x")
+	if err != nil || code != mqtttest.CodeQuotaExceeded || !strings.HasPrefix(reason, "quota of group acme exceeded: 1 messages per 1h0m0s") {
+		t.Fatalf("second message under the restored override: 0x%02x %q %v", code, reason, err)
+	}
+	if body := httpGet(t, "http://"+g.AdminAddr().String()+"/api/v1/quotas", "test-token"); strings.Contains(body, "acme") {
+		t.Fatalf("a group override listed among the devices' overrides: %s", body)
+	}
+}
