@@ -77,3 +77,37 @@ func TestGroupRefusalDisconnects(t *testing.T) {
 		t.Fatalf("DISCONNECT %+v", d)
 	}
 }
+
+// TestGroupRefusalsDoNotBlock: a device the group refuses again and
+// again (its tenant at its cap) is not blocked; one its own quota
+// refuses as often is.
+func TestGroupRefusalsDoNotBlock(t *testing.T) {
+	r := tenantRule(devicelimit.PolicyDrop)
+	r.Quota.Limit = 4
+	r.Quota.Block = devicelimit.Block{After: 3, Within: time.Minute, For: time.Hour}
+	r.Group.Quota.Limit = 100
+	f := start(t, fixtureOpts{rules: []devicelimit.Rule{r}})
+	// A group override of 1 message: the tenant is at its cap at once.
+	if err := f.resolver.SetOverride(devicelimit.GroupKey("acme"), devicelimit.Override{Quota: devicelimit.Quota{Limit: 1, Window: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	calm := f.connect(t, 5, "t-acme-1", "")
+	for i := range 6 {
+		want := byte(0x97)
+		if i == 0 {
+			want = 0
+		}
+		if a, err := calm.publish(t, "x/1", "m", 1); err != nil || a.code != want {
+			t.Fatalf("message %d: 0x%02x %v, want 0x%02x", i, a.code, err, want)
+		}
+	}
+	if st := f.srv.Stats(); st.Blocks != 0 {
+		t.Fatalf("%d blocks for refusals by the group", st.Blocks)
+	}
+	// Its own quota's refusals do block: 4 admitted, 3 refused.
+	other := f.connect(t, 5, "t-beta-1", "")
+	for range 7 {
+		other.send("x/2", "m", 1)
+	}
+	eventually(t, "the flooding device blocked", func() bool { return f.srv.Stats().Blocks == 1 })
+}

@@ -443,7 +443,9 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 	retry := ceilMillisecond(d.RetryAfter)
 	h.logThrottled(cl, c, class, refusing(q, gq, byGroup), d, byGroup, now)
 	h.refused(c.device, now)
-	if q.Block.After > 0 && h.countRefusal(c, q.Block, now) {
+	// A refusal by the group is the tenant's, not the device's doing:
+	// it does not count towards the device's block.
+	if q.Block.After > 0 && !byGroup && h.countRefusal(c, q.Block, now) {
 		return h.blockNow(cl, c, q, now)
 	}
 
