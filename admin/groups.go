@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strings"
 	"unicode/utf8"
 
 	"devicegate/devicelimit"
@@ -65,34 +64,46 @@ func groupName(w http.ResponseWriter, r *http.Request) (string, bool) {
 		return "", false
 	}
 	if err := devicelimit.ValidGroupName(name); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid group name: "+strings.TrimPrefix(err.Error(), devicelimit.ErrInvalidDevice.Error()+": group "))
+		msg := err.Error()
+		var fe *devicelimit.FieldError
+		if errors.As(err, &fe) {
+			msg = fe.Msg
+		}
+		writeError(w, http.StatusBadRequest, "invalid group name: "+msg)
 		return "", false
 	}
 	return name, true
 }
 
+// knownGroup is a group this gateway knows, with the quota in force.
+type knownGroup struct {
+	GroupJSON
+	quota devicelimit.Quota
+}
+
 // groups returns every group this gateway knows, by name: those its
 // devices joined since start, those the configuration names (fixed
-// names), and those with an override.
-func (s *Server) groups() map[string]GroupJSON {
+// names), and those with an override, whose quota is then the one in
+// force.
+func (s *Server) groups() map[string]knownGroup {
 	now := s.opts.Clock.Now()
-	out := map[string]GroupJSON{}
+	out := map[string]knownGroup{}
 	if s.opts.Groups != nil {
 		for _, g := range s.opts.Groups.Groups() {
-			out[g.Name] = GroupJSON{Group: g.Name, Label: g.Label, Quota: quotaOut(g.Quota, nil), Source: "rule", Connected: g.Connected}
+			out[g.Name] = knownGroup{GroupJSON{Group: g.Name, Label: g.Label, Source: "rule", Connected: g.Connected}, g.Quota}
 		}
 	}
 	for _, label := range s.opts.Resolver.GroupLabels() {
 		if m, ok := s.opts.Resolver.GroupConfigured(label); ok {
 			if _, seen := out[m.Name]; !seen {
-				out[m.Name] = GroupJSON{Group: m.Name, Label: m.Label, Quota: quotaOut(m.Quota, nil), Source: "rule"}
+				out[m.Name] = knownGroup{GroupJSON{Group: m.Name, Label: m.Label, Source: "rule"}, m.Quota}
 			}
 		}
 	}
 	for _, o := range s.opts.Resolver.Overrides(now) {
 		if name, ok := devicelimit.GroupOfKey(o.Device); ok {
 			g := out[name]
-			g.Group, g.Quota, g.Source = name, quotaOut(o.Quota, nil), "override"
+			g.Group, g.quota, g.Source = name, o.Quota, "override"
 			if o.ExpiresAt != 0 {
 				g.OverrideExpiresAt = formatTick(o.ExpiresAt)
 			}
@@ -106,29 +117,11 @@ func (s *Server) listGroups(w http.ResponseWriter, _ *http.Request) {
 	all := s.groups()
 	out := GroupListJSON{Groups: make([]GroupJSON, 0, len(all))}
 	for _, g := range all {
-		out.Groups = append(out.Groups, g)
+		g.Quota = quotaOut(g.quota, nil)
+		out.Groups = append(out.Groups, g.GroupJSON)
 	}
 	sort.Slice(out.Groups, func(i, j int) bool { return out.Groups[i].Group < out.Groups[j].Group })
 	writeJSON(w, http.StatusOK, out)
-}
-
-// groupQuota returns the quota in force for the group named name: its
-// override's, else the one its rule gives it (from a connected device,
-// or a fixed name in the configuration).
-func (s *Server) groupQuota(name string) (devicelimit.Quota, bool) {
-	now := s.opts.Clock.Now()
-	if o, ok := s.opts.Resolver.Override(devicelimit.GroupKey(name), now); ok {
-		return o.Quota, true
-	}
-	if s.opts.Groups != nil {
-		for _, g := range s.opts.Groups.Groups() {
-			if g.Name == name {
-				return g.Quota, true
-			}
-		}
-	}
-	m, ok := s.opts.Resolver.GroupConfigured(name)
-	return m.Quota, ok
 }
 
 func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
@@ -137,19 +130,18 @@ func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g, ok := s.groups()[name]
-	q, known := s.groupQuota(name)
-	if !ok || !known {
+	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("group %q is not known here: no device of it connected since this gateway started, and neither the configuration nor an override names it", name))
 		return
 	}
-	_, windows, err := s.peekWindows(devicelimit.GroupKey(name), "", q, s.opts.Clock.Now())
+	_, windows, err := s.peekWindows(devicelimit.GroupKey(name), "", g.quota, s.opts.Clock.Now())
 	if err != nil {
 		s.log.Error("group window not read", "group", name, "err", err.Error())
 		writeError(w, http.StatusServiceUnavailable, "group window unavailable; see the gateway's log")
 		return
 	}
-	g.Quota = QuotaJSON{Windows: windows, Enforce: enforceOut(q)}
-	writeJSON(w, http.StatusOK, g)
+	g.Quota = QuotaJSON{Windows: windows, Enforce: enforceOut(g.quota)}
+	writeJSON(w, http.StatusOK, g.GroupJSON)
 }
 
 func (s *Server) putGroupQuota(w http.ResponseWriter, r *http.Request) {

@@ -211,7 +211,7 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	var q devicelimit.Quota
 	var src devicelimit.Source
 	var expires devicelimit.Tick
-	rq, classes, rsrc := s.opts.Resolver.RuleClasses(clientID, username)
+	rq, classes, rsrc, member := s.opts.Resolver.RuleGroup(clientID, username)
 	if o, ok := s.opts.Resolver.Override(id, now); ok {
 		q, src, expires = o.Quota, devicelimit.Source{Kind: devicelimit.SourceOverride}, o.ExpiresAt
 		if len(o.Classes) > 0 {
@@ -251,7 +251,7 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	if expires != 0 {
 		out.OverrideExpiresAt = formatTick(expires)
 	}
-	out.Group = s.opts.Resolver.GroupOf(clientID, username).Name
+	out.Group = member.Name
 	if st.BlockedUntil != 0 {
 		out.BlockedUntil = formatTick(st.BlockedUntil)
 	}

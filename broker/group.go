@@ -37,23 +37,23 @@ func newGroupStats(r *devicelimit.Resolver) map[string]*groupStats {
 	return m
 }
 
-// groupOf is a connection's group: its membership and key, and the
-// counters of its label.
+// groupOf is a connection's group: its membership, and the counters of
+// its label.
 type groupOf struct {
 	devicelimit.Membership
-	key   string // devicelimit.GroupKey(Name)
 	stats *groupStats
 }
 
-// joinGroup returns the group of a device with this client ID and
-// username.
-func (h *throttle) joinGroup(clientID, username string) groupOf {
-	m := h.resolver.GroupOf(clientID, username)
+// joinGroup returns a connection's group of membership m (none when m
+// names none), remembering the group.
+func (h *throttle) joinGroup(m devicelimit.Membership) groupOf {
 	if m.Name == "" {
 		return groupOf{}
 	}
-	h.groupsSeen.Store(m.Name, m)
-	return groupOf{Membership: m, key: devicelimit.GroupKey(m.Name), stats: h.groups[m.Label]}
+	if _, seen := h.groupsSeen.Load(m.Name); !seen {
+		h.groupsSeen.Store(m.Name, m)
+	}
+	return groupOf{Membership: m, stats: h.groups[m.Label]}
 }
 
 // decideGroup decides a publish of a device in a group (see
@@ -63,25 +63,24 @@ func (h *throttle) joinGroup(clientID, username string) groupOf {
 // in shadow mode).
 func (h *throttle) decideGroup(c *connInfo, class string, q devicelimit.Quota, size int, now devicelimit.Tick) (devicelimit.Decision, devicelimit.Quota, bool, bool) {
 	gq := h.resolver.GroupQuotaAt(c.group.Membership, now)
-	d := h.limiter.AllowGroupAt(c.device, class, q, c.group.key, gq, size, now)
-	st := c.group.stats
+	d := h.limiter.AllowGroupAt(c.device, class, q, c.group.Key, gq, size, now)
+	outcome := -1
 	switch {
-	case d.Allowed:
-		if st != nil {
-			st[GroupAdmitted].Add(1)
-		}
-		return d.Decision, gq, false, false
+	case d.Allowed || !d.Group && q.Shadow && !gq.Shadow:
+		// Admitted by the group's windows, and counted there; in the
+		// second case the device's own windows, in shadow mode and
+		// decided after the group's, would refuse it.
+		outcome = GroupAdmitted
 	case d.Group && gq.Shadow:
-		if st != nil {
-			st[GroupWouldRefuse].Add(1)
-		}
-		return d.Decision, gq, true, true
+		outcome = GroupWouldRefuse
 	case d.Group:
-		if st != nil {
-			st[GroupRefused].Add(1)
-		}
+		outcome = GroupRefused
 	}
-	return d.Decision, gq, d.Group, !d.Group && q.Shadow
+	if st := c.group.stats; st != nil && outcome >= 0 {
+		st[outcome].Add(1)
+	}
+	letThrough := !d.Allowed && (d.Group && gq.Shadow || !d.Group && q.Shadow)
+	return d.Decision, gq, d.Group && !d.Allowed, letThrough
 }
 
 // GroupMembers is a group a device joined since start: its name,
@@ -110,7 +109,7 @@ func (s *Server) Groups() []GroupMembers {
 		if len(d.live) == 0 {
 			continue
 		}
-		if g := d.live[len(d.live)-1].group; g.key != "" {
+		if g := d.live[len(d.live)-1].group; g.Key != "" {
 			if m := by[g.Name]; m != nil {
 				m.Connected++
 			}

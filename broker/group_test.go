@@ -111,3 +111,27 @@ func TestGroupRefusalsDoNotBlock(t *testing.T) {
 	}
 	eventually(t, "the flooding device blocked", func() bool { return f.srv.Stats().Blocks == 1 })
 }
+
+// TestGroupCountsWhatItAdmits: with the device's quota in shadow mode and
+// its group's enforced, the group decides first; a message the group
+// admits and the device's windows would refuse passes, and the group
+// counts it admitted.
+func TestGroupCountsWhatItAdmits(t *testing.T) {
+	r := tenantRule(devicelimit.PolicyDrop)
+	r.Quota.Limit, r.Quota.Shadow = 1, true
+	f := start(t, fixtureOpts{rules: []devicelimit.Rule{r}})
+	p := f.connect(t, 5, "t-acme-1", "")
+	for i := range 4 {
+		want := byte(0)
+		if i == 3 {
+			want = 0x97 // the group's 3 used: refused, enforced
+		}
+		if a, err := p.publish(t, "x/1", "m", 1); err != nil || a.code != want {
+			t.Fatalf("message %d: 0x%02x %v, want 0x%02x", i, a.code, err, want)
+		}
+	}
+	st := f.srv.Stats()
+	if g := st.Groups["{tenant}"]; g[GroupAdmitted] != 3 || g[GroupRefused] != 1 || st.WouldRefuse != 2 {
+		t.Fatalf("group stats %v, would-refuse %d; want 3 admitted, 1 refused, 2 would-refuse", g, st.WouldRefuse)
+	}
+}

@@ -79,9 +79,9 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 
 func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {
 	username := string(cl.Properties.Username)
-	q, classes, src := h.resolver.RuleClasses(cl.ID, username)
+	q, classes, src, m := h.resolver.RuleGroup(cl.ID, username)
 	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q, ruleName: src.Rule, classes: classes,
-		group: h.joinGroup(cl.ID, username)}
+		group: h.joinGroup(m)}
 }
 
 // OnDisconnect forgets the connection. (mochi skips OnDisconnect when a

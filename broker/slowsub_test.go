@@ -85,19 +85,7 @@ func TestWriteQueueDropsCounted(t *testing.T) {
 	f, buf, ctx := startLogged(t, Limits{MaxPendingWrites: pending})
 
 	// A raw subscriber: it subscribes, then reads nothing more.
-	sub := dialTCP(t, f.addr)
-	defer sub.Close()
-	_ = sub.SetDeadline(time.Now().Add(waitTimeout))
-	if _, err := sub.Write(rawConnectV(5, "backend-stuck", props(), nil)); err != nil {
-		t.Fatal(err)
-	}
-	readPacket(t, sub)
-	if _, err := sub.Write(packet(0x82, append(append(u16(1), 0), append(mqttString("devices/#"), 0)...))); err != nil {
-		t.Fatal(err)
-	}
-	if p := readPacket(t, sub); p.typ>>4 != 9 || reasonOf(p) != 0 {
-		t.Fatalf("SUBACK: % x", p.body)
-	}
+	rawSubscriber(t, f.addr, "backend-stuck", "devices/#")
 
 	// 400 messages of 64 KiB: 25 MiB, more than loopback's socket
 	// buffers and the 16-message queue hold.
@@ -135,19 +123,7 @@ func TestConsumerQueueAccounting(t *testing.T) {
 	}{{"default", 0}, {"pending=8", 8}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, _, ctx := startLogged(t, Limits{MaxPendingWrites: tc.pending})
-			sub := dialTCP(t, f.addr)
-			defer sub.Close()
-			_ = sub.SetDeadline(time.Now().Add(waitTimeout))
-			if _, err := sub.Write(rawConnectV(5, "backend", props(), nil)); err != nil {
-				t.Fatal(err)
-			}
-			readPacket(t, sub)
-			if _, err := sub.Write(packet(0x82, append(append(u16(1), 0), append(mqttString("devices/#"), 0)...))); err != nil {
-				t.Fatal(err)
-			}
-			if p := readPacket(t, sub); p.typ>>4 != 9 || reasonOf(p) != 0 {
-				t.Fatalf("SUBACK: % x", p.body)
-			}
+			sub := rawSubscriber(t, f.addr, "backend", "devices/#")
 			payload := make([]byte, 2048)
 			var wg sync.WaitGroup
 			for i := range publishers {
@@ -192,4 +168,25 @@ func TestConsumerQueueAccounting(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rawSubscriber connects id over MQTT 5 on a raw connection (deadline
+// waitTimeout, closed with the test) and subscribes it to filter at
+// QoS 0; the caller reads what comes.
+func rawSubscriber(t *testing.T, addr, id, filter string) net.Conn {
+	t.Helper()
+	sub := dialTCP(t, addr)
+	t.Cleanup(func() { sub.Close() })
+	_ = sub.SetDeadline(time.Now().Add(waitTimeout))
+	if _, err := sub.Write(rawConnectV(5, id, props(), nil)); err != nil {
+		t.Fatal(err)
+	}
+	readPacket(t, sub)
+	if _, err := sub.Write(packet(0x82, append(append(u16(1), 0), append(mqttString(filter), 0)...))); err != nil {
+		t.Fatal(err)
+	}
+	if p := readPacket(t, sub); p.typ>>4 != 9 || reasonOf(p) != 0 {
+		t.Fatalf("SUBACK: % x", p.body)
+	}
+	return sub
 }

@@ -303,14 +303,14 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	class, q := h.resolver.ClassAt(c.device, c.rule, c.ruleName, c.classes, pk.TopicName, now)
 	// A device in a group is never deferred: a deferred message would
 	// be released without its group's windows (policy defer drops).
-	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow && c.group.key == "" {
+	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow && c.group.Key == "" {
 		c.ack.barrier()
 		return pk, h.deferPublish(cl, &pk, c, class, q, now)
 	}
 	var d devicelimit.Decision
 	var gq devicelimit.Quota
 	byGroup, shadow := false, q.Shadow
-	if c.group.key == "" {
+	if c.group.Key == "" {
 		d = h.limiter.AllowClassAt(c.device, class, q, len(pk.Payload), now)
 	} else {
 		d, gq, byGroup, shadow = h.decideGroup(c, class, q, len(pk.Payload), now)

@@ -55,7 +55,7 @@ func (l *Limiter) fillGroup(r *request, device, class string, q devicelimit.Quot
 	if d, done := l.precheck(gls, 0); done {
 		return devicelimit.GroupDecision{Decision: d, Group: true}, true
 	}
-	r.n, r.na = 0, 0
+	r.reset()
 	r.cond, r.groupFirst = q.Shadow != gq.Shadow, q.Shadow && !gq.Shadow
 	copy(r.ls[:], ls)
 	copy(r.gls[:], gls)

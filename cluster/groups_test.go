@@ -167,3 +167,24 @@ func TestLimiterGroupConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestLimiterGroupRequestReused: a decision's request, pooled, carries
+// nothing into the next: a message too large for a group in shadow mode,
+// then an ordinary one under enforced quotas, admitted.
+func TestLimiterGroupRequestReused(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, srv, 20, PolicyFailClosed, time.Second)
+	q := devicelimit.Quota{Limit: 100, Window: time.Hour}
+	small := devicelimit.WithWindows(devicelimit.PolicyDrop, devicelimit.Limit{Unit: devicelimit.Bytes, N: 10, Window: time.Hour})
+	shadow := small
+	shadow.Shadow = true
+	key := devicelimit.GroupKey("acme")
+	for i := range 20 {
+		if d := l.AllowGroupAt("dev-1", "", q, key, shadow, 50, 0); d.Allowed || !d.Group || !d.TooLarge {
+			t.Fatalf("round %d: 50 bytes against a shadow group of 10: %+v", i, d)
+		}
+		if d := l.AllowGroupAt("dev-1", "", q, key, small, 5, 0); d.TooLarge || i == 0 && !d.Allowed {
+			t.Fatalf("round %d: 5 bytes against a group of 10: %+v", i, d)
+		}
+	}
+}

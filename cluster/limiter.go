@@ -245,10 +245,16 @@ func (l *Limiter) send(r *request, device string) bool {
 // The group value is set by whoever sends r (a call's consecutive
 // decisions need distinct ones).
 func (l *Limiter) fill(r *request, device, class string, ls []devicelimit.Limit, size int, count bool) {
-	r.n, r.na, r.cond, r.groupFirst, r.tooLarge = 0, 0, false, false, false
+	r.reset()
 	l.fillPart(r, l.windowKey(device), class, ls, size, count, 0)
 	r.na = r.n
 	copy(r.ls[:], ls)
+}
+
+// reset empties r's keys and parts for the next decision: a pooled
+// request carries nothing over.
+func (r *request) reset() {
+	r.n, r.na, r.cond, r.groupFirst, r.tooLarge, r.second = 0, 0, false, false, false, devicelimit.Verdict{}
 }
 
 // fillPart appends to r the keys and arguments of the windows ls of

@@ -109,14 +109,17 @@ func (g Glob) Names() []string { return g.names }
 // the ones before it allow.
 func (g Glob) Capture(s string) ([]string, bool) {
 	caps := make([]string, len(g.names))
-	if !captureParts(g.parts, s, caps) {
+	if !matchParts(g.parts, s, caps) {
 		return nil, false
 	}
 	return caps, true
 }
 
-// captureParts is matchParts keeping the named parts' matches in caps.
-func captureParts(parts []globPart, s string, caps []string) bool {
+// matchParts reports whether s matches parts, keeping what each named
+// part matched in caps when caps is not nil. A star tries every position
+// of the literal after it, leftmost first; the last part must end the
+// string.
+func matchParts(parts []globPart, s string, caps []string) bool {
 	for i, p := range parts {
 		if len(s) < p.any {
 			return false
@@ -134,7 +137,7 @@ func captureParts(parts []globPart, s string, caps []string) bool {
 			if !strings.HasSuffix(rest, p.lit) {
 				return false
 			}
-			if p.cap >= 0 {
+			if p.cap >= 0 && caps != nil {
 				caps[p.cap] = s[:len(s)-len(p.lit)-p.any]
 			}
 			return true
@@ -144,8 +147,8 @@ func captureParts(parts []globPart, s string, caps []string) bool {
 			if j < 0 {
 				return false
 			}
-			if captureParts(parts[i+1:], rest[off+j+len(p.lit):], caps) {
-				if p.cap >= 0 {
+			if matchParts(parts[i+1:], rest[off+j+len(p.lit):], caps) {
+				if p.cap >= 0 && caps != nil {
 					caps[p.cap] = s[:off+j]
 				}
 				return true
@@ -158,38 +161,4 @@ func captureParts(parts []globPart, s string, caps []string) bool {
 }
 
 // Match reports whether s matches the whole pattern.
-func (g Glob) Match(s string) bool { return matchParts(g.parts, s) }
-
-func matchParts(parts []globPart, s string) bool {
-	for i, p := range parts {
-		if len(s) < p.any {
-			return false
-		}
-		if !p.star {
-			s = s[p.any:]
-			if !strings.HasPrefix(s, p.lit) {
-				return false
-			}
-			s = s[len(p.lit):]
-			continue
-		}
-		// A star: try every position of the literal, leftmost first;
-		// the last part must end the string.
-		s = s[p.any:]
-		if i == len(parts)-1 {
-			return strings.HasSuffix(s, p.lit)
-		}
-		for off := 0; off <= len(s); {
-			j := strings.Index(s[off:], p.lit)
-			if j < 0 {
-				return false
-			}
-			if matchParts(parts[i+1:], s[off+j+len(p.lit):]) {
-				return true
-			}
-			off += j + 1
-		}
-		return false
-	}
-	return s == ""
-}
+func (g Glob) Match(s string) bool { return matchParts(g.parts, s, nil) }

@@ -128,6 +128,26 @@ func TestGroupDecisionAllocatesNothing(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("AllowGroupAt allocates %v per call", n)
 	}
+	// Nor does looking up the group's quota, override or not.
+	r, err := NewResolver(q, []Rule{{ClientID: "t-{tenant}-*", Quota: q, Group: &Group{Name: "{tenant}", Quota: gq}}}, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("acme", 10) // past a concatenation's 32-byte stack buffer
+	m := r.GroupOf("t-"+long+"-1", "")
+	if err := r.SetOverride("other", Override{Quota: q}); err != nil {
+		t.Fatal(err)
+	}
+	for _, over := range []bool{false, true} {
+		if over {
+			if err := r.SetOverride(GroupKey(long), Override{Quota: gq}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := testing.AllocsPerRun(200, func() { r.GroupQuotaAt(m, now) }); n != 0 {
+			t.Fatalf("GroupQuotaAt (group override %v) allocates %v per call", over, n)
+		}
+	}
 }
 
 // TestGroupWindowsKeyedApart: a group's windows are kept apart from a

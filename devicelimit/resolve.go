@@ -80,15 +80,18 @@ func (g *groupOf) member(cid, user Glob, clientID, username string) Membership {
 		caps, _ := user.Capture(username)
 		values = append(values, caps...)
 	}
-	return Membership{Name: g.tmpl.Expand(values), Quota: g.quota, Label: g.tmpl.String()}
+	name := g.tmpl.Expand(values)
+	return Membership{Name: name, Key: GroupKey(name), Quota: g.quota, Label: g.tmpl.String()}
 }
 
 // Membership is the group a device is in by its rule (or the default):
-// its name, the quota its rule gives the group, and the label its
+// its name and key (GroupKey, made once, for decisions that must not
+// allocate), the quota its rule gives the group, and the label its
 // metrics count under (the template: a bounded set, however many groups
 // a template makes). The zero value is no group.
 type Membership struct {
 	Name  string
+	Key   string
 	Quota Quota
 	Label string
 }
@@ -346,14 +349,38 @@ func (r *Resolver) Rule(clientID, username string) (Quota, Source) {
 
 // RuleClasses is Rule with the rule's (or the default's) topic classes.
 func (r *Resolver) RuleClasses(clientID, username string) (Quota, []Class, Source) {
+	return r.ruleClasses(r.ruleFor(clientID, username))
+}
+
+// RuleGroup is RuleClasses and GroupOf of one match of the rules: what a
+// connecting device gets from the configuration. It allocates (the
+// group's name): call it once per connection.
+func (r *Resolver) RuleGroup(clientID, username string) (Quota, []Class, Source, Membership) {
+	i := r.ruleFor(clientID, username)
+	q, cs, src := r.ruleClasses(i)
+	return q, cs, src, r.groupOf(i, clientID, username)
+}
+
+// ruleFor returns the place of the first rule matching the client ID
+// and username, -1 when none does (the default applies).
+func (r *Resolver) ruleFor(clientID, username string) int {
 	for i := range r.rules {
 		if r.rules[i].match(clientID, username) {
-			q := r.rules[i].Quota
-			q.Shadow = r.ruleShadow(i, q.Shadow)
-			return q, r.rules[i].Classes, Source{Kind: SourceRule, Rule: r.rules[i].Name}
+			return i
 		}
 	}
-	return r.def, r.classes, Source{Kind: SourceDefault}
+	return -1
+}
+
+// ruleClasses returns the quota, classes and source of rule i (-1: the
+// default), under the rule's runtime enforce switch.
+func (r *Resolver) ruleClasses(i int) (Quota, []Class, Source) {
+	if i < 0 {
+		return r.def, r.classes, Source{Kind: SourceDefault}
+	}
+	q := r.rules[i].Quota
+	q.Shadow = r.ruleShadow(i, q.Shadow)
+	return q, r.rules[i].Classes, Source{Kind: SourceRule, Rule: r.rules[i].Name}
 }
 
 // ClassNames returns the names of every topic class, the default's and
@@ -392,18 +419,22 @@ func (r *Resolver) SetDefaultGroup(g *Group) error {
 // username: its rule's (the first matching, as RuleClasses), or the
 // default's. It allocates: call it once per connection.
 func (r *Resolver) GroupOf(clientID, username string) Membership {
-	for i := range r.rules {
-		if cr := &r.rules[i]; cr.match(clientID, username) {
-			return cr.group.member(cr.clientID, cr.username, clientID, username)
-		}
+	return r.groupOf(r.ruleFor(clientID, username), clientID, username)
+}
+
+// groupOf is GroupOf under rule i (-1: the default).
+func (r *Resolver) groupOf(i int, clientID, username string) Membership {
+	if i < 0 {
+		return r.defGroup.member(Glob{}, Glob{}, clientID, username)
 	}
-	return r.defGroup.member(Glob{}, Glob{}, clientID, username)
+	cr := &r.rules[i]
+	return cr.group.member(cr.clientID, cr.username, clientID, username)
 }
 
 // GroupQuotaAt returns the quota of the group m names at now: the
 // group's override, when it has one, else m's.
 func (r *Resolver) GroupQuotaAt(m Membership, now Tick) Quota {
-	if o, ok := r.Override(GroupKey(m.Name), now); ok {
+	if o, ok := r.Override(m.Key, now); ok {
 		return o.Quota
 	}
 	return m.Quota
@@ -431,7 +462,7 @@ func (r *Resolver) GroupLabels() []string {
 func (r *Resolver) GroupConfigured(name string) (Membership, bool) {
 	check := func(g groupOf) (Membership, bool) {
 		if g.on && g.tmpl.Fixed() && g.tmpl.String() == name {
-			return Membership{Name: name, Quota: g.quota, Label: name}, true
+			return Membership{Name: name, Key: GroupKey(name), Quota: g.quota, Label: name}, true
 		}
 		return Membership{}, false
 	}

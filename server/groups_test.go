@@ -159,6 +159,9 @@ func TestGroupsCapTenant(t *testing.T) {
 		t.Fatalf("restored group acme: %+v", st)
 	}
 	httpDo(t, "GET", admin+"/api/v1/groups/nobody", "test-token", "", 404)
+	if body := httpDo(t, "GET", admin+"/api/v1/groups/a%00b", "test-token", "", 400); !strings.Contains(body, "invalid group name: must be 1 to 256 bytes without NUL") {
+		t.Fatalf("a group name with a NUL: %s", body)
+	}
 }
 
 // TestGroupSharedInCluster: tenant acme's devices spread across two

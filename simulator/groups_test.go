@@ -61,10 +61,6 @@ func TestRunFloodingDeviceOfTenant(t *testing.T) {
 	// and 5 the flooding device gets in before its quota refuses it:
 	// 26 in any second, within the group's 30.
 	group := devicelimit.Quota{Limit: 30, Window: time.Second}
-	table, err := devicelimit.NewTable(devicelimit.DefaultBuckets)
-	if err != nil {
-		t.Fatal(err)
-	}
 	resolver, err := devicelimit.NewResolver(devicelimit.Quota{Limit: 1, Window: time.Second}, []devicelimit.Rule{{
 		Name: "tenants", ClientID: "tenant-{tenant}-*", Quota: own,
 		Group: &devicelimit.Group{Name: "{tenant}", Quota: group},
@@ -72,19 +68,7 @@ func TestRunFloodingDeviceOfTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := broker.New(broker.Options{TCPAddr: "127.0.0.1:0", Table: table, Resolver: resolver,
-		Clock: preciseClock{base: devicelimit.TickOf(time.Now()), start: time.Now()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Close(ctx)
-	})
+	srv := startBroker(t, resolver, broker.Limits{})
 	cfg := Config{
 		Addr: srv.Addr().String(), Devices: 8, IDPattern: "tenant-acme-%02d", Rate: 2, QoS: 1, Duration: 2 * time.Second,
 		Quota: own, Group: &Group{Name: "acme", Quota: group}, Flood: 1, FloodRate: 50, Seed: 1, Tolerance: 150 * time.Millisecond,

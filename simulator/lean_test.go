@@ -73,28 +73,12 @@ func TestLeanClientAgainstMosquitto(t *testing.T) {
 // connection silent for 3 s), lean devices that publish every 4 s stay
 // connected: they send PINGREQs in between.
 func TestLeanClientPingsUnderKeepalive(t *testing.T) {
-	table, err := devicelimit.NewTable(devicelimit.DefaultBuckets)
-	if err != nil {
-		t.Fatal(err)
-	}
 	q := devicelimit.Quota{Limit: 100, Window: time.Second}
 	resolver, err := devicelimit.NewResolver(q, nil, devicelimit.DefaultBuckets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := broker.New(broker.Options{TCPAddr: "127.0.0.1:0", Table: table, Resolver: resolver,
-		Clock: preciseClock{base: devicelimit.TickOf(time.Now()), start: time.Now()}, Limits: broker.Limits{KeepaliveMax: 2 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Close(ctx)
-	})
+	srv := startBroker(t, resolver, broker.Limits{KeepaliveMax: 2 * time.Second})
 	rep, err := Run(context.Background(), Config{Addr: srv.Addr().String(), Devices: 3, Rate: 0.25, QoS: 1, Duration: 8500 * time.Millisecond,
 		Quota: q, Client: ClientLean, Tolerance: 150 * time.Millisecond})
 	if err != nil {

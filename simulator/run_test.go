@@ -29,10 +29,6 @@ func startServer(t *testing.T, q devicelimit.Quota) *broker.Server {
 // startServerClasses is startServer with topic classes for every device.
 func startServerClasses(t *testing.T, q devicelimit.Quota, classes []devicelimit.Class) *broker.Server {
 	t.Helper()
-	table, err := devicelimit.NewTable(devicelimit.DefaultBuckets)
-	if err != nil {
-		t.Fatal(err)
-	}
 	resolver, err := devicelimit.NewResolver(q, nil, devicelimit.DefaultBuckets)
 	if err != nil {
 		t.Fatal(err)
@@ -40,10 +36,22 @@ func startServerClasses(t *testing.T, q devicelimit.Quota, classes []devicelimit
 	if err := resolver.SetDefaultClasses(classes); err != nil {
 		t.Fatal(err)
 	}
+	return startBroker(t, resolver, broker.Limits{})
+}
+
+// startBroker starts a gateway broker on 127.0.0.1:0 with resolver's
+// quotas and limits, keeping exact time, closed with the test.
+func startBroker(t *testing.T, resolver *devicelimit.Resolver, limits broker.Limits) *broker.Server {
+	t.Helper()
+	table, err := devicelimit.NewTable(devicelimit.DefaultBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := broker.New(broker.Options{
 		TCPAddr:  "127.0.0.1:0",
 		Table:    table,
 		Resolver: resolver,
+		Limits:   limits,
 		Clock:    preciseClock{base: devicelimit.TickOf(time.Now()), start: time.Now()},
 	})
 	if err != nil {
