@@ -46,6 +46,11 @@ type Snapshot struct {
 	// ProtocolErrors counts connections ended after CONNECT for a
 	// packet the MQTT specification forbids.
 	ProtocolErrors uint64
+	// ConsumerWaits counts the publishes that waited for a backend
+	// consumer's writer; ConsumerSpoolBytes is what the consumers'
+	// write spools hold (mqtt.consumers).
+	ConsumerWaits      uint64
+	ConsumerSpoolBytes int64
 	// Forward is each upstream's forwarding state (README, Forwarding
 	// upstream).
 	Forward []ForwardStats
@@ -102,6 +107,8 @@ var (
 	descFwdBytes      = prometheus.NewDesc("devicegate_forward_backlog_bytes", "Record bytes of the messages in the upstream's forward log.", []string{"upstream"}, nil)
 	descFwdDropped    = prometheus.NewDesc("devicegate_forward_dropped_total", "Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came (expired).", []string{"upstream", "reason"}, nil)
 	descProtoErrors   = prometheus.NewDesc("devicegate_protocol_errors_total", "Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).", nil, nil)
+	descConsumerWaits = prometheus.NewDesc("devicegate_consumer_waits_total", "Publishes that waited for a backend consumer (mqtt.consumers) whose write queue was more than half full to catch up.", nil, nil)
+	descConsumerSpool = prometheus.NewDesc("devicegate_consumer_spool_bytes", "Bytes written for the connected backend consumers (mqtt.consumers) and not yet sent to their sockets.", nil, nil)
 	descPersistErrs   = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
 )
 
@@ -117,7 +124,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descWindowRefused, descGroup} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool} {
 		ch <- d
 	}
 }
@@ -159,6 +166,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPersistErrs, s.PersistFailures)
 	counter(descSlowDrops, s.SlowSubscriberDrops)
 	counter(descProtoErrors, s.ProtocolErrors)
+	counter(descConsumerWaits, s.ConsumerWaits)
+	gauge(descConsumerSpool, float64(s.ConsumerSpoolBytes))
 	for _, f := range s.Forward {
 		ch <- prometheus.MustNewConstMetric(descFwdConnected, prometheus.GaugeValue, float64(f.Connected), f.Upstream)
 		ch <- prometheus.MustNewConstMetric(descFwdOldest, prometheus.GaugeValue, f.OldestAge.Seconds(), f.Upstream)

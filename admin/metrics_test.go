@@ -12,7 +12,7 @@ import (
 func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
 		Allowed: 10, Dropped: 2, Disconnected: 1, WouldRefuse: 31, Blocks: 32, Blocked: 2, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
-		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20,
+		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20, ConsumerWaits: 43, ConsumerSpoolBytes: 44,
 		Forward: []ForwardStats{{Upstream: "cloud", Connections: 2, Connected: 1, Forwarded: 21, Backlog: 22, BacklogBytes: 2300,
 			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5}},
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
@@ -40,6 +40,12 @@ devicegate_connected_clients 11
 # TYPE devicegate_connects_refused_total counter
 devicegate_connects_refused_total{reason="credentials"} 15
 devicegate_connects_refused_total{reason="rate"} 16
+# HELP devicegate_consumer_spool_bytes Bytes written for the connected backend consumers (mqtt.consumers) and not yet sent to their sockets.
+# TYPE devicegate_consumer_spool_bytes gauge
+devicegate_consumer_spool_bytes 44
+# HELP devicegate_consumer_waits_total Publishes that waited for a backend consumer (mqtt.consumers) whose write queue was more than half full to catch up.
+# TYPE devicegate_consumer_waits_total counter
+devicegate_consumer_waits_total 43
 # HELP devicegate_deferred_expired_total Deferred messages discarded after their maximum age.
 # TYPE devicegate_deferred_expired_total counter
 devicegate_deferred_expired_total 6
@@ -121,8 +127,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 38 {
-		t.Fatalf("%d series, want 38", n)
+	if n := testutil.CollectAndCount(c); n != 40 {
+		t.Fatalf("%d series, want 40", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

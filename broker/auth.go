@@ -56,9 +56,19 @@ type Limits struct {
 	MaxConnections int
 	// MaxPendingWrites bounds the messages queued for one client that
 	// does not read fast enough; beyond it, messages to that client are
-	// dropped. Each connection reserves 8 bytes per slot. 0 means
-	// mochi's default, 8192.
+	// dropped and counted in Stats.SlowSubscriberDrops. Each connection
+	// reserves 8 bytes per slot whether it ever subscribes or not.
+	// DefaultMaxPendingWrites when 0.
 	MaxPendingWrites int
+	// Consumers are globs of the client IDs of backend consumers. Each
+	// gets a write spool of ConsumerWriteBuffer bytes (spool.go): its
+	// writes return as soon as they are copied, so its queue empties at
+	// memory speed and a burst waits in the spool rather than being
+	// dropped at MaxPendingWrites.
+	Consumers []string
+	// ConsumerWriteBuffer is the most bytes a consumer's spool holds;
+	// DefaultConsumerWriteBuffer when 0.
+	ConsumerWriteBuffer int
 	// MaxInflight bounds the QoS 1 and 2 messages sent to one client
 	// and not yet acknowledged; a message beyond is dropped for that
 	// client and counted in Stats.SlowSubscriberDrops. 0 means mochi's
@@ -102,14 +112,27 @@ func (l Limits) validate() error {
 			return fmt.Errorf("%w: Limits.ConnectRate: %v", ErrInvalidOptions, err)
 		}
 	}
+	if l.ConsumerWriteBuffer < 0 {
+		return fmt.Errorf("%w: Limits.ConsumerWriteBuffer must be >= 0", ErrInvalidOptions)
+	}
+	for _, p := range l.Consumers {
+		if _, err := devicelimit.CompileGlob(p); err != nil {
+			return fmt.Errorf("%w: Limits.Consumers: %v", ErrInvalidOptions, err)
+		}
+	}
+	if len(l.Consumers) > 0 && outboundField == nil {
+		return fmt.Errorf("%w: Limits.Consumers: this mochi version keeps no outbound queue the consumers can watch (consumers.go)", ErrInvalidOptions)
+	}
 	return nil
 }
 
-// Defaults of Limits' zero MaxPendingWrites and MaxInflight: mochi's
-// own (its NewDefaultServerCapabilities).
+// Defaults of Limits' zero fields. MaxPendingWrites suits a fleet of
+// mostly idle devices (mochi's own default, 8192, reserves 64 KiB per
+// connection); backend consumers get a spool. MaxInflight is mochi's.
 const (
-	DefaultMaxPendingWrites = 8192
-	DefaultMaxInflight      = 8192
+	DefaultMaxPendingWrites    = 64
+	DefaultConsumerWriteBuffer = 64 << 20
+	DefaultMaxInflight         = 8192
 )
 
 // capabilities returns mochi's capabilities with the limits applied.
@@ -132,6 +155,7 @@ func (l Limits) capabilities() *mqtt.Capabilities {
 	if l.MaxInflight > 0 {
 		c.MaximumInflight = uint16(l.MaxInflight)
 	}
+	c.MaximumClientWritesPending = DefaultMaxPendingWrites
 	if l.MaxPendingWrites > 0 {
 		c.MaximumClientWritesPending = int32(l.MaxPendingWrites)
 	}
@@ -160,6 +184,12 @@ type AuthStats struct {
 	// the specification forbids (MQTT 5 DISCONNECT 0x82: protocheck.go,
 	// alias.go).
 	ProtocolErrors uint64
+	// ConsumersSpooled counts the connections of backend consumers
+	// (Limits.Consumers) given a write spool; ConsumerWaits the
+	// publishes that waited for a consumer's writer (consumers.go).
+	ConsumersSpooled, ConsumerWaits uint64
+	// ConsumerSpoolBytes is what the connected consumers' spools hold.
+	ConsumerSpoolBytes int64
 }
 
 // Refusal reasons, the keys of AuthStats.ConnectsRefused.
@@ -206,6 +236,10 @@ type authHook struct {
 	// Limits.ConnectRate.
 	rate *devicelimit.Table
 
+	// consumers are the backend consumers (consumers.go); nil when
+	// Limits.Consumers is empty.
+	consumers *consumerSet
+
 	// ownClients counts mochi's own clients in its client list (the
 	// inline client), which are no sessions of anyone.
 	ownClients int
@@ -234,8 +268,8 @@ func (h *authHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck:
 		return true
-	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnPublishDropped:
-		return true // alias.go, share.go, drops.go
+	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnPublishDropped, mqtt.OnPublished:
+		return true // alias.go, share.go, drops.go, spool.go
 	}
 	return false
 }
@@ -267,6 +301,9 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	if r == nil {
 		if s != nil {
 			h.conns.setSession(cl, s)
+		}
+		if h.consumers != nil {
+			h.consumers.attach(cl)
 		}
 		return nil
 	}
@@ -493,6 +530,10 @@ func (h *authHook) sweep(now devicelimit.Tick) {
 func (h *authHook) stats() AuthStats {
 	st := AuthStats{PublishDenied: h.pubDenied.Load(), SubscribeDenied: h.subDenied.Load(),
 		ConnectsRefused: make(map[string]uint64, refusedReasons), ProtocolErrors: h.protocolErrors.Load()}
+	if h.consumers != nil {
+		st.ConsumersSpooled, st.ConsumerWaits = h.consumers.spooled.Load(), h.consumers.waits.Load()
+		st.ConsumerSpoolBytes = h.consumers.spoolBytes()
+	}
 	for i, name := range refusedNames {
 		st.ConnectsRefused[name] = h.refused[i].Load()
 	}

@@ -206,6 +206,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.consumers = ah.consumers
 	if err := srv.AddHook(ah, nil); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}

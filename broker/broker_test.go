@@ -62,6 +62,8 @@ func TestNewValidates(t *testing.T) {
 		{"DeferLimits.MaxBytesPerDevice", func(o *Options) { o.DeferLimits.MaxBytesPerDevice = -1 }},
 		{"DeferLimits.MaxTotalBytes", func(o *Options) { o.DeferLimits.MaxTotalBytes = -1 }},
 		{"DeferLimits.MaxAge", func(o *Options) { o.DeferLimits.MaxAge = -time.Second }},
+		{"Limits.Consumers", func(o *Options) { o.Limits.Consumers = []string{"backend-*", ""} }},
+		{"Limits.ConsumerWriteBuffer", func(o *Options) { o.Limits.ConsumerWriteBuffer = -1 }},
 	} {
 		o := validOptions(t)
 		tc.edit(&o)

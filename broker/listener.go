@@ -84,7 +84,7 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 		_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
 		go func() {
 			defer l.untrack(conn)
-			if err := establish(l.id, l.checked(conn)); err != nil {
+			if err := l.serve(establish, conn); err != nil {
 				// Every ended session lands here (EOF, keepalive timeout,
 				// a refused CONNECT): per-connection detail, not news.
 				l.log.Debug("connection ended", "remote", conn.RemoteAddr().String(), "error", err)

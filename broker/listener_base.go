@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
 // listenerBase is what the TCP and the WebSocket listeners share: their
@@ -115,10 +117,13 @@ func (l *listenerBase) track(c net.Conn) bool {
 	return true
 }
 
-// checked returns the connection mochi serves: c, its inbound packets
-// checked against the rules mochi does not enforce (protocheck.go).
-func (l *listenerBase) checked(c net.Conn) net.Conn {
-	return &protoConn{Conn: c, refused: l.protocolRefused}
+// serve hands c to mochi, its reads checked (protocheck.go), and once
+// mochi is done with it waits for its write spool, if it has one, to
+// write what is pending and close.
+func (l *listenerBase) serve(establish listeners.EstablishFn, c net.Conn) error {
+	pc := &protoConn{Conn: c, refused: l.protocolRefused}
+	defer pc.ended()
+	return establish(l.id, pc)
 }
 
 // untrack closes a tracked connection and forgets it.

@@ -36,6 +36,9 @@ func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger, logs *logLimi
 		clock: opts.Clock, log: log, logs: logs, conns: conns, blocks: blocked, pending: newPendingGate(opts.Limits.MaxPendingConnections)}
 	h.creds.Store(opts.Auth.Credentials)
 	h.ownClients = srv.Clients.Len()
+	if len(opts.Limits.Consumers) > 0 {
+		h.consumers = newConsumerSet(opts.Limits)
+	}
 	if opts.Limits.ConnectRate.Limit > 0 {
 		if h.rate, err = devicelimit.NewTable(auth.ConnectRateBuckets); err != nil {
 			return nil, fmt.Errorf("connect rate: %w", err)

@@ -72,7 +72,7 @@ func (l *wsListener) Serve(establish listeners.EstablishFn) {
 			}
 			defer l.untrack(conn.Conn)
 			_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
-			if err := establish(l.id, l.checked(conn)); err != nil {
+			if err := l.serve(establish, conn); err != nil {
 				l.log.Debug("connection ended", "remote", r.RemoteAddr, "error", err)
 			}
 		}),

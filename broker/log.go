@@ -60,7 +60,23 @@ const (
 	mochiWriteQueueFull   = "client write queue full; message dropped"
 )
 
+// Enabled lets mochi's warnings through whatever the level of the
+// handler under it: the slow-subscriber drops among them are counted
+// here (Stats.SlowSubscriberDrops), and a gateway logging at error (or
+// a test discarding its log) counted none. Handle then passes on only
+// what the handler under it takes.
+func (h mochiHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelWarn || h.Handler.Enabled(ctx, level)
+}
+
 func (h mochiHandler) Handle(ctx context.Context, r slog.Record) error {
+	if !h.Handler.Enabled(ctx, r.Level) {
+		switch r.Message {
+		case mochiInflightFull, mochiPacketIDs, mochiWriteQueueFull:
+			h.l.inflightDrops.Add(1)
+		}
+		return nil
+	}
 	switch r.Message {
 	case "publish packet rejected", "packet rejected":
 		if r.Level < slog.LevelInfo {

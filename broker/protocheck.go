@@ -4,6 +4,9 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
+
+	"devicegate/internal/spool"
 )
 
 // protoConn is a client connection whose inbound bytes are checked, as
@@ -37,6 +40,22 @@ type protoConn struct {
 	once   sync.Once
 	// refused counts and logs a violation: at CONNECT or after.
 	refused func(remote string, atConnect bool, reason string)
+	// spool, once set (a backend consumer: consumers.go), takes the
+	// writes and the Close.
+	spool atomic.Pointer[spool.Writer]
+	// delivering is the consumers' gate a publish of this client passed
+	// and has not left (consumers.go); touched only on the client's
+	// reading goroutine.
+	delivering *consumerSet
+}
+
+// leave ends the delivery of this client's publish, if one passed the
+// consumers' gate.
+func (c *protoConn) leave() {
+	if cs := c.delivering; cs != nil {
+		c.delivering = nil
+		cs.done()
+	}
 }
 
 // protocolViolation is a packet the specification forbids.
@@ -71,9 +90,50 @@ func (c *protoConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// Write writes to the spool once there is one, else to the socket.
+func (c *protoConn) Write(b []byte) (int, error) {
+	if s := c.spool.Load(); s != nil {
+		return s.Write(b)
+	}
+	return c.Conn.Write(b)
+}
+
+// Close closes the spool (which writes what is pending, then closes the
+// socket) once there is one, else the socket.
+func (c *protoConn) Close() error {
+	if s := c.spool.Load(); s != nil {
+		return s.Close()
+	}
+	return c.Conn.Close()
+}
+
+// startSpool gives the connection a write spool of limit bytes and
+// returns it. It is called while nothing writes to the connection (in
+// OnConnect, before the CONNACK).
+func (c *protoConn) startSpool(limit int, wrote, ended func()) *spool.Writer {
+	s := spool.New(c.Conn, limit, wrote, ended)
+	c.spool.Store(s)
+	return s
+}
+
+// ended leaves the consumers' gate and waits, after mochi is done with
+// the connection, for its spool to write what is pending (spool.Drain at
+// most) and close the socket.
+func (c *protoConn) ended() {
+	c.leave()
+	if s := c.spool.Load(); s != nil {
+		_ = s.Close()
+		s.Wait()
+	}
+}
+
 // CloseWrite half-closes the connection when the one under it can
-// (throttle.go's hangUp).
+// (throttle.go's hangUp). With a spool it cannot: a FIN would overtake
+// the bytes pending; Close then writes them first.
 func (c *protoConn) CloseWrite() error {
+	if c.spool.Load() != nil {
+		return errors.ErrUnsupported
+	}
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
@@ -90,7 +150,7 @@ func (c *protoConn) refuse() {
 		}
 		if c.p.version == 5 {
 			// The connection ends whatever this write does.
-			_, _ = c.Conn.Write(refusalPacket(v.atConnect, v.reason, c.p.clientMax))
+			_, _ = c.Write(refusalPacket(v.atConnect, v.reason, c.p.clientMax))
 		}
 	})
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -81,14 +82,40 @@ func TestSlowSubscriberDropsCounted(t *testing.T) {
 // counted with the other slow-subscriber drops and logged once per
 // interval.
 func TestWriteQueueDropsCounted(t *testing.T) {
-	const pending, n = 16, 400
+	const pending = 16
 	f, buf, ctx := startLogged(t, Limits{MaxPendingWrites: pending})
+	drops := fillStuckSubscriber(t, f, ctx)
+	var lines []string
+	for _, l := range buf.Lines() {
+		if strings.Contains(l, "write queue full") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "client=backend-stuck") {
+		t.Fatalf("%d log lines for %d drops, want 1 naming the client:\n%s", len(lines), drops, strings.Join(lines, "\n"))
+	}
+}
 
-	// A raw subscriber: it subscribes, then reads nothing more.
+// TestDropsCountedAtAnyLogLevel: with the log at error (or discarded),
+// the drops mochi reports as warnings are counted all the same.
+func TestDropsCountedAtAnyLogLevel(t *testing.T) {
+	f := start(t, fixtureOpts{
+		logger:  slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError})),
+		options: func(o *Options) { o.Limits = Limits{MaxPendingWrites: 16} },
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	t.Cleanup(cancel)
+	fillStuckSubscriber(t, f, ctx)
+}
+
+// fillStuckSubscriber publishes 400 messages of 64 KiB (25 MiB, more
+// than loopback's socket buffers and a small queue hold) to a raw
+// subscriber that reads nothing, waits for drops to be counted and
+// returns them.
+func fillStuckSubscriber(t *testing.T, f *fixture, ctx context.Context) uint64 {
+	t.Helper()
+	const n = 400
 	rawSubscriber(t, f.addr, "backend-stuck", "devices/#")
-
-	// 400 messages of 64 KiB: 25 MiB, more than loopback's socket
-	// buffers and the 16-message queue hold.
 	pub := f.dial5(t, "meter-1", "", nil)
 	payload := make([]byte, 64<<10)
 	for range n {
@@ -97,33 +124,27 @@ func TestWriteQueueDropsCounted(t *testing.T) {
 		}
 	}
 	eventually(t, "drops for the stuck subscriber", func() bool { return f.srv.Stats().SlowSubscriberDrops > 0 })
-	var lines []string
-	for _, l := range buf.Lines() {
-		if strings.Contains(l, "write queue full") {
-			lines = append(lines, l)
-		}
-	}
 	drops := f.srv.Stats().SlowSubscriberDrops
-	if len(lines) != 1 || !strings.Contains(lines[0], "client=backend-stuck") {
-		t.Fatalf("%d log lines for %d drops, want 1 naming the client:\n%s", len(lines), drops, strings.Join(lines, "\n"))
-	}
 	t.Logf("%d of %d messages dropped for the stuck subscriber", drops, n)
+	return drops
 }
 
 // TestConsumerQueueAccounting: 50 publishers send a burst of 5,000 QoS 0
-// messages of 2 KiB while a backend consumer of devices/# reads nothing;
-// then it reads. With the default queue (8192 per client) it gets every
-// message; with a queue of 8, every message it does not get is counted
-// in Stats.SlowSubscriberDrops, none lost uncounted.
+// messages of 2 KiB while a subscriber of devices/# reads nothing; then
+// it reads. At the default queue (64 messages) it misses messages, and
+// every one it does not get is counted in Stats.SlowSubscriberDrops,
+// none lost uncounted. Configured as a consumer (Limits.Consumers, a
+// write spool of 64 MiB) it gets every message.
 func TestConsumerQueueAccounting(t *testing.T) {
 	const publishers, each = 50, 100
 	for _, tc := range []struct {
-		name    string
-		pending int
-	}{{"default", 0}, {"pending=8", 8}} {
+		name     string
+		limits   Limits
+		consumer bool
+	}{{"default", Limits{}, false}, {"consumer", Limits{Consumers: []string{"backend-*"}}, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, _, ctx := startLogged(t, Limits{MaxPendingWrites: tc.pending})
-			sub := rawSubscriber(t, f.addr, "backend", "devices/#")
+			f, _, ctx := startLogged(t, tc.limits)
+			sub := rawSubscriber(t, f.addr, "backend-1", "devices/#")
 			payload := make([]byte, 2048)
 			var wg sync.WaitGroup
 			for i := range publishers {
@@ -150,11 +171,14 @@ func TestConsumerQueueAccounting(t *testing.T) {
 			for {
 				drops := f.srv.Stats().SlowSubscriberDrops
 				if got+drops == want {
-					if tc.pending == 0 && drops != 0 {
-						t.Fatalf("%d drops with the default queue", drops)
+					if tc.consumer && drops != 0 {
+						t.Fatalf("%d drops for a consumer with a write spool", drops)
 					}
-					if tc.pending == 8 && drops == 0 {
-						t.Fatal("no drops with a queue of 8 and a consumer that read nothing during 10 MiB")
+					if !tc.consumer && drops == 0 {
+						t.Fatal("no drops at the default queue for a subscriber that read nothing during 10 MiB")
+					}
+					if spooled := f.srv.AuthStats().ConsumersSpooled; spooled != map[bool]uint64{true: 1}[tc.consumer] {
+						t.Fatalf("%d connections spooled", spooled)
 					}
 					t.Logf("received %d, dropped and counted %d, of %d", got, drops, want)
 					return

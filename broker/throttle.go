@@ -110,6 +110,9 @@ type throttle struct {
 	logs *logLimiter
 	// wills is the one will per device per window beyond the quota.
 	wills willAllowance
+	// consumers gates the delivery of admitted publishes while a backend
+	// consumer's queue is full (consumers.go); nil without consumers.
+	consumers *consumerSet
 	// fwd takes admitted messages for the upstreams; nil without any.
 	fwd Forwarder
 	// inlines publish locally what an acker acknowledged (forwardack.go);
@@ -305,7 +308,11 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	// be released without its group's windows (policy defer drops).
 	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow && c.group.Key == "" {
 		c.ack.barrier()
-		return pk, h.deferPublish(cl, &pk, c, class, q, now)
+		err := h.deferPublish(cl, &pk, c, class, q, now)
+		if err == nil {
+			h.consumers.enter(cl)
+		}
+		return pk, err
 	}
 	var d devicelimit.Decision
 	var gq devicelimit.Quota
@@ -323,10 +330,16 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		d.Allowed = true
 	}
 	if d.Allowed {
+		var err error
 		if queueable {
-			return pk, h.admitQueued(cl, c, &pk)
+			err = h.admitQueued(cl, c, &pk)
+		} else {
+			err = h.admit(cl, c.device, &pk)
 		}
-		return pk, h.admit(cl, c.device, &pk)
+		if err == nil {
+			h.consumers.enter(cl) // mochi delivers it now (consumers.go)
+		}
+		return pk, err
 	}
 	c.ack.barrier()
 	return pk, h.refuse(cl, pk, c, class, q, gq, byGroup, d, now)

@@ -24,7 +24,10 @@
 //	  max_packet_size: 256KiB      # larger packets end the connection before they are read
 //	  max_client_id_length: 256    # bytes
 //	  max_connections: 50000       # clients connected at once; 0: no bound
-//	  max_pending_writes: 8192     # messages queued for one slow client, 1..1048576
+//	  max_pending_writes: 64       # messages queued for one client (8 bytes each, every connection), 1..1048576
+//	  consumers:                   # backend consumers: a write spool each, and publishers wait for them
+//	    client_ids: []             # globs of their client IDs, e.g. ["backend-*"]
+//	    write_buffer: 64MiB        # bytes the spool of one consumer holds, 64KiB..1GiB
 //	  max_inflight: 8192           # QoS 1/2 messages sent to one client and not yet acknowledged, 1..65535
 //	  max_pending_connections: 1000  # connections that have not sent CONNECT yet, all listeners, >= 1
 //	  connect_rate: {limit: 100, window: 1s, exempt: ["127.0.0.0/8", "::1/128"]}  # new connections per source IP (limit 0: off); exempt: CIDR prefixes not limited
@@ -144,6 +147,9 @@ type MQTT struct {
 	// MaxPendingWrites bounds the messages queued for one slow client;
 	// beyond it, messages to that client are dropped.
 	MaxPendingWrites int `yaml:"max_pending_writes"`
+	// Consumers names the backend consumers, which get a write spool
+	// beyond the queue.
+	Consumers Consumers `yaml:"consumers"`
 	// MaxInflight bounds the QoS 1 and 2 messages sent to one client
 	// and not yet acknowledged; beyond, messages to it are dropped.
 	MaxInflight int `yaml:"max_inflight"`

@@ -53,6 +53,21 @@ type Rate struct {
 	Exempt []string `yaml:"exempt"`
 }
 
+// Consumers names the backend consumers: the clients that subscribe to
+// what many devices publish. Each gets a write spool of WriteBuffer
+// bytes, and publishers wait for its writer when it falls behind
+// (broker/consumers.go).
+type Consumers struct {
+	ClientIDs   []string `yaml:"client_ids"`
+	WriteBuffer Size     `yaml:"write_buffer"`
+}
+
+// Bounds of mqtt.consumers.write_buffer.
+const (
+	MinConsumerWriteBuffer = 64 << 10
+	MaxConsumerWriteBuffer = 1 << 30
+)
+
 // Keepalive bounds the keepalive a client may ask for; 0s is no bound.
 type Keepalive struct {
 	Min Duration `yaml:"min"`
@@ -91,6 +106,7 @@ func withSecurityDefaults(c Config) Config {
 	c.MQTT.MaxClientIDLength = DefaultMaxClientIDLength
 	c.MQTT.MaxConnections = DefaultMaxConnections
 	c.MQTT.MaxPendingWrites = DefaultMaxPendingWrites
+	c.MQTT.Consumers = Consumers{ClientIDs: []string{}, WriteBuffer: broker.DefaultConsumerWriteBuffer}
 	c.MQTT.MaxInflight = DefaultMaxInflight
 	c.MQTT.MaxPendingConnections = DefaultMaxPendingConns
 	c.MQTT.ConnectRate = Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}}
@@ -170,6 +186,14 @@ func (c Config) validateSecurity(v *validator) {
 	}
 	if m.MaxPendingWrites < 1 || m.MaxPendingWrites > 1<<20 {
 		v.add("mqtt.max_pending_writes", fmt.Sprintf("must be between 1 and %d (got %d)", 1<<20, m.MaxPendingWrites))
+	}
+	if b := m.Consumers.WriteBuffer; b < MinConsumerWriteBuffer || b > MaxConsumerWriteBuffer {
+		v.add("mqtt.consumers.write_buffer", fmt.Sprintf("must be between %s and %s (got %s)", Size(MinConsumerWriteBuffer), Size(MaxConsumerWriteBuffer), b))
+	}
+	for i, p := range m.Consumers.ClientIDs {
+		if _, err := devicelimit.CompileGlob(p); err != nil {
+			v.add(fmt.Sprintf("mqtt.consumers.client_ids[%d]", i), err.Error())
+		}
 	}
 	if m.MaxConnections < 0 {
 		v.add("mqtt.max_connections", fmt.Sprintf("must be >= 0, 0 for no bound (got %d)", m.MaxConnections))

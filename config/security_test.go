@@ -16,6 +16,7 @@ mqtt:
   max_client_id_length: 64
   max_connections: 10
   max_pending_writes: 100
+  consumers: {client_ids: ["backend-*", "archiver"], write_buffer: 8MiB}
   connect_rate: {limit: 5, window: 10s, exempt: ["10.0.0.0/8"]}
   keepalive: {min: 5s, max: 10m}
 admin: {tls: {cert_file: a.pem, key_file: b.pem}}
@@ -29,7 +30,8 @@ auth:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.AllowAll() || c.MQTT.TLS.ClientCAFile != "ca.pem" || c.MQTT.MaxPacketSize != 1<<20 || c.MQTT.MaxPendingWrites != 100 || c.Limits.MaxDevices != 7 ||
+	if c.AllowAll() || c.MQTT.TLS.ClientCAFile != "ca.pem" || c.MQTT.MaxPacketSize != 1<<20 || c.MQTT.MaxPendingWrites != 100 ||
+		len(c.MQTT.Consumers.ClientIDs) != 2 || c.MQTT.Consumers.WriteBuffer != 8<<20 || c.Limits.MaxDevices != 7 ||
 		c.ConnectRate().Window != 10*time.Second || c.Auth.ACL.Subscribe != "fleet/{device}/down/+" || !c.MQTT.WebSocket.TLS {
 		t.Fatalf("parsed %+v", c)
 	}
@@ -48,6 +50,9 @@ auth:
 		{`mqtt: {websocket: {tls: true, addr: ":1"}}`, `mqtt.tls.key_file: must name`},
 		{`mqtt: {max_packet_size: 10}`, `mqtt.max_packet_size: must be between 64B and 256MiB (got 10B)`},
 		{`mqtt: {max_pending_writes: 0}`, `mqtt.max_pending_writes: must be between 1 and 1048576 (got 0)`},
+		{`mqtt: {consumers: {write_buffer: 1KiB}}`, `mqtt.consumers.write_buffer: must be between 64KiB and 1GiB (got 1KiB)`},
+		{`mqtt: {consumers: {client_ids: ["ok-*", ""]}}`, `mqtt.consumers.client_ids[1]: invalid pattern: empty`},
+		{`mqtt: {consumers: {clients: ["a"]}}`, `mqtt.consumers.clients: unknown key; expected one of client_ids, write_buffer`},
 		{`mqtt: {max_client_id_length: 0}`, `mqtt.max_client_id_length: must be between 1 and 65535 (got 0)`},
 		{`mqtt: {connect_rate: {limit: -1}}`, `mqtt.connect_rate.limit: must be between 1 and`},
 		{`mqtt: {connect_rate: {window: 0s}}`, `mqtt.connect_rate.window: must be > 0`},

@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"devicegate/internal/loopback"
+
 	"bytes"
 	"errors"
 	"io"
@@ -9,36 +11,11 @@ import (
 	"time"
 )
 
-// loopbackPair returns the two ends of a real TCP connection.
-func loopbackPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		accepted <- c
-	}()
-	client, err = net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
 // TestBatchConnKeepsBytesInOrder: many small writes arrive whole and in
 // order, in fewer reads than writes when they pile up; Close sends what
 // was pending before closing; reads go through the buffer.
 func TestBatchConnKeepsBytesInOrder(t *testing.T) {
-	client, server := loopbackPair(t)
+	client, server := loopback.Pair(t)
 	b := newBatchConn(client)
 	var want bytes.Buffer
 	const n = 20000
@@ -64,7 +41,7 @@ func TestBatchConnKeepsBytesInOrder(t *testing.T) {
 		t.Fatalf("write after close: %v", err)
 	}
 
-	client, server = loopbackPair(t)
+	client, server = loopback.Pair(t)
 	b = newBatchConn(client)
 	go server.Write([]byte("hello"))
 	buf := make([]byte, 5)
@@ -76,7 +53,7 @@ func TestBatchConnKeepsBytesInOrder(t *testing.T) {
 // TestBatchConnWriteError: once the peer is gone a write fails, and so
 // does every later one.
 func TestBatchConnWriteError(t *testing.T) {
-	client, server := loopbackPair(t)
+	client, server := loopback.Pair(t)
 	b := newBatchConn(client)
 	server.Close()
 	deadline := time.Now().Add(10 * time.Second)

@@ -563,6 +563,8 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		PersistFailures:     ph.Failures,
 		SlowSubscriberDrops: st.SlowSubscriberDrops,
 		ProtocolErrors:      as.ProtocolErrors,
+		ConsumerWaits:       as.ConsumerWaits,
+		ConsumerSpoolBytes:  as.ConsumerSpoolBytes,
 		Forward:             forwardStats(s.forward),
 	}
 }

@@ -63,6 +63,8 @@ func loadSecurity(cfg config.Config) (security, error) {
 		MaxClientIDLength:     m.MaxClientIDLength,
 		MaxConnections:        m.MaxConnections,
 		MaxPendingWrites:      m.MaxPendingWrites,
+		Consumers:             m.Consumers.ClientIDs,
+		ConsumerWriteBuffer:   int(m.Consumers.WriteBuffer),
 		MaxInflight:           m.MaxInflight,
 		MaxPendingConnections: m.MaxPendingConnections,
 		MaxDevices:            cfg.Limits.MaxDevices,

@@ -247,7 +247,7 @@ type gateway struct {
 
 // gatewayConfig throttles every device: pub-* can send a billion
 // messages a second, hot-* one an hour (the first, in the first round).
-const gatewayConfig = `mqtt: {tcp: "127.0.0.1:0"}
+const gatewayConfig = `mqtt: {tcp: "127.0.0.1:0", consumers: {client_ids: ["sub-*"]}}
 admin: {addr: "127.0.0.1:0"}
 data_dir: %q
 limits:

@@ -40,6 +40,18 @@ func (a *simAuthFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.tlsCA, "tls-ca", "", "with --addr: connect over TLS, trusting the gateway certificate's CA in this PEM `file`")
 }
 
+// subscriberIDs returns globs of the client IDs the subscriber may have
+// (see --sub-client-id).
+func (a *simAuthFlags) subscriberIDs() []string {
+	ids := []string{"simulator-sub-*"}
+	for _, id := range []string{a.subClientID, a.subUsername, a.username} {
+		if id != "" {
+			ids = append(ids, auth.EscapeGlob(id))
+		}
+	}
+	return ids
+}
+
 // apply checks the flags and fills cfg.Auth, reading the password
 // files and the environment.
 func (a *simAuthFlags) apply(cfg *simulator.Config, set map[string]bool, own bool) error {

@@ -1,0 +1,82 @@
+package broker
+
+import (
+	"net"
+	"reflect"
+	"testing"
+	"time"
+
+	"devicegate/devicelimit"
+	"devicegate/internal/spool"
+
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// TestOutboundQueueProbe: the consumers' view of mochi's outbound queue
+// is the real one. A consumer with a 1 KiB spool that reads nothing: its
+// queue fills to MaxPendingWrites, and the probe sees it full. A client
+// whose ID no glob matches gets no spool; a consumer that leaves is
+// forgotten. Fails when a mochi upgrade renames or retypes the field.
+func TestOutboundQueueProbe(t *testing.T) {
+	if outboundField == nil {
+		t.Fatal("mochi's ClientState has no outbound channel: consumers cannot watch their queues")
+	}
+	const pending = 32
+	f, _, ctx := startLogged(t, Limits{Consumers: []string{"backend-*"}, ConsumerWriteBuffer: 1024, MaxPendingWrites: pending})
+	sub := rawSubscriber(t, f.addr, "backend-1", "devices/#")
+	rawSubscriber(t, f.addr, "device-7", "devices/#")
+
+	online := f.srv.auth.consumers.online.Load()
+	if online == nil || len(*online) != 1 {
+		t.Fatalf("online consumers: %v, want backend-1 alone", online)
+	}
+	c := (*online)[0]
+	if c.queue.Cap() != pending {
+		t.Fatalf("probed queue capacity %d, want %d", c.queue.Cap(), pending)
+	}
+	pub := f.dial5(t, "meter-1", "", nil)
+	payload := make([]byte, 64<<10)
+	for range 400 { // 25 MiB: more than the sockets, the spool and the queue hold
+		if _, err := pub.Publish(ctx, &paho.Publish{Topic: "devices/meter-1", QoS: 0, Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "a full queue seen by the probe", func() bool { return c.queue.Len() == pending })
+	if st := f.srv.AuthStats(); st.ConsumersSpooled != 1 {
+		t.Fatalf("%d connections spooled, want 1 (device-7 is no consumer)", st.ConsumersSpooled)
+	}
+	sub.Close()
+	eventually(t, "the consumer forgotten once gone", func() bool { return len(*f.srv.auth.consumers.online.Load()) == 0 })
+}
+
+// TestGateAllocatesNothing: with a consumer online, an allowed publish
+// passes the gate and leaves it at OnPublished without allocating, and
+// leaves the gate as it found it.
+func TestGateAllocatesNothing(t *testing.T) {
+	s, cl, pk := newHookClient(t, devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Second})
+	near, far := net.Pipe()
+	t.Cleanup(func() { near.Close(); far.Close() })
+	cs := newConsumerSet(Limits{Consumers: []string{"backend-*"}})
+	c := &consumer{queue: reflect.ValueOf(make(chan *packets.Packet, 64)), spool: spool.New(far, 1<<20, nil, nil)}
+	cs.online.Store(&[]*consumer{c})
+	s.hook.consumers, s.auth.consumers = cs, cs
+	cl.Net.Conn = &protoConn{Conn: near}
+	checkAllowedPublishAllocs(t, s, cl, pk)
+	s.auth.OnPublished(cl, pk)
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := s.hook.OnPublish(cl, pk); err != nil {
+			t.Fatal(err)
+		}
+		s.auth.OnPublished(cl, pk)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocs per publish through the gate, want 0", allocs)
+	}
+	if n := cs.inflight.Load(); n != 0 {
+		t.Fatalf("%d deliveries left in the gate", n)
+	}
+	if cs.waits.Load() != 0 {
+		t.Fatal("a publish waited with the consumer's queue empty")
+	}
+}
