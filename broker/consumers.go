@@ -153,6 +153,7 @@ func (cs *consumerSet) remove(c *consumer) {
 		}
 	}
 	cs.online.Store(&next)
+	cs.notify() // publishes waiting for it go on
 }
 
 // spoolBytes returns what the connected consumers' spools hold.

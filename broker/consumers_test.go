@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/loopback"
+	"devicegate/internal/poll"
 	"devicegate/internal/spool"
 
 	"github.com/eclipse/paho.golang/paho"
@@ -78,5 +80,58 @@ func TestGateAllocatesNothing(t *testing.T) {
 	}
 	if cs.waits.Load() != 0 {
 		t.Fatal("a publish waited with the consumer's queue empty")
+	}
+}
+
+// TestGateWaitsForRoom: a publish waits at the gate while a consumer's
+// queue is full, goes on when the writer makes room, and goes on at once
+// when the consumer leaves (not after consumerWait).
+func TestGateWaitsForRoom(t *testing.T) {
+	_, cl, _ := newHookClient(t, devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Second})
+	near, far := net.Pipe()
+	t.Cleanup(func() { near.Close(); far.Close() })
+	cl.Net.Conn = &protoConn{Conn: near}
+	queue := make(chan *packets.Packet, 4)
+	for range cap(queue) {
+		queue <- &packets.Packet{}
+	}
+	cs := newConsumerSet(Limits{Consumers: []string{"backend-*"}})
+	sink, _ := loopback.Pair(t)
+	c := &consumer{queue: reflect.ValueOf(queue), spool: spool.New(sink, 1<<20, cs.notify, nil)}
+	cs.online.Store(&[]*consumer{c})
+
+	passed := make(chan struct{})
+	go func() {
+		cs.enter(cl)
+		close(passed)
+	}()
+	poll.Until(t, waitTimeout, "a publish at the gate", func() bool { return cs.waits.Load() == 1 })
+	select {
+	case <-passed:
+		t.Fatal("the publish passed a full queue")
+	default:
+	}
+	<-queue // the writer takes one and writes it
+	if _, err := c.spool.Write([]byte{0x30, 0}); err != nil {
+		t.Fatal(err)
+	}
+	<-passed
+	if n := cs.inflight.Load(); n != 1 {
+		t.Fatalf("inflight %d after the publish passed, want 1", n)
+	}
+	cl.Net.Conn.(*protoConn).leave()
+
+	queue <- &packets.Packet{} // full again
+	again := make(chan struct{})
+	go func() {
+		cs.enter(cl)
+		close(again)
+	}()
+	poll.Until(t, waitTimeout, "a second publish at the gate", func() bool { return cs.waits.Load() == 2 })
+	cs.remove(c)
+	select {
+	case <-again:
+	case <-time.After(consumerWait / 2):
+		t.Fatal("the publish still waited for a consumer that had left")
 	}
 }
