@@ -233,6 +233,9 @@ func New(opts Options) (*Server, error) {
 // clients carry a large outbound buffer, too costly to make per release,
 // and a release round is the only user.
 func (s *Server) publishDeferred(device string, m *deferredMsg, expiry uint32) error {
+	if s.hook.consumers.acquire() {
+		defer s.hook.consumers.done()
+	}
 	cl := s.releaser
 	cl.ID = device
 	cl.Properties.ProtocolVersion = m.Version

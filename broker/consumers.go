@@ -41,9 +41,11 @@ import (
 // A publish takes its place in inflight as the throttle admits it and
 // leaves it at OnPublished, or, should mochi not deliver it after all
 // (a PUBACK that cannot be written), at the client's next packet or the
-// end of its connection (protoConn.delivering). Deliveries mochi makes
-// from the broker's own client (released deferred messages, forwarded
-// messages acknowledged upstream) do not pass the gate.
+// end of its connection (protoConn.delivering). Deliveries the broker
+// makes itself (released deferred messages, forwarded messages
+// acknowledged upstream) pass the gate around their synchronous
+// InjectPacket; messages from an upstream (forward's subscribe:) and
+// wills do not.
 //
 // The queue's length is read with reflect: mochi keeps the channel in an
 // unexported field (ClientState.outbound) and has no accessor. Only its
@@ -186,21 +188,34 @@ func fitsAll(online []*consumer, n int64) bool {
 }
 
 // enter admits the publish cl is about to have delivered, once every
-// consumer has room for it (or after consumerWait). A nil set, and a
-// client without a protoConn (mochi's own), pass.
+// consumer has room for it (or after consumerWait); OnPublished, or
+// cl's next packet, ends it. A nil set, and a client without a
+// protoConn (mochi's own), pass.
 func (cs *consumerSet) enter(cl *mqtt.Client) {
-	if cs == nil {
-		return
-	}
-	online := cs.online.Load()
 	pc, ok := cl.Net.Conn.(*protoConn)
-	if online == nil || len(*online) == 0 || !ok {
+	if !ok {
 		return
 	}
 	pc.leave() // a publish mochi did not deliver
-	pc.delivering = cs
+	if cs.acquire() {
+		pc.delivering = cs
+	}
+}
+
+// acquire takes a place among the deliveries (inflight) once every
+// consumer has room for it, or after consumerWait. It reports whether it
+// took one, which done gives back; with no consumer online (or a nil
+// set) it takes none.
+func (cs *consumerSet) acquire() bool {
+	if cs == nil {
+		return false
+	}
+	online := cs.online.Load()
+	if online == nil || len(*online) == 0 {
+		return false
+	}
 	if fitsAll(*online, cs.inflight.Add(1)) {
-		return
+		return true
 	}
 	cs.inflight.Add(-1)
 	cs.waits.Add(1)
@@ -211,7 +226,7 @@ func (cs *consumerSet) enter(cl *mqtt.Client) {
 		case <-cs.wake:
 		case <-deadline.C:
 			cs.inflight.Add(1)
-			return
+			return true
 		}
 		online = cs.online.Load()
 		n := cs.inflight.Add(1)
@@ -219,13 +234,13 @@ func (cs *consumerSet) enter(cl *mqtt.Client) {
 			if fitsAll(*online, n+1) {
 				cs.notify() // room for the next one too
 			}
-			return
+			return true
 		}
 		cs.inflight.Add(-1)
 	}
 }
 
-// done ends a delivery enter admitted. It wakes no one: the message
+// done ends a delivery acquire admitted. It wakes no one: the message
 // moved from inflight to a queue, which leaves the room as it was.
 func (cs *consumerSet) done() { cs.inflight.Add(-1) }
 

@@ -114,6 +114,9 @@ func (h *throttle) finishForwarded(cl *mqtt.Client, pk packets.Packet, err error
 // publishLocal publishes pk to the local subscribers as cl, through an
 // inline client of the pool.
 func (h *throttle) publishLocal(cl *mqtt.Client, pk packets.Packet) {
+	if h.consumers.acquire() {
+		defer h.consumers.done()
+	}
 	inl := <-h.inlines
 	defer func() { h.inlines <- inl }()
 	inl.ID = cl.ID
