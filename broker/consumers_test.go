@@ -135,3 +135,45 @@ func TestGateWaitsForRoom(t *testing.T) {
 		t.Fatal("the publish still waited for a consumer that had left")
 	}
 }
+
+// TestGateHoldsReleases: a release round publishing a deferred message
+// waits at the gate while a consumer's queue is full, and releases it
+// once the consumer's writer makes room.
+func TestGateHoldsReleases(t *testing.T) {
+	f := start(t, fixtureOpts{rules: []devicelimit.Rule{deferRule("dev-*", 1, time.Second)}, store: openStore(t, t.TempDir())})
+	p := f.connect(t, 5, "dev-1", "")
+	for _, m := range []string{"m0", "m1"} {
+		if code := publish5(t, p, &paho.Publish{Topic: "t/a", QoS: 1, Payload: []byte(m)}); code != 0 {
+			t.Fatalf("publish %s: 0x%02x", m, code)
+		}
+	}
+	if st := f.srv.Stats(); st.Deferred != 1 {
+		t.Fatalf("stats %+v, want m1 deferred", st)
+	}
+	queue := make(chan *packets.Packet, 2)
+	queue <- &packets.Packet{}
+	queue <- &packets.Packet{}
+	cs := newConsumerSet(Limits{Consumers: []string{"backend-*"}})
+	sink, _ := loopback.Pair(t)
+	c := &consumer{queue: reflect.ValueOf(queue), spool: spool.New(sink, 1<<20, cs.notify, nil)}
+	cs.online.Store(&[]*consumer{c})
+	f.srv.hook.consumers = cs
+
+	done := make(chan struct{})
+	go func() {
+		f.srv.releaseTick(f.clock.Advance(2 * time.Second))
+		close(done)
+	}()
+	poll.Until(t, waitTimeout, "the release at the gate", func() bool { return cs.waits.Load() == 1 })
+	if st := f.srv.Stats(); st.Released != 0 {
+		t.Fatalf("released %d past a full queue", st.Released)
+	}
+	<-queue
+	if _, err := c.spool.Write([]byte{0x30, 0}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if st := f.srv.Stats(); st.Released != 1 || cs.inflight.Load() != 0 {
+		t.Fatalf("released %d, inflight %d; want 1 and 0", st.Released, cs.inflight.Load())
+	}
+}
