@@ -20,9 +20,6 @@ import (
 // client gets DISCONNECT 0x82 and the publish is dropped.
 func (h *authHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	restoreSendQuota(cl, pk)
-	if pc, ok := cl.Net.Conn.(*protoConn); ok {
-		pc.leave() // a publish mochi did not deliver (consumers.go)
-	}
 	if pk.FixedHeader.Type == packets.Publish && pk.TopicName == "" && pk.Properties.TopicAliasFlag &&
 		pk.Properties.TopicAlias > 0 && pk.Properties.TopicAlias <= h.srv.Options.Capabilities.TopicAliasMaximum {
 		// Set with an empty topic returns the alias's topic; for an

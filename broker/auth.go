@@ -61,10 +61,10 @@ type Limits struct {
 	// DefaultMaxPendingWrites when 0.
 	MaxPendingWrites int
 	// Consumers are globs of the client IDs of backend consumers. Each
-	// gets a write spool of ConsumerWriteBuffer bytes (spool.go): its
-	// writes return as soon as they are copied, so its queue empties at
-	// memory speed and a burst waits in the spool rather than being
-	// dropped at MaxPendingWrites.
+	// gets a write spool of ConsumerWriteBuffer bytes, and admitted
+	// publishes wait before delivery while its queue has no room for
+	// them (consumers.go): a burst waits in the spool, or at the
+	// publishers, rather than being dropped at MaxPendingWrites.
 	Consumers []string
 	// ConsumerWriteBuffer is the most bytes a consumer's spool holds;
 	// DefaultConsumerWriteBuffer when 0.
@@ -269,7 +269,7 @@ func (h *authHook) Provides(b byte) bool {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck:
 		return true
 	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnPublishDropped, mqtt.OnPublished:
-		return true // alias.go, share.go, drops.go, spool.go
+		return true // alias.go, share.go, drops.go, consumers.go
 	}
 	return false
 }

@@ -40,8 +40,9 @@ import (
 //
 // A publish takes its place in inflight as the throttle admits it and
 // leaves it at OnPublished, or, should mochi not deliver it after all
-// (a PUBACK that cannot be written), at the client's next packet or the
-// end of its connection (protoConn.delivering). Deliveries the broker
+// (a PUBACK that cannot be written, which ends the connection), at the
+// client's next publish or the end of its connection
+// (protoConn.delivering). Deliveries the broker
 // makes itself (released deferred messages, forwarded messages
 // acknowledged upstream) pass the gate around their synchronous
 // InjectPacket; messages from an upstream (forward's subscribe:) and
@@ -189,7 +190,7 @@ func fitsAll(online []*consumer, n int64) bool {
 
 // enter admits the publish cl is about to have delivered, once every
 // consumer has room for it (or after consumerWait); OnPublished, or
-// cl's next packet, ends it. A nil set, and a client without a
+// cl's next publish, ends it. A nil set, and a client without a
 // protoConn (mochi's own), pass.
 func (cs *consumerSet) enter(cl *mqtt.Client) {
 	pc, ok := cl.Net.Conn.(*protoConn)

@@ -70,12 +70,15 @@ func (h mochiHandler) Enabled(ctx context.Context, level slog.Level) bool {
 }
 
 func (h mochiHandler) Handle(ctx context.Context, r slog.Record) error {
+	drop := r.Message == mochiInflightFull || r.Message == mochiPacketIDs || r.Message == mochiWriteQueueFull
+	if drop {
+		h.l.inflightDrops.Add(1)
+	}
 	if !h.Handler.Enabled(ctx, r.Level) {
-		switch r.Message {
-		case mochiInflightFull, mochiPacketIDs, mochiWriteQueueFull:
-			h.l.inflightDrops.Add(1)
-		}
 		return nil
+	}
+	if drop {
+		return h.limited(ctx, r, "")
 	}
 	switch r.Message {
 	case "publish packet rejected", "packet rejected":
@@ -86,9 +89,6 @@ func (h mochiHandler) Handle(ctx context.Context, r slog.Record) error {
 		return nil
 	case mochiProcessingError:
 		return h.limited(ctx, r, "error")
-	case mochiInflightFull, mochiPacketIDs, mochiWriteQueueFull:
-		h.l.inflightDrops.Add(1)
-		return h.limited(ctx, r, "")
 	}
 	return h.Handler.Handle(ctx, r)
 }

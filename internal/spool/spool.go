@@ -29,7 +29,7 @@ type Writer struct {
 	mu      sync.Mutex
 	ready   *sync.Cond // bytes pending, or closing
 	space   *sync.Cond // pending shrank, or the spool failed
-	pending [][]byte   // chunks written by mochi, not yet taken by the writer
+	pending [][]byte   // chunks of what Write took, not yet taken by the writer
 	spare   [][]byte   // the writer's previous list, for reuse
 	// queued counts the bytes pending and being written, readable
 	// without mu.
