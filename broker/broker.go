@@ -248,8 +248,12 @@ func (s *Server) publishDeferred(device string, m *deferredMsg, expiry uint32) e
 // Publish publishes a message as the server itself (mochi's inline
 // client) to the local subscribers: a command from upstream (forward's
 // subscribe:). It is counted against no quota and not forwarded
-// upstream again.
+// upstream again. It waits at the consumers' gate like a device's
+// publish (consumers.go).
 func (s *Server) Publish(topic string, payload []byte, retain bool, qos byte) error {
+	if s.hook.consumers.acquire() {
+		defer s.hook.consumers.done()
+	}
 	return s.mqtt.Publish(topic, payload, retain, qos)
 }
 

@@ -44,9 +44,11 @@ import (
 // client's next publish or the end of its connection
 // (protoConn.delivering). Deliveries the broker
 // makes itself (released deferred messages, forwarded messages
-// acknowledged upstream) pass the gate around their synchronous
-// InjectPacket; messages from an upstream (forward's subscribe:) and
-// wills do not.
+// acknowledged upstream, messages from an upstream's subscribe:) pass
+// the gate around their synchronous InjectPacket or Publish; a will
+// published at once passes it between OnWill and OnWillSent (will.go).
+// Only a delayed will, which mochi's loop publishes past every hook,
+// does not.
 //
 // The queue's length is read with reflect: mochi keeps the channel in an
 // unexported field (ClientState.outbound) and has no accessor. Only its

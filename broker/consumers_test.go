@@ -91,14 +91,8 @@ func TestGateWaitsForRoom(t *testing.T) {
 	near, far := net.Pipe()
 	t.Cleanup(func() { near.Close(); far.Close() })
 	cl.Net.Conn = &protoConn{Conn: near}
-	queue := make(chan *packets.Packet, 4)
-	for range cap(queue) {
-		queue <- &packets.Packet{}
-	}
 	cs := newConsumerSet(Limits{Consumers: []string{"backend-*"}})
-	sink, _ := loopback.Pair(t)
-	c := &consumer{queue: reflect.ValueOf(queue), spool: spool.New(sink, 1<<20, cs.notify, nil)}
-	cs.online.Store(&[]*consumer{c})
+	c, queue, write := stalledConsumer(t, cs, 4)
 
 	passed := make(chan struct{})
 	go func() {
@@ -111,10 +105,7 @@ func TestGateWaitsForRoom(t *testing.T) {
 		t.Fatal("the publish passed a full queue")
 	default:
 	}
-	<-queue // the writer takes one and writes it
-	if _, err := c.spool.Write([]byte{0x30, 0}); err != nil {
-		t.Fatal(err)
-	}
+	write()
 	<-passed
 	if n := cs.inflight.Load(); n != 1 {
 		t.Fatalf("inflight %d after the publish passed, want 1", n)
@@ -150,14 +141,9 @@ func TestGateHoldsReleases(t *testing.T) {
 	if st := f.srv.Stats(); st.Deferred != 1 {
 		t.Fatalf("stats %+v, want m1 deferred", st)
 	}
-	queue := make(chan *packets.Packet, 2)
-	queue <- &packets.Packet{}
-	queue <- &packets.Packet{}
 	cs := newConsumerSet(Limits{Consumers: []string{"backend-*"}})
-	sink, _ := loopback.Pair(t)
-	c := &consumer{queue: reflect.ValueOf(queue), spool: spool.New(sink, 1<<20, cs.notify, nil)}
-	cs.online.Store(&[]*consumer{c})
-	f.srv.hook.consumers = cs
+	_, _, write := stalledConsumer(t, cs, 2)
+	f.srv.hook.consumers = cs // before the release round's goroutine starts
 
 	done := make(chan struct{})
 	go func() {
@@ -168,12 +154,81 @@ func TestGateHoldsReleases(t *testing.T) {
 	if st := f.srv.Stats(); st.Released != 0 {
 		t.Fatalf("released %d past a full queue", st.Released)
 	}
-	<-queue
-	if _, err := c.spool.Write([]byte{0x30, 0}); err != nil {
-		t.Fatal(err)
-	}
+	write()
 	<-done
 	if st := f.srv.Stats(); st.Released != 1 || cs.inflight.Load() != 0 {
 		t.Fatalf("released %d, inflight %d; want 1 and 0", st.Released, cs.inflight.Load())
 	}
+}
+
+// TestGateHoldsWillsAndCommands: the broker's other deliveries wait at
+// the gate too while a consumer's queue is full: a will published as a
+// device is disconnected (a mass disconnect is a burst of them), and a
+// command from an upstream's subscribe: (Server.Publish). Each goes on
+// once the consumer's writer makes room, and leaves the gate empty.
+func TestGateHoldsWillsAndCommands(t *testing.T) {
+	t.Run("will", func(t *testing.T) {
+		f := start(t, fixtureOpts{rules: []devicelimit.Rule{rule("dev-*", 1, devicelimit.PolicyDisconnect)}, options: withConsumers})
+		sub := f.subscribe(t, "sub", "", "status/#")
+		p := f.connectWithWill(t, 5, "dev-1", "status/dev-1", "offline")
+		if a, err := p.publish(t, "t/dev-1", "ok", 1); err != nil || a.code != 0 {
+			t.Fatalf("publish: 0x%02x, %v", a.code, err)
+		}
+		cs := f.srv.hook.consumers
+		_, _, write := stalledConsumer(t, cs, 2)
+		p.send("t/dev-1", "over", 1) // over the quota: disconnected, will published
+		poll.Until(t, waitTimeout, "the will at the gate", func() bool { return cs.waits.Load() == 1 })
+		if sub.has("offline") {
+			t.Fatal("the will passed a full queue")
+		}
+		write()
+		eventually(t, "the will, and the gate empty", func() bool { return sub.has("offline") && cs.inflight.Load() == 0 })
+	})
+	t.Run("command", func(t *testing.T) {
+		f := start(t, fixtureOpts{options: withConsumers})
+		sub := f.subscribe(t, "dev-1", "", "commands/dev-1")
+		cs := f.srv.hook.consumers
+		_, _, write := stalledConsumer(t, cs, 2)
+		done := make(chan error, 1)
+		go func() { done <- f.srv.Publish("commands/dev-1", []byte("reboot"), false, 1) }()
+		poll.Until(t, waitTimeout, "the command at the gate", func() bool { return cs.waits.Load() == 1 })
+		select {
+		case err := <-done:
+			t.Fatalf("the command passed a full queue (%v)", err)
+		default:
+		}
+		write()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the command", func() bool { return sub.has("reboot") })
+		if n := cs.inflight.Load(); n != 0 {
+			t.Fatalf("%d deliveries left in the gate", n)
+		}
+	})
+}
+
+// withConsumers names backend-* the broker's consumers.
+func withConsumers(o *Options) { o.Limits.Consumers = []string{"backend-*"} }
+
+// stalledConsumer puts online in cs a consumer whose queue of n slots is
+// full, and returns it with write, which does what the consumer's
+// writer does: takes one message off the queue and writes it (waking a
+// publish at the gate).
+func stalledConsumer(t *testing.T, cs *consumerSet, n int) (c *consumer, queue chan *packets.Packet, write func()) {
+	t.Helper()
+	queue = make(chan *packets.Packet, n)
+	for range n {
+		queue <- &packets.Packet{}
+	}
+	sink, _ := loopback.Pair(t)
+	c = &consumer{queue: reflect.ValueOf(queue), spool: spool.New(sink, 1<<20, cs.notify, nil)}
+	cs.online.Store(&[]*consumer{c})
+	write = func() {
+		<-queue
+		if _, err := c.spool.Write([]byte{0x30, 0}); err != nil {
+			t.Error(err)
+		}
+	}
+	return c, queue, write
 }

@@ -258,6 +258,30 @@ func (h *throttle) refused(device string, now devicelimit.Tick) {
 	}
 }
 
+// decide counts a message of size bytes in class, under quota q,
+// against its device's windows, and its group's when it has one (whose
+// quota it sets in gq): the decision, and whether the group refused. In
+// shadow mode a refusal is counted and logged as one and the message
+// allowed all the same. The quotas go by pointer: a Quota is 160 bytes,
+// and copying three of them cost an allowed publish 14 %.
+func (h *throttle) decide(cl *mqtt.Client, c *connInfo, class string, q, gq *devicelimit.Quota, size int, now devicelimit.Tick) (devicelimit.Decision, bool) {
+	var d devicelimit.Decision
+	byGroup, shadow := false, q.Shadow
+	if c.group.Key == "" {
+		d = h.limiter.AllowClassAt(c.device, class, *q, size, now)
+	} else {
+		d, *gq, byGroup, shadow = h.decideGroup(c, class, *q, size, now)
+	}
+	if !d.Allowed && shadow {
+		// Shadow mode: refused as an enforcing quota would (so not
+		// counted in its windows), let through all the same.
+		h.wouldRefuse.Add(1)
+		h.logThrottled(cl, c, class, refusing(*q, *gq, byGroup), d, byGroup, now)
+		d.Allowed = true
+	}
+	return d, byGroup
+}
+
 // OnPublish counts the publish against its device's window and applies
 // the quota's policy when the window is full. The only errors it returns
 // are packets.CodeSuccessIgnore (ack normally, forward nothing) and
@@ -316,18 +340,13 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	}
 	var d devicelimit.Decision
 	var gq devicelimit.Quota
-	byGroup, shadow := false, q.Shadow
-	if c.group.Key == "" {
+	byGroup := false
+	if c.group.Key == "" && !q.Shadow {
+		// decide's commonest case, without its call (measured 8 % of
+		// an allowed publish).
 		d = h.limiter.AllowClassAt(c.device, class, q, len(pk.Payload), now)
 	} else {
-		d, gq, byGroup, shadow = h.decideGroup(c, class, q, len(pk.Payload), now)
-	}
-	if !d.Allowed && shadow {
-		// Shadow mode: refused as an enforcing quota would (so not
-		// counted in its windows), let through all the same.
-		h.wouldRefuse.Add(1)
-		h.logThrottled(cl, c, class, refusing(q, gq, byGroup), d, byGroup, now)
-		d.Allowed = true
+		d, byGroup = h.decide(cl, c, class, &q, &gq, len(pk.Payload), now)
 	}
 	if d.Allowed {
 		var err error
