@@ -117,6 +117,9 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	}
 
 	g := &Gateway{log: log, table: table, resolver: resolver}
+	if usesRedis(cfg) {
+		routeRedisLog(log)
+	}
 	defer func() {
 		if err != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
