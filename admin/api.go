@@ -158,7 +158,10 @@ type UpstreamJSON struct {
 	Connections int    `json:"connections"` // configured
 	Connected   int    `json:"connected"`   // of them, up
 	// LastError says why a connection is down ("" when none is).
-	LastError        string  `json:"last_error,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	// RetryInSeconds is, while a connection waits to connect again, how
+	// long until it tries (the soonest); absent otherwise.
+	RetryInSeconds   float64 `json:"retry_in_seconds,omitempty"`
 	Forwarded        uint64  `json:"forwarded"`
 	BacklogMessages  int64   `json:"backlog_messages"`
 	BacklogBytes     int64   `json:"backlog_bytes"`

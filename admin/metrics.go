@@ -62,9 +62,10 @@ type ForwardStats struct {
 	Upstream string
 	// Connections counts the upstream's connections, Connected those up.
 	Connections, Connected int
-	LastError              string // why a connection is down
-	Forwarded              uint64 // acknowledged by the upstream since start
-	Backlog                int64  // messages in the forward logs
+	LastError              string        // why a connection is down
+	RetryIn                time.Duration // until a waiting connection's next attempt
+	Forwarded              uint64        // acknowledged by the upstream since start
+	Backlog                int64         // messages in the forward logs
 	BacklogBytes           int64
 	OldestAge              time.Duration // of the oldest message waiting
 	// DroppedOldest, Refused and Expired count the messages that never

@@ -463,7 +463,7 @@ func (s *Server) forward(w http.ResponseWriter, _ *http.Request) {
 	if s.opts.Forward != nil {
 		for _, f := range s.opts.Forward() {
 			out.Upstreams = append(out.Upstreams, UpstreamJSON{Name: f.Upstream, Connections: f.Connections, Connected: f.Connected,
-				LastError: f.LastError, Forwarded: f.Forwarded, BacklogMessages: f.Backlog, BacklogBytes: f.BacklogBytes,
+				LastError: f.LastError, RetryInSeconds: f.RetryIn.Seconds(), Forwarded: f.Forwarded, BacklogMessages: f.Backlog, BacklogBytes: f.BacklogBytes,
 				OldestAgeSeconds: f.OldestAge.Seconds(), DroppedOldest: f.DroppedOldest, Refused: f.Refused, Expired: f.Expired})
 		}
 	}

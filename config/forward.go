@@ -70,6 +70,10 @@ type Forward struct {
 	// KeepAlive is the upstream connection's MQTT keepalive (default
 	// 30s).
 	KeepAlive Duration `yaml:"keepalive,omitempty"`
+	// MaxBackoff is the longest wait between two attempts to connect
+	// to the destination (the wait starts at 100 ms and doubles, with
+	// jitter); 0: forward.DefaultMaxBackoff.
+	MaxBackoff Duration `yaml:"max_backoff,omitempty"`
 	// Stream names the Redis stream of a message for a redis://
 	// destination: {topic} and {device} stand for its MQTT topic and
 	// device; "{topic}" when empty.
@@ -227,6 +231,9 @@ func (v *validator) forward(list []Forward) {
 		}
 		if f.KeepAlive < 0 || f.KeepAlive > 0 && time.Duration(f.KeepAlive) < time.Second || time.Duration(f.KeepAlive) > 18*time.Hour {
 			v.add(key+".keepalive", fmt.Sprintf("must be 1s to 18h, or 0 for 30s (got %s)", f.KeepAlive))
+		}
+		if f.MaxBackoff < 0 || f.MaxBackoff > 0 && time.Duration(f.MaxBackoff) < time.Second || time.Duration(f.MaxBackoff) > time.Hour {
+			v.add(key+".max_backoff", fmt.Sprintf("must be 1s to 1h, or 0 for 10s (got %s)", f.MaxBackoff))
 		}
 		if len(f.Topics) == 0 {
 			v.add(key+".topics", "must list at least one topic filter")

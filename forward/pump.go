@@ -40,7 +40,9 @@ func (f *Forwarder) Run(ctx context.Context) {
 			f.slog.Warn("upstream unavailable; messages wait in the forward log", "addr", f.cfg.Dial.Addr(), "error", err,
 				"backlog", f.backlog.Load(), "retry_in", backoff)
 		}
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		wait := backoff/2 + rand.N(backoff/2+1)
+		f.setRetry(time.Now().Add(wait))
+		t := time.NewTimer(wait)
 	wait:
 		for {
 			f.trim(nil)
@@ -53,12 +55,20 @@ func (f *Forwarder) Run(ctx context.Context) {
 				break wait
 			}
 		}
+		f.setRetry(time.Time{})
 		backoff = min(2*backoff, f.cfg.MaxBackoff)
 	}
 }
 
 // failureLogEvery spaces the lines of a failure that repeats.
 const failureLogEvery = time.Minute
+
+// setRetry records when Run tries to connect again (zero: not waiting).
+func (f *Forwarder) setRetry(at time.Time) {
+	f.mu.Lock()
+	f.retryAt = at
+	f.mu.Unlock()
+}
 
 func (f *Forwarder) setConnected(up bool, why string) {
 	f.mu.Lock()

@@ -136,6 +136,9 @@ func (a Stats) add(b Stats) Stats {
 	if a.LastError == "" {
 		a.LastError = b.LastError
 	}
+	if a.RetryIn == 0 || b.RetryIn != 0 && b.RetryIn < a.RetryIn {
+		a.RetryIn = b.RetryIn
+	}
 	a.Forwarded += b.Forwarded
 	a.Backlog += b.Backlog
 	a.BacklogBytes += b.BacklogBytes

@@ -57,7 +57,7 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 		build := func(n int, drain bool) (*forward.Forwarder, error) {
 			c := forward.Config{Name: fc.Name + "/" + strconv.Itoa(n), Origin: origin, Upstream: fc.Name, Dial: dial(n, conns > 1 || drain),
 				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS), Window: fc.Inflight(),
-				MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow), MaxAge: time.Duration(fc.MaxAge), Now: now}
+				MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow), MaxAge: time.Duration(fc.MaxAge), MaxBackoff: time.Duration(fc.MaxBackoff), Now: now}
 			if fc.Rate != nil {
 				c.Rate = *fc.Rate
 			}

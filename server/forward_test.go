@@ -149,6 +149,35 @@ func TestForwardRefusedLogin(t *testing.T) {
 	}
 }
 
+// TestForwardMaxBackoff: forward's max_backoff caps the wait between
+// attempts to reach a destination that is down, and the admin API says
+// when the next attempt comes. Seven attempts in, the default backoff
+// (doubling from 100 ms) would wait 3.2 to 6.4 s; at max_backoff 1s the
+// wait is at most 1 s.
+func TestForwardMaxBackoff(t *testing.T) {
+	dead, err := freeport.Addr() // nothing listens there
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + dead, Topics: []string{"devices/#"}, MaxQoS: 1,
+		MaxBackoff: config.Duration(time.Second)}}
+	cfg.Admin.Token = "test-token"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	poll.Until(t, 20*time.Second, "seven attempts", func() bool { return retries(g) >= 7 })
+	poll.Until(t, 5*time.Second, "a wait for the next attempt", func() bool { return g.forward.Stats()[0].RetryIn > 0 })
+	if st := g.forward.Stats()[0]; st.RetryIn > time.Second || st.LastError == "" {
+		t.Fatalf("after %d attempts: retry in %s (%q); want at most max_backoff, 1s", retries(g), st.RetryIn, st.LastError)
+	}
+	api := httpGet(t, "http://"+g.AdminAddr().String()+"/api/v1/forward", cfg.Admin.Token)
+	if !strings.Contains(api, `"retry_in_seconds":`) {
+		t.Fatalf("GET /api/v1/forward = %s, want retry_in_seconds", api)
+	}
+}
+
 // retries counts the upstream connection attempts of the gateway's
 // first upstream.
 func retries(g *Gateway) uint64 { return g.forward.Routes()[0].Conns[0].Attempts() }

@@ -61,7 +61,10 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		tw.Flush()
 		for _, u := range v.Upstreams {
-			if u.LastError != "" {
+			switch {
+			case u.LastError != "" && u.RetryInSeconds > 0:
+				fmt.Fprintf(c.out, "%s: %s (next attempt in %s)\n", u.Name, u.LastError, time.Duration(u.RetryInSeconds*float64(time.Second)).Round(time.Millisecond))
+			case u.LastError != "":
 				fmt.Fprintf(c.out, "%s: %s\n", u.Name, u.LastError)
 			}
 		}

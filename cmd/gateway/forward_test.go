@@ -13,7 +13,8 @@ import (
 )
 
 // TestForwardStatus: gateway forward status shows the upstream, its
-// connection and its log, in a table and as the API's JSON.
+// connection and its log, in a table and as the API's JSON; with the
+// upstream gone, why and when the next attempt comes.
 func TestForwardStatus(t *testing.T) {
 	up := mosquittotest.Start(t)
 	cfg := config.Default()
@@ -46,6 +47,13 @@ func TestForwardStatus(t *testing.T) {
 	if out := status("--json"); !strings.Contains(out, `"name": "cloud"`) || !strings.Contains(out, `"connected": 1`) || !strings.Contains(out, `"connections": 1`) {
 		t.Fatalf("--json:\n%s", out)
 	}
+	// The upstream gone: the table says why, and when the next attempt
+	// comes.
+	up.Stop()
+	poll.Until(t, 20*time.Second, "the reason and the next attempt", func() bool {
+		out := status()
+		return strings.Contains(out, "cloud: ") && strings.Contains(out, "(next attempt in ")
+	})
 	if err := run(context.Background(), []string{"forward", "list"}, new(strings.Builder), new(strings.Builder)); err == nil {
 		t.Fatal("forward list: want a usage error")
 	}
