@@ -10,7 +10,8 @@ import "encoding/json"
 type QuotaJSON struct {
 	Limit  int    `json:"limit,omitempty"`
 	Window string `json:"window,omitempty"`
-	Policy string `json:"policy"`
+	// Policy is absent in a group's quota (a group has no policy).
+	Policy string `json:"policy,omitempty"`
 	// Enforce is false for a quota in shadow mode, omitted otherwise.
 	Enforce *bool `json:"enforce,omitempty"`
 	// Block is the quota's automatic blocking, when it has one.
