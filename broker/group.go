@@ -3,6 +3,7 @@ package broker
 import (
 	"sort"
 	"sync/atomic"
+	"time"
 
 	"devicegate/devicelimit"
 )
@@ -44,14 +45,23 @@ type groupOf struct {
 	stats *groupStats
 }
 
+// groupClashLogEvery spaces the warnings about one group made with two
+// quotas.
+const groupClashLogEvery = time.Hour
+
 // joinGroup returns a connection's group of membership m (none when m
 // names none), remembering the group.
 func (h *throttle) joinGroup(m devicelimit.Membership) groupOf {
 	if m.Name == "" {
 		return groupOf{}
 	}
-	if _, seen := h.groupsSeen.Load(m.Name); !seen {
+	if v, seen := h.groupsSeen.Load(m.Name); !seen {
 		h.groupsSeen.Store(m.Name, m)
+	} else if first := v.(devicelimit.Membership); first.Quota != m.Quota && h.logs.allow(logGroup, m.Name, groupClashLogEvery) {
+		// Two rules' templates made one group with different quotas:
+		// each message is judged by its own device's rule's.
+		h.log.Warn("group made by two rules with different quotas; each message is judged by its device's rule's: give one group one quota",
+			"group", m.Name, "first", first.Quota.Describe(), "now", m.Quota.Describe())
 	}
 	return groupOf{Membership: m, stats: h.groups[m.Label]}
 }

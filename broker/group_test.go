@@ -1,11 +1,13 @@
 package broker
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"devicegate/devicelimit"
+	"devicegate/internal/logtest"
 )
 
 // tenantRule puts devices "t-NAME-*" in group NAME: each device 10 per
@@ -133,5 +135,30 @@ func TestGroupCountsWhatItAdmits(t *testing.T) {
 	st := f.srv.Stats()
 	if g := st.Groups["{tenant}"]; g[GroupAdmitted] != 3 || g[GroupRefused] != 1 || st.WouldRefuse != 2 {
 		t.Fatalf("group stats %v, would-refuse %d; want 3 admitted, 1 refused, 2 would-refuse", g, st.WouldRefuse)
+	}
+}
+
+// TestGroupMadeWithTwoQuotasLogged: two rules whose templates make the
+// same group with different quotas (the configuration cannot know: the
+// names come from client IDs) are told once in the log, naming both.
+func TestGroupMadeWithTwoQuotasLogged(t *testing.T) {
+	h := new(logtest.Capture)
+	a := devicelimit.Rule{Name: "a", ClientID: "a-{tenant}-*", Quota: devicelimit.Quota{Limit: 10, Window: time.Second},
+		Group: &devicelimit.Group{Name: "{tenant}", Quota: devicelimit.Quota{Limit: 3, Window: time.Second}}}
+	b := a
+	b.Name, b.ClientID = "b", "b-{tenant}-*"
+	b.Group = &devicelimit.Group{Name: "{tenant}", Quota: devicelimit.Quota{Limit: 5, Window: time.Second}}
+	f := start(t, fixtureOpts{rules: []devicelimit.Rule{a, b}, logger: slog.New(h)})
+	const msg = "group made by two rules with different quotas; each message is judged by its device's rule's: give one group one quota"
+	f.connect(t, 5, "a-acme-1", "")
+	f.connect(t, 5, "a-acme-2", "")
+	if n := h.Count(msg); n != 0 {
+		t.Fatalf("%d warnings for one rule's devices", n)
+	}
+	f.connect(t, 5, "b-acme-1", "")
+	f.connect(t, 5, "b-acme-2", "")
+	got := h.All(msg)
+	if len(got) != 1 || got[0]["group"] != "acme" || got[0]["first"] != "3 messages per 1s" || got[0]["now"] != "5 messages per 1s" {
+		t.Fatalf("warnings %v, want one naming acme, 3 and 5 messages per 1s", got)
 	}
 }

@@ -28,6 +28,7 @@ const (
 	logDefer    logKind = "defer"    // a store or release failure, per kind (release.go)
 	logMochi    logKind = "mochi"    // one of mochi's lines, per message (log.go)
 	logForward  logKind = "forward"  // a publish the forward log did not take
+	logGroup    logKind = "group"    // a group made with two quotas, per group (group.go)
 )
 
 func newLogLimiter(clock devicelimit.Clock) (*logLimiter, error) {

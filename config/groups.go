@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 
 	"devicegate/devicelimit"
 )
@@ -73,4 +74,42 @@ func (v *validator) group(key string, g *Group, clientID, username, qkey string,
 	if len(cluster.Redis.Addrs) > 1 {
 		v.add(key, "groups need one Redis server, not Redis Cluster (several cluster.redis.addrs): a device's windows and its group's are decided in one script call, which Redis Cluster allows only within one hash slot")
 	}
+}
+
+// oneQuotaPerGroup refuses two rules (or a rule and the default) that
+// put devices in the same group, named by fixed text, with different
+// quotas: each message would be judged by its own device's rule's
+// quota of the group (README, "Groups and tenants"). Groups named by
+// templates are known only as devices join; the broker logs a clash
+// then.
+func (v *validator) oneQuotaPerGroup(l Limits) {
+	type maker struct {
+		key string
+		q   devicelimit.Quota
+	}
+	seen := map[string]maker{}
+	check := func(key string, g *Group) {
+		if g == nil || strings.Contains(g.Name, "{") {
+			return
+		}
+		q := g.Quota.Quota()
+		if first, ok := seen[g.Name]; !ok {
+			seen[g.Name] = maker{key, q}
+		} else if first.q != q {
+			v.add(key+".quota", fmt.Sprintf("group %q is also made by %s with another quota (%s, here %s): give one group one quota", g.Name, first.key, describeGroup(first.q), describeGroup(q)))
+		}
+	}
+	for i, r := range l.Rules {
+		check(fmt.Sprintf("limits.rules[%d].group", i), r.Group)
+	}
+	check("limits.group", l.Group)
+}
+
+// describeGroup says what a group's quota allows, and whether it is in
+// shadow mode.
+func describeGroup(q devicelimit.Quota) string {
+	if q.Shadow {
+		return q.Describe() + " in shadow mode"
+	}
+	return q.Describe()
 }

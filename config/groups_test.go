@@ -71,6 +71,12 @@ func TestGroupConfigErrors(t *testing.T) {
   group: {name: "{tenant}", quota: {limit: 10, window: 10s}}
 `, "limits.group.name: names the part {tenant}, which is not one of {client_id}, {username}"},
 		{rule(`{name: acme, quota: {limit: 10, window: 10s}}`) + `cluster: {redis: {addrs: ["127.0.0.1:7000", "127.0.0.1:7001"]}}`, "limits.rules[0].group: groups need one Redis server, not Redis Cluster"},
+		{rule(`{name: acme, quota: {limit: 100, window: 10s}}`) + `    - match: {client_id: "acme-*"}
+      quota: {limit: 5, window: 10s}
+      group: {name: acme, quota: {limit: 100, window: 10s, enforce: false}}
+`, `limits.rules[1].group.quota: group "acme" is also made by limits.rules[0].group with another quota (100 messages per 10s, here 100 messages per 10s in shadow mode): give one group one quota`},
+		{rule(`{name: all, quota: {limit: 100, window: 10s}}`) + `  group: {name: all, quota: {limit: 50, window: 10s}}
+`, `limits.group.quota: group "all" is also made by limits.rules[0].group with another quota (100 messages per 10s, here 50 messages per 10s)`},
 	} {
 		c, err := Parse(strings.NewReader(tc.yaml))
 		if err == nil {
@@ -79,5 +85,17 @@ func TestGroupConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v\nwant %q", tc.yaml, err, tc.want)
 		}
+	}
+	// Two rules making one group with one quota, and a template's
+	// groups beside a fixed one: accepted.
+	same := rule(`{name: acme, quota: {limit: 100, window: 10s}}`) + `    - match: {client_id: "acme-*"}
+      quota: {limit: 5, window: 10s}
+      group: {name: acme, quota: {limit: 100, window: 10s}}
+    - match: {client_id: "t-{tenant}-*"}
+      quota: {limit: 5, window: 10s}
+      group: {name: "{tenant}", quota: {limit: 7, window: 10s}}
+`
+	if c, err := Parse(strings.NewReader(same)); err != nil || c.Validate() != nil {
+		t.Fatalf("one group, one quota: %v %v", err, c.Validate())
 	}
 }

@@ -82,6 +82,7 @@ func (c Config) Validate() error {
 	}
 	v.classes("limits.classes", c.Limits.Classes, buckets)
 	v.group("limits.group", c.Limits.Group, "", "", "limits.default", c.Limits.Default, "limits.classes", c.Limits.Classes, buckets, c.Cluster)
+	v.oneQuotaPerGroup(c.Limits)
 	d := c.Limits.Defer
 	if d.MaxMessagesPerDevice < 1 || d.MaxMessagesPerDevice > MaxDeferMessages {
 		v.add("limits.defer.max_messages_per_device", fmt.Sprintf("must be between 1 and %d (got %d)", MaxDeferMessages, d.MaxMessagesPerDevice))
