@@ -92,7 +92,8 @@ type Options struct {
 	Forward func() []ForwardStats
 	// Blocks lists and lifts automatic blocks; nil: none.
 	Blocks Blocks
-	// Groups lists the groups devices joined since start; nil: none.
+	// Groups lists the groups devices joined since start (in a cluster,
+	// on any gateway); nil: none.
 	Groups Groups
 }
 

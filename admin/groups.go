@@ -23,7 +23,8 @@ type GroupMembers struct {
 	Connected int
 }
 
-// Groups lists the groups devices joined on this gateway since start.
+// Groups lists the groups devices joined on this gateway since start,
+// and in a cluster those joined on the others (Connected 0 then).
 type Groups interface {
 	Groups() []GroupMembers
 }
@@ -131,7 +132,7 @@ func (s *Server) getGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	g, ok := s.groups()[name]
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("group %q is not known here: no device of it connected since this gateway started, and neither the configuration nor an override names it", name))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("group %q is not known here: no device of it connected since this gateway started (in a cluster: to any gateway), and neither the configuration nor an override names it", name))
 		return
 	}
 	_, windows, err := s.peekWindows(devicelimit.GroupKey(name), "", g.quota, s.opts.Clock.Now())

@@ -80,6 +80,11 @@ type Options struct {
 	Auth Auth
 	// Limits bound what clients can take; zero fields are no bound.
 	Limits Limits
+	// GroupJoined, when set, is told of each group the first time one
+	// of this broker's devices joins it (a cluster shares them:
+	// cluster.GroupRegistry). It runs as the device connects: it must
+	// not wait.
+	GroupJoined func(devicelimit.Membership)
 }
 
 func (o *Options) validate() error {
@@ -201,6 +206,7 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	h.groups = newGroupStats(opts.Resolver)
+	h.groupJoined = opts.GroupJoined
 	h.blocks = newBlocks(opts.Blocks, opts.Resolver.MayBlock, log)
 	ah, err := newAuthHook(srv, opts, log, logs, h.conns, h.blocks)
 	if err != nil {

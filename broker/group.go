@@ -55,8 +55,10 @@ func (h *throttle) joinGroup(m devicelimit.Membership) groupOf {
 	if m.Name == "" {
 		return groupOf{}
 	}
-	if v, seen := h.groupsSeen.Load(m.Name); !seen {
-		h.groupsSeen.Store(m.Name, m)
+	if v, seen := h.groupsSeen.LoadOrStore(m.Name, m); !seen {
+		if h.groupJoined != nil {
+			h.groupJoined(m)
+		}
 	} else if first := v.(devicelimit.Membership); first.Quota != m.Quota && h.logs.allow(logGroup, m.Name, groupClashLogEvery) {
 		// Two rules' templates made one group with different quotas:
 		// each message is judged by its own device's rule's.

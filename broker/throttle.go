@@ -154,6 +154,8 @@ type throttle struct {
 	// groupsSeen holds the membership of every group a device joined
 	// since start, by name (group.go).
 	groupsSeen sync.Map
+	// groupJoined is Options.GroupJoined.
+	groupJoined func(devicelimit.Membership)
 }
 
 // connInfo is what a connection's publishes need and what cannot change

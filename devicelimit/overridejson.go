@@ -129,3 +129,39 @@ func UnmarshalOverride(b []byte) (Override, error) {
 	}
 	return o, nil
 }
+
+// membershipRecord is a group's label and quota as cluster's group
+// registry shares them; the name is the registry's field.
+type membershipRecord struct {
+	Label string      `json:"label"`
+	Quota quotaRecord `json:"quota"`
+}
+
+// MarshalMembership returns the JSON form of m's label and quota.
+func MarshalMembership(m Membership) []byte {
+	b, err := json.Marshal(membershipRecord{Label: m.Label, Quota: quotaToRecord(m.Quota)})
+	if err != nil {
+		panic(err) // only strings, numbers and known policies
+	}
+	return b
+}
+
+// UnmarshalMembership reads MarshalMembership's form as the membership
+// of group name. It checks the shape and the group quota's ranges.
+func UnmarshalMembership(name string, b []byte, buckets int) (Membership, error) {
+	var r membershipRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Membership{}, err
+	}
+	q, err := r.Quota.quota()
+	if err != nil {
+		return Membership{}, err
+	}
+	if err := ValidGroupName(name); err != nil {
+		return Membership{}, err
+	}
+	if err := ValidateGroupQuota(q, buckets); err != nil {
+		return Membership{}, err
+	}
+	return Membership{Name: name, Key: GroupKey(name), Quota: q, Label: r.Label}, nil
+}

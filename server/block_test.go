@@ -11,7 +11,6 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	packets311 "github.com/eclipse/paho.mqtt.golang/packets"
 
-	"devicegate/cluster/redistest"
 	"devicegate/config"
 	"devicegate/devicelimit"
 	"devicegate/internal/mqtttest"
@@ -126,20 +125,13 @@ func wantRefused311(t *testing.T, addr, id string) {
 // blocked on one is refused at CONNECT by the other, and a block lifted
 // on the other is lifted on both.
 func TestBlockSharedInCluster(t *testing.T) {
-	srv := redistest.Start(t)
-	cfg := func() config.Config {
-		c := testConfig(t.TempDir(), 1000, time.Hour)
+	a, b := twoGateways(t, func(dir string) config.Config {
+		c := testConfig(dir, 1000, time.Hour)
 		c.Admin.Token = "test-token"
-		c.Cluster.Redis.Addrs = []string{srv.Addr}
 		c.Limits.Default = config.Quota{Limit: 1, Window: config.Duration(time.Hour),
 			Block: &config.Block{After: 2, Within: config.Duration(time.Minute), For: config.Duration(time.Hour)}}
-		if err := c.Validate(); err != nil {
-			t.Fatal(err)
-		}
 		return c
-	}
-	a := mustStart(t, cfg(), Deps{})
-	b := mustStart(t, cfg(), Deps{})
+	})
 	dev := mqtttest.Dial5(t, a.Addr().String(), "flood-1")
 	dev.MustPublish(t, "devices/flood-1/t", "1", mqtttest.CodeSuccess)
 	dev.MustPublish(t, "devices/flood-1/t", "2", mqtttest.CodeQuotaExceeded)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +37,7 @@ type clusterParts struct {
 	limiter            *cluster.Limiter
 	overrides          *cluster.Overrides
 	blocks             *cluster.Blocks
+	groups             *cluster.GroupRegistry
 }
 
 // startCluster connects the gateway to Redis when cfg asks for it; the
@@ -65,6 +68,7 @@ func (g *Gateway) startCluster(cfg config.Config) error {
 	}
 	c.overrides = cluster.NewOverrides(c.control, g.resolver, g.clock, cluster.DefaultPrefix, log)
 	c.blocks = cluster.NewBlocks(c.control, cluster.DefaultPrefix, timeout)
+	c.groups = cluster.NewGroupRegistry(c.control, cluster.DefaultPrefix, g.table.Buckets(), log)
 	c.overrides.Start()
 	select {
 	case <-c.overrides.Synced():
@@ -84,6 +88,54 @@ func (g *Gateway) brokerLimiter() broker.Limiter {
 	}
 	return g.cluster.limiter
 }
+
+// groupJoined returns where the broker tells of the groups its devices
+// join: the shared registry, or nil alone.
+func (g *Gateway) groupJoined() func(devicelimit.Membership) {
+	if g.cluster == nil {
+		return nil
+	}
+	return g.cluster.groups.Record
+}
+
+// adminGroups returns the groups the admin API lists: the broker's,
+// and in a cluster those the other gateways' devices joined too.
+func (g *Gateway) adminGroups() admin.Groups {
+	local := brokerGroups{g.srv}
+	if g.cluster == nil {
+		return local
+	}
+	return sharedGroups{local, g.cluster.groups, g.log}
+}
+
+// sharedGroups lists this gateway's groups and then the registry's it
+// has not seen (none of their devices connected here). Redis not
+// answering in time leaves the registry's out, logged.
+type sharedGroups struct {
+	local brokerGroups
+	reg   *cluster.GroupRegistry
+	log   *slog.Logger
+}
+
+func (s sharedGroups) Groups() []admin.GroupMembers {
+	out := s.local.Groups()
+	ctx, cancel := context.WithTimeout(context.Background(), sharedGroupsWait)
+	defer cancel()
+	shared, err := s.reg.List(ctx)
+	if err != nil {
+		s.log.Warn("groups of the other gateways not listed", "component", "cluster", "err", err.Error())
+		return out
+	}
+	for _, m := range shared {
+		if !slices.ContainsFunc(out, func(x admin.GroupMembers) bool { return x.Name == m.Name }) {
+			out = append(out, admin.GroupMembers{Name: m.Name, Label: m.Label, Quota: m.Quota})
+		}
+	}
+	return out
+}
+
+// sharedGroupsWait bounds the admin API's read of the shared groups.
+const sharedGroupsWait = 2 * time.Second
 
 // adminOverrides returns where the admin API changes overrides: Redis
 // when shared, else the state file.
@@ -121,6 +173,9 @@ func (g *Gateway) closeCluster(context.Context) error {
 	}
 	if c.overrides != nil {
 		errs = append(errs, c.overrides.Close())
+	}
+	if c.groups != nil {
+		c.groups.Close()
 	}
 	errs = append(errs, c.decisions.Close(), c.control.Close())
 	if err := errors.Join(errs...); err != nil {

@@ -225,6 +225,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		WebSocketTLS:  cfg.MQTT.WebSocket.TLS,
 		Auth:          sec.auth,
 		Limits:        sec.limits,
+		GroupJoined:   g.groupJoined(),
 	})
 	if err != nil {
 		return nil, err
@@ -271,7 +272,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Windows:   g.adminWindows(),
 		Devices:   brokerDevices{srv},
 		Blocks:    brokerBlocks{srv},
-		Groups:    brokerGroups{srv},
+		Groups:    g.adminGroups(),
 		Throttled: topThrottled{g.topk, g.clock},
 		Registry:  reg,
 		Logger:    log,

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"devicegate/internal/mqtttest"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"devicegate/cluster/redistest"
+	"devicegate/internal/mqtttest"
 
 	"devicegate/config"
 	"devicegate/devicelimit"
@@ -53,6 +55,22 @@ func mustStart(t *testing.T, cfg config.Config, d Deps) *Gateway {
 	}
 	t.Cleanup(func() { closeGateway(t, g) })
 	return g
+}
+
+// twoGateways starts a redis-server and two gateways sharing it, each
+// with its own data directory and the configuration build makes of it.
+func twoGateways(t *testing.T, build func(dir string) config.Config) (a, b *Gateway) {
+	t.Helper()
+	srv := redistest.Start(t)
+	start := func() *Gateway {
+		c := build(t.TempDir())
+		c.Cluster.Redis.Addrs = []string{srv.Addr}
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return mustStart(t, c, Deps{})
+	}
+	return start(), start()
 }
 
 func closeGateway(t *testing.T, g *Gateway) {

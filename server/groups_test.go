@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
 	"devicegate/config"
 	"devicegate/devicelimit"
 	"devicegate/internal/mqtttest"
+	"devicegate/internal/poll"
 )
 
 // groupConfig is a gateway whose devices "tenant-NAME-*" are in the
@@ -168,17 +168,7 @@ func TestGroupsCapTenant(t *testing.T) {
 // gateways sharing Redis get the group's 10 in all; an override set on
 // one gateway caps the group on the other.
 func TestGroupSharedInCluster(t *testing.T) {
-	srv := redistest.Start(t)
-	cfg := func() config.Config {
-		c := groupConfig(t, t.TempDir())
-		c.Cluster.Redis.Addrs = []string{srv.Addr}
-		if err := c.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	a := mustStart(t, cfg(), Deps{})
-	b := mustStart(t, cfg(), Deps{})
+	a, b := twoGateways(t, func(dir string) config.Config { return groupConfig(t, dir) })
 	admitted := 0
 	for i := range 6 {
 		gw := a
@@ -215,6 +205,29 @@ func TestGroupSharedInCluster(t *testing.T) {
 	d := mqtttest.Dial5(t, b.Addr().String(), "tenant-acme-7")
 	d.MustPublish(t, "devices/tenant-acme-7/t", "x", mqtttest.CodeSuccess)
 	d.MustPublish(t, "devices/tenant-acme-7/t", "x", mqtttest.CodeQuotaExceeded)
+}
+
+// TestGroupsListedOnEveryGateway: in a cluster, a group whose devices
+// are all on gateway A is known to gateway B's admin API too (the
+// shared registry): listed, and its status shows the shared window.
+func TestGroupsListedOnEveryGateway(t *testing.T) {
+	a, b := twoGateways(t, func(dir string) config.Config { return groupConfig(t, dir) })
+	d := mqtttest.Dial5(t, a.Addr().String(), "tenant-acme-1")
+	for range 2 {
+		d.MustPublish(t, "devices/tenant-acme-1/t", "x", mqtttest.CodeSuccess)
+	}
+	adminB := "http://" + b.AdminAddr().String()
+	poll.Until(t, 10*time.Second, "acme listed on B", func() bool {
+		return strings.Contains(httpGet(t, adminB+"/api/v1/groups", "test-token"), `"group":"acme"`)
+	})
+	st := getGroup(t, adminB, "acme")
+	if st.Source != "rule" || st.Connected != 0 || st.Quota.Windows[0].Messages != 10 || st.Quota.Windows[0].Used != 2 {
+		t.Fatalf("acme on B: %+v; want the rule's 10 per hour, 2 used, no device connected here", st)
+	}
+	if st := getGroup(t, "http://"+a.AdminAddr().String(), "acme"); st.Connected != 1 || st.Quota.Windows[0].Used != 2 {
+		t.Fatalf("acme on A: %+v", st)
+	}
+	httpDo(t, "GET", adminB+"/api/v1/groups/beta", "test-token", "", 404)
 }
 
 // TestGroupOverrideSurvivesRestart: a group override is kept in the data

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
 	"devicegate/config"
 	"devicegate/devicelimit"
 	"devicegate/internal/mqtttest"
@@ -16,17 +15,7 @@ import (
 // judges the device by it. It used to go to the first gateway's own
 // data file only.
 func TestSetOverrideSharedInCluster(t *testing.T) {
-	srv := redistest.Start(t)
-	cfg := func() config.Config {
-		c := testConfig(t.TempDir(), 100, time.Hour)
-		c.Cluster.Redis.Addrs = []string{srv.Addr}
-		if err := c.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	a := mustStart(t, cfg(), Deps{})
-	b := mustStart(t, cfg(), Deps{})
+	a, b := twoGateways(t, func(dir string) config.Config { return testConfig(dir, 100, time.Hour) })
 	if err := a.SetOverride("dev-1", devicelimit.Override{Quota: devicelimit.Quota{Limit: 2, Window: time.Hour}}); err != nil {
 		t.Fatal(err)
 	}

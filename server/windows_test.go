@@ -9,7 +9,6 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"devicegate/cluster/redistest"
 	"devicegate/config"
 	"devicegate/devicelimit"
 	"devicegate/internal/mqtttest"
@@ -143,21 +142,14 @@ func TestTopicClasses(t *testing.T) {
 // is applied by the other, and the admin API of either shows the
 // shared windows' state.
 func TestWindowsSharedInCluster(t *testing.T) {
-	srv := redistest.Start(t)
 	hour := config.Duration(time.Hour)
-	cfg := func() config.Config {
-		c := testConfig(t.TempDir(), 1000, time.Hour)
+	a, b := twoGateways(t, func(dir string) config.Config {
+		c := testConfig(dir, 1000, time.Hour)
 		c.Admin.Token = "test-token"
-		c.Cluster.Redis.Addrs = []string{srv.Addr}
 		c.Limits.Default = config.Quota{Windows: []config.QuotaWindow{{Messages: 3, Window: hour}, {Bytes: 100, Window: hour}}}
 		c.Limits.Classes = []config.Class{{Name: "alarms", Topics: []string{"devices/+/alarm"}, Quota: config.Quota{Limit: 1, Window: hour}}}
-		if err := c.Validate(); err != nil {
-			t.Fatal(err)
-		}
 		return c
-	}
-	a := mustStart(t, cfg(), Deps{})
-	b := mustStart(t, cfg(), Deps{})
+	})
 	onA := mqtttest.Dial5(t, a.Addr().String(), "meter-1")
 	onA.MustPublish(t, "devices/meter-1/t", strings.Repeat("x", 60), mqtttest.CodeSuccess)
 	onA.MustPublish(t, "devices/meter-1/alarm", "!", mqtttest.CodeSuccess)
