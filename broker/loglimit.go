@@ -21,7 +21,7 @@ type logLimiter struct {
 type logKind string
 
 const (
-	logDevice   logKind = ""         // a device refused by its window (throttle.go)
+	logDevice   logKind = ""         // a device refused by its window (refuse.go)
 	logFull     logKind = "full"     // a deferral refused for a full queue, per device
 	logRefused  logKind = "refused"  // a connection refused, per reason and address
 	logProtocol logKind = "protocol" // a protocol error, per rule (protocheck.go)

@@ -128,7 +128,7 @@ func (c *protoConn) ended() {
 }
 
 // CloseWrite half-closes the connection when the one under it can
-// (throttle.go's hangUp). With a spool it cannot: a FIN would overtake
+// (refuse.go's hangUp). With a spool it cannot: a FIN would overtake
 // the bytes pending; Close then writes them first.
 func (c *protoConn) CloseWrite() error {
 	if c.spool.Load() != nil {
