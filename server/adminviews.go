@@ -1,0 +1,126 @@
+package server
+
+// What the admin API reads of the running gateway: adapters from the
+// broker, the throttled-device tracker and the counters to the admin
+// package's interfaces.
+
+import (
+	"fmt"
+	"time"
+
+	"devicegate/admin"
+	"devicegate/broker"
+	"devicegate/devicelimit"
+	"devicegate/forward"
+	"devicegate/internal/topk"
+	"devicegate/persist"
+)
+
+// brokerDevices reports the broker's view of a device to the admin API.
+type brokerDevices struct{ srv *broker.Server }
+
+func (d brokerDevices) Status(device string) admin.DeviceStatus {
+	return admin.DeviceStatus(d.srv.DeviceStatus(device))
+}
+
+// brokerGroups lists the groups of the devices connected.
+type brokerGroups struct{ srv *broker.Server }
+
+func (g brokerGroups) Groups() []admin.GroupMembers {
+	var out []admin.GroupMembers
+	for _, x := range g.srv.Groups() {
+		out = append(out, admin.GroupMembers(x))
+	}
+	return out
+}
+
+// brokerBlocks lists and lifts the broker's automatic blocks.
+type brokerBlocks struct{ srv *broker.Server }
+
+func (b brokerBlocks) Blocked() []admin.BlockedDevice {
+	var out []admin.BlockedDevice
+	for _, x := range b.srv.Blocks() {
+		out = append(out, admin.BlockedDevice{Device: x.Device, Until: x.Until})
+	}
+	return out
+}
+
+func (b brokerBlocks) Unblock(device string) (bool, error) { return b.srv.Unblock(device) }
+
+// topThrottled lists the devices refused most, as of now.
+type topThrottled struct {
+	topk  *topk.Tracker
+	clock devicelimit.Clock
+}
+
+func (t topThrottled) Top(n int) []admin.ThrottledDevice {
+	top := t.topk.Top(n, t.clock.Now())
+	out := make([]admin.ThrottledDevice, len(top))
+	for i, e := range top {
+		out[i] = admin.ThrottledDevice(e)
+	}
+	return out
+}
+
+// statsSource gathers the metrics from the broker, the table and the
+// snapshotter.
+// health reports whether the gateway can still write its data file, for
+// /healthz.
+func (g *Gateway) health() error {
+	h := g.store.Health()
+	if !h.Failing {
+		return nil
+	}
+	return fmt.Errorf("data file %s: writes failing since %s (%d failed writes): %s",
+		g.store.Path(), h.Since.UTC().Format(time.RFC3339), h.Failures, h.Err)
+}
+
+type statsSource struct {
+	forward   *forward.Set // nil without upstreams
+	store     *persist.Store
+	srv       *broker.Server
+	table     *devicelimit.Table
+	snap      *persist.Snapshotter
+	rollbacks uint64 // 1 when the clock started behind the high-water
+}
+
+func (s statsSource) MetricsSnapshot() admin.Snapshot {
+	st := s.srv.Stats()
+	as := s.srv.AuthStats()
+	last, written := s.snap.Stats()
+	ph := s.store.Health()
+	return admin.Snapshot{
+		Allowed:          st.Allowed,
+		Dropped:          st.Dropped,
+		Disconnected:     st.Disconnected,
+		WouldRefuse:      st.WouldRefuse,
+		Blocks:           st.Blocks,
+		Blocked:          st.Blocked,
+		Deferred:         st.Deferred,
+		Overflowed:       st.Overflowed,
+		Released:         st.Released,
+		Expired:          st.Expired,
+		QueueMessages:    st.QueueMessages,
+		QueueBytes:       st.QueueBytes,
+		DevicesTracked:   s.table.Len(),
+		ConnectedClients: st.ConnectedClients,
+		Subscriptions:    st.Subscriptions,
+		ClockRollbacks:   s.rollbacks,
+		SnapshotSeconds:  last.Took.Seconds(),
+		SnapshotBytes:    int64(last.Bytes),
+		Snapshots:        written,
+
+		ACLPublishDenied:    as.PublishDenied,
+		ACLSubscribeDenied:  as.SubscribeDenied,
+		ConnectsRefused:     as.ConnectsRefused,
+		Refusals:            st.Refusals,
+		Groups:              st.Groups,
+		PersistFailing:      ph.Failing,
+		PersistFailures:     ph.Failures,
+		SlowSubscriberDrops: st.SlowSubscriberDrops,
+		ProtocolErrors:      as.ProtocolErrors,
+		ConsumerWaits:       as.ConsumerWaits,
+		ConsumerSpoolBytes:  as.ConsumerSpoolBytes,
+		Forward:             forwardStats(s.forward),
+	}
+}
