@@ -2,9 +2,6 @@ package devicelimit
 
 import (
 	"fmt"
-	"slices"
-	"sort"
-	"sync"
 	"sync/atomic"
 )
 
@@ -29,71 +26,6 @@ type compiledRule struct {
 	hasClientID        bool
 	hasUsername        bool
 	group              groupOf
-}
-
-// groupOf is a compiled rule's (or the default's) group: its template
-// and the parts it fills in.
-type groupOf struct {
-	on    bool
-	tmpl  Template
-	quota Quota
-}
-
-// compileGroup compiles g's template against the parts the rule's
-// patterns name, and checks its quota.
-func compileGroup(g *Group, clientID, username Glob, buckets int) (groupOf, error) {
-	if g == nil {
-		return groupOf{}, nil
-	}
-	parts := []string{PartClientID, PartUsername}
-	for _, n := range append(slices.Clone(clientID.Names()), username.Names()...) {
-		if slices.Contains(parts, n) {
-			return groupOf{}, fmt.Errorf("%w: the part {%s} is named twice (the client_id and username patterns, or a name of its own)", ErrInvalidPattern, n)
-		}
-		parts = append(parts, n)
-	}
-	t, err := CompileTemplate(g.Name, parts)
-	if err != nil {
-		return groupOf{}, &FieldError{Field: "group.name", Msg: err.Error(), Err: ErrInvalidPattern}
-	}
-	if err := ValidateGroupQuota(g.Quota, buckets); err != nil {
-		if fe, ok := err.(*FieldError); ok {
-			return groupOf{}, &FieldError{Field: "group.quota." + fe.Field, Msg: fe.Msg, Err: fe.Err}
-		}
-		return groupOf{}, err
-	}
-	return groupOf{on: true, tmpl: t, quota: g.Quota}, nil
-}
-
-// member returns the group of a device with this client ID and username
-// under rule r's group (patterns cid and user fill its named parts).
-func (g *groupOf) member(cid, user Glob, clientID, username string) Membership {
-	if !g.on {
-		return Membership{}
-	}
-	values := []string{clientID, username}
-	if names := cid.Names(); len(names) > 0 {
-		caps, _ := cid.Capture(clientID)
-		values = append(values, caps...)
-	}
-	if names := user.Names(); len(names) > 0 {
-		caps, _ := user.Capture(username)
-		values = append(values, caps...)
-	}
-	name := g.tmpl.Expand(values)
-	return Membership{Name: name, Key: GroupKey(name), Quota: g.quota, Label: g.tmpl.String()}
-}
-
-// Membership is the group a device is in by its rule (or the default):
-// its name and key (GroupKey, made once, for decisions that must not
-// allocate), the quota its rule gives the group, and the label its
-// metrics count under (the template: a bounded set, however many groups
-// a template makes). The zero value is no group.
-type Membership struct {
-	Name  string
-	Key   string
-	Quota Quota
-	Label string
 }
 
 func (r *compiledRule) match(clientID, username string) bool {
@@ -128,42 +60,6 @@ func (s Source) String() string {
 		return "default"
 	}
 }
-
-// Override is a runtime quota for one device, in force until ExpiresAt
-// (never when zero). Classes, when there are any, are the device's
-// topic classes instead of its rule's (or the default's); an override
-// without classes keeps those.
-type Override struct {
-	Quota     Quota
-	ExpiresAt Tick
-	Classes   []Class
-}
-
-// Validate reports whether o can be set for device on a table of the
-// given bucket count: a valid device ID, a valid quota, and an expiry not
-// before 1970 (0: none). It is the one check of an override, made by the
-// resolver, the store, the Redis overrides and the admin API alike; the
-// error is a *FieldError naming the field.
-func (o Override) Validate(device string, buckets int) error {
-	if err := ValidOverrideKey(device); err != nil {
-		return err
-	}
-	if err := o.Quota.Validate(buckets); err != nil {
-		return err
-	}
-	if err := ValidateClasses(o.Classes, buckets); err != nil {
-		return err
-	}
-	if o.ExpiresAt < 0 {
-		return &FieldError{Field: "expires_at", Msg: fmt.Sprintf("must not be before 1970 (got %d ns)", int64(o.ExpiresAt)), Err: ErrInvalidQuota}
-	}
-	return nil
-}
-
-// Expired reports whether the override has lapsed at now.
-func (o Override) Expired(now Tick) bool { return o.ExpiresAt != 0 && now >= o.ExpiresAt }
-
-const overrideShards = 64
 
 // Resolver decides which quota applies to a device: a runtime override
 // for its ID, else the first config rule matching its client ID and
@@ -217,12 +113,6 @@ const (
 	modeEnforce
 	modeShadow
 )
-
-type overrideShard struct {
-	mu sync.RWMutex
-	m  map[string]Override
-	_  [40]byte // keep shards on separate cache lines
-}
 
 // NewResolver validates the default quota and rules against the bucket
 // count and compiles the rules' globs. Errors name the rule.
@@ -403,77 +293,6 @@ func (r *Resolver) ClassNames() []string {
 	return out
 }
 
-// SetDefaultGroup puts the devices of the default quota in a group,
-// whose template may name {client_id} and {username}. Call it before
-// the resolver is shared.
-func (r *Resolver) SetDefaultGroup(g *Group) error {
-	gr, err := compileGroup(g, Glob{}, Glob{}, r.buckets)
-	if err != nil {
-		return fmt.Errorf("default: %w", err)
-	}
-	r.defGroup = gr
-	return nil
-}
-
-// GroupOf returns the group of a device with this client ID and
-// username: its rule's (the first matching, as RuleClasses), or the
-// default's. It allocates: call it once per connection.
-func (r *Resolver) GroupOf(clientID, username string) Membership {
-	return r.groupOf(r.ruleFor(clientID, username), clientID, username)
-}
-
-// groupOf is GroupOf under rule i (-1: the default).
-func (r *Resolver) groupOf(i int, clientID, username string) Membership {
-	if i < 0 {
-		return r.defGroup.member(Glob{}, Glob{}, clientID, username)
-	}
-	cr := &r.rules[i]
-	return cr.group.member(cr.clientID, cr.username, clientID, username)
-}
-
-// GroupQuotaAt returns the quota of the group m names at now: the
-// group's override, when it has one, else m's.
-func (r *Resolver) GroupQuotaAt(m Membership, now Tick) Quota {
-	if o, ok := r.Override(m.Key, now); ok {
-		return o.Quota
-	}
-	return m.Quota
-}
-
-// GroupLabels returns the labels of the configured groups (their
-// templates), each once, in order: the bound of the metrics' group
-// label.
-func (r *Resolver) GroupLabels() []string {
-	var out []string
-	add := func(g groupOf) {
-		if g.on && !slices.Contains(out, g.tmpl.String()) {
-			out = append(out, g.tmpl.String())
-		}
-	}
-	add(r.defGroup)
-	for i := range r.rules {
-		add(r.rules[i].group)
-	}
-	return out
-}
-
-// GroupConfigured returns the quota and label of the group named name
-// when a fixed template of the configuration names it.
-func (r *Resolver) GroupConfigured(name string) (Membership, bool) {
-	check := func(g groupOf) (Membership, bool) {
-		if g.on && g.tmpl.Fixed() && g.tmpl.String() == name {
-			return Membership{Name: name, Key: GroupKey(name), Quota: g.quota, Label: name}, true
-		}
-		return Membership{}, false
-	}
-	for i := range r.rules {
-		if m, ok := check(r.rules[i].group); ok {
-			return m, true
-		}
-	}
-	return check(r.defGroup)
-}
-
 // SetDefaultClasses gives the devices of the default quota topic
 // classes. Call it before the resolver is shared.
 func (r *Resolver) SetDefaultClasses(cs []Class) error {
@@ -493,10 +312,6 @@ func (r *Resolver) Resolve(device, clientID, username string, now Tick) (Quota, 
 		return o.Quota, Source{Kind: SourceOverride}
 	}
 	return r.Rule(clientID, username)
-}
-
-func (r *Resolver) shard(device string) *overrideShard {
-	return &r.shards[hashString(device)%overrideShards]
 }
 
 // QuotaAt returns the device's override quota in force at now, else
@@ -548,95 +363,4 @@ func (r *Resolver) ClassAt(device string, rule Quota, ruleName string, ruleClass
 		}
 	}
 	return "", q
-}
-
-// Override returns the device's override in force at now. An expired
-// override is reported absent (and removed by Prune).
-func (r *Resolver) Override(device string, now Tick) (Override, bool) {
-	if r.count.Load() == 0 {
-		return Override{}, false
-	}
-	s := r.shard(device)
-	s.mu.RLock()
-	o, ok := s.m[device]
-	s.mu.RUnlock()
-	if !ok || o.Expired(now) {
-		return Override{}, false
-	}
-	return o, true
-}
-
-// SetOverride sets the device's override after validating it; an invalid
-// one changes nothing.
-func (r *Resolver) SetOverride(device string, o Override) error {
-	if err := o.Validate(device, r.buckets); err != nil {
-		return err
-	}
-	if blocks(o.Quota, o.Classes) {
-		r.blocking.Store(true)
-	}
-	s := r.shard(device)
-	s.mu.Lock()
-	if _, ok := s.m[device]; !ok {
-		r.count.Add(1)
-	}
-	s.m[device] = o
-	s.mu.Unlock()
-	return nil
-}
-
-// DeleteOverride removes the device's override and reports whether it
-// had one.
-func (r *Resolver) DeleteOverride(device string) bool {
-	s := r.shard(device)
-	s.mu.Lock()
-	_, ok := s.m[device]
-	if ok {
-		delete(s.m, device)
-		r.count.Add(-1)
-	}
-	s.mu.Unlock()
-	return ok
-}
-
-// DeviceOverride is one entry of Overrides.
-type DeviceOverride struct {
-	Device string
-	Override
-}
-
-// Overrides returns the overrides in force at now, sorted by device.
-func (r *Resolver) Overrides(now Tick) []DeviceOverride {
-	var out []DeviceOverride
-	for i := range r.shards {
-		s := &r.shards[i]
-		s.mu.RLock()
-		for d, o := range s.m {
-			if !o.Expired(now) {
-				out = append(out, DeviceOverride{Device: d, Override: o})
-			}
-		}
-		s.mu.RUnlock()
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
-	return out
-}
-
-// Prune removes the overrides expired at now and returns their devices.
-func (r *Resolver) Prune(now Tick) []string {
-	var gone []string
-	for i := range r.shards {
-		s := &r.shards[i]
-		s.mu.Lock()
-		for d, o := range s.m {
-			if o.Expired(now) {
-				delete(s.m, d)
-				r.count.Add(-1)
-				gone = append(gone, d)
-			}
-		}
-		s.mu.Unlock()
-	}
-	sort.Strings(gone)
-	return gone
 }
