@@ -27,17 +27,38 @@ func (p *Pending) Done() <-chan struct{} { return p.done }
 func (p *Pending) Error() error          { return p.err }
 
 // Ending is the end of a destination connection: embedded in a Conn it
-// provides Lost; End closes it, once, from anywhere.
+// provides Lost and Reason; End or EndWith closes it, once, from
+// anywhere.
 type Ending struct {
-	once sync.Once
-	ch   chan struct{}
+	once   sync.Once
+	ch     chan struct{}
+	reason error
 }
 
 // NewEnding returns an Ending not yet ended.
 func NewEnding() *Ending { return &Ending{ch: make(chan struct{})} }
 
 // End closes Lost; later calls do nothing.
-func (e *Ending) End() { e.once.Do(func() { close(e.ch) }) }
+func (e *Ending) End() { e.EndWith(nil) }
+
+// EndWith closes Lost, giving why (the first call's reason stays).
+func (e *Ending) EndWith(why error) {
+	e.once.Do(func() {
+		e.reason = why
+		close(e.ch)
+	})
+}
 
 // Lost is closed once the connection ended.
 func (e *Ending) Lost() <-chan struct{} { return e.ch }
+
+// Reason returns why the connection ended (EndWith's error), once Lost
+// is closed; nil when no reason was given.
+func (e *Ending) Reason() error {
+	select {
+	case <-e.ch:
+		return e.reason
+	default:
+		return nil
+	}
+}

@@ -38,8 +38,11 @@ type Conn interface {
 	// upstream); the Ack completes when the upstream has it (at once
 	// for QoS 0, once written).
 	Send(m *Message, qos byte) Ack
-	// Lost is closed when the connection ends.
+	// Lost is closed when the connection ends; Reason then says why
+	// (nil when the destination did not say). Embedding *Ending
+	// provides both.
 	Lost() <-chan struct{}
+	Reason() error
 	// Close ends the connection.
 	Close()
 }

@@ -81,7 +81,7 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 		SetConnectRetry(false).
 		SetConnectTimeout(timeout).
 		SetKeepAlive(keepAlive).
-		SetConnectionLostHandler(func(mqtt.Client, error) { conn.End() })
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { conn.EndWith(err) })
 	// Our own dial, to read and write through a batchConn.
 	opts.SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) { return d.dial(ctx, timeout) })
 	if d.Username != "" {

@@ -26,10 +26,15 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
 	conn := &mqtt5Conn{Ending: NewEnding(), sess: &ackSession{SessionManager: state.NewInMemory()}}
-	lose := conn.End
 	cfg := paho.ClientConfig{ClientID: d.ClientID, Conn: nc, Session: conn.sess, PacketTimeout: timeout,
-		OnClientError:      func(error) { lose() },
-		OnServerDisconnect: func(*paho.Disconnect) { lose() }}
+		OnClientError: conn.EndWith,
+		OnServerDisconnect: func(dc *paho.Disconnect) {
+			why := ""
+			if dc.Properties != nil && dc.Properties.ReasonString != "" {
+				why = ": " + dc.Properties.ReasonString
+			}
+			conn.EndWith(fmt.Errorf("the upstream disconnected, reason code 0x%02x%s", dc.ReasonCode, why))
+		}}
 	if len(d.Subscribe) > 0 && d.Deliver != nil {
 		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
 			topic := d.Map.Down(pr.Packet.Topic)

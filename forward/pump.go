@@ -25,10 +25,17 @@ func (f *Forwarder) Run(ctx context.Context) {
 		if err == nil {
 			f.setConnected(true, "")
 			f.slog.Info("upstream connected", "addr", f.cfg.Dial.Addr())
-			logged = ""
-			backoff = f.cfg.MinBackoff
+			acked, since := f.forwarded.Load(), time.Now()
 			err = f.pump(ctx, c)
 			c.Close()
+			// Only a connection that worked starts the backoff over:
+			// one that the destination accepts and then fails at once
+			// (a produce refused, a login taken back) would otherwise
+			// be retried every MinBackoff, and logged each time.
+			if f.forwarded.Load() > acked || time.Since(since) >= stableConnection {
+				logged = ""
+				backoff = f.cfg.MinBackoff
+			}
 		}
 		if ctx.Err() != nil {
 			f.setConnected(false, "")
@@ -60,8 +67,21 @@ func (f *Forwarder) Run(ctx context.Context) {
 	}
 }
 
+// stableConnection is how long a connection that acknowledged nothing
+// must have lasted to count as having worked (see Run).
+const stableConnection = 10 * time.Second
+
 // failureLogEvery spaces the lines of a failure that repeats.
 const failureLogEvery = time.Minute
+
+// lost says why c ended: "connection lost", with the destination's
+// reason when it gave one.
+func lost(c Conn) error {
+	if why := c.Reason(); why != nil {
+		return fmt.Errorf("connection lost: %w", why)
+	}
+	return errors.New("connection lost")
+}
 
 // setRetry records when Run tries to connect again (zero: not waiting).
 func (f *Forwarder) setRetry(at time.Time) {
@@ -200,7 +220,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-c.Lost():
-				return errors.New("connection lost")
+				return lost(c)
 			case <-f.wake:
 			case <-paced:
 			}
@@ -214,7 +234,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			return ctx.Err()
 		case <-c.Lost():
 			t.Stop()
-			return errors.New("connection lost")
+			return lost(c)
 		case <-t.C:
 			return fmt.Errorf("no acknowledgement within %s", f.cfg.AckTimeout)
 		case <-f.wake:

@@ -44,7 +44,13 @@ func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
 		kgo.ClientID("devicegate"),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // the idempotent producer's default, said
 		kgo.ProducerLinger(time.Millisecond),
-		kgo.RecordDeliveryTimeout(30 * time.Second),
+		// No RecordDeliveryTimeout: franz-go counts it from the record's
+		// Timestamp, which is the message's acceptance time, so after an
+		// outage longer than the timeout every message of the backlog
+		// timed out before it was sent, on every reconnection, and none
+		// was ever delivered. The forwarder's acknowledgement timeout
+		// (5 s for the oldest message in flight) ends a connection that
+		// stops answering; Close then aborts what is buffered.
 		kgo.DialTimeout(5 * time.Second),
 	}, d.Options...)
 	cl, err := kgo.NewClient(opts...)
@@ -116,8 +122,8 @@ func (c *conn) Send(m *forward.Message, _ byte) forward.Ack {
 		if err != nil {
 			// A record that failed fails the partition's later ones
 			// too; the forwarder sends again from its log.
-			c.End()
 			err = fmt.Errorf("produce to %s on %s: %w", r.Topic, c.d.Addr(), err)
+			c.EndWith(err)
 		}
 		p.Finish(err)
 	})

@@ -89,6 +89,37 @@ func TestSASLAndTopicTemplate(t *testing.T) {
 	}
 }
 
+// TestOldMessagesProduced: a message accepted long ago (a backlog after
+// an outage) is produced with its acceptance time as the record's
+// timestamp. franz-go measures a record delivery timeout from that
+// timestamp: with one of 30 s, every message older than that failed at
+// once, "records have timed out before they were able to be produced",
+// and a backlog older than 30 s never drained.
+func TestOldMessagesProduced(t *testing.T) {
+	k := kafkatest.Start(t, 1, []string{"telemetry"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := (&Dialer{Seeds: []string{k.Addr}, Topic: "telemetry"}).Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	at := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	a := c.Send(&forward.Message{Device: "meter-1", Topic: "devices/meter-1/t", QoS: 1, Payload: []byte("1"), ID: "x/1", At: at}, 1)
+	select {
+	case <-a.Done():
+	case <-ctx.Done():
+		t.Fatal("no acknowledgement in 10 s")
+	}
+	if err := a.Error(); err != nil {
+		t.Fatalf("a message accepted an hour ago: %v", err)
+	}
+	recs := k.Records("telemetry")
+	if len(recs) != 1 || !recs[0].Timestamp.Equal(at) {
+		t.Fatalf("records %v, want one stamped %v", recs, at)
+	}
+}
+
 // TestTopicName: MQTT topics and devices become topic-name characters.
 func TestTopicName(t *testing.T) {
 	long := make([]byte, 300)

@@ -138,8 +138,9 @@ func (c *conn) Send(m *forward.Message, qos byte) forward.Ack {
 	}
 	f, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID))
 	if err != nil {
-		c.End()
-		return forward.Failed(fmt.Errorf("publish to %s on %s: %w", msg.Subject, c.d.URLs, err))
+		err = fmt.Errorf("publish to %s on %s: %w", msg.Subject, c.d.URLs, err)
+		c.EndWith(err)
+		return forward.Failed(err)
 	}
 	s := &sent{f: f, ack: forward.NewPending()}
 	c.futures <- s // never blocks: the client refuses more than maxPending

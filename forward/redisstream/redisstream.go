@@ -101,7 +101,7 @@ func (c *conn) run() {
 		}
 		err := c.send(batch)
 		if err != nil {
-			c.End()
+			c.EndWith(err)
 		}
 		for _, s := range batch {
 			s.ack.Finish(err)
