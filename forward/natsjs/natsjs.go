@@ -48,7 +48,7 @@ const maxPending = 1 << 16
 func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
 	c := &conn{d: d, Ending: forward.NewEnding(), futures: make(chan *sent, maxPending), done: make(chan struct{})}
 	opts := append([]nats.Option{nats.Name("devicegate"), nats.Timeout(5 * time.Second), nats.NoReconnect(),
-		nats.ClosedHandler(func(*nats.Conn) { c.End() })}, d.Options...)
+		nats.ClosedHandler(func(nc *nats.Conn) { c.EndWith(nc.LastError()) })}, d.Options...)
 	nc, err := nats.Connect(d.URLs, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", d.URLs, err)
