@@ -207,6 +207,9 @@ func simulateOutput(ctx context.Context, rep *simulator.Report, f *simulateFlags
 		return fmt.Errorf("simulate: FAIL: the gateway refused %d of %d devices at CONNECT (see above); check --username, --password-file or $%s, and the account's client IDs (--id-pattern)",
 			rep.RefusedAtConnect, rep.Config.Devices, simPasswordEnv)
 	}
+	if hint := lostHint(rep, !f.target.embedded && !f.target.spawn); hint != "" {
+		fmt.Fprintf(stderr, "gateway: simulate: %s\n", hint)
+	}
 	if len(rep.Verdict.Worst) > 0 {
 		return fmt.Errorf("simulate: FAIL: worst devices: %s", strings.Join(rep.Verdict.Worst, ", "))
 	}
@@ -349,4 +352,20 @@ func progressLine(w io.Writer) func(simulator.Progress) {
 			strconv.FormatFloat(float64(p.Refused-last.Refused)/dt, 'f', 0, 64), p.Over)
 		last = p
 	}
+}
+
+// lostHint explains lost messages in a run against a gateway the
+// simulator did not start (remote): its subscriber takes every device's
+// messages, and unless the gateway names it a backend consumer its
+// queue is a plain subscriber's, whose overflow the gateway drops.
+// Empty when nothing was lost, or the gateway is the simulator's own
+// (which names its subscriber itself).
+func lostHint(rep *simulator.Report, remote bool) string {
+	n := rep.Result.Totals.Lost
+	if n == 0 || !remote || rep.SubscriberLost {
+		return ""
+	}
+	return fmt.Sprintf("%d acknowledged messages never reached the subscriber; if the gateway's devicegate_slow_subscriber_drops_total grew by as many, "+
+		"its queue for the subscriber overflowed: name the subscriber a backend consumer in the gateway's configuration "+
+		"(mqtt.consumers: {client_ids: [\"simulator-sub-*\"]}, or the --sub-client-id or username it uses; README, Simulator)", n)
 }

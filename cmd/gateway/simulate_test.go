@@ -166,3 +166,26 @@ func TestProgressLine(t *testing.T) {
 		t.Fatalf("got %q\nwant %q", b.String(), want)
 	}
 }
+
+// TestLostHint: lost messages in a run against a gateway the simulator
+// did not start come with the likely cause and the fix; not when
+// nothing was lost, when the gateway is the simulator's own, or when the
+// subscriber's connection ended (then lost counts are not to be
+// trusted).
+func TestLostHint(t *testing.T) {
+	rep := &simulator.Report{}
+	rep.Result.Totals.Lost = 76
+	if h := lostHint(rep, true); !strings.HasPrefix(h, "76 acknowledged messages never reached the subscriber") || !strings.Contains(h, `mqtt.consumers: {client_ids: ["simulator-sub-*"]}`) {
+		t.Fatalf("hint %q", h)
+	}
+	if h := lostHint(rep, false); h != "" {
+		t.Fatalf("an own gateway: %q", h)
+	}
+	rep.SubscriberLost = true
+	if h := lostHint(rep, true); h != "" {
+		t.Fatalf("subscriber lost: %q", h)
+	}
+	if h := lostHint(&simulator.Report{}, true); h != "" {
+		t.Fatalf("nothing lost: %q", h)
+	}
+}
