@@ -20,8 +20,9 @@ import (
 // uses Redis (cluster.redis, a redis:// forward) routes them into its
 // own log: msg "redis client", level warn, component redis, the line in
 // "line"; at most one per redisLogEvery, the lines left out counted in
-// the next one's "suppressed". The logger is the process's: in a process running
-// several gateways (tests) the last one started gets the lines.
+// the next one's "suppressed". The logger is the process's: in a
+// process running several gateways (tests) the last one started gets
+// the lines.
 
 // redisLogEvery is the least time between two go-redis lines logged.
 const redisLogEvery = time.Second
