@@ -106,7 +106,7 @@ var (
 	descFwdForwarded  = prometheus.NewDesc("devicegate_forward_forwarded_total", "Messages the upstream acknowledged.", []string{"upstream"}, nil)
 	descFwdBacklog    = prometheus.NewDesc("devicegate_forward_backlog_messages", "Messages in the upstream's forward log, not yet acknowledged upstream.", []string{"upstream"}, nil)
 	descFwdBytes      = prometheus.NewDesc("devicegate_forward_backlog_bytes", "Record bytes of the messages in the upstream's forward log.", []string{"upstream"}, nil)
-	descFwdDropped    = prometheus.NewDesc("devicegate_forward_dropped_total", "Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came (expired).", []string{"upstream", "reason"}, nil)
+	descFwdDropped    = prometheus.NewDesc("devicegate_forward_dropped_total", "Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came, or past their MQTT 5 message expiry (expired).", []string{"upstream", "reason"}, nil)
 	descProtoErrors   = prometheus.NewDesc("devicegate_protocol_errors_total", "Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).", nil, nil)
 	descConsumerWaits = prometheus.NewDesc("devicegate_consumer_waits_total", "Publishes that waited for a backend consumer (mqtt.consumers) whose write queue was more than half full to catch up.", nil, nil)
 	descConsumerSpool = prometheus.NewDesc("devicegate_consumer_spool_bytes", "Bytes written for the connected backend consumers (mqtt.consumers) and not yet sent to their sockets.", nil, nil)

@@ -84,7 +84,7 @@ devicegate_forward_backlog_messages{upstream="cloud"} 22
 # HELP devicegate_forward_connected The upstream's connections that are up.
 # TYPE devicegate_forward_connected gauge
 devicegate_forward_connected{upstream="cloud"} 1
-# HELP devicegate_forward_dropped_total Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came (expired).
+# HELP devicegate_forward_dropped_total Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came, or past their MQTT 5 message expiry (expired).
 # TYPE devicegate_forward_dropped_total counter
 devicegate_forward_dropped_total{reason="expired",upstream="cloud"} 5
 devicegate_forward_dropped_total{reason="oldest",upstream="cloud"} 3

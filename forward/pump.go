@@ -111,10 +111,28 @@ type queued struct {
 	m    Message
 }
 
+// expiryLeft returns what is left at now of m's MQTT 5 Message Expiry
+// Interval, in whole seconds rounded up, and whether it has run out; 0
+// and false when m has none. What is passed on carries the interval
+// less the time the message waited here (MQTT 5, 3.3.2.3.3), and a
+// message whose interval ran out is not passed on: its sender said it
+// is of no use by then.
+func expiryLeft(m *Message, now time.Time) (left uint32, expired bool) {
+	if m.Props == nil || m.Props.MessageExpiry == 0 || m.At.IsZero() {
+		return 0, false
+	}
+	rest := time.Duration(m.Props.MessageExpiry)*time.Second - now.Sub(m.At)
+	if rest <= 0 {
+		return 0, true
+	}
+	return uint32((rest + time.Second - 1) / time.Second), false
+}
+
 // readAhead reads up to Window messages of the log from sequence number
 // from into queue (their topics mapped upstream, their bytes copied out
-// of the file's memory), dropping the unreadable and, under MaxAge, the
-// too old. It returns the queue and the newest sequence number read.
+// of the file's memory), dropping the unreadable, the expired (their
+// MQTT 5 Message Expiry Interval ran out: expiryLeft) and, under
+// MaxAge, the too old. It returns the queue and the newest sequence number read.
 func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint64, error) {
 	var drop []uint64
 	var dropBytes int64
@@ -128,7 +146,7 @@ func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint
 			dropBytes += int64(len(rec))
 			return true
 		}
-		if f.cfg.MaxAge > 0 && !m.At.IsZero() && now.Sub(m.At) > f.cfg.MaxAge {
+		if _, expired := expiryLeft(&m, now); expired || f.cfg.MaxAge > 0 && !m.At.IsZero() && now.Sub(m.At) > f.cfg.MaxAge {
 			drop = append(drop, seq)
 			dropBytes += int64(len(rec))
 			f.expired.Add(1)
@@ -207,6 +225,9 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			q := &queue[0]
 			if len(sent) == 0 {
 				headSince = time.Now()
+			}
+			if left, _ := expiryLeft(&q.m, f.cfg.Now()); left > 0 {
+				q.m.Props.MessageExpiry = left
 			}
 			sent = append(sent, inflight{q.seq, q.size, c.Send(&q.m, min(q.m.QoS, f.cfg.MaxQoS))})
 			queue = queue[1:]

@@ -76,3 +76,81 @@ func TestFlappingConnectionBacksOff(t *testing.T) {
 		t.Fatalf("logged %v, want one line with the destination's reason", lines)
 	}
 }
+
+// recordingDialer connects to one connection that acknowledges every
+// message at once and keeps what it was sent.
+type recordingDialer struct {
+	mu   sync.Mutex
+	sent []Message
+}
+
+func (d *recordingDialer) Addr() string { return "rec://test" }
+
+func (d *recordingDialer) Dial(context.Context) (Conn, error) {
+	return &recordingConn{d: d, Ending: NewEnding()}, nil
+}
+
+func (d *recordingDialer) messages() []Message {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Message(nil), d.sent...)
+}
+
+type recordingConn struct {
+	d *recordingDialer
+	*Ending
+}
+
+func (c *recordingConn) Send(m *Message, _ byte) Ack {
+	c.d.mu.Lock()
+	cp := *m
+	if m.Props != nil {
+		p := *m.Props
+		cp.Props = &p
+	}
+	c.d.sent = append(c.d.sent, cp)
+	c.d.mu.Unlock()
+	return Failed(nil) // acknowledged
+}
+func (c *recordingConn) Close() { c.End() }
+
+// TestMessageExpiryHonoured: a message's MQTT 5 Message Expiry Interval
+// counts the time it waited in the forward log: one whose interval ran
+// out while the destination was away is not sent (counted expired), one
+// with time left is sent with what is left, rounded up to the second;
+// one without the property is sent as it is.
+func TestMessageExpiryHonoured(t *testing.T) {
+	st, err := persist.Open(t.TempDir(), persist.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	d := new(recordingDialer)
+	f, err := New(Config{Name: "exp/0", Dial: d, Now: func() time.Time { return now }}, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []Message{
+		{Device: "d", Topic: "t/gone", QoS: 1, At: now.Add(-10 * time.Minute), Props: &Props{MessageExpiry: 60}},
+		{Device: "d", Topic: "t/left", QoS: 1, At: now.Add(-20*time.Second - time.Millisecond), Props: &Props{MessageExpiry: 60}},
+		{Device: "d", Topic: "t/plain", QoS: 1, At: now.Add(-time.Hour)},
+	} {
+		if err := f.Append(&m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	poll.Until(t, 10*time.Second, "the log sent", func() bool { return f.Stats().Backlog == 0 })
+	cancel()
+	<-done
+	sent := d.messages()
+	if len(sent) != 2 || sent[0].Topic != "t/left" || sent[0].Props.MessageExpiry != 40 || sent[1].Topic != "t/plain" || sent[1].Props != nil {
+		t.Fatalf("sent %+v; want t/left with 40 s left, then t/plain", sent)
+	}
+	if st := f.Stats(); st.Expired != 1 {
+		t.Fatalf("expired %d, want 1", st.Expired)
+	}
+}
