@@ -55,11 +55,14 @@ func (h *throttle) joinGroup(m devicelimit.Membership) groupOf {
 	if m.Name == "" {
 		return groupOf{}
 	}
-	if v, seen := h.groupsSeen.LoadOrStore(m.Name, m); !seen {
-		if h.groupJoined != nil {
+	// Load first: LoadOrStore boxes m on every call, seen or not.
+	v, seen := h.groupsSeen.Load(m.Name)
+	if !seen {
+		if v, seen = h.groupsSeen.LoadOrStore(m.Name, m); !seen && h.groupJoined != nil {
 			h.groupJoined(m)
 		}
-	} else if first := v.(devicelimit.Membership); first.Quota != m.Quota && h.logs.allow(logGroup, m.Name, groupClashLogEvery) {
+	}
+	if first := v.(devicelimit.Membership); seen && first.Quota != m.Quota && h.logs.allow(logGroup, m.Name, groupClashLogEvery) {
 		// Two rules' templates made one group with different quotas:
 		// each message is judged by its own device's rule's.
 		h.log.Warn("group made by two rules with different quotas; each message is judged by its device's rule's: give one group one quota",

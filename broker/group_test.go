@@ -162,3 +162,15 @@ func TestGroupMadeWithTwoQuotasLogged(t *testing.T) {
 		t.Fatalf("warnings %v, want one naming acme, 3 and 5 messages per 1s", got)
 	}
 }
+
+// TestJoinGroupAllocatesNothing: every connection of a grouped device
+// joins its group; once the group is known that costs no allocation
+// (sync.Map's LoadOrStore boxed the membership on every call).
+func TestJoinGroupAllocatesNothing(t *testing.T) {
+	h := &throttle{}
+	m := devicelimit.Membership{Name: "acme", Key: devicelimit.GroupKey("acme"), Quota: devicelimit.Quota{Limit: 3, Window: time.Second}}
+	h.joinGroup(m)
+	if n := testing.AllocsPerRun(1000, func() { h.joinGroup(m) }); n != 0 {
+		t.Fatalf("%v allocations per join of a known group, want 0", n)
+	}
+}

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strings"
 
 	"devicegate/devicelimit"
 )
@@ -89,7 +88,12 @@ func (v *validator) oneQuotaPerGroup(l Limits) {
 	}
 	seen := map[string]maker{}
 	check := func(key string, g *Group) {
-		if g == nil || strings.Contains(g.Name, "{") {
+		if g == nil {
+			return
+		}
+		// Without parts to name, a template fails to compile: only
+		// fixed text passes.
+		if t, err := devicelimit.CompileTemplate(g.Name, nil); err != nil || !t.Fixed() {
 			return
 		}
 		q := g.Quota.Quota()
