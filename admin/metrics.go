@@ -51,8 +51,8 @@ type Snapshot struct {
 	// write spools hold (mqtt.consumers).
 	ConsumerWaits      uint64
 	ConsumerSpoolBytes int64
-	// Forward is each upstream's forwarding state (README, Forwarding
-	// upstream).
+	// Forward is each upstream's forwarding state (docs/forwarding.md,
+	// "MQTT upstream").
 	Forward []ForwardStats
 }
 

@@ -116,7 +116,7 @@ func TestHostileClients(t *testing.T) {
 		maxPacket   = 64 << 10
 	)
 	// MaxPendingWrites as an operator facing hostile clients sets it
-	// (mqtt.max_pending_writes: README, Resource limits): at mochi's 8192
+	// (mqtt.max_pending_writes: docs/security.md, Resource limits): at mochi's 8192
 	// every connection, refused or not, holds a 64 KiB queue until it is
 	// closed, and on a loaded machine the 1,500 of the flood overlapped
 	// enough to peak at 150 MiB.

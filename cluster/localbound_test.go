@@ -9,7 +9,7 @@ import (
 	"devicegate/devicelimit"
 )
 
-// TestLocalPolicyBound measures what the README states for the failure
+// TestLocalPolicyBound measures what docs/operations.md states for the failure
 // policy local: a gateway's own window does not hold what Redis
 // admitted, and Redis does not learn what the gateway admitted while it
 // was down. A device on one gateway (k = 1) gets N from Redis, N more

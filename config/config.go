@@ -210,7 +210,7 @@ type Limits struct {
 	// the first match wins.
 	Rules []Rule `yaml:"rules,omitempty"`
 	// Classes are the topic classes of the devices no rule matches
-	// (README, "Topic classes").
+	// (docs/quotas.md, "Topic classes").
 	Classes []Class `yaml:"classes,omitempty"`
 	// Group puts the devices no rule matches in a group.
 	Group *Group `yaml:"group,omitempty"`
@@ -242,7 +242,7 @@ type Defer struct {
 
 // Quota is "Limit messages per Window", and the policy above it; or,
 // instead of limit and window, several windows of messages or bytes
-// (README, "Several windows, bytes").
+// (docs/quotas.md, "Several windows, bytes").
 type Quota struct {
 	Limit  int      `yaml:"limit"`
 	Window Duration `yaml:"window"`

@@ -11,7 +11,7 @@ import (
 )
 
 // Forward is one upstream the gateway hands admitted messages on to
-// (README, "Forwarding upstream").
+// (docs/forwarding.md, "MQTT upstream").
 type Forward struct {
 	// Name names the upstream in logs and its forward log; unique.
 	Name string `yaml:"name"`

@@ -8,7 +8,7 @@ import (
 
 // Group puts the devices of a rule (or of the default quota) in a
 // group: windows shared by all of them, checked with each device's own
-// (README, "Groups and tenants").
+// (docs/quotas.md, "Groups and tenants").
 type Group struct {
 	// Name is the group's name, or a template of it: fixed text and
 	// parts, {client_id}, {username}, or a named part of the rule's
@@ -78,7 +78,7 @@ func (v *validator) group(key string, g *Group, clientID, username, qkey string,
 // oneQuotaPerGroup refuses two rules (or a rule and the default) that
 // put devices in the same group, named by fixed text, with different
 // quotas: each message would be judged by its own device's rule's
-// quota of the group (README, "Groups and tenants"). Groups named by
+// quota of the group (docs/quotas.md, "Groups and tenants"). Groups named by
 // templates are known only as devices join; the broker logs a clash
 // then.
 func (v *validator) oneQuotaPerGroup(l Limits) {

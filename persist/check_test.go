@@ -122,7 +122,7 @@ func freelistPage(t *testing.T, path string) int {
 
 // TestCheckCostMillionWindows measures the consistency check on a file
 // of 1,000,000 windows. It takes minutes to write the file, so it runs
-// only with DEVICEGATE_CHECK_1M=1; the README quotes its log.
+// only with DEVICEGATE_CHECK_1M=1; docs/operations.md quotes its log.
 func TestCheckCostMillionWindows(t *testing.T) {
 	if os.Getenv("DEVICEGATE_CHECK_1M") == "" {
 		t.Skip("set DEVICEGATE_CHECK_1M=1 to measure the check on 1,000,000 windows")

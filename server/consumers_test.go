@@ -15,8 +15,8 @@ import (
 	"devicegate/internal/mqtttest"
 )
 
-// TestConsumersKeepUp is the README's promise for subscribers at the
-// defaults (Sizing): 50 devices publish 5,000 messages of 2 KiB while two
+// TestConsumersKeepUp is the promise of docs/operations.md (Sizing) for
+// subscribers at the defaults: 50 devices publish 5,000 messages of 2 KiB while two
 // subscribers of devices/# read nothing, then both read. The backend
 // consumer (mqtt.consumers.client_ids) gets every message; the other
 // subscriber, at the default queue of 64 messages, gets what its socket

@@ -106,7 +106,7 @@ const deviceReceiveMaximum = 16
 // not 0, Receive Maximum. The subscriber announces none: the gateway
 // then sends it up to mqtt.max_inflight unacknowledged messages, and
 // mochi's queue for clients that announce one loses send quota (see
-// the README, Resource limits).
+// docs/security.md, Resource limits).
 func connect5(id, username, password string, receiveMax uint16) *paho.Connect {
 	c := &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}
 	if receiveMax > 0 {

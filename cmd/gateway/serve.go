@@ -80,7 +80,7 @@ and /metrics listen on --admin-addr; the API's bearer token is
 admin.token, else $GATEWAY_ADMIN_TOKEN, else the file admin.token in
 --data-dir, created on first start. With cluster.redis in the --config
 file, several gateways share device windows and quota overrides in
-Redis (README: "Running several gateways").
+Redis (docs/operations.md: "Running several gateways").
 
 Flags:
 `)

@@ -367,5 +367,5 @@ func lostHint(rep *simulator.Report, remote bool) string {
 	}
 	return fmt.Sprintf("%d acknowledged messages never reached the subscriber; if the gateway's devicegate_slow_subscriber_drops_total grew by as many, "+
 		"its queue for the subscriber overflowed: name the subscriber a backend consumer in the gateway's configuration "+
-		"(mqtt.consumers: {client_ids: [\"simulator-sub-*\"]}, or the --sub-client-id or username it uses; README, Simulator)", n)
+		"(mqtt.consumers: {client_ids: [\"simulator-sub-*\"]}, or the --sub-client-id or username it uses; docs/simulator.md)", n)
 }

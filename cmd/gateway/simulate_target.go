@@ -71,7 +71,7 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 		cfg.Forward = append(cfg.Forward, *f.target.forward)
 	}
 	// The simulator's subscriber sees what many devices publish: a
-	// backend consumer (README, Sizing), not a slow subscriber that
+	// backend consumer (docs/operations.md, Sizing), not a slow subscriber that
 	// loses messages beyond a 64-message queue.
 	cfg.MQTT.Consumers.ClientIDs = append(cfg.MQTT.Consumers.ClientIDs, f.auth.subscriberIDs()...)
 	if f.target.spawn {
