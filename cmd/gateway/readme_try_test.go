@@ -27,37 +27,24 @@ func TestREADMETryIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	script, want := tryItBlocks(t, string(readme))
-	for _, addr := range []string{":1883", "127.0.0.1:8080"} {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatalf("the README's try-it block needs %s, which is in use: %v", addr, err)
-		}
-		ln.Close()
-	}
-
+	needDefaultPorts(t, "the README's try-it block")
 	checkout := copyCheckout(t, filepath.Join(sourceDir, "..", ".."))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	cmd.Dir = checkout
-	cmd.Env = append(os.Environ(), "GATEWAY_ADMIN_TOKEN=", "GATEWAY_ADMIN_ADDR=")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = 10 * time.Second
-	// The block runs in a process group of its own, so that whatever it
-	// left running (a gateway the block failed to stop) is ended with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	runErr := cmd.Run()
-	if cmd.Process != nil {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
+	out, runErr := runPasted(checkout, script)
 	gwlog, _ := os.ReadFile(filepath.Join(checkout, "gateway.log"))
 	if runErr != nil {
 		t.Fatalf("the try-it block failed: %v\noutput:\n%s\ngateway.log:\n%s", runErr, out.String(), gwlog)
 	}
 	if !sameTryItOutput(out.String(), want) {
 		t.Fatalf("the try-it block printed\n%s\nthe README shows\n%s\ngateway.log:\n%s", out.String(), want, gwlog)
+	}
+	// The README says the retry-after lies between about 9.9 and 10.5 s:
+	// at most the window and a bucket after the bucket of the first
+	// reading began, less the time the readings took.
+	for _, m := range retryAfterRE.FindAllStringSubmatch(out.String(), -1) {
+		d, err := time.ParseDuration(m[1])
+		if err != nil || d < 9*time.Second || d > 10500*time.Millisecond {
+			t.Errorf("retry after %s (%v), want between 9s and 10.5s as the README says", m[1], err)
+		}
 	}
 	// kill %1 stopped the gateway gracefully: it wrote its state and
 	// let go of the ports.
@@ -67,6 +54,42 @@ func TestREADMETryIt(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(checkout, "data", "devicegate.db")); err != nil {
 		t.Fatalf("no data file after the try-it block: %v", err)
 	}
+}
+
+// needDefaultPorts fails the test when the gateway's default ports,
+// which a pasted block uses, are held by something else.
+func needDefaultPorts(t *testing.T, what string) {
+	t.Helper()
+	for _, addr := range []string{":1883", "127.0.0.1:8080"} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("%s needs %s, which is in use: %v", what, addr, err)
+		}
+		ln.Close()
+	}
+}
+
+// runPasted runs script with bash in dir, as a reader pasting it into a
+// shell there would (bashArgs such as "-e" before it), for at most 3
+// minutes, and returns what it printed on stdout and stderr.
+func runPasted(dir, script string, bashArgs ...string) (*bytes.Buffer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append(bashArgs, "-c", script)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GATEWAY_ADMIN_TOKEN=", "GATEWAY_ADMIN_ADDR=")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 10 * time.Second
+	// The block runs in a process group of its own, so that whatever it
+	// left running (a gateway the block failed to stop) is ended with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	err := cmd.Run()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	return &out, err
 }
 
 // tryItBlocks returns the sh block of the README's "Try it" section and
@@ -89,8 +112,9 @@ func tryItBlocks(t *testing.T, readme string) (script, output string) {
 }
 
 // retryAfterRE matches the retry-after in a refusal's reason string,
-// which varies by milliseconds from run to run.
-var retryAfterRE = regexp.MustCompile(`retry after [0-9.]+m?s`)
+// which differs from run to run by up to half a second (the bucket
+// phase).
+var retryAfterRE = regexp.MustCompile(`retry after ([0-9.]+m?s)`)
 
 // sameTryItOutput reports whether got holds the lines of want, the
 // retry-afters aside: the same lines as many times each, and the
