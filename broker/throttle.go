@@ -167,6 +167,9 @@ type connInfo struct {
 	classes            []devicelimit.Class // the rule's (or default's) topic classes
 	group              groupOf             // the device's group; zero for none
 	closing            atomic.Bool         // set when policy disconnect hung up
+	remote             string              // the connection's remote address
+	protocol           byte                // MQTT protocol version
+	since              devicelimit.Tick    // when it was established
 	// dev is the device's entry in throttle.devices; nil for a
 	// connInfo computed for an uncached client.
 	dev *devState
@@ -217,13 +220,6 @@ func remoteHost(remote string) string {
 		return host
 	}
 	return remote
-}
-
-// refused records a refusal of device at now in Options.Throttled.
-func (h *throttle) refused(device string, now devicelimit.Tick) {
-	if h.throttled != nil {
-		h.throttled.Record(device, now)
-	}
 }
 
 // decide counts a message of size bytes in class, under quota q,
@@ -292,7 +288,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		// Read after policy disconnect hung up, before the connection
 		// ended: refused uncounted, whatever the window says now.
 		h.dropped.Add(1)
-		h.refused(c.device, now)
+		h.refused(c, pk.TopicName, "", refusalClosing, now)
 		return pk, errReject
 	}
 	class, q := h.resolver.ClassAt(c.device, c.rule, c.ruleName, c.classes, pk.TopicName, now)
@@ -413,7 +409,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	case outDeferred:
 		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)
 	}
-	h.refused(c.device, now)
+	h.refused(c, pk.TopicName, class, out.String(), now)
 	if now >= c.fullQuietUntil { // before it the limiter would refuse: skip the key and the lookup
 		if ok, retry := h.logs.allowAt(logFull, c.device, q.Shortest(), now); ok {
 			h.log.Warn("deferral refused", "device", c.device, "client", cl.ID, "reason", out.String())
