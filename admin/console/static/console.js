@@ -20,12 +20,19 @@ function el(tag, attrs, ...children) {
     else if (k in e && typeof v !== "string") e[k] = v;
     else e.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
-    if (c === undefined || c === null || c === false) continue;
-    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
+  e.append(...nodes(children));
   return e;
 }
+
+// nodes turns nested lists of nodes and strings into nodes, strings as
+// text; undefined, null, false and "" are left out.
+function nodes(children) {
+  return children.flat(Infinity).filter(c => c !== undefined && c !== null && c !== false && c !== "")
+    .map(c => c instanceof Node ? c : document.createTextNode(String(c)));
+}
+
+// show replaces the page's content.
+function show(page, ...children) { page.replaceChildren(...nodes(children)); }
 
 const SVG = "http://www.w3.org/2000/svg";
 function svg(tag, attrs) {
@@ -135,7 +142,7 @@ async function route() {
     await fn(page, r);
   } catch (e) {
     if (e.status === 401) return;
-    page.replaceChildren(el("h1", {}, "Error"), el("p", { class: "error" }, e.message));
+    show(page, el("h1", {}, "Error"), el("p", { class: "error" }, e.message));
   }
 }
 
@@ -172,7 +179,7 @@ async function overview(page) {
   const last = rates.samples.length ? rates.samples[rates.samples.length - 1] : { admitted: 0, refused: 0, deferred: 0, would_refuse: 0 };
   const card = (id, href, value, label) => el("a", { class: "card", href, id }, el("div", { class: "value" }, value), el("div", { class: "label" }, label));
   const down = fwd.upstreams.filter(u => u.connected < u.connections).length;
-  page.replaceChildren(
+  show(page,
     el("h1", {}, "Overview"),
     el("div", { class: "cards" },
       card("card-connected", "#/devices", rates.connected, "devices connected"),
@@ -283,7 +290,7 @@ async function devices(page, r) {
     el("td", {}, d.source + (d.shadow ? " (shadow)" : "")),
     el("td", {}, d.group || "")));
   const end = Math.min(list.total, offset + list.devices.length);
-  page.replaceChildren(
+  show(page,
     el("h1", {}, "Devices"),
     form,
     el("div", { class: "pager" },
@@ -351,7 +358,7 @@ async function device(page, r) {
       await api("DELETE", devicePath(id) + "/block"); await reload(); say("Block lifted.");
     }) : "");
 
-  page.replaceChildren(
+  show(page,
     el("p", {}, el("a", { href: "#/devices" }, "‹ Devices")),
     el("h1", { id: "device-id" }, id),
     msg,
@@ -439,7 +446,7 @@ async function groups(page) {
   const list = await api("GET", "/api/v1/groups");
   const say = (t) => { note.textContent = t; note.hidden = false; };
   const note = el("p", { class: "notice", hidden: true });
-  page.replaceChildren(el("h1", {}, "Groups"), note,
+  show(page, el("h1", {}, "Groups"), note,
     list.groups.length === 0 ? el("p", { class: "muted" }, "No device has joined a group since the gateway started.") :
       list.groups.map(g => el("section", { class: "group" },
         el("h2", {}, g.group + " ", el("span", { class: "muted" }, `${g.connected} connected, quota from ${g.source}` + (g.label && g.label !== g.group ? `, label ${g.label}` : ""))),
@@ -455,7 +462,7 @@ async function groups(page) {
 
 async function rules(page) {
   const list = await api("GET", "/api/v1/rules");
-  page.replaceChildren(el("h1", {}, "Rules"),
+  show(page, el("h1", {}, "Rules"),
     el("p", { class: "muted" }, "A rule in shadow mode decides and counts as if enforcing, and lets every message through. A switch holds until the gateway restarts."),
     list.rules.length === 0 ? el("p", { class: "muted" }, "No rules configured (limits.rules): every device has the default quota.") :
       el("table", { id: "rules" }, el("tr", {}, el("th", {}, "rule"), el("th", {}, "mode"), el("th", { class: "num" }, "would refuse"), el("th", {}, "")),
@@ -472,7 +479,7 @@ async function rules(page) {
 
 async function forwarding(page) {
   const fwd = await api("GET", "/api/v1/forward");
-  page.replaceChildren(el("h1", {}, "Forwarding"),
+  show(page, el("h1", {}, "Forwarding"),
     fwd.upstreams.length === 0 ? el("p", { class: "muted" }, "No forward destinations configured (forward:).") :
       el("table", { id: "forward" },
         el("tr", {}, ["destination", "connected", "forwarded", "dropped", "refused", "expired", "backlog", "backlog bytes", "oldest", "last error", "next attempt"].map(h => el("th", {}, h))),
@@ -497,7 +504,7 @@ async function blocks(page) {
   const list = await api("GET", "/api/v1/blocks");
   const note = el("p", { class: "notice", hidden: true, id: "blocks-notice" });
   const boxes = list.blocks.map(b => el("input", { type: "checkbox", class: "block-select", value: b.device }));
-  page.replaceChildren(el("h1", {}, "Blocks"), note,
+  show(page, el("h1", {}, "Blocks"), note,
     list.blocks.length === 0 ? el("p", { class: "muted", id: "no-blocks" }, "No device is blocked.") : [
       el("table", { id: "blocks" },
         el("tr", {}, el("th", {}, ""), el("th", {}, "device"), el("th", {}, "blocked until")),
