@@ -113,3 +113,9 @@ sim-10k: build
 REPORT ?= $(SIM_OUT)/acceptance.html
 report-png:
 	./scripts/report-png.sh $(REPORT) $(REPORT:.html=.png)
+
+# console-shots: run the console's browser test and keep its screenshots
+# of every page in console-shots/ (gitignored; see docs/console.md).
+.PHONY: console-shots
+console-shots: tools
+	DEVICEGATE_CONSOLE_SHOTS=$(CURDIR)/console-shots $(GO) test -count=1 -run '^TestConsoleInBrowser$$' -v ./admin/console

@@ -161,27 +161,11 @@ func parseDeviceQuery(q url.Values) (deviceQuery, error) {
 	return out, nil
 }
 
-// listed is a device of the listing, with what its filters and sort
-// need; resolved lazily, since resolving every device's quota is the
-// dear part of the listing.
-type listed struct {
-	DeviceSummary
-	resolved bool
-	q        devicelimit.Quota
-	src      devicelimit.Source
-	group    string
-}
-
-func (s *Server) resolveListed(d *listed, now devicelimit.Tick) {
-	if d.resolved {
-		return
-	}
-	r := s.resolveDevice(d.Device, d.Status, now)
-	d.q, d.src, d.group, d.resolved = r.q, r.src, r.member.Name, true
-}
-
 // listDevices answers GET /api/v1/devices: every device tracked, plus
-// those blocked or with an override, that match the query.
+// those blocked or with an override, that match the query. With 100,000
+// devices it must answer well within the console's 300 ms: it copies
+// no summary, sorts pointers, and resolves a device's quota only for a
+// filter that needs it and for the rows of the page.
 func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) {
 	dq, err := parseDeviceQuery(r.URL.Query())
 	if err != nil {
@@ -190,29 +174,26 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.opts.Clock.Now()
 	all := s.trackedDevices(now)
-	keep := all[:0]
+	keep := make([]*DeviceSummary, 0, len(all))
 	for i := range all {
 		d := &all[i]
-		if !strings.HasPrefix(d.Device, dq.prefix) || !s.matches(d, dq, now) {
-			continue
+		if strings.HasPrefix(d.Device, dq.prefix) && s.matches(d, dq, now) {
+			keep = append(keep, d)
 		}
-		keep = append(keep, *d)
 	}
-	sortListed(keep, dq.sort)
+	sortDevices(keep, dq.sort)
 	out := DeviceListJSON{Total: len(keep), Offset: dq.offset, Limit: dq.limit, Devices: []DeviceRowJSON{}}
 	if dq.offset < len(keep) {
-		for i := range keep[dq.offset:min(len(keep), dq.offset+dq.limit)] {
-			d := &keep[dq.offset+i]
-			s.resolveListed(d, now)
-			out.Devices = append(out.Devices, deviceRow(d))
+		for _, d := range keep[dq.offset:min(len(keep), dq.offset+dq.limit)] {
+			out.Devices = append(out.Devices, deviceRow(d, s.resolveDevice(d.Device, d.Status, now)))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// trackedDevices merges the lister's devices with those blocked and
-// those with an override.
-func (s *Server) trackedDevices(now devicelimit.Tick) []listed {
+// trackedDevices returns the lister's devices and those blocked or with
+// an override it does not list.
+func (s *Server) trackedDevices(now devicelimit.Tick) []DeviceSummary {
 	extra := map[string]bool{} // blocked or with an override; true once listed
 	if s.opts.Blocks != nil {
 		for _, b := range s.opts.Blocks.Blocked() {
@@ -228,27 +209,32 @@ func (s *Server) trackedDevices(now devicelimit.Tick) []listed {
 	if s.opts.Listing != nil {
 		sums = s.opts.Listing.List()
 	}
-	out := make([]listed, len(sums), len(sums)+len(extra))
-	for i, d := range sums {
-		out[i].DeviceSummary = d
-		if _, ok := extra[d.Device]; ok {
-			extra[d.Device] = true
+	if len(extra) == 0 {
+		return sums
+	}
+	for i := range sums {
+		if _, ok := extra[sums[i].Device]; ok {
+			extra[sums[i].Device] = true
 		}
 	}
 	for device, listed := range extra {
 		if !listed {
-			out = append(out, listedDevice(device, s.opts.Devices.Status(device)))
+			sums = append(sums, DeviceSummary{Device: device, Status: s.opts.Devices.Status(device)})
 		}
 	}
-	return out
-}
-
-func listedDevice(device string, st DeviceStatus) listed {
-	return listed{DeviceSummary: DeviceSummary{Device: device, Status: st}}
+	return sums
 }
 
 // matches reports whether d passes every filter of dq.
-func (s *Server) matches(d *listed, dq deviceQuery, now devicelimit.Tick) bool {
+func (s *Server) matches(d *DeviceSummary, dq deviceQuery, now devicelimit.Tick) bool {
+	var r *resolved // resolved once, when a filter needs it
+	res := func() *resolved {
+		if r == nil {
+			x := s.resolveDevice(d.Device, d.Status, now)
+			r = &x
+		}
+		return r
+	}
 	for _, f := range dq.filters {
 		var ok bool
 		switch f {
@@ -259,27 +245,21 @@ func (s *Server) matches(d *listed, dq deviceQuery, now devicelimit.Tick) bool {
 		case "deferring":
 			ok = d.Status.Deferred > 0
 		case "shadow":
-			s.resolveListed(d, now)
-			ok = d.q.Shadow
+			ok = res().q.Shadow
 		case "override":
-			s.resolveListed(d, now)
-			ok = d.src.Kind == devicelimit.SourceOverride
+			ok = res().src.Kind == devicelimit.SourceOverride
 		}
 		if !ok {
 			return false
 		}
 	}
-	if dq.group != "" {
-		s.resolveListed(d, now)
-		return d.group == dq.group
-	}
-	return true
+	return dq.group == "" || res().member.Name == dq.group
 }
 
-// sortListed sorts ds by key: device ascending, the others descending
+// sortDevices sorts ds by key: device ascending, the others descending
 // (most refused, most deferred, seen latest first), ties by device.
-func sortListed(ds []listed, key string) {
-	slices.SortFunc(ds, func(a, b listed) int {
+func sortDevices(ds []*DeviceSummary, key string) {
+	slices.SortFunc(ds, func(a, b *DeviceSummary) int {
 		var c int
 		switch key {
 		case "refusals":
@@ -296,9 +276,9 @@ func sortListed(ds []listed, key string) {
 	})
 }
 
-func deviceRow(d *listed) DeviceRowJSON {
+func deviceRow(d *DeviceSummary, r resolved) DeviceRowJSON {
 	row := DeviceRowJSON{Device: d.Device, Connected: d.Status.Connected, Refusals: d.Refusals, Deferred: d.Status.Deferred,
-		Source: d.src.String(), Shadow: d.q.Shadow, Group: d.group}
+		Source: r.src.String(), Shadow: r.q.Shadow, Group: r.member.Name}
 	if d.Status.LastSeen != 0 {
 		ls := formatTick(d.Status.LastSeen)
 		row.LastSeen = &ls

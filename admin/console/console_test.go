@@ -70,12 +70,23 @@ func startGateway(t *testing.T, upstream string, console bool) *server.Gateway {
 // apiGet GETs an admin API path with the token.
 func apiGet(t *testing.T, base, path string) string {
 	t.Helper()
-	req, err := http.NewRequest("GET", base+path, nil)
+	_, body := request(t, "GET", base+path, token)
+	return body
+}
+
+// request sends a request without a body, with tok as the bearer token
+// unless "", and does not follow redirects.
+func request(t *testing.T, method, url, tok string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +95,7 @@ func apiGet(t *testing.T, base, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	return resp, string(b)
 }
 
 // TestConsoleInBrowser drives the console in headless Chromium against a
