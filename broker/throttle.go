@@ -32,6 +32,10 @@ type Stats struct {
 	// WouldRefuse counts the publishes a quota in shadow mode let
 	// through that it would have refused (counted in Allowed too).
 	WouldRefuse uint64
+	// WouldRefuseByRule splits WouldRefuse by the configured rule the
+	// device matched ("" for the default quota), whichever quota (the
+	// rule's, a topic class's, an override) was in shadow mode.
+	WouldRefuseByRule map[string]uint64
 	// Blocks counts the blocks made (automatic blocking); Blocked is the
 	// number of devices blocked now.
 	Blocks  uint64
@@ -141,6 +145,9 @@ type throttle struct {
 	// wouldRefuse counts the publishes a quota in shadow mode let
 	// through that it would have refused.
 	wouldRefuse atomic.Uint64
+	// wouldRefuseByRule splits wouldRefuse by the rule the device
+	// matched ("" for the default quota); fixed at New.
+	wouldRefuseByRule map[string]*atomic.Uint64
 	// blocks are the devices blocked for their refusals.
 	blocks *blocks
 	// refusals counts refusals by the windows, by topic class ("" for
@@ -240,6 +247,9 @@ func (h *throttle) decide(cl *mqtt.Client, c *connInfo, class string, q, gq *dev
 		// Shadow mode: refused as an enforcing quota would (so not
 		// counted in its windows), let through all the same.
 		h.wouldRefuse.Add(1)
+		if r := h.wouldRefuseByRule[c.ruleName]; r != nil {
+			r.Add(1)
+		}
 		h.logThrottled(cl, c, class, refusing(*q, *gq, byGroup), d, byGroup, now)
 		d.Allowed = true
 	}
@@ -439,6 +449,10 @@ func (h *throttle) stats() Stats {
 	}
 	for class, r := range h.refusals {
 		st.Refusals[class] = [3]uint64{r[0].Load(), r[1].Load(), r[2].Load()}
+	}
+	st.WouldRefuseByRule = make(map[string]uint64, len(h.wouldRefuseByRule))
+	for rule, r := range h.wouldRefuseByRule {
+		st.WouldRefuseByRule[rule] = r.Load()
 	}
 	st.Groups = make(map[string][3]uint64, len(h.groups))
 	for label, g := range h.groups {

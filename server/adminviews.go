@@ -155,5 +155,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		ConsumerWaits:       as.ConsumerWaits,
 		ConsumerSpoolBytes:  as.ConsumerSpoolBytes,
 		Forward:             forwardStats(s.forward),
+
+		WouldRefuseByRule: st.WouldRefuseByRule,
 	}
 }

@@ -3,6 +3,6 @@
 package server
 
 // raceSlowdown is how much slower the race detector makes the code
-// timed against a bound (about 10 times); `make test` also runs the
-// timed tests without it.
+// (about 10 times): timed tests shrink by it and check no time bound;
+// `make test` also runs them without the detector.
 const raceSlowdown = 10

@@ -107,15 +107,24 @@ func eval[T any](b *browser, js string) T {
 }
 
 // waitFor waits until a JavaScript expression is true, failing the test
-// after 20 s with what it waited for and the page's text.
+// after 20 s with what it waited for and the page's text. It asks again
+// after an error: a navigation may have replaced the page's context.
 func (b *browser) waitFor(what, js string) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
-	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](js, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
-		text, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body.innerText`))
-		b.t.Fatalf("waiting for %s (%s): %v\npage:\n%s", what, js, err, text)
+	deadline := time.Now().Add(20 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("!!("+js+")"))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond) // polling the page, not waiting for time to pass
 	}
+	text, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+	b.t.Fatalf("waiting for %s (%s): not true in 20 s (last error: %v)\npage:\n%s", what, js, last, text)
 }
 
 // shot saves a screenshot of the whole page as name.png.

@@ -104,7 +104,8 @@ func request(t *testing.T, method, url, tok string) (*http.Response, string) {
 // its full window and retry-after, set an override through the form (a
 // bad one first, its field marked) and see the device judged by it,
 // lift a block from Blocks and see the device connect again, see the
-// forwarding backlog grow and the error while the upstream is down;
+// forwarding backlog grow and the error while the upstream is down,
+// switch a rule to shadow mode and see its would-refuse count;
 // a device ID made of HTML shows as text. Every page is screenshot;
 // the overview weighs under 200 KB and no request leaves the origin.
 func TestConsoleInBrowser(t *testing.T) {
@@ -258,6 +259,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err := json.Unmarshal([]byte(apiGet(t, base, "/api/v1/rules")), &rules); err != nil || len(rules.Rules) == 0 || rules.Rules[0].Enforce {
 		t.Fatalf("rules after the switch: %+v %v, want bad in shadow mode", rules, err)
 	}
+	// bad-1 over its quota, now in shadow mode: let through, counted.
+	again := mqtttest.Dial5(t, addr, "bad-1")
+	again.MustPublish(t, "devices/bad-1/t", "m", mqtttest.CodeSuccess)
+	eval[bool](b, `route(), true`)
+	b.waitFor("bad's would-refuse", `document.querySelector("#rules td.num") && document.querySelector("#rules td.num").textContent === "1"`)
 	b.shot("rules")
 	b.do("groups", chromedp.Navigate(base+"/ui/#/groups"))
 	b.waitFor("the groups page", `document.querySelector("#page h1") && document.querySelector("#page h1").textContent === "Groups"`)

@@ -507,7 +507,9 @@ async function blocks(page) {
   show(page, el("h1", {}, "Blocks"), note,
     list.blocks.length === 0 ? el("p", { class: "muted", id: "no-blocks" }, "No device is blocked.") : [
       el("table", { id: "blocks" },
-        el("tr", {}, el("th", {}, ""), el("th", {}, "device"), el("th", {}, "blocked until")),
+        el("tr", {}, el("th", {}, el("input", { type: "checkbox", id: "select-all", title: "select all", onchange: (ev) => {
+          for (const x of boxes) x.checked = ev.target.checked;
+        } })), el("th", {}, "device"), el("th", {}, "blocked until")),
         list.blocks.map((b, i) => el("tr", {}, el("td", {}, boxes[i]),
           el("td", {}, el("a", { href: deviceHash(b.device) }, b.device)), el("td", {}, fmtTime(b.until))))),
       el("p", {}, confirmButton("Lift selected", "Lift the blocks of the devices selected?", async () => {
