@@ -29,8 +29,8 @@ const xssID = `<img src=x onerror=alert(1)>`
 
 // startGateway starts a gateway whose devices get 3 messages an hour
 // (dropped above); "bad-*" devices 1 an hour, blocked for an hour after
-// 2 refusals; "fwd-*" 1000 an hour, their fwd/# messages forwarded to
-// upstream.
+// 2 refusals; "fwd-*" 1000 an hour in group fleet (5000 an hour), their
+// fwd/# messages forwarded to upstream.
 func startGateway(t *testing.T, upstream string, console bool) *server.Gateway {
 	t.Helper()
 	hour := config.Duration(time.Hour)
@@ -45,7 +45,8 @@ func startGateway(t *testing.T, upstream string, console bool) *server.Gateway {
 	cfg.Limits.Rules = []config.Rule{
 		{Name: "bad", Match: config.Match{ClientID: "bad-*"},
 			Quota: config.Quota{Limit: 1, Window: hour, Block: &config.Block{After: 2, Within: config.Duration(time.Minute), For: hour}}},
-		{Name: "forwarders", Match: config.Match{ClientID: "fwd-*"}, Quota: config.Quota{Limit: 1000, Window: hour}},
+		{Name: "forwarders", Match: config.Match{ClientID: "fwd-*"}, Quota: config.Quota{Limit: 1000, Window: hour},
+			Group: &config.Group{Name: "fleet", Quota: config.Quota{Limit: 5000, Window: hour}}},
 	}
 	if upstream != "" {
 		cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + upstream, Topics: []string{"fwd/#"}, MaxQoS: 1}}
@@ -265,8 +266,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	eval[bool](b, `route(), true`)
 	b.waitFor("bad's would-refuse", `document.querySelector("#rules td.num") && document.querySelector("#rules td.num").textContent === "1"`)
 	b.shot("rules")
+	// fwd-1's page shows its group's windows; Groups lists the group.
+	b.do("fwd-1", chromedp.Navigate(base+"/ui/#/device/fwd-1"))
+	b.waitFor("fwd-1's group windows", `document.querySelector("#group-windows .used") !== null`)
+	if got := eval[string](b, `document.querySelector("#group-windows .used").textContent`); !strings.HasSuffix(got, " / 5000") {
+		t.Fatalf("fleet's window on fwd-1's page: %q, want n / 5000", got)
+	}
 	b.do("groups", chromedp.Navigate(base+"/ui/#/groups"))
-	b.waitFor("the groups page", `document.querySelector("#page h1") && document.querySelector("#page h1").textContent === "Groups"`)
+	b.waitFor("fleet's windows", `document.querySelector("#group-fleet .used") !== null`)
 	b.shot("groups")
 
 	// The overview, loaded afresh: its weight, and its origin.
@@ -288,5 +295,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	if d := b.openDialogs(); len(d) != 0 {
 		t.Fatalf("dialogs opened: %q (a device ID ran as script?)", d)
+	}
+
+	// A token that stops working (changed, the gateway restarted) sends
+	// the console back to the login form, and is dropped.
+	eval[bool](b, `sessionStorage.setItem("devicegate.token", "stale"), route(), true`)
+	b.waitFor("the login form again", `!document.getElementById("login").hidden && document.getElementById("login-error").textContent.includes("refused")`)
+	if got := eval[string](b, `sessionStorage.getItem("devicegate.token")`+` || ""`); got != "" {
+		t.Fatalf("a refused token was kept: %q", got)
 	}
 }

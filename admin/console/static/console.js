@@ -47,8 +47,9 @@ class APIError extends Error {
   constructor(status, msg) { super(msg); this.status = status; }
 }
 
-// api calls the admin API with the token; a 401 logs out.
-async function api(method, path, body) {
+// api calls the admin API with the token; a 401 logs out, unless
+// checking is set (the login form trying a token).
+async function api(method, path, body, checking) {
   const init = { method, headers: { "Authorization": "Bearer " + token() }, cache: "no-store" };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
@@ -57,7 +58,7 @@ async function api(method, path, body) {
   const resp = await fetch(path, init);
   let data = null;
   try { data = await resp.json(); } catch (e) { data = null; }
-  if (resp.status === 401 && path !== "/api/v1/rates") {
+  if (resp.status === 401 && !checking) {
     logout("Your token was refused; log in again.");
     throw new APIError(401, "unauthorized");
   }
@@ -103,7 +104,7 @@ async function login(ev) {
   const t = input.value.trim();
   sessionStorage.setItem(TOKEN_KEY, t);
   try {
-    await api("GET", "/api/v1/rates");
+    await api("GET", "/api/v1/rates", undefined, true);
   } catch (e) {
     sessionStorage.removeItem(TOKEN_KEY);
     document.getElementById("login-error").textContent =
