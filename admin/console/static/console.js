@@ -326,7 +326,7 @@ function windowTable(id, ws) {
       bar.firstChild.style.width = Math.min(100, 100 * used / Math.max(1, limit)) + "%";
       return el("tr", { class: full ? "window full" : "window" },
         el("td", {}, (w.messages ? w.messages + " messages" : w.bytes + " bytes") + " per " + w.window),
-        el("td", { class: "used" }, used + " / " + limit),
+        el("td", { class: "used" }, (w.used === undefined ? "—" : used) + " / " + limit),
         el("td", {}, bar),
         el("td", { class: "num remaining" }, w.remaining === undefined ? "—" : w.remaining),
         el("td", { class: "retry" }, w.retry_after || "—"));
@@ -443,11 +443,17 @@ function overrideForm(id, d, reload, say, groupPath) {
 
 // ---- groups ----
 
+const GROUPS_SHOWN = 50;
+
 async function groups(page) {
-  const list = await api("GET", "/api/v1/groups");
+  const all = await api("GET", "/api/v1/groups");
+  // The list has no window state: each group's own answer has it.
+  const list = { groups: await Promise.all(all.groups.slice(0, GROUPS_SHOWN).map(g =>
+    api("GET", "/api/v1/groups/" + enc(g.group)).catch(() => g))) };
   const say = (t) => { note.textContent = t; note.hidden = false; };
   const note = el("p", { class: "notice", hidden: true });
   show(page, el("h1", {}, "Groups"), note,
+    all.groups.length > GROUPS_SHOWN ? el("p", { class: "muted" }, `The first ${GROUPS_SHOWN} of ${all.groups.length} groups.`) : "",
     list.groups.length === 0 ? el("p", { class: "muted" }, "No device has joined a group since the gateway started.") :
       list.groups.map(g => el("section", { class: "group" },
         el("h2", {}, g.group + " ", el("span", { class: "muted" }, `${g.connected} connected, quota from ${g.source}` + (g.label && g.label !== g.group ? `, label ${g.label}` : ""))),
