@@ -1,6 +1,8 @@
 // Package admin serves the gateway's HTTP admin API (quota overrides and
 // device status under /api/v1, authenticated with a bearer token), the
-// Prometheus /metrics endpoint and the /healthz liveness probe.
+// Prometheus /metrics endpoint, the /healthz liveness probe and, when
+// Options.Console is set, the operator console under /ui/ (package
+// admin/console), which works through the API.
 //
 // The package knows the domain (devicelimit) but not the broker or the
 // store: main adapts those to the small interfaces declared here.
