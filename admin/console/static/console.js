@@ -183,7 +183,7 @@ async function overview(page) {
   show(page,
     el("h1", {}, "Overview"),
     el("div", { class: "cards" },
-      card("card-connected", "#/devices", rates.connected, "devices connected"),
+      card("card-connected", "#/devices", rates.connected, "clients connected"),
       card("card-admitted", "#/devices?sort=last_seen", fmtRate(last.admitted), "admitted / s"),
       card("card-refused", "#/devices?filter=throttled&sort=refusals", fmtRate(last.refused), "refused / s"),
       card("card-deferred", "#/devices?filter=deferring&sort=deferred", fmtRate(last.deferred), "deferred / s"),
