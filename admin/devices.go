@@ -345,7 +345,7 @@ func (s *Server) resolveDevice(device string, st DeviceStatus, now devicelimit.T
 // recent refusals.
 func (s *Server) addConsoleDetail(out *DeviceJSON, device string, st DeviceStatus) {
 	if st.Connected {
-		out.Remote, out.Protocol = st.Remote, int(st.Protocol)
+		out.ClientID, out.Username, out.Remote, out.Protocol = st.ClientID, st.Username, st.Remote, int(st.Protocol)
 		if st.Since != 0 {
 			out.ConnectedSince = formatTick(st.Since)
 		}

@@ -98,7 +98,7 @@ func TestDeviceConnectionAndRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := RefusalJSON{At: formatTick(now), Topic: "devices/dev-1/t", Reason: "quota exceeded"}
-	if d.Remote != "10.0.0.7:50123" || d.Protocol != 5 || d.ConnectedSince != formatTick(now.Add(-time.Minute)) ||
+	if d.ClientID != "dev-1" || d.Remote != "10.0.0.7:50123" || d.Protocol != 5 || d.ConnectedSince != formatTick(now.Add(-time.Minute)) ||
 		len(d.Refusals) != 1 || d.Refusals[0] != want {
 		t.Fatalf("got %s", r.body)
 	}

@@ -167,6 +167,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.shot("devices")
 	b.do("open flood-1", chromedp.Click(chromedp.CSS(`a.device-link[href="#/device/flood-1"]`)))
 	b.waitFor("flood-1's page", `document.getElementById("device-id") && document.getElementById("device-id").textContent === "flood-1"`)
+	if got := eval[string](b, `document.getElementById("client-id").textContent + " " + document.getElementById("connection").textContent`); got != "flood-1 connected" {
+		t.Fatalf("flood-1's connection: %q", got)
+	}
 	if got := eval[string](b, `document.querySelector("#device-windows tr.window").className + " " + document.querySelector("#device-windows .used").textContent`); got != "window full 3 / 3" {
 		t.Fatalf("flood-1's window: %q, want full, 3 / 3", got)
 	}

@@ -365,6 +365,8 @@ async function device(page, r) {
     msg,
     el("dl", { class: "facts" },
       fact("connection", d.connected ? el("span", { class: "ok" }, "connected") : el("span", { class: "muted" }, "not connected"), "connection"),
+      d.connected ? fact("client ID", d.client_id || "—", "client-id") : "",
+      d.connected && d.username ? fact("username", d.username) : "",
       d.connected ? fact("address", d.remote || "—", "remote") : "",
       d.connected ? fact("protocol", d.protocol === 5 ? "MQTT 5" : d.protocol === 4 ? "MQTT 3.1.1" : "MQTT " + d.protocol) : "",
       d.connected ? fact("connected since", fmtTime(d.connected_since)) : "",
