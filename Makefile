@@ -21,12 +21,13 @@ SHELL       := bash
 .PHONY: test build bench fuzz tools vet hostile
 .PHONY: bench-e2e
 
-# test: vet, every test with the race detector, the property tests in
-# full without it (the detector makes them 12 times slower), then a short
-# fuzz pass.
+# test: vet, every test with the race detector, the property tests and
+# the timed device listing in full without it (the detector makes them
+# 10 to 12 times slower), then a short fuzz pass.
 test: tools vet
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run '^TestProperty' ./devicelimit
+	$(GO) test -count=1 -run '^TestDeviceListingScales$$' ./server
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 vet:
@@ -113,3 +114,9 @@ sim-10k: build
 REPORT ?= $(SIM_OUT)/acceptance.html
 report-png:
 	./scripts/report-png.sh $(REPORT) $(REPORT:.html=.png)
+
+# console-shots: run the console's browser test and keep its screenshots
+# of every page in console-shots/ (gitignored; see docs/console.md).
+.PHONY: console-shots
+console-shots: tools
+	DEVICEGATE_CONSOLE_SHOTS=$(CURDIR)/console-shots $(GO) test -count=1 -run '^TestConsoleInBrowser$$' -v ./admin/console

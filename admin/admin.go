@@ -1,6 +1,8 @@
 // Package admin serves the gateway's HTTP admin API (quota overrides and
 // device status under /api/v1, authenticated with a bearer token), the
-// Prometheus /metrics endpoint and the /healthz liveness probe.
+// Prometheus /metrics endpoint, the /healthz liveness probe and, when
+// Options.Console is set, the operator console under /ui/ (package
+// admin/console), which works through the API.
 //
 // The package knows the domain (devicelimit) but not the broker or the
 // store: main adapts those to the small interfaces declared here.
@@ -45,6 +47,11 @@ type DeviceStatus struct {
 	Deferred int
 	// BlockedUntil is the end of the device's block, 0 when none.
 	BlockedUntil devicelimit.Tick
+	// Remote, Protocol and Since are the live connection's remote
+	// address, MQTT protocol version and start; zero without one.
+	Remote   string
+	Protocol byte
+	Since    devicelimit.Tick
 }
 
 // Devices reports a device's connection and queue state.
@@ -95,6 +102,15 @@ type Options struct {
 	// Groups lists the groups devices joined since start (in a cluster,
 	// on any gateway); nil: none.
 	Groups Groups
+	// Listing lists the devices tracked (GET /api/v1/devices) and their
+	// recent refusals; nil: none.
+	Listing DeviceLister
+	// Stats, when not nil, is sampled every RateInterval for GET
+	// /api/v1/rates.
+	Stats StatsSource
+	// Console, when not nil, is served under /ui/ (the operator
+	// console, package admin/console).
+	Console http.Handler
 }
 
 // Blocks lists the devices blocked now and lifts a block.
@@ -119,10 +135,14 @@ type Server struct {
 
 	metricsHandler http.Handler
 
-	mu   sync.Mutex
-	srv  *http.Server
-	ln   net.Listener
-	done chan struct{}
+	rateRing rateRing
+
+	mu         sync.Mutex
+	srv        *http.Server
+	ln         net.Listener
+	done       chan struct{}
+	stopRates  chan struct{}
+	ratesEnded chan struct{}
 }
 
 // New checks opts and builds the server's handler.
@@ -201,6 +221,14 @@ func (s *Server) Start() error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.done = make(chan struct{})
+	if s.opts.Stats != nil {
+		s.rateTick() // the first sample: rates from the next
+		s.stopRates, s.ratesEnded = make(chan struct{}), make(chan struct{})
+		go func(stop, ended chan struct{}) {
+			defer close(ended)
+			s.sampleRates(stop)
+		}(s.stopRates, s.ratesEnded)
+	}
 	srv, done := s.srv, s.done
 	go func() {
 		defer close(done)
@@ -227,9 +255,15 @@ func (s *Server) Addr() net.Addr {
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
 	srv, done := s.srv, s.done
+	stopRates, ratesEnded := s.stopRates, s.ratesEnded
+	s.stopRates = nil
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
+	}
+	if stopRates != nil {
+		close(stopRates)
+		<-ratesEnded
 	}
 	err := srv.Shutdown(ctx)
 	if err != nil {

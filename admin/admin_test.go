@@ -29,6 +29,28 @@ var t0 = devicelimit.TickOf(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 type fakeDevices struct {
 	mu sync.Mutex
 	m  map[string]DeviceStatus
+	// refused and recent are the devices' refusal counts, latest
+	// refusal and recent refusals, for Listing.
+	refused map[string]DeviceSummary
+	recent  map[string][]Refusal
+}
+
+func (f *fakeDevices) List() []DeviceSummary {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []DeviceSummary
+	for d, st := range f.m {
+		sum := f.refused[d]
+		sum.Device, sum.Status = d, st
+		out = append(out, sum)
+	}
+	return out
+}
+
+func (f *fakeDevices) Refusals(device string) []Refusal {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.recent[device]
 }
 
 func (f *fakeDevices) Status(device string) DeviceStatus {
@@ -79,7 +101,7 @@ func newEnv(t *testing.T, identity devicelimit.Identity) *env {
 	reg := prometheus.NewRegistry()
 	e.srv, err = New(Options{
 		Addr: "127.0.0.1:0", Token: testToken, Table: table, Resolver: res, Identity: identity, Clock: e.clock,
-		Overrides: persist.BoundOverrides{Store: st, Resolver: res}, Devices: e.devices,
+		Overrides: persist.BoundOverrides{Store: st, Resolver: res}, Devices: e.devices, Listing: e.devices,
 		Throttled: fakeThrottled{{"a", 9}, {"b", 5}, {"c", 1}},
 		Registry:  reg,
 		Logger:    slogTo(e.logs),

@@ -71,6 +71,16 @@ type DeviceJSON struct {
 	// Classes are the device's topic classes (its override's, else its
 	// rule's or the default's), each with its windows' state.
 	Classes []ClassJSON `json:"classes,omitempty"`
+	// ClientID, Username, Remote, Protocol and ConnectedSince describe
+	// its live connection (the latest when several); omitted when it
+	// has none.
+	ClientID       string `json:"client_id,omitempty"`
+	Username       string `json:"username,omitempty"`
+	Remote         string `json:"remote,omitempty"`
+	Protocol       int    `json:"protocol,omitempty"`
+	ConnectedSince string `json:"connected_since,omitempty"`
+	// Refusals are its latest refused publishes, latest first.
+	Refusals []RefusalJSON `json:"refusals,omitempty"`
 }
 
 // OverrideJSON is a device's quota override: the answer of PUT

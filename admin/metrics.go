@@ -54,6 +54,9 @@ type Snapshot struct {
 	// Forward is each upstream's forwarding state (docs/forwarding.md,
 	// "MQTT upstream").
 	Forward []ForwardStats
+	// WouldRefuseByRule splits WouldRefuse by the rule the device
+	// matched ("" for the default quota).
+	WouldRefuseByRule map[string]uint64
 }
 
 // ForwardStats is one upstream's forwarding state.

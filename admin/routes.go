@@ -34,6 +34,8 @@ var routes = []route{
 	{http.MethodGet, "/healthz", false, (*Server).healthz},
 	{http.MethodGet, "/metrics", false, (*Server).metrics},
 	{http.MethodGet, "/api/v1/openapi.json", false, (*Server).openapi},
+	{http.MethodGet, "/api/v1/devices", true, (*Server).listDevices},
+	{http.MethodGet, "/api/v1/rates", true, (*Server).rates},
 	{http.MethodGet, "/api/v1/devices/{id}", true, (*Server).getDevice},
 	{http.MethodPut, "/api/v1/devices/{id}/quota", true, (*Server).putQuota},
 	{http.MethodDelete, "/api/v1/devices/{id}/quota", true, (*Server).deleteQuota},
@@ -85,6 +87,10 @@ func (s *Server) newMux() http.Handler {
 			w.Header().Set("Allow", allowHeader)
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s; allowed: %s", r.Method, p, allowHeader))
 		})
+	}
+	if s.opts.Console != nil {
+		mux.Handle("/ui/", s.opts.Console)
+		mux.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such route: "+r.URL.Path)
@@ -197,29 +203,8 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.opts.Clock.Now()
 	st := s.opts.Devices.Status(id)
-	clientID, username := st.ClientID, st.Username
-	if !st.Connected {
-		// The rules match on what a connection of this device would
-		// carry: its ID in the identity's field.
-		if s.opts.Identity == devicelimit.IdentityUsername {
-			clientID, username = "", id
-		} else {
-			clientID, username = id, ""
-		}
-	}
-	// Resolver.Resolve's order, spelled out to learn the override's expiry.
-	var q devicelimit.Quota
-	var src devicelimit.Source
-	var expires devicelimit.Tick
-	rq, classes, rsrc, member := s.opts.Resolver.RuleGroup(clientID, username)
-	if o, ok := s.opts.Resolver.Override(id, now); ok {
-		q, src, expires = o.Quota, devicelimit.Source{Kind: devicelimit.SourceOverride}, o.ExpiresAt
-		if len(o.Classes) > 0 {
-			classes = o.Classes
-		}
-	} else {
-		q, src = rq, rsrc
-	}
+	rd := s.resolveDevice(id, st, now)
+	q, classes, src, expires, member := rd.q, rd.classes, rd.src, rd.expires, rd.member
 	d, windows, err := s.peekWindows(id, "", q, now)
 	if err != nil {
 		s.log.Error("device window not read", "device", id, "err", err.Error())
@@ -259,6 +244,7 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 		ls := formatTick(st.LastSeen)
 		out.LastSeen = &ls
 	}
+	s.addConsoleDetail(&out, id, st)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -16,6 +16,10 @@ import (
 type RuleJSON struct {
 	Rule    string `json:"rule"`
 	Enforce bool   `json:"enforce"`
+	// WouldRefuse counts, in GET /api/v1/rules, the messages of the
+	// devices matching the rule that a quota in shadow mode let through
+	// and would have refused.
+	WouldRefuse *uint64 `json:"would_refuse,omitempty"`
 }
 
 // RulesJSON answers GET /api/v1/rules.
@@ -30,9 +34,18 @@ type enforceBody struct {
 
 func (s *Server) listRules(w http.ResponseWriter, _ *http.Request) {
 	out := RulesJSON{Rules: []RuleJSON{}}
+	var would map[string]uint64
+	if s.opts.Stats != nil {
+		would = s.opts.Stats.MetricsSnapshot().WouldRefuseByRule
+	}
 	for _, name := range s.opts.Resolver.RuleNames() {
 		enforce, _ := s.opts.Resolver.RuleEnforce(name)
-		out.Rules = append(out.Rules, RuleJSON{Rule: name, Enforce: enforce})
+		r := RuleJSON{Rule: name, Enforce: enforce}
+		if would != nil {
+			n := would[name]
+			r.WouldRefuse = &n
+		}
+		out.Rules = append(out.Rules, r)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -205,6 +205,12 @@ func New(opts Options) (*Server, error) {
 			h.refusals[c] = new([3]atomic.Uint64)
 		}
 	}
+	h.wouldRefuseByRule = map[string]*atomic.Uint64{"": new(atomic.Uint64)}
+	if opts.Resolver != nil {
+		for _, r := range opts.Resolver.RuleNames() {
+			h.wouldRefuseByRule[r] = new(atomic.Uint64)
+		}
+	}
 	h.groups = newGroupStats(opts.Resolver)
 	h.groupJoined = opts.GroupJoined
 	h.blocks = newBlocks(opts.Blocks, opts.Resolver.MayBlock, log)

@@ -34,6 +34,12 @@ type DeviceStatus struct {
 	// BlockedUntil is the end of the device's block; 0 when it is not
 	// blocked.
 	BlockedUntil devicelimit.Tick
+	// Remote, Protocol and Since are the latest live connection's
+	// remote address, MQTT protocol version (4: 3.1.1, 5) and start;
+	// zero when the device has none.
+	Remote   string
+	Protocol byte
+	Since    devicelimit.Tick
 }
 
 // lastSeenRetention is how long LastSeen is remembered for a device with
@@ -47,6 +53,19 @@ type devState struct {
 	// lastSeen is the Tick of the latest publish decided. Written on
 	// every publish without devMu.
 	lastSeen atomic.Int64
+	history  history
+}
+
+// status returns what d holds of the device's status; Deferred and
+// BlockedUntil are left 0. The caller holds devMu.
+func (d *devState) status() DeviceStatus {
+	st := DeviceStatus{LastSeen: devicelimit.Tick(d.lastSeen.Load())}
+	if n := len(d.live); n > 0 {
+		c := d.live[n-1]
+		st.Connected, st.ClientID, st.Username = true, c.clientID, c.username
+		st.Remote, st.Protocol, st.Since = c.remote, c.protocol, c.since
+	}
+	return st
 }
 
 // seen advances lastSeen to now; publishes on concurrent connections of
@@ -81,7 +100,7 @@ func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {
 	username := string(cl.Properties.Username)
 	q, classes, src, m := h.resolver.RuleGroup(cl.ID, username)
 	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q, ruleName: src.Rule, classes: classes,
-		group: h.joinGroup(m)}
+		group: h.joinGroup(m), remote: cl.Net.Remote, protocol: cl.Properties.ProtocolVersion, since: h.clock.Now()}
 }
 
 // OnDisconnect forgets the connection. (mochi skips OnDisconnect when a
@@ -121,12 +140,7 @@ func (h *throttle) status(device string) DeviceStatus {
 	if d == nil {
 		return DeviceStatus{}
 	}
-	st := DeviceStatus{LastSeen: devicelimit.Tick(d.lastSeen.Load())}
-	if n := len(d.live); n > 0 {
-		c := d.live[n-1]
-		st.Connected, st.ClientID, st.Username = true, c.clientID, c.username
-	}
-	return st
+	return d.status()
 }
 
 // cachedInfo returns cl's cached connection info. When it is not cached

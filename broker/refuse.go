@@ -65,7 +65,11 @@ func refusing(q, gq devicelimit.Quota, byGroup bool) devicelimit.Quota {
 func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class string, q, gq devicelimit.Quota, byGroup bool, d devicelimit.Decision, now devicelimit.Tick) error {
 	retry := ceilMillisecond(d.RetryAfter)
 	h.logThrottled(cl, c, class, refusing(q, gq, byGroup), d, byGroup, now)
-	h.refused(c.device, now)
+	reason := refusalWindow
+	if byGroup {
+		reason = refusalGroup
+	}
+	h.refused(c, pk.TopicName, class, reason, now)
 	// A refusal by the group is the tenant's, not the device's doing:
 	// it does not count towards the device's block.
 	if q.Block.After > 0 && !byGroup && h.countRefusal(c, q.Block, now) {

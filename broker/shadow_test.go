@@ -31,6 +31,10 @@ func TestShadowMatchesEnforcing(t *testing.T) {
 			if shadow.wouldRefuse != uint64(len(enforced.refused)) || shadow.wouldRefuse != shadow.stats.WouldRefuse {
 				t.Fatalf("would refuse %d (stats %d), the enforcing gateway refused %d", shadow.wouldRefuse, shadow.stats.WouldRefuse, len(enforced.refused))
 			}
+			// All of them by the device's rule, dev-*.
+			if by := shadow.stats.WouldRefuseByRule; len(by) != 2 || by["dev-*"] != shadow.wouldRefuse || by[""] != 0 {
+				t.Fatalf("would refuse by rule %v, want all %d under dev-*", by, shadow.wouldRefuse)
+			}
 			if shadow.stats.Allowed != uint64(shadow.sent) || shadow.stats.Dropped != 0 || shadow.stats.Deferred != 0 {
 				t.Fatalf("shadow stats %+v: want all %d allowed", shadow.stats, shadow.sent)
 			}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -90,8 +91,13 @@ func TestDeviceStatus(t *testing.T) {
 	if got := f.srv.DeviceStatus("dev-1"); got != (DeviceStatus{}) {
 		t.Fatalf("unknown device: got %+v, want zero", got)
 	}
+	since := f.clock.Now()
 	p := f.connect(t, 5, "dev-1", "alice")
-	want := DeviceStatus{Connected: true, ClientID: "dev-1", Username: "alice"}
+	live := f.srv.DeviceStatus("dev-1")
+	if host, _, err := net.SplitHostPort(live.Remote); err != nil || host != "127.0.0.1" {
+		t.Fatalf("connected: remote %q, want 127.0.0.1:port", live.Remote)
+	}
+	want := DeviceStatus{Connected: true, ClientID: "dev-1", Username: "alice", Remote: live.Remote, Protocol: 5, Since: since}
 	if got := f.srv.DeviceStatus("dev-1"); got != want {
 		t.Fatalf("connected, no publish: got %+v, want %+v", got, want)
 	}
@@ -106,7 +112,7 @@ func TestDeviceStatus(t *testing.T) {
 		}
 	}
 	f.clock.Advance(time.Second) // no publish since: LastSeen stays at
-	want = DeviceStatus{Connected: true, ClientID: "dev-1", Username: "alice", LastSeen: at, Deferred: 2}
+	want = DeviceStatus{Connected: true, ClientID: "dev-1", Username: "alice", LastSeen: at, Deferred: 2, Remote: live.Remote, Protocol: 5, Since: since}
 	if got := f.srv.DeviceStatus("dev-1"); got != want {
 		t.Fatalf("after publishing: got %+v, want %+v", got, want)
 	}
@@ -136,8 +142,9 @@ func TestDeviceStatusSeveralConnections(t *testing.T) {
 	f := start(t, fixtureOpts{identity: devicelimit.IdentityUsername})
 	a := f.connect(t, 5, "client-a", "fleet-1")
 	b := f.connect(t, 3, "client-b", "fleet-1")
-	want := DeviceStatus{Connected: true, ClientID: "client-b", Username: "fleet-1"}
-	if got := f.srv.DeviceStatus("fleet-1"); got != want {
+	since := f.clock.Now()
+	want := DeviceStatus{Connected: true, ClientID: "client-b", Username: "fleet-1", Protocol: 4, Since: since}
+	if got := noRemote(f.srv.DeviceStatus("fleet-1")); got != want {
 		t.Fatalf("two connections: got %+v, want %+v", got, want)
 	}
 	if n := f.srv.Stats().ConnectedClients; n != 2 {
@@ -148,8 +155,8 @@ func TestDeviceStatusSeveralConnections(t *testing.T) {
 		t.Fatalf("publish: 0x%02x %v", ack.code, err)
 	}
 	b.close()
-	want = DeviceStatus{Connected: true, ClientID: "client-a", Username: "fleet-1", LastSeen: at}
-	eventually(t, "client-b gone", func() bool { return f.srv.DeviceStatus("fleet-1") == want })
+	want = DeviceStatus{Connected: true, ClientID: "client-a", Username: "fleet-1", LastSeen: at, Protocol: 5, Since: since}
+	eventually(t, "client-b gone", func() bool { return noRemote(f.srv.DeviceStatus("fleet-1")) == want })
 	if n := f.srv.Stats().ConnectedClients; n != 1 {
 		t.Fatalf("ConnectedClients %d, want 1", n)
 	}
@@ -164,8 +171,8 @@ func TestConnectedClientsTakeover(t *testing.T) {
 	f.connect(t, 5, "dev-1", "")
 	receive(t, "the first connection to be taken over", first.lost())
 	eventually(t, "one connected client", func() bool { return f.srv.Stats().ConnectedClients == 1 })
-	want := DeviceStatus{Connected: true, ClientID: "dev-1"}
-	if got := f.srv.DeviceStatus("dev-1"); got != want {
+	want := DeviceStatus{Connected: true, ClientID: "dev-1", Protocol: 5, Since: f.clock.Now()}
+	if got := noRemote(f.srv.DeviceStatus("dev-1")); got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 	for i := range 3 {
@@ -193,12 +200,24 @@ func TestThrottledRecordAllocatesNothing(t *testing.T) {
 	for range 2 { // admitted, then refused: the device is tracked
 		_, _ = s.hook.OnPublish(cl, pk)
 	}
-	device := s.hook.conns.info(cl).device
-	if n := testing.AllocsPerRun(1000, func() { s.hook.refused(device, t0) }); n != 0 {
+	c := s.hook.conns.info(cl)
+	if n := testing.AllocsPerRun(1000, func() { s.hook.refused(c, pk.TopicName, "", refusalWindow, t0) }); n != 0 {
 		t.Fatalf("%v allocs per recorded refusal, want 0", n)
 	}
 	// AllocsPerRun runs once more to warm up.
 	if got := tk.Top(0, t0); len(got) != 1 || got[0].Device != "dev-1" || got[0].Refused != 1+1+1000 {
 		t.Fatalf("top: got %v, want dev-1 refused 1002 times", got)
 	}
+	if got := s.Devices(); len(got) != 1 || got[0].Refusals != 1+1+1000 || got[0].LastRefused != t0 {
+		t.Fatalf("devices: got %+v, want dev-1 refused 1002 times, last at t0", got)
+	}
+	if got := s.Refusals("dev-1"); len(got) != recentRefusals || got[0].Topic != pk.TopicName || got[0].Reason != refusalWindow {
+		t.Fatalf("recent refusals: got %+v, want %d of %s", got, recentRefusals, pk.TopicName)
+	}
+}
+
+// noRemote is st without its remote address (a random port).
+func noRemote(st DeviceStatus) DeviceStatus {
+	st.Remote = ""
+	return st
 }

@@ -32,6 +32,10 @@ type Stats struct {
 	// WouldRefuse counts the publishes a quota in shadow mode let
 	// through that it would have refused (counted in Allowed too).
 	WouldRefuse uint64
+	// WouldRefuseByRule splits WouldRefuse by the configured rule the
+	// device matched ("" for the default quota), whichever quota (the
+	// rule's, a topic class's, an override) was in shadow mode.
+	WouldRefuseByRule map[string]uint64
 	// Blocks counts the blocks made (automatic blocking); Blocked is the
 	// number of devices blocked now.
 	Blocks  uint64
@@ -141,6 +145,9 @@ type throttle struct {
 	// wouldRefuse counts the publishes a quota in shadow mode let
 	// through that it would have refused.
 	wouldRefuse atomic.Uint64
+	// wouldRefuseByRule splits wouldRefuse by the rule the device
+	// matched ("" for the default quota); fixed at New.
+	wouldRefuseByRule map[string]*atomic.Uint64
 	// blocks are the devices blocked for their refusals.
 	blocks *blocks
 	// refusals counts refusals by the windows, by topic class ("" for
@@ -167,6 +174,9 @@ type connInfo struct {
 	classes            []devicelimit.Class // the rule's (or default's) topic classes
 	group              groupOf             // the device's group; zero for none
 	closing            atomic.Bool         // set when policy disconnect hung up
+	remote             string              // the connection's remote address
+	protocol           byte                // MQTT protocol version
+	since              devicelimit.Tick    // when it was established
 	// dev is the device's entry in throttle.devices; nil for a
 	// connInfo computed for an uncached client.
 	dev *devState
@@ -219,13 +229,6 @@ func remoteHost(remote string) string {
 	return remote
 }
 
-// refused records a refusal of device at now in Options.Throttled.
-func (h *throttle) refused(device string, now devicelimit.Tick) {
-	if h.throttled != nil {
-		h.throttled.Record(device, now)
-	}
-}
-
 // decide counts a message of size bytes in class, under quota q,
 // against its device's windows, and its group's when it has one (whose
 // quota it sets in gq): the decision, and whether the group refused. In
@@ -244,6 +247,9 @@ func (h *throttle) decide(cl *mqtt.Client, c *connInfo, class string, q, gq *dev
 		// Shadow mode: refused as an enforcing quota would (so not
 		// counted in its windows), let through all the same.
 		h.wouldRefuse.Add(1)
+		if r := h.wouldRefuseByRule[c.ruleName]; r != nil {
+			r.Add(1)
+		}
 		h.logThrottled(cl, c, class, refusing(*q, *gq, byGroup), d, byGroup, now)
 		d.Allowed = true
 	}
@@ -292,7 +298,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		// Read after policy disconnect hung up, before the connection
 		// ended: refused uncounted, whatever the window says now.
 		h.dropped.Add(1)
-		h.refused(c.device, now)
+		h.refused(c, pk.TopicName, "", refusalClosing, now)
 		return pk, errReject
 	}
 	class, q := h.resolver.ClassAt(c.device, c.rule, c.ruleName, c.classes, pk.TopicName, now)
@@ -413,7 +419,7 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	case outDeferred:
 		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)
 	}
-	h.refused(c.device, now)
+	h.refused(c, pk.TopicName, class, out.String(), now)
 	if now >= c.fullQuietUntil { // before it the limiter would refuse: skip the key and the lookup
 		if ok, retry := h.logs.allowAt(logFull, c.device, q.Shortest(), now); ok {
 			h.log.Warn("deferral refused", "device", c.device, "client", cl.ID, "reason", out.String())
@@ -443,6 +449,10 @@ func (h *throttle) stats() Stats {
 	}
 	for class, r := range h.refusals {
 		st.Refusals[class] = [3]uint64{r[0].Load(), r[1].Load(), r[2].Load()}
+	}
+	st.WouldRefuseByRule = make(map[string]uint64, len(h.wouldRefuseByRule))
+	for rule, r := range h.wouldRefuseByRule {
+		st.WouldRefuseByRule[rule] = r.Load()
 	}
 	st.Groups = make(map[string][3]uint64, len(h.groups))
 	for label, g := range h.groups {

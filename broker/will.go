@@ -70,7 +70,7 @@ func (h *throttle) admitWill(cl *mqtt.Client) bool {
 		h.allowed.Add(1)
 		return true
 	}
-	h.refused(c.device, now)
+	h.refused(c, w.TopicName, class, refusalWill, now)
 	if h.wills.take(c.device, q.Shortest(), now) {
 		return true // the one will per window beyond the quota
 	}

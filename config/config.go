@@ -36,6 +36,7 @@
 //	  addr: "127.0.0.1:8080"       # host:port of the admin HTTP API and /metrics
 //	  token: ""                    # bearer token; empty: GATEWAY_ADMIN_TOKEN, else a token file in data_dir
 //	  tls: {cert_file: "", key_file: ""}  # both set: HTTPS
+//	  console: true                # the operator console at /ui/; false: off
 //	data_dir: "./data"             # where the state file lives (created if missing)
 //	persist:
 //	  snapshot_interval: 1s        # how often changed windows are written, > 0 and <= 1h
@@ -174,6 +175,9 @@ type Admin struct {
 	Token string `yaml:"token"`
 	// TLS, when its files are set, serves the admin API over HTTPS.
 	TLS AdminTLS `yaml:"tls"`
+	// Console serves the operator console at /ui/ on the admin
+	// listener; false turns it off.
+	Console bool `yaml:"console"`
 }
 
 // Persist configures how state reaches the data directory.
@@ -332,7 +336,7 @@ type Log struct {
 func Default() Config {
 	return withSecurityDefaults(Config{
 		MQTT:    MQTT{TCP: ":1883"},
-		Admin:   Admin{Addr: "127.0.0.1:8080"},
+		Admin:   Admin{Addr: "127.0.0.1:8080", Console: true},
 		DataDir: "./data",
 		Persist: Persist{SnapshotInterval: Duration(persist.DefaultInterval), CheckOnStart: "always", AfterCrash: "charge"},
 		Limits: Limits{

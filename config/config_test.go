@@ -60,7 +60,9 @@ func TestKeys(t *testing.T) {
 		err  []string          // for bad values: substrings of the error
 	}{
 		// admin
-		{name: "admin default", yaml: `mqtt: {}`, want: func(c Config) bool { return c.Admin.Addr == "127.0.0.1:8080" && c.Admin.Token == "" }},
+		{name: "admin default", yaml: `mqtt: {}`, want: func(c Config) bool { return c.Admin.Addr == "127.0.0.1:8080" && c.Admin.Token == "" && c.Admin.Console }},
+		{name: "admin console off", yaml: `admin: {console: false}`, want: func(c Config) bool { return !c.Admin.Console }},
+		{name: "admin console not a bool", yaml: `admin: {console: maybe}`, err: []string{`console`, `maybe`}},
 		{name: "admin addr port 0", yaml: `admin: {addr: "127.0.0.1:0"}`, want: func(c Config) bool { return c.Admin.Addr == "127.0.0.1:0" }},
 		{name: "admin token", yaml: `admin: {token: "s3cret"}`, want: func(c Config) bool { return c.Admin.Token == "s3cret" }},
 		{name: "admin token inner space", yaml: `admin: {token: "s3 cret"}`, want: func(c Config) bool { return c.Admin.Token == "s3 cret" }},

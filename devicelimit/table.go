@@ -415,3 +415,22 @@ func (t *Table) Grow(n int) {
 		s.mu.Unlock()
 	}
 }
+
+// Devices calls fn with the ID of every device that has a window of its
+// own quota (not a topic class's or a group's), shard by shard, with the
+// shard locked: fn must be quick and must not call the Table. device is
+// valid only during the call (strings.Clone keeps it).
+func (t *Table) Devices(fn func(device string)) {
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for j := range s.index.slots {
+			if sl := &s.index.slots[j]; sl.meta != 0 {
+				if key := sl.keyString(); stemEnd(key) < 0 && (len(key) == 0 || key[0] != 0) {
+					fn(key)
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}

@@ -15,6 +15,7 @@ TOOLS=(
 	"redis-cli redis-tools"
 	"curl curl"
 	"nats-server nats-server"
+	"chromium chromium"
 )
 
 # have reports whether a program is on PATH or in an sbin directory,

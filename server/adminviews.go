@@ -6,6 +6,7 @@ package server
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"devicegate/admin"
@@ -46,6 +47,38 @@ func (b brokerBlocks) Blocked() []admin.BlockedDevice {
 }
 
 func (b brokerBlocks) Unblock(device string) (bool, error) { return b.srv.Unblock(device) }
+
+// trackedDevices lists the devices the broker tracks and those holding
+// a window in the table (restored from the data file, say) that it does
+// not.
+type trackedDevices struct {
+	srv   *broker.Server
+	table *devicelimit.Table
+}
+
+func (t trackedDevices) List() []admin.DeviceSummary {
+	bs := t.srv.Devices()
+	out := make([]admin.DeviceSummary, len(bs), max(len(bs), t.table.Len()))
+	known := make(map[string]struct{}, len(bs))
+	for i, d := range bs {
+		out[i] = admin.DeviceSummary{Device: d.Device, Status: admin.DeviceStatus(d.DeviceStatus), Refusals: d.Refusals, LastRefused: d.LastRefused}
+		known[d.Device] = struct{}{}
+	}
+	t.table.Devices(func(device string) {
+		if _, ok := known[device]; !ok {
+			out = append(out, admin.DeviceSummary{Device: strings.Clone(device)})
+		}
+	})
+	return out
+}
+
+func (t trackedDevices) Refusals(device string) []admin.Refusal {
+	var out []admin.Refusal
+	for _, r := range t.srv.Refusals(device) {
+		out = append(out, admin.Refusal(r))
+	}
+	return out
+}
 
 // topThrottled lists the devices refused most, as of now.
 type topThrottled struct {
@@ -122,5 +155,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		ConsumerWaits:       as.ConsumerWaits,
 		ConsumerSpoolBytes:  as.ConsumerSpoolBytes,
 		Forward:             forwardStats(s.forward),
+
+		WouldRefuseByRule: st.WouldRefuseByRule,
 	}
 }

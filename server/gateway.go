@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"devicegate/admin"
+	"devicegate/admin/console"
 	"devicegate/broker"
 	"devicegate/config"
 	"devicegate/devicelimit"
@@ -255,11 +257,16 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	if g.clock.RolledBack {
 		rollbacks = 1
 	}
+	stats := statsSource{forward: g.forward, store: store, srv: srv, table: table, snap: g.snap, rollbacks: rollbacks}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		admin.NewCollector(statsSource{forward: g.forward, store: store, srv: srv, table: table, snap: g.snap, rollbacks: rollbacks}),
+		admin.NewCollector(stats),
 	)
+	var ui http.Handler
+	if cfg.Admin.Console {
+		ui = console.Handler()
+	}
 	g.registerClusterMetrics(reg)
 	g.admin, err = admin.New(admin.Options{
 		Addr:      cfg.Admin.Addr,
@@ -274,6 +281,9 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Blocks:    brokerBlocks{srv},
 		Groups:    g.adminGroups(),
 		Throttled: topThrottled{g.topk, g.clock},
+		Listing:   trackedDevices{srv, table},
+		Stats:     stats,
+		Console:   ui,
 		Registry:  reg,
 		Logger:    log,
 		Health:    g.health,

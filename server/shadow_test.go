@@ -47,7 +47,7 @@ func TestShadowModeSwitchedAtRuntime(t *testing.T) {
 	}
 	httpDo(t, "PUT", admin+"/api/v1/rules/meters/enforce", "test-token", `{"enforce":true}`, 200)
 	dev.MustPublish(t, "devices/meter-1/t", "x", mqtttest.CodeQuotaExceeded) // the next message
-	if body := httpGet(t, admin+"/api/v1/rules", "test-token"); body != `{"rules":[{"rule":"meters","enforce":true}]}`+"\n" {
+	if body := httpGet(t, admin+"/api/v1/rules", "test-token"); body != `{"rules":[{"rule":"meters","enforce":true,"would_refuse":3}]}`+"\n" {
 		t.Fatalf("rules: %s", body)
 	}
 	httpDo(t, "PUT", admin+"/api/v1/rules/meters/enforce", "test-token", `{"enforce":false}`, 200)
@@ -66,6 +66,10 @@ func TestShadowModeSwitchedAtRuntime(t *testing.T) {
 	other.MustPublish(t, "devices/meter-2/t", "x", mqtttest.CodeSuccess)
 	if m := httpGet(t, admin+"/metrics", ""); !strings.Contains(m, "devicegate_publishes_would_refuse_total 5\n") {
 		t.Fatalf("metrics after the override:\n%s", grepLines(m, "would_refuse"))
+	}
+	// Counted under the rule meter-2 matches, whose quota it overrides.
+	if body := httpGet(t, admin+"/api/v1/rules", "test-token"); !strings.Contains(body, `"would_refuse":5`) {
+		t.Fatalf("rules after the override: %s, want meters would refuse 5", body)
 	}
 }
 
