@@ -160,9 +160,7 @@ func TestDocsAddresses(t *testing.T) {
 		for _, m := range hostPortRE.FindAllStringSubmatch(code, -1) {
 			hosts = append(hosts, m[1])
 		}
-		for _, ip := range ipv4RE.FindAllString(code, -1) {
-			hosts = append(hosts, ip)
-		}
+		hosts = append(hosts, ipv4RE.FindAllString(code, -1)...)
 		slices.Sort(hosts)
 		for _, h := range slices.Compact(hosts) {
 			n++
