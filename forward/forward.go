@@ -176,6 +176,12 @@ type Forwarder struct {
 	wake    chan struct{}
 
 	connected atomic.Bool
+	// waiting is when the upstream was last seen answering while
+	// something waited for it (Unix nanoseconds): set when a message
+	// goes out with nothing in flight, moved on by each
+	// acknowledgement, 0 while nothing waits. A reconnection leaves it:
+	// what was in flight waits still.
+	waiting   atomic.Int64
 	attempts  atomic.Uint64 // connection attempts
 	forwarded atomic.Uint64 // messages the upstream acknowledged
 	// backlog and backlogBytes count what the log holds: what it held
@@ -220,6 +226,13 @@ func (f *Forwarder) Stats() Stats {
 		DroppedOldest: f.droppedOldest.Load(), Refused: f.refused.Load(), Expired: f.expired.Load()}
 	if f.connected.Load() {
 		s.Connected = 1
+		if since := f.silentFor(); since >= f.cfg.AckTimeout {
+			// A connection is up only when the upstream answers: one
+			// that takes messages and acknowledges nothing is not.
+			s.Connected = 0
+			s.LastError = fmt.Sprintf("connected, but nothing acknowledged for %s (acknowledgement timeout %s)",
+				since.Round(time.Second), f.cfg.AckTimeout)
+		}
 	}
 	if !retryAt.IsZero() {
 		s.RetryIn = max(time.Until(retryAt), time.Nanosecond) // due: 0 would read as "not waiting"
@@ -315,7 +328,18 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 	}, nil
 }
 
-// Connected reports whether the upstream connection is up.
+// silentFor returns how long messages have waited for the upstream
+// without an acknowledgement (0 when none waits).
+func (f *Forwarder) silentFor() time.Duration {
+	w := f.waiting.Load()
+	if w == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, w))
+}
+
+// Connected reports whether the upstream connection is up (Stats, in
+// Connected, also asks that it answers).
 func (f *Forwarder) Connected() bool { return f.connected.Load() }
 
 // Attempts returns how many times the forwarder tried to connect.

@@ -21,13 +21,15 @@ func (f *Forwarder) Run(ctx context.Context) {
 	var loggedAt time.Time
 	for ctx.Err() == nil {
 		f.attempts.Add(1)
-		c, err := f.cfg.Dial.Dial(ctx)
+		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		c, err := f.cfg.Dial.Dial(dctx)
+		cancel()
 		if err == nil {
 			f.setConnected(true, "")
 			f.slog.Info("upstream connected", "addr", f.cfg.Dial.Addr())
 			acked, since := f.forwarded.Load(), time.Now()
 			err = f.pump(ctx, c)
-			c.Close()
+			closeWithin(c, closeTimeout)
 			// Only a connection that worked starts the backoff over:
 			// one that the destination accepts and then fails at once
 			// (a produce refused, a login taken back) would otherwise
@@ -64,6 +66,30 @@ func (f *Forwarder) Run(ctx context.Context) {
 		}
 		f.setRetry(time.Time{})
 		backoff = min(2*backoff, f.cfg.MaxBackoff)
+	}
+}
+
+// dialTimeout bounds a connection attempt, handshakes included (each
+// destination's client has its own shorter timeouts; this bounds those
+// that wait on the context alone).
+const dialTimeout = 10 * time.Second
+
+// closeTimeout is how long Run waits for a connection to close: a
+// client's Close may wait on an upstream that stopped answering (a
+// goodbye written, buffered records aborted); beyond it the close goes
+// on in the background and Run carries on, so that a shutdown stays
+// within its time.
+const closeTimeout = 2 * time.Second
+
+// closeWithin closes c, waiting at most d.
+func closeWithin(c Conn, d time.Duration) {
+	done := make(chan struct{})
+	go func() { c.Close(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }
 
@@ -229,14 +255,24 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			if left, _ := expiryLeft(&q.m, f.cfg.Now()); left > 0 {
 				q.m.Props.MessageExpiry = left
 			}
-			sent = append(sent, inflight{q.seq, q.size, c.Send(&q.m, min(q.m.QoS, f.cfg.MaxQoS))})
+			if len(sent) == 0 {
+				f.waiting.CompareAndSwap(0, time.Now().UnixNano())
+			}
+			a := c.Send(&q.m, min(q.m.QoS, f.cfg.MaxQoS))
+			sent = append(sent, inflight{q.seq, q.size, a})
 			queue = queue[1:]
+			if failedNow(a) || isClosed(c.Lost()) {
+				break // no more on a connection that failed: each Send may take up to its write deadline
+			}
 		}
 		var paced <-chan time.Time
 		if paceWait > 0 {
 			paced = time.After(paceWait) // collected unfired (Go 1.23 timers)
 		}
 		if len(sent) == 0 {
+			if len(queue) == 0 {
+				f.waiting.Store(0)
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -281,6 +317,12 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			doneBytes += int64(sent[0].size)
 			sent = sent[1:]
 			headSince = time.Now()
+		}
+		switch {
+		case len(sent) == 0:
+			f.waiting.Store(0)
+		case len(done) > 0:
+			f.waiting.Store(time.Now().UnixNano())
 		}
 		del.add(done, doneBytes)
 	}
@@ -388,6 +430,18 @@ func (f *Forwarder) remove(seqs []uint64, bytes int64) error {
 	f.backlog.Add(-int64(len(seqs)))
 	f.backlogBytes.Add(-bytes)
 	return nil
+}
+
+// failedNow reports whether a has already failed.
+func failedNow(a Ack) bool { return isDone(a) && a.Error() != nil }
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func isDone(a Ack) bool {

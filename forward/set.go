@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"devicegate/devicelimit"
@@ -103,13 +104,24 @@ func (s *Set) Start() {
 
 func (r Route) all() []*Forwarder { return append(r.Conns[:len(r.Conns):len(r.Conns)], r.Drain...) }
 
-// Stop ends the forwarders and waits for them; what they had not sent
-// stays in the forward logs for the next start.
-func (s *Set) Stop() {
+// Stop ends the forwarders and waits for them until ctx ends; what they
+// had not sent stays in the forward logs for the next start. A
+// forwarder ends within its destination's write deadline and
+// closeTimeout of the cancellation; one that does not by ctx's end is
+// left to end on its own (the error says so): a shutdown never waits
+// on a destination.
+func (s *Set) Stop(ctx context.Context) error {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	s.wg.Wait()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("forwarders not stopped: %w", ctx.Err())
+	}
 }
 
 // Stats returns every upstream's state (its connections' summed; the

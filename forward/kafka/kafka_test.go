@@ -3,16 +3,19 @@ package kafka
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"devicegate/forward"
 	"devicegate/forward/forwardtest"
 	"devicegate/internal/kafkatest"
+	"devicegate/internal/poll"
 )
 
 // byDevice returns the values of recs per device (the record key), in
@@ -135,5 +138,36 @@ func TestTopicName(t *testing.T) {
 		if got := TopicName(c.tmpl, c.topic, c.device); got != c.want {
 			t.Errorf("TopicName(%q, %q, %q) = %q, want %q", c.tmpl, c.topic, c.device, got, c.want)
 		}
+	}
+}
+
+// TestSilentUpstreamNotConnected: a broker that takes the connection and
+// answers everything but produce requests is not "connected" in the
+// forwarder's state once nothing was acknowledged for the
+// acknowledgement timeout, and the reason says so; once it answers
+// again, it is.
+func TestSilentUpstreamNotConnected(t *testing.T) {
+	k := kafkatest.Start(t, 1, []string{"telemetry"})
+	silent := make(chan struct{})
+	k.Control(kmsg.Produce, func(kmsg.Request) (kmsg.Response, error, bool) {
+		select {
+		case <-silent:
+			return nil, nil, false // answered again
+		default:
+			k.KeepControl()
+			return nil, nil, true // never answered
+		}
+	})
+	f, st := forwardtest.Run(t, "streams/0", &Dialer{Seeds: []string{k.Addr}, Topic: "telemetry"})
+	forwardtest.Append(t, f, []string{"meter-1"}, 1, 5)
+	poll.Until(t, 20*time.Second, "the silence reported", func() bool {
+		s := f.Stats()
+		return s.Connected == 0 && strings.Contains(s.LastError, "nothing acknowledged")
+	})
+	t.Logf("while silent: %q", f.Stats().LastError)
+	close(silent)
+	poll.Until(t, 20*time.Second, "the backlog delivered", func() bool { return forwardtest.Backlog(t, st, "streams/0") == 0 })
+	if s := f.Stats(); s.Connected != 1 || s.LastError != "" {
+		t.Fatalf("answering again: %+v", s)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"devicegate/internal/freeport"
 )
@@ -111,3 +112,14 @@ func (k *Cluster) Records(topic string, opts ...kgo.Opt) []*kgo.Record {
 	}
 	return out
 }
+
+// Control adds a control function for requests of key (kfake's
+// ControlKey: handled requests get its answer, or none when both are
+// nil; the function is dropped after one request unless it calls
+// KeepControl).
+func (k *Cluster) Control(key kmsg.Key, fn func(kmsg.Request) (kmsg.Response, error, bool)) {
+	k.c.ControlKey(int16(key), fn)
+}
+
+// KeepControl keeps the running control function for the next request.
+func (k *Cluster) KeepControl() { k.c.KeepControl() }
