@@ -30,6 +30,13 @@ type Log interface {
 	ReadForward(log string, from uint64, fn func(seq uint64, rec []byte) bool) error
 	DeleteForward(log string, seqs []uint64) error
 	ForwardStats(log string) (messages int, bytes int64, first, last uint64, err error)
+	// MoveForwardDead moves message seq to the log's dead letters, as
+	// entry, in one transaction, keeping at most max of them (the
+	// oldest go; dropped says how many).
+	MoveForwardDead(log string, seq uint64, entry []byte, max int) (dropped int, err error)
+	ReadDead(log string, fn func(seq uint64, entry []byte) bool) error
+	DeleteDead(log string, seqs []uint64) error
+	DeadCount(log string) (int, error)
 }
 
 // Conn is one connection to an upstream, as a forwarder drives it.
@@ -194,6 +201,7 @@ type Forwarder struct {
 	// turn came.
 	droppedOldest, refused, expired atomic.Uint64
 	fullLogged                      time.Time // Run's goroutine: the last "log full" line
+	dead                            deadCounts
 }
 
 // Stats is a forwarder's state for metrics and the admin API.
@@ -214,6 +222,12 @@ type Stats struct {
 	// DroppedOldest, Refused and Expired count the messages that never
 	// went: the oldest dropped for room, the new refused, the too old.
 	DroppedOldest, Refused, Expired uint64
+	// DeadLetters is how many messages the dead-letter logs hold;
+	// DeadByReason counts those moved there since start, by reason;
+	// DeadDropped those dropped from a full dead-letter log.
+	DeadLetters  int
+	DeadByReason map[string]uint64
+	DeadDropped  uint64
 }
 
 // Stats returns the forwarder's state.
@@ -224,6 +238,15 @@ func (f *Forwarder) Stats() Stats {
 	s := Stats{Upstream: f.cfg.Upstream, Connections: 1, LastError: lastErr, Forwarded: f.forwarded.Load(),
 		Backlog: f.backlog.Load(), BacklogBytes: f.backlogBytes.Load(),
 		DroppedOldest: f.droppedOldest.Load(), Refused: f.refused.Load(), Expired: f.expired.Load()}
+	f.dead.mu.Lock()
+	s.DeadLetters, s.DeadDropped = f.dead.held, f.dead.dropped
+	for r, n := range f.dead.byReason {
+		if s.DeadByReason == nil {
+			s.DeadByReason = map[string]uint64{}
+		}
+		s.DeadByReason[r] = n
+	}
+	f.dead.mu.Unlock()
 	if f.connected.Load() {
 		s.Connected = 1
 		if since := f.silentFor(); since >= f.cfg.AckTimeout {
@@ -265,6 +288,9 @@ func New(cfg Config, log Log, logger *slog.Logger) (*Forwarder, error) {
 		idPrefix: cfg.Name + "/"}
 	if cfg.Origin != "" {
 		f.idPrefix = cfg.Origin + "/" + f.idPrefix
+	}
+	if f.dead.held, err = log.DeadCount(cfg.Name); err != nil {
+		return nil, err
 	}
 	f.backlog.Store(int64(msgs))
 	f.backlogBytes.Store(bytes)
@@ -341,6 +367,9 @@ func (f *Forwarder) silentFor() time.Duration {
 // Connected reports whether the upstream connection is up (Stats, in
 // Connected, also asks that it answers).
 func (f *Forwarder) Connected() bool { return f.connected.Load() }
+
+// Name returns the name of the forwarder's log ("NAME/0").
+func (f *Forwarder) Name() string { return f.cfg.Name }
 
 // Attempts returns how many times the forwarder tried to connect.
 func (f *Forwarder) Attempts() uint64 { return f.attempts.Load() }

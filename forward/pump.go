@@ -311,7 +311,17 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 		var doneBytes int64
 		for len(sent) > 0 && isDone(sent[0].ack) {
 			if err := sent[0].ack.Error(); err != nil {
-				return fmt.Errorf("publish: %w", err)
+				var ref *RefusedError
+				if !errors.As(err, &ref) {
+					return fmt.Errorf("publish: %w", err)
+				}
+				// Refused for good: to the dead letters, and on.
+				if err := f.deadLetter(sent[0].seq, sent[0].size, ref); err != nil {
+					return err
+				}
+				sent = sent[1:]
+				headSince = time.Now()
+				continue
 			}
 			done = append(done, sent[0].seq)
 			doneBytes += int64(sent[0].size)

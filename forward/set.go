@@ -158,7 +158,26 @@ func (a Stats) add(b Stats) Stats {
 	a.DroppedOldest += b.DroppedOldest
 	a.Refused += b.Refused
 	a.Expired += b.Expired
+	a.DeadLetters += b.DeadLetters
+	a.DeadDropped += b.DeadDropped
+	for r, n := range b.DeadByReason {
+		if a.DeadByReason == nil {
+			a.DeadByReason = map[string]uint64{}
+		}
+		a.DeadByReason[r] += n
+	}
 	return a
+}
+
+// Upstream returns the forwarders of the upstream named name (its
+// connections, then those draining), or nil when none is.
+func (s *Set) Upstream(name string) []*Forwarder {
+	for _, r := range s.routes {
+		if all := r.all(); len(all) > 0 && all[0].cfg.Upstream == name {
+			return all
+		}
+	}
+	return nil
 }
 
 // Routes returns the routes.

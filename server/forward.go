@@ -184,3 +184,62 @@ func overflow(name string) forward.Overflow {
 	}
 	return forward.DropOldest
 }
+
+// deadLetters is the admin API's view of the upstreams' dead letters
+// (every connection's log of an upstream together).
+type deadLetters struct{ s *forward.Set }
+
+func (d deadLetters) upstream(name string) ([]*forward.Forwarder, error) {
+	if d.s == nil {
+		return nil, admin.ErrNoUpstream
+	}
+	fs := d.s.Upstream(name)
+	if fs == nil {
+		return nil, admin.ErrNoUpstream
+	}
+	return fs, nil
+}
+
+func (d deadLetters) DeadLetters(name string, limit int) (int, []admin.DeadLetter, error) {
+	fs, err := d.upstream(name)
+	if err != nil {
+		return 0, nil, err
+	}
+	total := 0
+	var out []admin.DeadLetter
+	for _, f := range fs {
+		list, n, err := f.DeadLetters(limit - len(out))
+		if err != nil {
+			return 0, nil, err
+		}
+		total += n
+		for _, dl := range list {
+			out = append(out, admin.DeadLetter{Log: f.Name(), Seq: dl.Seq, At: dl.At, Reason: dl.Reason, Error: dl.Error,
+				Device: dl.Message.Device, Topic: dl.Message.Topic, Payload: len(dl.Message.Payload)})
+		}
+	}
+	return total, out, nil
+}
+
+func (d deadLetters) ReplayDead(name string) (int, error) {
+	return d.each(name, (*forward.Forwarder).ReplayDead)
+}
+func (d deadLetters) DropDead(name string) (int, error) {
+	return d.each(name, (*forward.Forwarder).DropDead)
+}
+
+func (d deadLetters) each(name string, fn func(*forward.Forwarder) (int, error)) (int, error) {
+	fs, err := d.upstream(name)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, f := range fs {
+		n, err := fn(f)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}

@@ -280,6 +280,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Forward: func() []admin.ForwardStats {
 			return forwardStats(g.forward)
 		},
+		Dead: deadLetters{g.forward},
 
 		TLSCertFile: cfg.Admin.TLS.CertFile,
 		TLSKeyFile:  cfg.Admin.TLS.KeyFile,

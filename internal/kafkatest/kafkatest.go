@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -123,3 +124,32 @@ func (k *Cluster) Control(key kmsg.Key, fn func(kmsg.Request) (kmsg.Response, er
 
 // KeepControl keeps the running control function for the next request.
 func (k *Cluster) KeepControl() { k.c.KeepControl() }
+
+// SetTopicConfig sets a topic's config key to value (an
+// IncrementalAlterConfigs request), failing the test if the broker
+// refuses.
+func (k *Cluster) SetTopicConfig(topic, key, value string) {
+	k.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr))
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeTopic
+	res.ResourceName = topic
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value, c.Op = key, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && len(resp.Resources) == 1 {
+		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
+	}
+	if err != nil {
+		k.t.Fatalf("set %s=%s on topic %s: %v", key, value, topic, err)
+	}
+}
