@@ -215,6 +215,13 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 	var read uint64         // the newest sequence number read on this connection
 	var headSince time.Time // when sent[0] became the oldest in flight
 	pace := newPacer(f.cfg.Rate)
+	// A connection starts with one message in flight and opens its
+	// window once the destination acknowledged one: a destination that
+	// fails a window's first messages and stores later ones (a JetStream
+	// stream created while they were on their way; Redis loading its
+	// data) would otherwise have a device's later messages stored
+	// before its earlier ones, which are sent again after them.
+	window := 1
 	for {
 		if f.overBound() {
 			if err := del.flush(); err != nil {
@@ -227,7 +234,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				read = sent[len(sent)-1].seq
 			}
 		}
-		if len(queue) == 0 && len(sent) < f.cfg.Window {
+		if len(queue) == 0 && len(sent) < window {
 			from := read + 1
 			if len(sent) == 0 {
 				// Nothing in flight: read from the log's start, once
@@ -244,7 +251,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			}
 		}
 		var paceWait time.Duration
-		for len(queue) > 0 && len(sent) < f.cfg.Window {
+		for len(queue) > 0 && len(sent) < window {
 			if paceWait = pace.wait(time.Now()); paceWait > 0 {
 				break
 			}
@@ -316,6 +323,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 					return fmt.Errorf("publish: %w", err)
 				}
 				// Refused for good: to the dead letters, and on.
+				window = f.cfg.Window // an answer all the same
 				if err := f.deadLetter(sent[0].seq, sent[0].size, ref); err != nil {
 					return err
 				}
@@ -323,6 +331,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				headSince = time.Now()
 				continue
 			}
+			window = f.cfg.Window
 			done = append(done, sent[0].seq)
 			doneBytes += int64(sent[0].size)
 			sent = sent[1:]

@@ -185,3 +185,28 @@ func TestRefusedForGood(t *testing.T) {
 			return out
 		}})
 }
+
+// TestStreamCreatedMidRun: one device's 60 messages appended before
+// the stream of their subject exists; it is created while the
+// forwarder is failing to publish them (no responders). The stream
+// then holds the 60, in order, each once: before, a window of
+// publishes in flight had its first ones fail and later ones stored,
+// and the first ones, sent again, were stored after them (m24 m1 m2 …
+// m23 m29 m25 …).
+func TestStreamCreatedMidRun(t *testing.T) {
+	for run := range 3 {
+		srv := natstest.Start(t)
+		f, st := forwardtest.Run(t, "streams/0", &Dialer{URLs: srv.URL})
+		forwardtest.Append(t, f, []string{"meter-1"}, 1, 60)
+		poll.Until(t, 10*time.Second, "publishes failing", func() bool { return f.Attempts() >= 3 })
+		stream := srv.CreateStream("DEVICES", "devices.>")
+		poll.Until(t, 20*time.Second, "the log sent", func() bool { return forwardtest.Backlog(t, st, "streams/0") == 0 })
+		got := stored(t, stream)["meter-1"]
+		if dups := forwardtest.InOrder(t, "meter-1", got, 60); dups != 0 {
+			t.Fatalf("run %d: %d duplicates", run, dups)
+		}
+		if len(got) != 60 {
+			t.Fatalf("run %d: %d messages stored, want 60", run, len(got))
+		}
+	}
+}
