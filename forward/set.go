@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"devicegate/devicelimit"
@@ -190,4 +191,13 @@ func matchAny(filters []string, topic string) bool {
 		}
 	}
 	return false
+}
+
+// LogUpstream returns the upstream (the forward: entry's name) of
+// forward log log ("NAME/N").
+func LogUpstream(log string) string {
+	if i := strings.LastIndexByte(log, '/'); i >= 0 {
+		return log[:i]
+	}
+	return log
 }

@@ -10,6 +10,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"devicegate/config"
+	"devicegate/forward"
+	"devicegate/persist"
 )
 
 const forwardUsage = `Usage:
@@ -17,6 +21,7 @@ const forwardUsage = `Usage:
   gateway forward dead list UPSTREAM [--limit N] [flags]
   gateway forward dead replay UPSTREAM [flags]
   gateway forward dead drop UPSTREAM [flags]
+  gateway forward drop-log FORMER --data-dir DIR
 
 Shows each upstream the gateway forwards to (forward: in its config):
 how many of its connections are up, the messages the upstream
@@ -31,6 +36,12 @@ sends them again (each appended to its forward log after what waits
 there; do it once the cause is gone) and says how many; dead drop
 deletes them for good and says how many. The admin API's address and
 token come as for gateway quota.
+
+drop-log deletes, for good, the messages waiting in the forward logs of
+FORMER, an entry no longer in forward: (renamed or removed), and says
+how many per log; the gateway must be stopped (it refuses to start
+while such a log holds messages, unless an entry adopts it). It works
+on the data file in --data-dir.
 `
 
 // forwardCmd runs `gateway forward SUB ...`.
@@ -38,12 +49,15 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "dead" {
 		return forwardDeadCmd(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "drop-log" {
+		return forwardDropLogCmd(args[1:], stdout)
+	}
 	if len(args) == 0 || args[0] != "status" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdout, forwardUsage)
 			return flag.ErrHelp
 		}
-		return usagef("forward: want the subcommand status or dead (run \"gateway help forward\")")
+		return usagef("forward: want the subcommand status, dead or drop-log (run \"gateway help forward\")")
 	}
 	var f quotaFlags
 	fs := newQuotaFlags("status", &f)
@@ -146,4 +160,49 @@ func forwardDeadCmd(ctx context.Context, args []string, stdout io.Writer) error 
 			fmt.Fprintf(c.out, "%d of %d shown (--limit)\n", len(v.DeadLetters), v.Total)
 		}
 	})
+}
+
+// forwardDropLogCmd runs `gateway forward drop-log FORMER --data-dir
+// DIR`: it deletes the messages of FORMER's forward logs in the data
+// file, with the gateway stopped.
+func forwardDropLogCmd(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("drop-log", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dir := fs.String("data-dir", config.Default().DataDir, "the gateway's data `directory`")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, forwardUsage)
+			return err
+		}
+		return usagef("forward drop-log: %v (run \"gateway help forward\")", err)
+	}
+	if len(pos) != 1 || pos[0] == "" || strings.Contains(pos[0], "/") {
+		return usagef("forward drop-log: want one former entry's name, without '/' (got %q)", pos)
+	}
+	st, err := persist.Open(*dir, persist.Options{})
+	if err != nil {
+		return fmt.Errorf("forward drop-log: %w", err)
+	}
+	defer st.Close()
+	logs, err := st.ForwardLogs()
+	if err != nil {
+		return fmt.Errorf("forward drop-log: %w", err)
+	}
+	total := 0
+	for _, name := range logs {
+		if forward.LogUpstream(name) != pos[0] {
+			continue
+		}
+		n, err := st.DropForward(name)
+		if err != nil {
+			return fmt.Errorf("forward drop-log: %w", err)
+		}
+		total += n
+		fmt.Fprintf(stdout, "dropped %d messages of forward log %s\n", n, name)
+	}
+	if total == 0 {
+		fmt.Fprintf(stdout, "no forward log of %q holds messages in %s\n", pos[0], *dir)
+	}
+	return nil
 }
