@@ -38,6 +38,10 @@ type DeadLetter struct {
 	Reason  string    // RefusedError.Reason
 	Error   string    // what the destination said
 	Message Message
+	// Damaged says the record failed its checksum or could not be read:
+	// Message is what could be read of it (nothing, at worst); a replay
+	// leaves it.
+	Damaged bool
 }
 
 // A dead letter's entry: version (1), the refusal time in Unix
@@ -64,11 +68,13 @@ func decodeDead(seq uint64, b []byte) (DeadLetter, error) {
 	if r.err != nil {
 		return DeadLetter{}, r.err
 	}
+	d := DeadLetter{Seq: seq, At: time.UnixMilli(int64(min(ms, maxMillis))), Reason: reason, Error: why}
 	m, err := decodeRecord(r.b)
-	if err != nil {
-		return DeadLetter{}, err
+	d.Damaged = err != nil || checkRecord(seq, r.b) != nil
+	if err == nil {
+		d.Message = m
 	}
-	return DeadLetter{Seq: seq, At: time.UnixMilli(int64(min(ms, maxMillis))), Reason: reason, Error: why, Message: m}, nil
+	return d, nil
 }
 
 // deadCounts counts the dead letters by reason since start.
@@ -80,9 +86,9 @@ type deadCounts struct {
 	logged   map[string]time.Time
 }
 
-// deadLetter moves message seq (size record bytes) to the dead-letter
-// log, refused for good by ref.
-func (f *Forwarder) deadLetter(seq uint64, size int, ref *RefusedError) error {
+// deadLetter moves message seq to the dead-letter log, refused for
+// good by ref.
+func (f *Forwarder) deadLetter(seq uint64, ref *RefusedError) error {
 	var rec []byte
 	if err := f.log.ReadForward(f.cfg.Name, seq, func(s uint64, r []byte) bool {
 		if s == seq {
@@ -95,12 +101,18 @@ func (f *Forwarder) deadLetter(seq uint64, size int, ref *RefusedError) error {
 	if rec == nil {
 		return nil // gone already (trimmed)
 	}
+	return f.moveDead(seq, rec, ref)
+}
+
+// moveDead moves record rec, message seq, to the dead-letter log, set
+// aside for ref (a refusal, or damage: reason "damaged").
+func (f *Forwarder) moveDead(seq uint64, rec []byte, ref *RefusedError) error {
 	dropped, err := f.log.MoveForwardDead(f.cfg.Name, seq, appendDead(nil, f.cfg.Now(), ref.Reason, ref.Error(), rec), MaxDeadLetters)
 	if err != nil {
 		return err
 	}
 	f.backlog.Add(-1)
-	f.backlogBytes.Add(-int64(size))
+	f.backlogBytes.Add(-int64(len(rec)))
 	d := &f.dead
 	d.mu.Lock()
 	if d.byReason == nil {
@@ -115,7 +127,10 @@ func (f *Forwarder) deadLetter(seq uint64, size int, ref *RefusedError) error {
 	}
 	n := d.byReason[ref.Reason]
 	d.mu.Unlock()
-	if logIt {
+	if logIt && ref.Reason == "damaged" {
+		f.slog.Error("forward log record damaged; set aside with the dead letters, not forwarded", "seq", seq, "error", ref.Err,
+			"damaged_so_far", n, "list_with", "gateway forward dead list "+f.cfg.Upstream)
+	} else if logIt {
 		f.slog.Warn("message refused for good by the upstream; moved to the dead letters", "reason", ref.Reason, "error", ref.Err,
 			"dead_letters_so_far", n, "list_with", "gateway forward dead list "+f.cfg.Upstream)
 	}
@@ -159,6 +174,9 @@ func (f *Forwarder) ReplayDead() (int, error) {
 	var waits []func() error
 	var seqs []uint64
 	for i := range dead {
+		if dead[i].Damaged {
+			continue // nothing sound to send: drop deletes it
+		}
 		m := dead[i].Message
 		m.ID = ""
 		w, err := f.AppendAsync(&m)

@@ -330,6 +330,7 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 	// before a lower one (TestLogHasNoGaps), and the pump, reading on
 	// from the newest number it read, misses nothing. Queueing does not
 	// wait for the commit.
+	seal(rec, f.next)
 	durable, err := f.log.AppendForwardAsync(f.cfg.Name, f.next, rec)
 	if err != nil {
 		f.mu.Unlock()

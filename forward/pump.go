@@ -79,7 +79,7 @@ const dialTimeout = 10 * time.Second
 // goodbye written, buffered records aborted); beyond it the close goes
 // on in the background and Run carries on, so that a shutdown stays
 // within its time.
-const closeTimeout = 2 * time.Second
+const closeTimeout = time.Second
 
 // closeWithin closes c, waiting at most d.
 func closeWithin(c Conn, d time.Duration) {
@@ -162,14 +162,24 @@ func expiryLeft(m *Message, now time.Time) (left uint32, expired bool) {
 func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint64, error) {
 	var drop []uint64
 	var dropBytes int64
+	type damaged struct {
+		seq uint64
+		rec []byte
+		err error
+	}
+	var bad []damaged
 	now := f.cfg.Now()
 	err := f.log.ReadForward(f.cfg.Name, from, func(seq uint64, rec []byte) bool {
 		read = seq
-		m, err := decodeRecord(rec)
+		err := checkRecord(seq, rec)
+		var m Message
+		if err == nil {
+			m, err = decodeRecord(rec)
+		}
 		if err != nil {
-			f.slog.Error("forward log record unreadable; dropped", "seq", seq, "error", err)
-			drop = append(drop, seq)
-			dropBytes += int64(len(rec))
+			// Never forwarded as if sound: set aside with the dead
+			// letters, counted as damaged.
+			bad = append(bad, damaged{seq, bytes.Clone(rec), err})
 			return true
 		}
 		if _, expired := expiryLeft(&m, now); expired || f.cfg.MaxAge > 0 && !m.At.IsZero() && now.Sub(m.At) > f.cfg.MaxAge {
@@ -191,6 +201,11 @@ func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint
 	})
 	if err != nil {
 		return queue, read, err
+	}
+	for _, d := range bad {
+		if err := f.moveDead(d.seq, d.rec, &RefusedError{Reason: "damaged", Err: d.err}); err != nil {
+			return queue, read, err
+		}
 	}
 	return queue, read, f.remove(drop, dropBytes)
 }
@@ -324,7 +339,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				}
 				// Refused for good: to the dead letters, and on.
 				window = f.cfg.Window // an answer all the same
-				if err := f.deadLetter(sent[0].seq, sent[0].size, ref); err != nil {
+				if err := f.deadLetter(sent[0].seq, ref); err != nil {
 					return err
 				}
 				sent = sent[1:]

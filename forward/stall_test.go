@@ -20,7 +20,7 @@ const stops = 25
 // (paho's Publish, without a write timeout, blocked 30 s on a
 // connection the broker had closed), and nothing is lost.
 func TestGracefulCloseNoStall(t *testing.T) {
-	const ackTimeout = 2 * time.Second // above the write timeout (DefaultWriteTimeout)
+	const ackTimeout = 5 * time.Second // the default
 	up := mosquittotest.Start(t)
 	sub := subscribe(t, up.Addr, "site-7/#")
 	f, st := runForwarder(t, Config{Name: "up/0", Dial: &MQTT{Address: up.Addr, ClientID: "gw-test-0"}, Map: Map{Local: "devices/", Remote: "site-7/devices/"},
