@@ -200,7 +200,8 @@ type Forwarder struct {
 	// went: dropped for room, refused when full, too old when their
 	// turn came.
 	droppedOldest, refused, expired atomic.Uint64
-	fullLogged                      time.Time // Run's goroutine: the last "log full" line
+	fullLogged                      time.Time    // Run's goroutine: the last "log full" line
+	refusedLogged                   atomic.Int64 // Unix nanoseconds of the last "new messages refused" line
 	dead                            deadCounts
 }
 
@@ -322,7 +323,12 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 	f.mu.Lock()
 	if f.cfg.MaxBytes > 0 && f.cfg.Overflow == RefuseNew && f.backlogBytes.Load()+int64(len(rec)) > f.cfg.MaxBytes {
 		f.mu.Unlock()
-		f.refused.Add(1)
+		n := f.refused.Add(1)
+		// Logged like a full log under drop_oldest: at most once per 10 s.
+		now := time.Now().UnixNano()
+		if last := f.refusedLogged.Load(); now-last >= int64(10*time.Second) && f.refusedLogged.CompareAndSwap(last, now) {
+			f.slog.Warn("forward log full; new messages refused (overflow: refuse_new)", "refused_so_far", n, "max_bytes", f.cfg.MaxBytes)
+		}
 		return nil, ErrFull
 	}
 	// Queued for the commit under the lock that numbers it: the store
