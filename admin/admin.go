@@ -97,6 +97,9 @@ type Options struct {
 	// Forward, when not nil, reports each upstream's forwarding state
 	// (GET /api/v1/forward).
 	Forward func() []ForwardStats
+	// Dead lists, replays and drops the upstreams' dead letters; nil:
+	// no upstream.
+	Dead DeadLetters
 	// Blocks lists and lifts automatic blocks; nil: none.
 	Blocks Blocks
 	// Groups lists the groups devices joined since start (in a cluster,

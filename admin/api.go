@@ -180,6 +180,10 @@ type UpstreamJSON struct {
 	DroppedOldest    uint64  `json:"dropped_oldest"`
 	Refused          uint64  `json:"refused"`
 	Expired          uint64  `json:"expired"`
+	// DeadLetters is how many messages the upstream's dead-letter logs
+	// hold; DeadLettersByReason counts those moved there since start.
+	DeadLetters         int               `json:"dead_letters"`
+	DeadLettersByReason map[string]uint64 `json:"dead_letters_by_reason,omitempty"`
 }
 
 // ForwardListJSON answers GET /api/v1/forward.

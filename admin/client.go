@@ -149,6 +149,31 @@ func (c *Client) Forward(ctx context.Context) (ForwardListJSON, []byte, error) {
 	return v, raw, err
 }
 
+// DeadLetters lists up to n of an upstream's dead letters.
+func (c *Client) DeadLetters(ctx context.Context, upstream string, n int) (DeadListJSON, []byte, error) {
+	var v DeadListJSON
+	raw, err := c.call(ctx, http.MethodGet, deadPath(upstream, "?limit="+strconv.Itoa(n)), nil, &v)
+	return v, raw, err
+}
+
+// ReplayDead sends an upstream's dead letters again.
+func (c *Client) ReplayDead(ctx context.Context, upstream string) (DeadDoneJSON, []byte, error) {
+	var v DeadDoneJSON
+	raw, err := c.call(ctx, http.MethodPost, deadPath(upstream, "/replay"), nil, &v)
+	return v, raw, err
+}
+
+// DropDead deletes an upstream's dead letters.
+func (c *Client) DropDead(ctx context.Context, upstream string) (DeadDoneJSON, []byte, error) {
+	var v DeadDoneJSON
+	raw, err := c.call(ctx, http.MethodDelete, deadPath(upstream, ""), nil, &v)
+	return v, raw, err
+}
+
+func deadPath(upstream, rest string) string {
+	return "/api/v1/forward/" + url.PathEscape(upstream) + "/dead" + rest
+}
+
 // call sends a request with body (JSON, when not nil) and decodes a 2xx
 // answer into out; the raw answer is returned too.
 func (c *Client) call(ctx context.Context, method, path string, body, out any) ([]byte, error) {

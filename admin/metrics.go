@@ -74,6 +74,12 @@ type ForwardStats struct {
 	// DroppedOldest, Refused and Expired count the messages that never
 	// went: dropped for room, refused when full, too old (max_age).
 	DroppedOldest, Refused, Expired uint64
+	// DeadLetters is how many messages the dead-letter logs hold;
+	// DeadByReason counts those moved there since start, by reason;
+	// DeadDropped those dropped from a full dead-letter log.
+	DeadLetters  int
+	DeadByReason map[string]uint64
+	DeadDropped  uint64
 }
 
 // StatsSource reports the gateway's counters; main adapts the broker's,
@@ -105,11 +111,13 @@ var (
 	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
 	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.", nil, nil)
 	descFwdConnected  = prometheus.NewDesc("devicegate_forward_connected", "The upstream's connections that are up.", []string{"upstream"}, nil)
+	descFwdDead       = prometheus.NewDesc("devicegate_forward_dead_letters_total", "Messages the upstream refused for good, moved to its dead-letter log, by reason.", []string{"upstream", "reason"}, nil)
+	descFwdDeadHeld   = prometheus.NewDesc("devicegate_forward_dead_letters", "Messages in the upstream's dead-letter logs.", []string{"upstream"}, nil)
 	descFwdOldest     = prometheus.NewDesc("devicegate_forward_oldest_age_seconds", "How long the oldest message in the upstream's forward logs has waited; 0 when none waits.", []string{"upstream"}, nil)
 	descFwdForwarded  = prometheus.NewDesc("devicegate_forward_forwarded_total", "Messages the upstream acknowledged.", []string{"upstream"}, nil)
 	descFwdBacklog    = prometheus.NewDesc("devicegate_forward_backlog_messages", "Messages in the upstream's forward log, not yet acknowledged upstream.", []string{"upstream"}, nil)
 	descFwdBytes      = prometheus.NewDesc("devicegate_forward_backlog_bytes", "Record bytes of the messages in the upstream's forward log.", []string{"upstream"}, nil)
-	descFwdDropped    = prometheus.NewDesc("devicegate_forward_dropped_total", "Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came, or past their MQTT 5 message expiry (expired).", []string{"upstream", "reason"}, nil)
+	descFwdDropped    = prometheus.NewDesc("devicegate_forward_dropped_total", "Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came, or past their MQTT 5 message expiry (expired), the oldest dead letters dropped for a full dead-letter log (dead_letters_full).", []string{"upstream", "reason"}, nil)
 	descProtoErrors   = prometheus.NewDesc("devicegate_protocol_errors_total", "Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).", nil, nil)
 	descConsumerWaits = prometheus.NewDesc("devicegate_consumer_waits_total", "Publishes that waited for a backend consumer (mqtt.consumers) whose write queue was more than half full to catch up.", nil, nil)
 	descConsumerSpool = prometheus.NewDesc("devicegate_consumer_spool_bytes", "Bytes written for the connected backend consumers (mqtt.consumers) and not yet sent to their sockets.", nil, nil)
@@ -128,7 +136,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descFwdDead, descFwdDeadHeld, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool} {
 		ch <- d
 	}
 }
@@ -181,6 +189,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descFwdDropped, f.DroppedOldest, f.Upstream, "oldest")
 		counter(descFwdDropped, f.Refused, f.Upstream, "refused")
 		counter(descFwdDropped, f.Expired, f.Upstream, "expired")
+		counter(descFwdDropped, f.DeadDropped, f.Upstream, "dead_letters_full")
+		for reason, n := range f.DeadByReason {
+			counter(descFwdDead, n, f.Upstream, reason)
+		}
+		ch <- prometheus.MustNewConstMetric(descFwdDeadHeld, prometheus.GaugeValue, float64(f.DeadLetters), f.Upstream)
 	}
 	for reason, n := range s.ConnectsRefused {
 		counter(descRefused, n, reason)

@@ -14,7 +14,7 @@ func TestCollector(t *testing.T) {
 		Allowed: 10, Dropped: 2, Disconnected: 1, WouldRefuse: 31, Blocks: 32, Blocked: 2, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
 		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20, ConsumerWaits: 43, ConsumerSpoolBytes: 44,
 		Forward: []ForwardStats{{Upstream: "cloud", Connections: 2, Connected: 1, Forwarded: 21, Backlog: 22, BacklogBytes: 2300,
-			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5}},
+			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5, DeadLetters: 2, DeadByReason: map[string]uint64{"too_large": 6}, DeadDropped: 1}},
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 		Groups: map[string][3]uint64{"{tenant}": {40, 41, 42}},
@@ -84,8 +84,15 @@ devicegate_forward_backlog_messages{upstream="cloud"} 22
 # HELP devicegate_forward_connected The upstream's connections that are up.
 # TYPE devicegate_forward_connected gauge
 devicegate_forward_connected{upstream="cloud"} 1
-# HELP devicegate_forward_dropped_total Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came, or past their MQTT 5 message expiry (expired).
+# HELP devicegate_forward_dead_letters Messages in the upstream's dead-letter logs.
+# TYPE devicegate_forward_dead_letters gauge
+devicegate_forward_dead_letters{upstream="cloud"} 2
+# HELP devicegate_forward_dead_letters_total Messages the upstream refused for good, moved to its dead-letter log, by reason.
+# TYPE devicegate_forward_dead_letters_total counter
+devicegate_forward_dead_letters_total{reason="too_large",upstream="cloud"} 6
+# HELP devicegate_forward_dropped_total Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came, or past their MQTT 5 message expiry (expired), the oldest dead letters dropped for a full dead-letter log (dead_letters_full).
 # TYPE devicegate_forward_dropped_total counter
+devicegate_forward_dropped_total{reason="dead_letters_full",upstream="cloud"} 1
 devicegate_forward_dropped_total{reason="expired",upstream="cloud"} 5
 devicegate_forward_dropped_total{reason="oldest",upstream="cloud"} 3
 devicegate_forward_dropped_total{reason="refused",upstream="cloud"} 4
@@ -127,8 +134,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 40 {
-		t.Fatalf("%d series, want 40", n)
+	if n := testutil.CollectAndCount(c); n != 43 {
+		t.Fatalf("%d series, want 43", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

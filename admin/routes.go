@@ -43,6 +43,9 @@ var routes = []route{
 	{http.MethodPost, "/api/v1/devices/{id}/reset", true, (*Server).resetDevice},
 	{http.MethodGet, "/api/v1/throttled", true, (*Server).throttled},
 	{http.MethodGet, "/api/v1/forward", true, (*Server).forward},
+	{http.MethodGet, "/api/v1/forward/{name}/dead", true, (*Server).listDead},
+	{http.MethodDelete, "/api/v1/forward/{name}/dead", true, (*Server).dropDead},
+	{http.MethodPost, "/api/v1/forward/{name}/dead/replay", true, (*Server).replayDead},
 	{http.MethodGet, "/api/v1/rules", true, (*Server).listRules},
 	{http.MethodPut, "/api/v1/rules/{name}/enforce", true, (*Server).putRuleEnforce},
 	{http.MethodGet, "/api/v1/blocks", true, (*Server).listBlocks},
@@ -450,7 +453,8 @@ func (s *Server) forward(w http.ResponseWriter, _ *http.Request) {
 		for _, f := range s.opts.Forward() {
 			out.Upstreams = append(out.Upstreams, UpstreamJSON{Name: f.Upstream, Connections: f.Connections, Connected: f.Connected,
 				LastError: f.LastError, RetryInSeconds: f.RetryIn.Seconds(), Forwarded: f.Forwarded, BacklogMessages: f.Backlog, BacklogBytes: f.BacklogBytes,
-				OldestAgeSeconds: f.OldestAge.Seconds(), DroppedOldest: f.DroppedOldest, Refused: f.Refused, Expired: f.Expired})
+				OldestAgeSeconds: f.OldestAge.Seconds(), DroppedOldest: f.DroppedOldest, Refused: f.Refused, Expired: f.Expired,
+				DeadLetters: f.DeadLetters, DeadLettersByReason: f.DeadByReason})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

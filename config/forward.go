@@ -96,6 +96,10 @@ type Forward struct {
 	// session (clean session false): its subscribe: filters, and the
 	// commands published while the gateway was away.
 	PersistentSession bool `yaml:"persistent_session,omitempty"`
+	// Adopt names former entries (renamed or removed) whose forward
+	// logs this entry sends, each on a connection of its own, so that
+	// their backlog is not stranded; a log of no entry stops the start.
+	Adopt []string `yaml:"adopt,omitempty"`
 }
 
 // ForwardTLS holds the PEM files of a TLS upstream connection.
@@ -176,6 +180,26 @@ func (f Forward) Hosts() []string {
 // forward checks the forward list.
 func (v *validator) forward(list []Forward) {
 	names := map[string]bool{}
+	for _, f := range list {
+		names[f.Name] = false
+	}
+	adopted := map[string]bool{}
+	for i, f := range list {
+		for j, a := range f.Adopt {
+			key := fmt.Sprintf("forward[%d].adopt[%d]", i, j)
+			_, configured := names[a]
+			switch {
+			case a == "" || len(a) > 64 || strings.ContainsAny(a, "/\x00"):
+				v.add(key, fmt.Sprintf("must be a former entry's name, 1 to 64 bytes without '/' (got %q)", a))
+			case configured:
+				v.add(key, fmt.Sprintf("%q is an entry of forward: (its logs are its own)", a))
+			case adopted[a]:
+				v.add(key, fmt.Sprintf("%q is adopted twice", a))
+			}
+			adopted[a] = true
+		}
+	}
+	names = map[string]bool{}
 	for i, f := range list {
 		key := fmt.Sprintf("forward[%d]", i)
 		switch {

@@ -3,6 +3,7 @@ package forward
 import (
 	"bufio"
 	"net"
+	"time"
 
 	"devicegate/internal/spool"
 )
@@ -35,6 +36,16 @@ func newBatchConn(c net.Conn) *batchConn {
 
 func (b *batchConn) Read(p []byte) (int, error)  { return b.r.Read(p) }
 func (b *batchConn) Write(p []byte) (int, error) { return b.w.Write(p) }
+
+// SetWriteDeadline does nothing: a Write only copies into the spool, and
+// the socket's write deadline is the spool's (Close sets it, to end a
+// write to an upstream that stopped reading within spool.Drain).
+// paho.mqtt.golang sets a deadline around each packet and clears it
+// after; passed on, the clearing could undo Close's.
+func (b *batchConn) SetWriteDeadline(time.Time) error { return nil }
+
+// SetDeadline sets the read deadline only (see SetWriteDeadline).
+func (b *batchConn) SetDeadline(t time.Time) error { return b.Conn.SetReadDeadline(t) }
 
 // Close sends what is pending (a DISCONNECT, say), for at most
 // spool.Drain, then closes the connection.

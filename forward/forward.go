@@ -30,6 +30,13 @@ type Log interface {
 	ReadForward(log string, from uint64, fn func(seq uint64, rec []byte) bool) error
 	DeleteForward(log string, seqs []uint64) error
 	ForwardStats(log string) (messages int, bytes int64, first, last uint64, err error)
+	// MoveForwardDead moves message seq to the log's dead letters, as
+	// entry, in one transaction, keeping at most max of them (the
+	// oldest go; dropped says how many).
+	MoveForwardDead(log string, seq uint64, entry []byte, max int) (dropped int, err error)
+	ReadDead(log string, fn func(seq uint64, entry []byte) bool) error
+	DeleteDead(log string, seqs []uint64) error
+	DeadCount(log string) (int, error)
 }
 
 // Conn is one connection to an upstream, as a forwarder drives it.
@@ -176,6 +183,12 @@ type Forwarder struct {
 	wake    chan struct{}
 
 	connected atomic.Bool
+	// waiting is when the upstream was last seen answering while
+	// something waited for it (Unix nanoseconds): set when a message
+	// goes out with nothing in flight, moved on by each
+	// acknowledgement, 0 while nothing waits. A reconnection leaves it:
+	// what was in flight waits still.
+	waiting   atomic.Int64
 	attempts  atomic.Uint64 // connection attempts
 	forwarded atomic.Uint64 // messages the upstream acknowledged
 	// backlog and backlogBytes count what the log holds: what it held
@@ -187,7 +200,9 @@ type Forwarder struct {
 	// went: dropped for room, refused when full, too old when their
 	// turn came.
 	droppedOldest, refused, expired atomic.Uint64
-	fullLogged                      time.Time // Run's goroutine: the last "log full" line
+	fullLogged                      time.Time    // Run's goroutine: the last "log full" line
+	refusedLogged                   atomic.Int64 // Unix nanoseconds of the last "new messages refused" line
+	dead                            deadCounts
 }
 
 // Stats is a forwarder's state for metrics and the admin API.
@@ -208,6 +223,12 @@ type Stats struct {
 	// DroppedOldest, Refused and Expired count the messages that never
 	// went: the oldest dropped for room, the new refused, the too old.
 	DroppedOldest, Refused, Expired uint64
+	// DeadLetters is how many messages the dead-letter logs hold;
+	// DeadByReason counts those moved there since start, by reason;
+	// DeadDropped those dropped from a full dead-letter log.
+	DeadLetters  int
+	DeadByReason map[string]uint64
+	DeadDropped  uint64
 }
 
 // Stats returns the forwarder's state.
@@ -218,8 +239,24 @@ func (f *Forwarder) Stats() Stats {
 	s := Stats{Upstream: f.cfg.Upstream, Connections: 1, LastError: lastErr, Forwarded: f.forwarded.Load(),
 		Backlog: f.backlog.Load(), BacklogBytes: f.backlogBytes.Load(),
 		DroppedOldest: f.droppedOldest.Load(), Refused: f.refused.Load(), Expired: f.expired.Load()}
+	f.dead.mu.Lock()
+	s.DeadLetters, s.DeadDropped = f.dead.held, f.dead.dropped
+	for r, n := range f.dead.byReason {
+		if s.DeadByReason == nil {
+			s.DeadByReason = map[string]uint64{}
+		}
+		s.DeadByReason[r] = n
+	}
+	f.dead.mu.Unlock()
 	if f.connected.Load() {
 		s.Connected = 1
+		if since := f.silentFor(); since >= f.cfg.AckTimeout {
+			// A connection is up only when the upstream answers: one
+			// that takes messages and acknowledges nothing is not.
+			s.Connected = 0
+			s.LastError = fmt.Sprintf("connected, but nothing acknowledged for %s (acknowledgement timeout %s)",
+				since.Round(time.Second), f.cfg.AckTimeout)
+		}
 	}
 	if !retryAt.IsZero() {
 		s.RetryIn = max(time.Until(retryAt), time.Nanosecond) // due: 0 would read as "not waiting"
@@ -253,6 +290,9 @@ func New(cfg Config, log Log, logger *slog.Logger) (*Forwarder, error) {
 	if cfg.Origin != "" {
 		f.idPrefix = cfg.Origin + "/" + f.idPrefix
 	}
+	if f.dead.held, err = log.DeadCount(cfg.Name); err != nil {
+		return nil, err
+	}
 	f.backlog.Store(int64(msgs))
 	f.backlogBytes.Store(bytes)
 	return f, nil
@@ -283,7 +323,12 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 	f.mu.Lock()
 	if f.cfg.MaxBytes > 0 && f.cfg.Overflow == RefuseNew && f.backlogBytes.Load()+int64(len(rec)) > f.cfg.MaxBytes {
 		f.mu.Unlock()
-		f.refused.Add(1)
+		n := f.refused.Add(1)
+		// Logged like a full log under drop_oldest: at most once per 10 s.
+		now := time.Now().UnixNano()
+		if last := f.refusedLogged.Load(); now-last >= int64(10*time.Second) && f.refusedLogged.CompareAndSwap(last, now) {
+			f.slog.Warn("forward log full; new messages refused (overflow: refuse_new)", "refused_so_far", n, "max_bytes", f.cfg.MaxBytes)
+		}
 		return nil, ErrFull
 	}
 	// Queued for the commit under the lock that numbers it: the store
@@ -291,6 +336,7 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 	// before a lower one (TestLogHasNoGaps), and the pump, reading on
 	// from the newest number it read, misses nothing. Queueing does not
 	// wait for the commit.
+	seal(rec, f.next)
 	durable, err := f.log.AppendForwardAsync(f.cfg.Name, f.next, rec)
 	if err != nil {
 		f.mu.Unlock()
@@ -315,8 +361,22 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 	}, nil
 }
 
-// Connected reports whether the upstream connection is up.
+// silentFor returns how long messages have waited for the upstream
+// without an acknowledgement (0 when none waits).
+func (f *Forwarder) silentFor() time.Duration {
+	w := f.waiting.Load()
+	if w == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, w))
+}
+
+// Connected reports whether the upstream connection is up (Stats, in
+// Connected, also asks that it answers).
 func (f *Forwarder) Connected() bool { return f.connected.Load() }
+
+// Name returns the name of the forwarder's log ("NAME/0").
+func (f *Forwarder) Name() string { return f.cfg.Name }
 
 // Attempts returns how many times the forwarder tried to connect.
 func (f *Forwarder) Attempts() uint64 { return f.attempts.Load() }

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
@@ -78,12 +79,18 @@ func newForwarder(t *testing.T, addr string, v5 bool) (*Forwarder, *persist.Stor
 // ends.
 func runForwarder(t *testing.T, cfg Config) (*Forwarder, *persist.Store) {
 	t.Helper()
+	return runForwarderLog(t, cfg, nil)
+}
+
+// runForwarderLog is runForwarder logging to logger.
+func runForwarderLog(t *testing.T, cfg Config, logger *slog.Logger) (*Forwarder, *persist.Store) {
+	t.Helper()
 	st, err := persist.Open(t.TempDir(), persist.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	f, err := New(cfg, st, nil)
+	f, err := New(cfg, st, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,13 @@ type MQTT struct {
 	// Timeout bounds the connection and subscription handshakes
 	// (default 5 s).
 	Timeout time.Duration
+	// WriteTimeout bounds how long an MQTT 3.1.1 publish waits for the
+	// client's writer (default DefaultWriteTimeout): without it
+	// paho.mqtt.golang's Publish waited 30 s on a connection the
+	// upstream had closed gracefully, the forwarder blocked in it. (An
+	// MQTT 5 publish waits at most Timeout for room in flight; the
+	// socket's writes only fill a spool, see batchConn.)
+	WriteTimeout time.Duration
 	// Subscribe lists upstream topic filters whose messages Deliver
 	// publishes locally, under Map's reverse mapping (commands to
 	// devices).
@@ -64,6 +71,10 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 	if keepAlive <= 0 {
 		keepAlive = 30 * time.Second
 	}
+	writeTimeout := d.WriteTimeout
+	if writeTimeout <= 0 {
+		writeTimeout = DefaultWriteTimeout
+	}
 	if d.V5 {
 		return d.dial5(ctx, timeout, keepAlive)
 	}
@@ -81,6 +92,7 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 		SetConnectRetry(false).
 		SetConnectTimeout(timeout).
 		SetKeepAlive(keepAlive).
+		SetWriteTimeout(writeTimeout).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) { conn.EndWith(err) })
 	// Our own dial, to read and write through a batchConn.
 	opts.SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) { return d.dial(ctx, timeout) })
@@ -110,6 +122,10 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 	}
 	return conn, nil
 }
+
+// DefaultWriteTimeout is MQTT.WriteTimeout's default: a write that
+// waits longer means the upstream stopped reading.
+const DefaultWriteTimeout = time.Second
 
 // dial opens the TCP or TLS connection, reading and writing through a
 // batchConn.

@@ -163,17 +163,9 @@ func (s *ackSession) AddToSession(ctx context.Context, p session.Packet, resp ch
 		cp := <-mine
 		switch r := cp.Content.(type) {
 		case *packets.Puback:
-			if r.ReasonCode >= 0x80 {
-				a.Finish(fmt.Errorf("upstream refused the message: reason 0x%02X %s", r.ReasonCode, r.Reason()))
-				return
-			}
-			a.Finish(nil)
+			a.Finish(pubackError(r.ReasonCode, r.Reason()))
 		case *packets.Pubrec:
-			if r.ReasonCode >= 0x80 {
-				a.Finish(fmt.Errorf("upstream refused the message: reason 0x%02X", r.ReasonCode))
-				return
-			}
-			a.Finish(nil)
+			a.Finish(pubackError(r.ReasonCode, ""))
 		case *packets.Pubcomp:
 			a.Finish(nil)
 		default:
@@ -181,4 +173,33 @@ func (s *ackSession) AddToSession(ctx context.Context, p session.Packet, resp ch
 		}
 	}()
 	return nil
+}
+
+// pubackError is the outcome of a PUBACK's or PUBREC's reason code:
+// nil for success; a refusal for good (RefusedError) for the codes that
+// say the same message would be refused again (not authorized, topic
+// name invalid, packet too large, payload format invalid); a transient
+// failure otherwise (unspecified, implementation specific, quota
+// exceeded, packet identifier in use), sent again.
+func pubackError(code byte, why string) error {
+	if code < 0x80 {
+		return nil
+	}
+	if why != "" {
+		why = " " + why
+	}
+	err := fmt.Errorf("upstream refused the message: reason 0x%02X%s", code, why)
+	if reason, ok := permanentCodes[code]; ok {
+		return Refuse(reason, err)
+	}
+	return err
+}
+
+// permanentCodes are the MQTT 5 PUBACK/PUBREC reason codes that refuse
+// a message for good, and their names in metrics.
+var permanentCodes = map[byte]string{
+	0x87: "not_authorized",
+	0x90: "topic_name_invalid",
+	0x95: "too_large",
+	0x99: "payload_format_invalid",
 }

@@ -1,12 +1,14 @@
 package forward
 
 import (
-	"devicegate/internal/freeport"
 	"errors"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
+	"devicegate/internal/freeport"
+	"devicegate/internal/logtest"
 	"devicegate/internal/poll"
 	"devicegate/persist"
 )
@@ -64,7 +66,9 @@ func TestOverflowDropOldest(t *testing.T) {
 // messages refuses the 11th and after (ErrFull), counted, and keeps the
 // first ten.
 func TestOverflowRefuseNew(t *testing.T) {
-	f, _ := overflowForwarder(t, 10*recordSize, RefuseNew)
+	var logs logtest.Capture
+	f, _ := runForwarderLog(t, Config{Name: "up/0", Dial: &MQTT{Address: deadAddr(t), ClientID: "gw"}, MaxQoS: 1, MaxBytes: 10 * recordSize,
+		Overflow: RefuseNew, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}, slog.New(&logs))
 	for i := 100; i < 120; i++ {
 		err := f.Append(msg("devices/d/t", strconv.Itoa(i)))
 		if want := i >= 110; errors.Is(err, ErrFull) != want {
@@ -73,5 +77,9 @@ func TestOverflowRefuseNew(t *testing.T) {
 	}
 	if s := f.Stats(); s.Backlog != 10 || s.Refused != 10 || s.DroppedOldest != 0 {
 		t.Fatalf("stats %+v, want 10 kept and 10 refused", s)
+	}
+	// Logged, once for the ten (at most once per 10 s).
+	if n := logs.Count("forward log full; new messages refused (overflow: refuse_new)"); n != 1 {
+		t.Fatalf("%d lines for the refusals, want 1", n)
 	}
 }

@@ -21,13 +21,15 @@ func (f *Forwarder) Run(ctx context.Context) {
 	var loggedAt time.Time
 	for ctx.Err() == nil {
 		f.attempts.Add(1)
-		c, err := f.cfg.Dial.Dial(ctx)
+		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		c, err := f.cfg.Dial.Dial(dctx)
+		cancel()
 		if err == nil {
 			f.setConnected(true, "")
 			f.slog.Info("upstream connected", "addr", f.cfg.Dial.Addr())
 			acked, since := f.forwarded.Load(), time.Now()
 			err = f.pump(ctx, c)
-			c.Close()
+			closeWithin(c, closeTimeout)
 			// Only a connection that worked starts the backoff over:
 			// one that the destination accepts and then fails at once
 			// (a produce refused, a login taken back) would otherwise
@@ -64,6 +66,30 @@ func (f *Forwarder) Run(ctx context.Context) {
 		}
 		f.setRetry(time.Time{})
 		backoff = min(2*backoff, f.cfg.MaxBackoff)
+	}
+}
+
+// dialTimeout bounds a connection attempt, handshakes included (each
+// destination's client has its own shorter timeouts; this bounds those
+// that wait on the context alone).
+const dialTimeout = 10 * time.Second
+
+// closeTimeout is how long Run waits for a connection to close: a
+// client's Close may wait on an upstream that stopped answering (a
+// goodbye written, buffered records aborted); beyond it the close goes
+// on in the background and Run carries on, so that a shutdown stays
+// within its time.
+const closeTimeout = time.Second
+
+// closeWithin closes c, waiting at most d.
+func closeWithin(c Conn, d time.Duration) {
+	done := make(chan struct{})
+	go func() { c.Close(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }
 
@@ -136,14 +162,24 @@ func expiryLeft(m *Message, now time.Time) (left uint32, expired bool) {
 func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint64, error) {
 	var drop []uint64
 	var dropBytes int64
+	type damaged struct {
+		seq uint64
+		rec []byte
+		err error
+	}
+	var bad []damaged
 	now := f.cfg.Now()
 	err := f.log.ReadForward(f.cfg.Name, from, func(seq uint64, rec []byte) bool {
 		read = seq
-		m, err := decodeRecord(rec)
+		err := checkRecord(seq, rec)
+		var m Message
+		if err == nil {
+			m, err = decodeRecord(rec)
+		}
 		if err != nil {
-			f.slog.Error("forward log record unreadable; dropped", "seq", seq, "error", err)
-			drop = append(drop, seq)
-			dropBytes += int64(len(rec))
+			// Never forwarded as if sound: set aside with the dead
+			// letters, counted as damaged.
+			bad = append(bad, damaged{seq, bytes.Clone(rec), err})
 			return true
 		}
 		if _, expired := expiryLeft(&m, now); expired || f.cfg.MaxAge > 0 && !m.At.IsZero() && now.Sub(m.At) > f.cfg.MaxAge {
@@ -165,6 +201,11 @@ func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint
 	})
 	if err != nil {
 		return queue, read, err
+	}
+	for _, d := range bad {
+		if err := f.moveDead(d.seq, d.rec, &RefusedError{Reason: "damaged", Err: d.err}); err != nil {
+			return queue, read, err
+		}
 	}
 	return queue, read, f.remove(drop, dropBytes)
 }
@@ -189,6 +230,13 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 	var read uint64         // the newest sequence number read on this connection
 	var headSince time.Time // when sent[0] became the oldest in flight
 	pace := newPacer(f.cfg.Rate)
+	// A connection starts with one message in flight and opens its
+	// window once the destination acknowledged one: a destination that
+	// fails a window's first messages and stores later ones (a JetStream
+	// stream created while they were on their way; Redis loading its
+	// data) would otherwise have a device's later messages stored
+	// before its earlier ones, which are sent again after them.
+	window := 1
 	for {
 		if f.overBound() {
 			if err := del.flush(); err != nil {
@@ -201,7 +249,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				read = sent[len(sent)-1].seq
 			}
 		}
-		if len(queue) == 0 && len(sent) < f.cfg.Window {
+		if len(queue) == 0 && len(sent) < window {
 			from := read + 1
 			if len(sent) == 0 {
 				// Nothing in flight: read from the log's start, once
@@ -218,7 +266,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			}
 		}
 		var paceWait time.Duration
-		for len(queue) > 0 && len(sent) < f.cfg.Window {
+		for len(queue) > 0 && len(sent) < window {
 			if paceWait = pace.wait(time.Now()); paceWait > 0 {
 				break
 			}
@@ -229,14 +277,24 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			if left, _ := expiryLeft(&q.m, f.cfg.Now()); left > 0 {
 				q.m.Props.MessageExpiry = left
 			}
-			sent = append(sent, inflight{q.seq, q.size, c.Send(&q.m, min(q.m.QoS, f.cfg.MaxQoS))})
+			if len(sent) == 0 {
+				f.waiting.CompareAndSwap(0, time.Now().UnixNano())
+			}
+			a := c.Send(&q.m, min(q.m.QoS, f.cfg.MaxQoS))
+			sent = append(sent, inflight{q.seq, q.size, a})
 			queue = queue[1:]
+			if failedNow(a) || isClosed(c.Lost()) {
+				break // no more on a connection that failed: each Send may take up to its write deadline
+			}
 		}
 		var paced <-chan time.Time
 		if paceWait > 0 {
 			paced = time.After(paceWait) // collected unfired (Go 1.23 timers)
 		}
 		if len(sent) == 0 {
+			if len(queue) == 0 {
+				f.waiting.Store(0)
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -275,12 +333,30 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 		var doneBytes int64
 		for len(sent) > 0 && isDone(sent[0].ack) {
 			if err := sent[0].ack.Error(); err != nil {
-				return fmt.Errorf("publish: %w", err)
+				var ref *RefusedError
+				if !errors.As(err, &ref) {
+					return fmt.Errorf("publish: %w", err)
+				}
+				// Refused for good: to the dead letters, and on.
+				window = f.cfg.Window // an answer all the same
+				if err := f.deadLetter(sent[0].seq, ref); err != nil {
+					return err
+				}
+				sent = sent[1:]
+				headSince = time.Now()
+				continue
 			}
+			window = f.cfg.Window
 			done = append(done, sent[0].seq)
 			doneBytes += int64(sent[0].size)
 			sent = sent[1:]
 			headSince = time.Now()
+		}
+		switch {
+		case len(sent) == 0:
+			f.waiting.Store(0)
+		case len(done) > 0:
+			f.waiting.Store(time.Now().UnixNano())
 		}
 		del.add(done, doneBytes)
 	}
@@ -388,6 +464,18 @@ func (f *Forwarder) remove(seqs []uint64, bytes int64) error {
 	f.backlog.Add(-int64(len(seqs)))
 	f.backlogBytes.Add(-bytes)
 	return nil
+}
+
+// failedNow reports whether a has already failed.
+func failedNow(a Ack) bool { return isDone(a) && a.Error() != nil }
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func isDone(a Ack) bool {

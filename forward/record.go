@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"time"
 )
 
@@ -46,9 +47,18 @@ type UserProperty struct{ Key, Value string }
 // length and the bytes), the properties when flagged, then the payload.
 // Version 1 (written before version 2 existed) had no time, device or
 // properties: version, flags, topic, payload. Both are read.
+//
+// Version 3 is version 2 with a checksum: version (3), the CRC-32C
+// (Castagnoli) of the record's sequence number in its log (8 bytes,
+// big-endian) followed by the rest of the record, 4 bytes big-endian,
+// then version 2's fields from the flags on. A damaged byte anywhere,
+// in the record or in its key, fails the check (checkRecord).
 const (
 	recordV1 = 1
 	recordV2 = 2
+	recordV3 = 3
+
+	crcLen = 4
 
 	maxMillis = 253402300799999 // 9999-12-31T23:59:59.999Z
 
@@ -69,7 +79,7 @@ func appendRecord(b []byte, m *Message) []byte {
 	if !m.At.IsZero() {
 		ms = uint64(max(m.At.UnixMilli(), 0))
 	}
-	b = append(b, recordV2, flags)
+	b = append(b, recordV3, 0, 0, 0, 0, flags) // the checksum: seal
 	b = binary.AppendUvarint(b, ms)
 	b = appendString(b, m.Device)
 	b = appendString(b, m.Topic)
@@ -131,16 +141,61 @@ func (r *recordReader) bytes(what string) []byte {
 	return v
 }
 
-// decodeRecord reads a record of version 1 or 2. The payload and the
-// correlation data share b's memory.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// seal writes the checksum of rec, a record of version 3 (appendRecord)
+// numbered seq in its log.
+func seal(rec []byte, seq uint64) {
+	binary.BigEndian.PutUint32(rec[1:1+crcLen], recordCRC(rec, seq))
+}
+
+func recordCRC(rec []byte, seq uint64) uint32 {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], seq)
+	return crc32.Update(crc32.Checksum(k[:], castagnoli), castagnoli, rec[1+crcLen:])
+}
+
+// errDamaged is checkRecord's error: the record is not what was
+// written.
+var errDamaged = errors.New("forward record damaged: its checksum does not match")
+
+// checkRecord verifies the checksum of rec, numbered seq in its log;
+// records of versions 1 and 2 have none and pass.
+func checkRecord(seq uint64, rec []byte) error {
+	if len(rec) == 0 || rec[0] != recordV3 {
+		return nil
+	}
+	if len(rec) < 2+crcLen {
+		return errDamaged
+	}
+	if binary.BigEndian.Uint32(rec[1:1+crcLen]) != recordCRC(rec, seq) {
+		return errDamaged
+	}
+	return nil
+}
+
+// decodeRecord reads a record of version 1, 2 or 3 (without checking a
+// checksum: checkRecord). The payload and the correlation data share
+// b's memory.
 func decodeRecord(b []byte) (Message, error) {
-	if len(b) < 3 || (b[0] != recordV1 && b[0] != recordV2) {
-		return Message{}, errors.New("not a forward record of version 1 or 2")
+	version := byte(0)
+	if len(b) > 0 {
+		version = b[0]
+	}
+	if version == recordV3 {
+		// Version 2's fields after the checksum.
+		if len(b) < 3+crcLen {
+			return Message{}, errors.New("forward record cut short")
+		}
+		b = b[crcLen:]
+	}
+	if len(b) < 3 || (version != recordV1 && version != recordV2 && version != recordV3) {
+		return Message{}, errors.New("not a forward record of version 1, 2 or 3")
 	}
 	flags := b[1]
 	m := Message{QoS: flags & 3, Retain: flags&flagRetain != 0}
 	r := recordReader{b: b[2:]}
-	if b[0] == recordV2 {
+	if version != recordV1 {
 		if ms := r.uvarint("time"); ms > maxMillis {
 			return Message{}, fmt.Errorf("forward record: time %d ms is past the year 9999", ms)
 		} else if ms > 0 {
@@ -149,7 +204,7 @@ func decodeRecord(b []byte) (Message, error) {
 		m.Device = string(r.bytes("device"))
 	}
 	m.Topic = string(r.bytes("topic"))
-	if b[0] == recordV2 && flags&flagProps != 0 {
+	if version != recordV1 && flags&flagProps != 0 {
 		if len(r.b) == 0 {
 			return Message{}, errors.New("forward record: properties cut short")
 		}

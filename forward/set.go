@@ -2,6 +2,8 @@ package forward
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 
 	"devicegate/devicelimit"
@@ -103,13 +105,24 @@ func (s *Set) Start() {
 
 func (r Route) all() []*Forwarder { return append(r.Conns[:len(r.Conns):len(r.Conns)], r.Drain...) }
 
-// Stop ends the forwarders and waits for them; what they had not sent
-// stays in the forward logs for the next start.
-func (s *Set) Stop() {
+// Stop ends the forwarders and waits for them until ctx ends; what they
+// had not sent stays in the forward logs for the next start. A
+// forwarder ends within its destination's write deadline and
+// closeTimeout of the cancellation; one that does not by ctx's end is
+// left to end on its own (the error says so): a shutdown never waits
+// on a destination.
+func (s *Set) Stop(ctx context.Context) error {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	s.wg.Wait()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("forwarders not stopped: %w", ctx.Err())
+	}
 }
 
 // Stats returns every upstream's state (its connections' summed; the
@@ -146,7 +159,26 @@ func (a Stats) add(b Stats) Stats {
 	a.DroppedOldest += b.DroppedOldest
 	a.Refused += b.Refused
 	a.Expired += b.Expired
+	a.DeadLetters += b.DeadLetters
+	a.DeadDropped += b.DeadDropped
+	for r, n := range b.DeadByReason {
+		if a.DeadByReason == nil {
+			a.DeadByReason = map[string]uint64{}
+		}
+		a.DeadByReason[r] += n
+	}
 	return a
+}
+
+// Upstream returns the forwarders of the upstream named name (its
+// connections, then those draining), or nil when none is.
+func (s *Set) Upstream(name string) []*Forwarder {
+	for _, r := range s.routes {
+		if all := r.all(); len(all) > 0 && all[0].cfg.Upstream == name {
+			return all
+		}
+	}
+	return nil
 }
 
 // Routes returns the routes.
@@ -159,4 +191,13 @@ func matchAny(filters []string, topic string) bool {
 		}
 	}
 	return false
+}
+
+// LogUpstream returns the upstream (the forward: entry's name) of
+// forward log log ("NAME/N").
+func LogUpstream(log string) string {
+	if i := strings.LastIndexByte(log, '/'); i >= 0 {
+		return log[:i]
+	}
+	return log
 }

@@ -44,7 +44,7 @@ type committer struct {
 	// snapshot ends its transaction early when it is not zero.
 	pending atomic.Int64
 	// note records each transaction's outcome in the store's health.
-	note func(error)
+	note func(err error, size int)
 }
 
 // request is one queued operation: a put of rec under key, or the
@@ -61,7 +61,7 @@ type request struct {
 
 var requests = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
 
-func newCommitter(db *bolt.DB, note func(error)) *committer {
+func newCommitter(db *bolt.DB, note func(err error, size int)) *committer {
 	c := &committer{
 		db:   db,
 		note: note,
@@ -220,7 +220,11 @@ func (c *committer) commit(reqs []*request) {
 			reqs = append(reqs[:failed], reqs[failed+1:]...)
 			continue
 		}
-		c.note(err)
+		size := 0 // the records' bytes: what needs room in the file
+		for _, r := range reqs {
+			size += len(r.rec)
+		}
+		c.note(err, size)
 		for _, r := range reqs {
 			c.answer(r, err)
 		}

@@ -5,6 +5,7 @@ package persist
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -163,5 +164,58 @@ func TestEnqueueWriteFailure(t *testing.T) {
 	}
 	if got, _, _ := s.DeferredStats(); got != 2 {
 		t.Fatalf("%d messages, want 2", got)
+	}
+}
+
+// TestHealthFailingUntilAnAppendFits: on a full disk (the file may not
+// grow: RLIMIT_FSIZE at its size) an append that needs new pages fails
+// while a small one still fits in the file's free pages. The small
+// success must not report the store healthy (before, /healthz answered
+// 200 for 81-84 % of a full-disk outage): only a write as large as the
+// smallest that failed does.
+func TestHealthFailingUntilAnAppendFits(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Free pages in the file: records written, then deleted.
+	var seqs []uint64
+	for i := range 200 {
+		seqs = append(seqs, uint64(i+1))
+		if err := s.AppendForward("up/0", uint64(i+1), make([]byte, 1024)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteForward("up/0", seqs); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := limitFileSize(t, info.Size())
+	big := make([]byte, info.Size()+1<<20) // more than the file's free pages hold
+	if err := s.AppendForward("up/0", 1000, big); err == nil {
+		t.Fatalf("a %d-byte append to a file of %d bytes that may not grow succeeded", len(big), info.Size())
+	}
+	if h := s.Health(); !h.Failing {
+		t.Fatalf("after a failed append: %+v, want failing", h)
+	}
+	if err := s.AppendForward("up/0", 1001, []byte("small")); err != nil {
+		t.Fatalf("a small append into free pages: %v", err)
+	}
+	if err := s.DeleteForward("up/0", []uint64{1001}); err != nil {
+		t.Fatalf("a deletion: %v", err)
+	}
+	if h := s.Health(); !h.Failing {
+		t.Fatalf("after a small append and a deletion succeeded while large appends fail: %+v, want failing still", h)
+	}
+	restore()
+	if err := s.AppendForward("up/0", 1002, big); err != nil {
+		t.Fatal(err)
+	}
+	if h := s.Health(); h.Failing {
+		t.Fatalf("after the large append succeeded: %+v, want healthy", h)
 	}
 }

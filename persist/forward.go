@@ -238,3 +238,36 @@ func (s *Store) Origin() (string, error) {
 	}
 	return string(id), nil
 }
+
+// DropForward deletes every message of forward log log durably and
+// returns how many there were. The log keeps its high-water: its next
+// message is numbered after the last it held.
+func (s *Store) DropForward(log string) (int, error) {
+	if err := validLog(log); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := s.update(func(tx *bolt.Tx) error {
+		b := forwardBucket(tx, log)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, _ := c.Last(); k != nil && len(k) == 8; k, _ = c.Last() {
+			if seq := binary.BigEndian.Uint64(k); seq > b.Sequence() {
+				if err := b.SetSequence(seq); err != nil {
+					return err
+				}
+			}
+			if err := c.Delete(); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("drop forward log %q in %q: %w", log, s.path, err)
+	}
+	return n, nil
+}

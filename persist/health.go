@@ -28,25 +28,45 @@ type health struct {
 	failing atomic.Bool
 	mu      sync.Mutex
 	h       Health
+	// smallest is, during a streak, the fewest bytes a failed write of
+	// known size carried (-1: none of known size failed). A full disk
+	// fails the writes that need new pages while small ones still fit
+	// in free pages: only a write at least that large ends the streak.
+	smallest int
 }
 
-// note records a write's outcome. A write refused because the store is
-// closed says nothing about the disk and is not recorded.
-// The first failure of a streak and the success that ends it are logged,
-// once each.
-func (h *health) note(err error, now func() time.Time, log *slog.Logger, path string) {
+// unknownSize is the size of a write that carries no records of its
+// own to count (a snapshot, an override): its success ends a streak
+// only when no write of known size failed.
+const unknownSize = -1
+
+// note records the outcome of a write of size bytes of records
+// (unknownSize when it has none to count). A write refused because the
+// store is closed says nothing about the disk and is not recorded. A
+// success ends a streak of failures only if it is as large as the
+// smallest failed write of known size: a deletion that succeeds on a
+// full disk says nothing of the appends that fail. The first failure of
+// a streak and the success that ends it are logged, once each.
+func (h *health) note(err error, size int, now func() time.Time, log *slog.Logger, path string) {
 	if err == nil && !h.failing.Load() || errors.Is(err, ErrClosed) {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err == nil {
-		if h.h.Failing {
-			log.Info("data file writes succeed again", "path", path, "failing_for", now().Sub(h.h.Since).Round(time.Millisecond).String())
+		if !h.h.Failing || !(h.smallest < 0 && size == unknownSize || h.smallest >= 0 && size >= h.smallest) {
+			return // smaller than the writes that fail: says nothing of them
 		}
+		log.Info("data file writes succeed again", "path", path, "failing_for", now().Sub(h.h.Since).Round(time.Millisecond).String())
 		h.h.Failing, h.h.Err, h.h.Since = false, "", time.Time{}
 		h.failing.Store(false)
 		return
+	}
+	if !h.h.Failing {
+		h.smallest = unknownSize
+	}
+	if size != unknownSize && (h.smallest < 0 || size < h.smallest) {
+		h.smallest = size
 	}
 	if !h.h.Failing {
 		h.h.Since = now()

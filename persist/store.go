@@ -176,7 +176,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			}
 		}
 	}
-	s.commit = newCommitter(db, func(err error) { s.health.note(err, time.Now, s.log, s.path) })
+	s.commit = newCommitter(db, func(err error, size int) { s.health.note(err, size, time.Now, s.log, s.path) })
 	return s, nil
 }
 
@@ -399,7 +399,7 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 		return ErrClosed
 	}
 	err := guard(func() error { return closedErr(s.db.Update(fn)) })
-	s.health.note(err, time.Now, s.log, s.path)
+	s.health.note(err, unknownSize, time.Now, s.log, s.path)
 	return err
 }
 

@@ -2,9 +2,11 @@ package server
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +47,9 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 	if err != nil {
 		return nil, err
 	}
+	if err := stranded(cfg, store, logs); err != nil {
+		return nil, err
+	}
 	routes := make([]forward.Route, 0, len(cfg.Forward))
 	for i, fc := range cfg.Forward {
 		key := fmt.Sprintf("forward[%d]", i)
@@ -54,8 +59,12 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 		}
 		conns := max(fc.Connections, 1)
 		route := forward.Route{Filters: fc.Topics}
+		var buildAs func(name string, n int, drain bool) (*forward.Forwarder, error)
 		build := func(n int, drain bool) (*forward.Forwarder, error) {
-			c := forward.Config{Name: fc.Name + "/" + strconv.Itoa(n), Origin: origin, Upstream: fc.Name, Dial: dial(n, conns > 1 || drain),
+			return buildAs(fc.Name+"/"+strconv.Itoa(n), n, drain)
+		}
+		buildAs = func(name string, n int, drain bool) (*forward.Forwarder, error) {
+			c := forward.Config{Name: name, Origin: origin, Upstream: fc.Name, Dial: dial(n, conns > 1 || drain),
 				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS), Window: fc.Inflight(),
 				MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow), MaxAge: time.Duration(fc.MaxAge), MaxBackoff: time.Duration(fc.MaxBackoff), Now: now}
 			if fc.Rate != nil {
@@ -81,10 +90,61 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 				log.Warn("forward log of a connection no longer configured: draining it", "upstream", fc.Name, "log", name)
 			}
 		}
+		for _, name := range logs {
+			if !adopts(fc, name) {
+				continue
+			}
+			// A connection of its own, numbered after this entry's
+			// (its MQTT client ID too).
+			f, err := buildAs(name, conns+len(route.Drain), true)
+			if err != nil {
+				return nil, err
+			}
+			route.Drain = append(route.Drain, f)
+			log.Warn("forward log of a former entry: sending it through this one", "upstream", fc.Name, "log", name)
+		}
 		routes = append(routes, route)
 		log.Info("forwarding upstream", "name", fc.Name, "to", fc.To, "topics", strings.Join(fc.Topics, ","), "connections", conns)
 	}
 	return forward.NewSet(routes), nil
+}
+
+// adopts reports whether fc sends forward log name of a former entry.
+func adopts(fc config.Forward, name string) bool {
+	return slices.Contains(fc.Adopt, forward.LogUpstream(name))
+}
+
+// stranded refuses a start that would leave a forward log holding
+// messages with no entry to send them (an entry renamed or removed):
+// it names each log and its count, and what to do.
+func stranded(cfg config.Config, store *persist.Store, logs []string) error {
+	var lost []string
+	first := ""
+	for _, name := range logs {
+		owned := false
+		for _, fc := range cfg.Forward {
+			if forward.LogUpstream(name) == fc.Name || adopts(fc, name) {
+				owned = true
+			}
+		}
+		if owned {
+			continue
+		}
+		n, _, _, _, err := store.ForwardStats(name)
+		if err != nil {
+			return err
+		}
+		if first == "" {
+			first = forward.LogUpstream(name)
+		}
+		lost = append(lost, fmt.Sprintf("forward log %q holds %d messages of %q, which is no entry of forward:", name, n, forward.LogUpstream(name)))
+	}
+	if lost == nil {
+		return nil
+	}
+	old := first
+	return &actionError{fmt.Sprintf("%s; send them through another entry (adopt: [%q] in it) or drop them (gateway forward drop-log %s --data-dir %s, with the gateway stopped), then start again",
+		strings.Join(lost, "; "), old, old, cfg.DataDir), errors.New("forward logs stranded")}
 }
 
 // dialers returns how to dial connection n of fc (suffixed: its MQTT
@@ -183,4 +243,63 @@ func overflow(name string) forward.Overflow {
 		return forward.RefuseNew
 	}
 	return forward.DropOldest
+}
+
+// deadLetters is the admin API's view of the upstreams' dead letters
+// (every connection's log of an upstream together).
+type deadLetters struct{ s *forward.Set }
+
+func (d deadLetters) upstream(name string) ([]*forward.Forwarder, error) {
+	if d.s == nil {
+		return nil, admin.ErrNoUpstream
+	}
+	fs := d.s.Upstream(name)
+	if fs == nil {
+		return nil, admin.ErrNoUpstream
+	}
+	return fs, nil
+}
+
+func (d deadLetters) DeadLetters(name string, limit int) (int, []admin.DeadLetter, error) {
+	fs, err := d.upstream(name)
+	if err != nil {
+		return 0, nil, err
+	}
+	total := 0
+	var out []admin.DeadLetter
+	for _, f := range fs {
+		list, n, err := f.DeadLetters(limit - len(out))
+		if err != nil {
+			return 0, nil, err
+		}
+		total += n
+		for _, dl := range list {
+			out = append(out, admin.DeadLetter{Log: f.Name(), Seq: dl.Seq, At: dl.At, Reason: dl.Reason, Error: dl.Error,
+				Device: dl.Message.Device, Topic: dl.Message.Topic, Payload: len(dl.Message.Payload)})
+		}
+	}
+	return total, out, nil
+}
+
+func (d deadLetters) ReplayDead(name string) (int, error) {
+	return d.each(name, (*forward.Forwarder).ReplayDead)
+}
+func (d deadLetters) DropDead(name string) (int, error) {
+	return d.each(name, (*forward.Forwarder).DropDead)
+}
+
+func (d deadLetters) each(name string, fn func(*forward.Forwarder) (int, error)) (int, error) {
+	fs, err := d.upstream(name)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, f := range fs {
+		n, err := fn(f)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }

@@ -290,6 +290,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Forward: func() []admin.ForwardStats {
 			return forwardStats(g.forward)
 		},
+		Dead: deadLetters{g.forward},
 
 		TLSCertFile: cfg.Admin.TLS.CertFile,
 		TLSKeyFile:  cfg.Admin.TLS.KeyFile,
@@ -370,12 +371,8 @@ func (g *Gateway) Close(ctx context.Context) error {
 func (g *Gateway) close(ctx context.Context) error {
 	var errs []error
 	if g.srv != nil {
-		bctx := ctx
-		if deadline, ok := ctx.Deadline(); ok {
-			var cancel context.CancelFunc
-			bctx, cancel = context.WithDeadline(ctx, deadline.Add(-snapshotReserve))
-			defer cancel()
-		}
+		bctx, cancel := beforeSnapshot(ctx)
+		defer cancel()
 		if err := within(bctx, g.srv.Close); err != nil {
 			// Publishes may still be decided after the final snapshot;
 			// those are lost as in a crash. Say so, and carry on: the
@@ -384,18 +381,21 @@ func (g *Gateway) close(ctx context.Context) error {
 		}
 	}
 	if g.admin != nil {
-		actx := ctx
-		if deadline, ok := ctx.Deadline(); ok {
-			var cancel context.CancelFunc
-			actx, cancel = context.WithDeadline(ctx, deadline.Add(-snapshotReserve))
-			defer cancel()
-		}
+		actx, cancel := beforeSnapshot(ctx)
+		defer cancel()
 		if err := within(actx, g.admin.Close); err != nil {
 			errs = append(errs, fmt.Errorf("stop admin api: %w", err))
 		}
 	}
 	if g.forward != nil {
-		g.forward.Stop() // what was not sent stays in the forward logs
+		// What was not sent stays in the forward logs. A destination
+		// that stopped answering must not cost the final snapshot its
+		// time.
+		fctx, cancel := beforeSnapshot(ctx)
+		defer cancel()
+		if err := g.forward.Stop(fctx); err != nil {
+			g.log.Warn("forwarding not stopped in time; what it had not sent stays in the forward logs", "error", err)
+		}
 	}
 	stopFailed := len(errs) > 0 // MQTT or admin may still have changed state
 	if err := within(ctx, g.closeCluster); err != nil {
@@ -420,6 +420,15 @@ func (g *Gateway) close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// beforeSnapshot is ctx less snapshotReserve: the time a step of Close
+// may take and still leave the final snapshot its own.
+func beforeSnapshot(ctx context.Context) (context.Context, context.CancelFunc) {
+	if deadline, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, deadline.Add(-snapshotReserve))
+	}
+	return ctx, func() {}
 }
 
 // within runs fn, giving up at ctx's deadline even if fn does not: the

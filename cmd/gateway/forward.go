@@ -6,29 +6,58 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"devicegate/config"
+	"devicegate/forward"
+	"devicegate/persist"
 )
 
 const forwardUsage = `Usage:
   gateway forward status [flags]
+  gateway forward dead list UPSTREAM [--limit N] [flags]
+  gateway forward dead replay UPSTREAM [flags]
+  gateway forward dead drop UPSTREAM [flags]
+  gateway forward drop-log FORMER --data-dir DIR
 
 Shows each upstream the gateway forwards to (forward: in its config):
 how many of its connections are up, the messages the upstream
 acknowledged since start, the messages and bytes waiting in its forward
 logs and how long the oldest has waited, what never went (dropped
-oldest, refused, expired), and why a connection is down. The admin
-API's address and token come as for gateway quota.
+oldest, refused, expired), the dead letters, and why a connection is
+down (or not answering).
+
+dead list shows the messages an upstream refused for good (its
+dead-letter logs): when, why, the device and the topic. dead replay
+sends them again (each appended to its forward log after what waits
+there; do it once the cause is gone) and says how many; dead drop
+deletes them for good and says how many. The admin API's address and
+token come as for gateway quota.
+
+drop-log deletes, for good, the messages waiting in the forward logs of
+FORMER, an entry no longer in forward: (renamed or removed), and says
+how many per log; the gateway must be stopped (it refuses to start
+while such a log holds messages, unless an entry adopts it). It works
+on the data file in --data-dir.
 `
 
 // forwardCmd runs `gateway forward SUB ...`.
 func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "dead" {
+		return forwardDeadCmd(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "drop-log" {
+		return forwardDropLogCmd(args[1:], stdout)
+	}
 	if len(args) == 0 || args[0] != "status" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdout, forwardUsage)
 			return flag.ErrHelp
 		}
-		return usagef("forward: want the subcommand status (run \"gateway help forward\")")
+		return usagef("forward: want the subcommand status, dead or drop-log (run \"gateway help forward\")")
 	}
 	var f quotaFlags
 	fs := newQuotaFlags("status", &f)
@@ -54,10 +83,10 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			return
 		}
 		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "UPSTREAM\tCONNECTED\tFORWARDED\tBACKLOG\tBACKLOG BYTES\tOLDEST\tDROPPED OLDEST\tREFUSED\tEXPIRED")
+		fmt.Fprintln(tw, "UPSTREAM\tCONNECTED\tFORWARDED\tBACKLOG\tBACKLOG BYTES\tOLDEST\tDROPPED OLDEST\tREFUSED\tEXPIRED\tDEAD LETTERS")
 		for _, u := range v.Upstreams {
-			fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\n", u.Name, u.Connected, u.Connections, u.Forwarded, u.BacklogMessages,
-				u.BacklogBytes, time.Duration(u.OldestAgeSeconds*float64(time.Second)).Round(time.Millisecond), u.DroppedOldest, u.Refused, u.Expired)
+			fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\n", u.Name, u.Connected, u.Connections, u.Forwarded, u.BacklogMessages,
+				u.BacklogBytes, time.Duration(u.OldestAgeSeconds*float64(time.Second)).Round(time.Millisecond), u.DroppedOldest, u.Refused, u.Expired, u.DeadLetters)
 		}
 		tw.Flush()
 		for _, u := range v.Upstreams {
@@ -67,6 +96,113 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			case u.LastError != "":
 				fmt.Fprintf(c.out, "%s: %s\n", u.Name, u.LastError)
 			}
+			if len(u.DeadLettersByReason) > 0 {
+				reasons := make([]string, 0, len(u.DeadLettersByReason))
+				for r, n := range u.DeadLettersByReason {
+					reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
+				}
+				sort.Strings(reasons)
+				fmt.Fprintf(c.out, "%s: refused for good since start: %s (gateway forward dead list %s)\n", u.Name, strings.Join(reasons, ", "), u.Name)
+			}
 		}
 	})
+}
+
+// forwardDeadCmd runs `gateway forward dead list|replay|drop UPSTREAM`.
+func forwardDeadCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "list" && args[0] != "replay" && args[0] != "drop" {
+		return usagef("forward dead: want list, replay or drop and an upstream's name (run \"gateway help forward\")")
+	}
+	sub := "forward dead " + args[0]
+	var f quotaFlags
+	fs := newQuotaFlags(args[0], &f)
+	limit := fs.Int("limit", 100, "the most dead letters to list (list)")
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, forwardUsage)
+			return err
+		}
+		return usagef("%s: %v (run \"gateway help forward\")", sub, err)
+	}
+	if len(pos) != 1 {
+		return usagef("%s: want one upstream's name (got %q)", sub, pos)
+	}
+	if *limit < 1 || *limit > 10000 {
+		return usagef("%s: --limit must be between 1 and 10000 (got %d)", sub, *limit)
+	}
+	name := pos[0]
+	c, err := newQuotaClient(f, stdout)
+	if err != nil {
+		return fmt.Errorf("%s: %w", sub, err)
+	}
+	switch args[0] {
+	case "replay":
+		v, raw, err := c.api.ReplayDead(ctx, name)
+		return c.print(sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters sent again\n", name, v.Replayed) })
+	case "drop":
+		v, raw, err := c.api.DropDead(ctx, name)
+		return c.print(sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters deleted for good\n", name, v.Dropped) })
+	}
+	v, raw, err := c.api.DeadLetters(ctx, name, *limit)
+	return c.print(sub, raw, err, func() {
+		if v.Total == 0 {
+			fmt.Fprintf(c.out, "%s: no dead letters\n", name)
+			return
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "LOG\tSEQ\tREFUSED AT\tREASON\tDEVICE\tTOPIC\tBYTES\tERROR")
+		for _, d := range v.DeadLetters {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", d.Log, d.Seq, d.RefusedAt, d.Reason, d.Device, d.Topic, d.PayloadBytes, d.Error)
+		}
+		tw.Flush()
+		if v.Total > len(v.DeadLetters) {
+			fmt.Fprintf(c.out, "%d of %d shown (--limit)\n", len(v.DeadLetters), v.Total)
+		}
+	})
+}
+
+// forwardDropLogCmd runs `gateway forward drop-log FORMER --data-dir
+// DIR`: it deletes the messages of FORMER's forward logs in the data
+// file, with the gateway stopped.
+func forwardDropLogCmd(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("drop-log", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dir := fs.String("data-dir", config.Default().DataDir, "the gateway's data `directory`")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, forwardUsage)
+			return err
+		}
+		return usagef("forward drop-log: %v (run \"gateway help forward\")", err)
+	}
+	if len(pos) != 1 || pos[0] == "" || strings.Contains(pos[0], "/") {
+		return usagef("forward drop-log: want one former entry's name, without '/' (got %q)", pos)
+	}
+	st, err := persist.Open(*dir, persist.Options{})
+	if err != nil {
+		return fmt.Errorf("forward drop-log: %w", err)
+	}
+	defer st.Close()
+	logs, err := st.ForwardLogs()
+	if err != nil {
+		return fmt.Errorf("forward drop-log: %w", err)
+	}
+	total := 0
+	for _, name := range logs {
+		if forward.LogUpstream(name) != pos[0] {
+			continue
+		}
+		n, err := st.DropForward(name)
+		if err != nil {
+			return fmt.Errorf("forward drop-log: %w", err)
+		}
+		total += n
+		fmt.Fprintf(stdout, "dropped %d messages of forward log %s\n", n, name)
+	}
+	if total == 0 {
+		fmt.Fprintf(stdout, "no forward log of %q holds messages in %s\n", pos[0], *dir)
+	}
+	return nil
 }

@@ -168,11 +168,12 @@ func (p *process) wait(timeout time.Duration) (int, time.Duration) {
 }
 
 // ownAdminPort adds --admin-addr 127.0.0.1:0 to the arguments of a
-// gateway that serves (they name a --data-dir) and do not choose an
+// gateway that serves (they name a --data-dir, and are no quota or
+// forward command) and do not choose an
 // admin address, so that tests running in parallel never contend for
 // the default 127.0.0.1:8080.
 func ownAdminPort(args []string) []string {
-	if !slices.Contains(args, "--data-dir") || slices.Contains(args, "--admin-addr") || slices.Contains(args, "quota") {
+	if !slices.Contains(args, "--data-dir") || slices.Contains(args, "--admin-addr") || slices.Contains(args, "quota") || slices.Contains(args, "forward") {
 		return args
 	}
 	return append(slices.Clip(args), "--admin-addr", "127.0.0.1:0")

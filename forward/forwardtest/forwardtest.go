@@ -115,3 +115,87 @@ func Outages(t *testing.T, f *forward.Forwarder, st *persist.Store, name string,
 	}
 	return n
 }
+
+// Refusal is the dead-letter scenario of a destination: Bad's messages
+// are refused for good until Fix removes the cause; Read returns what
+// the destination holds for a device, in its order.
+type Refusal struct {
+	Good   []string
+	Bad    string
+	Reason string // the RefusedError's reason expected
+	Fix    func()
+	Read   func(device string) []string
+	// Payload, when set, makes a device's message i (a too large one,
+	// say); the number i otherwise.
+	Payload func(device string, i int) []byte
+	// Number reads a message's number back from what Read returns.
+	Number func(p string) string
+}
+
+// Refused runs the scenario: n messages of every device appended in
+// turn, Bad's all refused while the others arrive once each, in order;
+// Bad's are then in the dead-letter log, counted by reason; replayed
+// after Fix, they arrive in order and the dead-letter log is empty.
+func Refused(t *testing.T, f *forward.Forwarder, st *persist.Store, name string, n int, r Refusal) {
+	t.Helper()
+	number := r.Number
+	if number == nil {
+		number = func(p string) string { return p }
+	}
+	all := append(append([]string(nil), r.Good...), r.Bad)
+	for i := 1; i <= n; i++ {
+		for _, d := range all {
+			p := []byte(strconv.Itoa(i))
+			if r.Payload != nil {
+				p = r.Payload(d, i)
+			}
+			if err := f.Append(&forward.Message{Device: d, Topic: "devices/" + d + "/t", QoS: 1, Payload: p}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	poll.Until(t, 30*time.Second, "the log gone through", func() bool { return Backlog(t, st, name) == 0 })
+	for _, d := range r.Good {
+		var got []string
+		for _, p := range r.Read(d) {
+			got = append(got, number(p))
+		}
+		if dups := InOrder(t, d, got, n); dups != 0 {
+			t.Fatalf("%s: %d duplicates of messages the destination stored: %v (%d connection attempts, %+v)", d, dups, got, f.Attempts(), f.Stats())
+		}
+	}
+	if got := r.Read(r.Bad); len(got) != 0 {
+		t.Fatalf("%s: %d messages stored, want all refused", r.Bad, len(got))
+	}
+	s := f.Stats()
+	if s.DeadLetters != n || s.DeadByReason[r.Reason] != uint64(n) {
+		t.Fatalf("stats: %d dead letters, by reason %v; want %d %s", s.DeadLetters, s.DeadByReason, n, r.Reason)
+	}
+	dead, total, err := f.DeadLetters(-1)
+	if err != nil || total != n || len(dead) != n {
+		t.Fatalf("dead letters: %d of %d, %v; want %d", len(dead), total, err, n)
+	}
+	for i, d := range dead {
+		if d.Message.Device != r.Bad || d.Reason != r.Reason || d.Error == "" || (i > 0 && d.Seq <= dead[i-1].Seq) {
+			t.Fatalf("dead letter %d: %+v", i, d)
+		}
+	}
+	t.Logf("%s refused: %q", r.Bad, dead[0].Error)
+	r.Fix()
+	if m, err := f.ReplayDead(); err != nil || m != n {
+		t.Fatalf("replay: %d, %v; want %d", m, err, n)
+	}
+	for deadline := time.Now().Add(30 * time.Second); Backlog(t, st, name) > 0 || len(r.Read(r.Bad)) < n; time.Sleep(10 * time.Millisecond) { // polling the destination
+		if time.Now().After(deadline) {
+			t.Fatalf("the replay not delivered after 30s: %d of %d stored; %+v", len(r.Read(r.Bad)), n, f.Stats())
+		}
+	}
+	var got []string
+	for _, p := range r.Read(r.Bad) {
+		got = append(got, number(p))
+	}
+	InOrder(t, r.Bad, got, n)
+	if s := f.Stats(); s.DeadLetters != 0 {
+		t.Fatalf("after the replay: %d dead letters", s.DeadLetters)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"devicegate/forward"
@@ -120,14 +121,38 @@ func (c *conn) Send(m *forward.Message, _ byte) forward.Ack {
 	p := forward.NewPending()
 	c.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
 		if err != nil {
+			err = fmt.Errorf("produce to %s on %s: %w", r.Topic, c.d.Addr(), err)
+			if reason, ok := refusal(err); ok {
+				// This record alone: the connection goes on.
+				p.Finish(forward.Refuse(reason, err))
+				return
+			}
 			// A record that failed fails the partition's later ones
 			// too; the forwarder sends again from its log.
-			err = fmt.Errorf("produce to %s on %s: %w", r.Topic, c.d.Addr(), err)
 			c.EndWith(err)
 		}
 		p.Finish(err)
 	})
 	return p
+}
+
+// refusal tells a record Kafka refused for good (sent again, it would
+// be refused again) from a failure of the moment: larger than the
+// producer's batch or the broker's message.max.bytes, a topic the
+// client may not write or whose name is invalid, a record the broker
+// takes for invalid.
+func refusal(err error) (reason string, ok bool) {
+	switch {
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return "too_large", true
+	case errors.Is(err, kerr.TopicAuthorizationFailed):
+		return "not_authorized", true
+	case errors.Is(err, kerr.InvalidTopicException):
+		return "invalid_topic", true
+	case errors.Is(err, kerr.InvalidRecord), errors.Is(err, kerr.CorruptMessage):
+		return "invalid_record", true
+	}
+	return "", false
 }
 
 // Close fails what Kafka has not acknowledged (the forwarder sends it

@@ -2,17 +2,21 @@ package kafka
 
 import (
 	"context"
+	"crypto/rand"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"devicegate/forward"
 	"devicegate/forward/forwardtest"
 	"devicegate/internal/kafkatest"
+	"devicegate/internal/poll"
 )
 
 // byDevice returns the values of recs per device (the record key), in
@@ -136,4 +140,84 @@ func TestTopicName(t *testing.T) {
 			t.Errorf("TopicName(%q, %q, %q) = %q, want %q", c.tmpl, c.topic, c.device, got, c.want)
 		}
 	}
+}
+
+// TestSilentUpstreamNotConnected: a broker that takes the connection and
+// answers everything but produce requests is not "connected" in the
+// forwarder's state once nothing was acknowledged for the
+// acknowledgement timeout, and the reason says so; once it answers
+// again, it is.
+func TestSilentUpstreamNotConnected(t *testing.T) {
+	k := kafkatest.Start(t, 1, []string{"telemetry"})
+	silent := make(chan struct{})
+	k.Control(kmsg.Produce, func(kmsg.Request) (kmsg.Response, error, bool) {
+		select {
+		case <-silent:
+			return nil, nil, false // answered again
+		default:
+			k.KeepControl()
+			return nil, nil, true // never answered
+		}
+	})
+	f, st := forwardtest.Run(t, "streams/0", &Dialer{Seeds: []string{k.Addr}, Topic: "telemetry"})
+	forwardtest.Append(t, f, []string{"meter-1"}, 1, 5)
+	poll.Until(t, 20*time.Second, "the silence reported", func() bool {
+		s := f.Stats()
+		return s.Connected == 0 && strings.Contains(s.LastError, "nothing acknowledged")
+	})
+	t.Logf("while silent: %q", f.Stats().LastError)
+	close(silent)
+	poll.Until(t, 20*time.Second, "the backlog delivered", func() bool { return forwardtest.Backlog(t, st, "streams/0") == 0 })
+	if s := f.Stats(); s.Connected != 1 || s.LastError != "" {
+		t.Fatalf("answering again: %+v", s)
+	}
+}
+
+// TestRefusedForGood: a topic that takes messages of at most 4 KiB
+// (max.message.bytes) and one device whose messages are larger: each
+// batch of them is refused with MESSAGE_TOO_LARGE. They go to the
+// dead-letter log, counted; every other device's message is stored
+// once, in order (the devices' keys put bad alone in its partition:
+// a batch refused holds only its records); once the limit is raised, a
+// replay stores them.
+func TestRefusedForGood(t *testing.T) {
+	k := kafkatest.Start(t, 3, []string{"telemetry"})
+	k.SetTopicConfig("telemetry", "max.message.bytes", "4096")
+	f, st := forwardtest.Run(t, "streams/0", &Dialer{Seeds: []string{k.Addr}, Topic: "telemetry"})
+	bad := "bad"
+	var good []string
+	for i := 0; len(good) < 19; i++ {
+		// Devices whose records go to other partitions than bad's.
+		if d := "dev-" + strconv.Itoa(i); partition(d, 3) != partition(bad, 3) {
+			good = append(good, d)
+		}
+	}
+	forwardtest.Refused(t, f, st, "streams/0", 30, forwardtest.Refusal{Good: good, Bad: bad, Reason: "too_large",
+		Payload: func(dev string, i int) []byte {
+			p := []byte(strconv.Itoa(i))
+			if dev == bad {
+				// Random bytes: the producer compresses its batches.
+				p = append(p, ':')
+				p = append(p, make([]byte, 8000)...)
+				rand.Read(p[len(p)-8000:])
+			}
+			return p
+		},
+		Number: func(p string) string { n, _, _ := strings.Cut(p, ":"); return n },
+		Fix:    func() { k.SetTopicConfig("telemetry", "max.message.bytes", "1048588") },
+		Read: func(dev string) []string {
+			var out []string
+			for _, r := range k.Records("telemetry") {
+				if string(r.Key) == dev {
+					out = append(out, string(r.Value))
+				}
+			}
+			return out
+		}})
+}
+
+// partition is the partition, of n, franz-go's default partitioner
+// gives a record keyed key (murmur2, as Kafka's Java client).
+func partition(key string, n int) int {
+	return int(kgo.StickyKeyPartitioner(nil).ForTopic("t").Partition(&kgo.Record{Key: []byte(key)}, n))
 }

@@ -139,6 +139,11 @@ func (c *conn) Send(m *forward.Message, qos byte) forward.Ack {
 	f, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID))
 	if err != nil {
 		err = fmt.Errorf("publish to %s on %s: %w", msg.Subject, c.d.URLs, err)
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// Refused by the client before it was sent: the connection
+			// goes on.
+			return forward.Failed(forward.Refuse("too_large", err))
+		}
 		c.EndWith(err)
 		return forward.Failed(err)
 	}
@@ -155,12 +160,23 @@ func (c *conn) run() {
 		select {
 		case <-s.f.Ok():
 		case err = <-s.f.Err():
-			err = fmt.Errorf("publish to %s on %s: %w", s.f.Msg().Subject, c.d.URLs, explain(err))
+			err = refusal(fmt.Errorf("publish to %s on %s: %w", s.f.Msg().Subject, c.d.URLs, explain(err)))
 		case <-c.Lost():
 			err = errors.New("connection lost")
 		}
 		s.ack.Finish(err)
 	}
+}
+
+// refusal returns err as a refusal for good when JetStream refused the
+// message itself: larger than the stream takes (max_msg_size), or
+// larger than the server's max_payload. Anything else (no stream for
+// the subject yet, a timeout, a leader change) is sent again.
+func refusal(err error) error {
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
+		return forward.Refuse("too_large", err)
+	}
+	return err
 }
 
 // explain says what to do about the error of a publish no stream takes.

@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,24 +19,34 @@ import (
 // stream order, checking each message's subject and headers.
 func stored(t *testing.T, st jetstream.Stream) map[string][]string {
 	t.Helper()
+	out := map[string][]string{}
+	for _, m := range messages(t, st) {
+		d := m.Header.Get("device")
+		if m.Subject != "devices."+d+".t" || m.Header.Get("topic") != "devices/"+d+"/t" || m.Header.Get("qos") != "1" ||
+			m.Header.Get("at") == "" || !strings.HasPrefix(m.Header.Get(jetstream.MsgIDHeader), "streams/0/") {
+			t.Fatalf("message %d: subject %q, headers %v", m.Sequence, m.Subject, m.Header)
+		}
+		out[d] = append(out[d], string(m.Data))
+	}
+	return out
+}
+
+// messages returns what the stream holds, in order.
+func messages(t *testing.T, st jetstream.Stream) []*jetstream.RawStreamMsg {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	info, err := st.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string][]string{}
+	var out []*jetstream.RawStreamMsg
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
 		m, err := st.GetMsg(ctx, seq)
 		if err != nil {
 			t.Fatalf("message %d: %v", seq, err)
 		}
-		d := m.Header.Get("device")
-		if m.Subject != "devices."+d+".t" || m.Header.Get("topic") != "devices/"+d+"/t" || m.Header.Get("qos") != "1" ||
-			m.Header.Get("at") == "" || !strings.HasPrefix(m.Header.Get(jetstream.MsgIDHeader), "streams/0/") {
-			t.Fatalf("message %d: subject %q, headers %v", seq, m.Subject, m.Header)
-		}
-		out[d] = append(out[d], string(m.Data))
+		out = append(out, m)
 	}
 	return out
 }
@@ -127,5 +138,75 @@ func BenchmarkSubject(b *testing.B) {
 	b.ReportAllocs()
 	for range b.N {
 		_ = tmpl.Expand("devices/meter-0042/telemetry", "meter-0042", tokens)
+	}
+}
+
+// TestRefusedForGood: a stream that takes messages of at most 1 KiB
+// (max_msg_size) and one device whose messages are larger: JetStream
+// refuses them (message size exceeds maximum allowed). They go to the
+// dead-letter log, counted; every other device's message is stored
+// once, in order; once the stream takes them, a replay stores them.
+func TestRefusedForGood(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := context.Background()
+	js := srv.JetStream()
+	cfg := jetstream.StreamConfig{Name: "DEVICES", Subjects: []string{"devices.>"}, Storage: jetstream.FileStorage, MaxMsgSize: 1024}
+	stream, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, st := forwardtest.Run(t, "streams/0", &Dialer{URLs: srv.URL})
+	var good []string
+	for i := range 19 {
+		good = append(good, "dev-"+strconv.Itoa(i))
+	}
+	forwardtest.Refused(t, f, st, "streams/0", 30, forwardtest.Refusal{Good: good, Bad: "bad", Reason: "too_large",
+		Payload: func(d string, i int) []byte {
+			p := []byte(strconv.Itoa(i))
+			if d == "bad" {
+				p = append(p, make([]byte, 2000)...)
+			}
+			return p
+		},
+		Number: func(p string) string { return strings.TrimRight(p, "\x00") },
+		Fix: func() {
+			cfg.MaxMsgSize = -1
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Read: func(d string) []string {
+			var out []string // a replayed message has a new ID: not stored's checks
+			for _, m := range messages(t, stream) {
+				if m.Header.Get("device") == d {
+					out = append(out, string(m.Data))
+				}
+			}
+			return out
+		}})
+}
+
+// TestStreamCreatedMidRun: one device's 60 messages appended before
+// the stream of their subject exists; it is created while the
+// forwarder is failing to publish them (no responders). The stream
+// then holds the 60, in order, each once: before, a window of
+// publishes in flight had its first ones fail and later ones stored,
+// and the first ones, sent again, were stored after them (m24 m1 m2 …
+// m23 m29 m25 …).
+func TestStreamCreatedMidRun(t *testing.T) {
+	for run := range 3 {
+		srv := natstest.Start(t)
+		f, st := forwardtest.Run(t, "streams/0", &Dialer{URLs: srv.URL})
+		forwardtest.Append(t, f, []string{"meter-1"}, 1, 60)
+		poll.Until(t, 10*time.Second, "publishes failing", func() bool { return f.Attempts() >= 3 })
+		stream := srv.CreateStream("DEVICES", "devices.>")
+		poll.Until(t, 20*time.Second, "the log sent", func() bool { return forwardtest.Backlog(t, st, "streams/0") == 0 })
+		got := stored(t, stream)["meter-1"]
+		if dups := forwardtest.InOrder(t, "meter-1", got, 60); dups != 0 {
+			t.Fatalf("run %d: %d duplicates", run, dups)
+		}
+		if len(got) != 60 {
+			t.Fatalf("run %d: %d messages stored, want 60", run, len(got))
+		}
 	}
 }

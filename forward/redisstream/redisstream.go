@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,12 +100,12 @@ func (c *conn) run() {
 		if len(batch) == 0 {
 			continue
 		}
-		err := c.send(batch)
+		errs, err := c.send(batch)
 		if err != nil {
 			c.EndWith(err)
 		}
-		for _, s := range batch {
-			s.ack.Finish(err)
+		for i, s := range batch {
+			s.ack.Finish(errs[i])
 		}
 		if c.isClosed() {
 			return
@@ -112,7 +113,12 @@ func (c *conn) run() {
 	}
 }
 
-func (c *conn) send(batch []*sent) error {
+// send sends batch in one pipeline and returns each XADD's outcome,
+// and the connection's failure, if any (then every outcome not known
+// is that failure). A command Redis answered with an error is that
+// message's outcome alone: Redis ran the others (a pipeline is not a
+// transaction).
+func (c *conn) send(batch []*sent) ([]error, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pipe := c.c.Pipeline()
@@ -127,11 +133,52 @@ func (c *conn) send(batch []*sent) error {
 		}
 		pipe.XAdd(ctx, args)
 	}
-	_, err := pipe.Exec(ctx) // the first failed command's error, if any
-	if err != nil {
-		return fmt.Errorf("XADD to %s: %w", c.d.Addr(), err)
+	cmds, err := pipe.Exec(ctx) // the first failed command's error, if any
+	errs := make([]error, len(batch))
+	var lost error
+	for i := range batch {
+		var cerr error
+		if i < len(cmds) {
+			cerr = cmds[i].Err()
+		} else {
+			cerr = err
+		}
+		if cerr == nil {
+			continue
+		}
+		cerr = fmt.Errorf("XADD to %s: %w", c.d.Addr(), cerr)
+		if reason, ok := refusal(cerr); ok {
+			errs[i] = forward.Refuse(reason, cerr)
+			continue
+		}
+		errs[i] = cerr
+		if lost == nil {
+			lost = cerr
+		}
 	}
-	return nil
+	return errs, lost
+}
+
+// refusal tells a command Redis refused for good (sent again, it would
+// be refused again) from a failure of the connection or of the moment
+// (OOM, LOADING, BUSY, READONLY, TRYAGAIN...): WRONGTYPE (the stream's
+// key holds another type), NOPERM (an ACL), and ERR (a command Redis
+// cannot run, an ID or argument it does not take).
+func refusal(err error) (reason string, ok bool) {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return "", false
+	}
+	msg := rerr.Error()
+	switch {
+	case strings.HasPrefix(msg, "WRONGTYPE"):
+		return "wrong_type", true
+	case strings.HasPrefix(msg, "NOPERM"):
+		return "not_authorized", true
+	case strings.HasPrefix(msg, "ERR"):
+		return "refused", true
+	}
+	return "", false
 }
 
 func (c *conn) isClosed() bool {

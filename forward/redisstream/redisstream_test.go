@@ -72,3 +72,32 @@ func TestForwardToRedisStreams(t *testing.T) {
 		t.Fatalf("XLEN bounded = %d, %v; want about 10 (MAXLEN ~ trims whole nodes)", n, err)
 	}
 }
+
+// TestRefusedForGood: a key of the wrong type at one device's stream
+// (SET devices/bad/t x): Redis refuses that device's XADDs with
+// WRONGTYPE while it runs the others of the same pipelines. The
+// refused messages go to the dead-letter log, counted; every other
+// message is stored once, in order (before, the pipeline's failure
+// ended the connection and everything was sent again, forever); once
+// the key is deleted, a replay delivers them.
+func TestRefusedForGood(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	if err := c.Set(ctx, "devices/bad/t", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f, st := forwardtest.Run(t, "streams/0", &Dialer{Options: &redis.Options{Addr: srv.Addr}})
+	var good []string
+	for i := range 19 {
+		good = append(good, "dev-"+strconv.Itoa(i))
+	}
+	forwardtest.Refused(t, f, st, "streams/0", 30, forwardtest.Refusal{Good: good, Bad: "bad", Reason: "wrong_type",
+		Fix: func() { c.Del(ctx, "devices/bad/t") },
+		Read: func(d string) []string {
+			if typ, _ := c.Type(ctx, "devices/"+d+"/t").Result(); typ != "stream" {
+				return nil
+			}
+			return entries(t, c, "devices/"+d+"/t", d)
+		}})
+}

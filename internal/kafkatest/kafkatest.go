@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"devicegate/internal/freeport"
 )
@@ -110,4 +112,44 @@ func (k *Cluster) Records(topic string, opts ...kgo.Opt) []*kgo.Record {
 		out = append(out, fs.Records()...)
 	}
 	return out
+}
+
+// Control adds a control function for requests of key (kfake's
+// ControlKey: handled requests get its answer, or none when both are
+// nil; the function is dropped after one request unless it calls
+// KeepControl).
+func (k *Cluster) Control(key kmsg.Key, fn func(kmsg.Request) (kmsg.Response, error, bool)) {
+	k.c.ControlKey(int16(key), fn)
+}
+
+// KeepControl keeps the running control function for the next request.
+func (k *Cluster) KeepControl() { k.c.KeepControl() }
+
+// SetTopicConfig sets a topic's config key to value (an
+// IncrementalAlterConfigs request), failing the test if the broker
+// refuses.
+func (k *Cluster) SetTopicConfig(topic, key, value string) {
+	k.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr))
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeTopic
+	res.ResourceName = topic
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value, c.Op = key, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && len(resp.Resources) == 1 {
+		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
+	}
+	if err != nil {
+		k.t.Fatalf("set %s=%s on topic %s: %v", key, value, topic, err)
+	}
 }

@@ -26,6 +26,13 @@ type Options struct {
 	Closed bool
 	// TLS, when set, makes the listener speak TLS only.
 	TLS *TLS
+	// MaxQueued, when > 0, is max_queued_messages (0: no bound). With
+	// no bound, Mosquitto 2.0 ends the connection of an MQTT 5 client
+	// after each publish it refuses (its check of the queue against 0
+	// always fails).
+	MaxQueued int
+	// ACL, when set, is the acl_file's text (SetACL changes it).
+	ACL string
 	// Persist keeps sessions (and their queued messages) across Stop
 	// and Restart, in the test's directory.
 	Persist bool
@@ -43,6 +50,7 @@ type TLS struct {
 type Server struct {
 	Addr string
 	conf string
+	acl  string
 	proc *proctest.Proc
 	t    testing.TB
 }
@@ -65,9 +73,10 @@ func StartWith(t testing.TB, o Options) *Server {
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	dir := t.TempDir()
+	s := &Server{Addr: addr, conf: filepath.Join(dir, "mosquitto.conf"), t: t}
 	// No bound on the messages queued for a client: a test upstream
 	// must not lose what it accepted (Mosquitto's default keeps 1000).
-	conf := []string{"listener " + port + " 127.0.0.1", "log_dest stderr", "log_type error", "user root", "max_queued_messages 0"}
+	conf := []string{"listener " + port + " 127.0.0.1", "log_dest stderr", "log_type error", "user root", fmt.Sprintf("max_queued_messages %d", o.MaxQueued)}
 	switch {
 	case len(o.Users) > 0:
 		pw := filepath.Join(dir, "passwd")
@@ -90,12 +99,18 @@ func StartWith(t testing.TB, o Options) *Server {
 		conf = append(conf, "cafile "+o.TLS.CAFile, "certfile "+o.TLS.CertFile, "keyfile "+o.TLS.KeyFile,
 			fmt.Sprintf("require_certificate %v", o.TLS.RequireCert))
 	}
+	if o.ACL != "" {
+		s.acl = filepath.Join(dir, "acl")
+		if err := os.WriteFile(s.acl, []byte(o.ACL), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		conf = append(conf, "acl_file "+s.acl)
+	}
 	if o.Persist {
 		conf = append(conf, "persistence true", "persistence_location "+dir+"/", "autosave_interval 0")
 	} else {
 		conf = append(conf, "persistence false")
 	}
-	s := &Server{Addr: addr, conf: filepath.Join(dir, "mosquitto.conf"), t: t}
 	if err := os.WriteFile(s.conf, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +142,16 @@ func (s *Server) Restart() { s.run() }
 // nothing is answered, as over a link that went dead. It returns once
 // the process is stopped (a signal is delivered asynchronously).
 func (s *Server) Pause() { s.proc.Pause() }
+
+// SetACL replaces the acl_file's text (the broker was started with an
+// ACL) and has the broker read it again (SIGHUP).
+func (s *Server) SetACL(acl string) {
+	s.t.Helper()
+	if err := os.WriteFile(s.acl, []byte(acl), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	s.proc.Hangup()
+}
 
 // Resume continues a paused broker.
 func (s *Server) Resume() { s.proc.Resume() }

@@ -120,6 +120,9 @@ func (p *Proc) Pause() {
 // Resume continues a paused process.
 func (p *Proc) Resume() { p.signal(syscall.SIGCONT) }
 
+// Hangup sends SIGHUP (a reload, to most servers).
+func (p *Proc) Hangup() { p.signal(syscall.SIGHUP) }
+
 func (p *Proc) signal(sig syscall.Signal) {
 	p.t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {

@@ -1,0 +1,140 @@
+package persist
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// A dead-letter log holds the messages a forward log's destination
+// refused for good: each moved there, in one transaction, from its
+// forward log, under the same sequence number, so that the forward log
+// goes on. A bucket per forward log under "forward-dead"; the entry is
+// the caller's.
+var bucketDead = []byte("forward-dead")
+
+// MoveForwardDead moves message seq of forward log log to that log's
+// dead-letter log as entry, durably, in one transaction: it is never in
+// both, nor in neither. When the dead-letter log then holds more than
+// max entries (max > 0), the oldest go to make room; dropped says how
+// many.
+func (s *Store) MoveForwardDead(log string, seq uint64, entry []byte, max int) (dropped int, err error) {
+	if err := validLog(log); err != nil {
+		return 0, err
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		if b := forwardBucket(tx, log); b != nil {
+			if err := b.Delete(forwardKey(seq)); err != nil {
+				return err
+			}
+		}
+		root, err := tx.CreateBucketIfNotExists(bucketDead)
+		if err != nil {
+			return err
+		}
+		d, err := root.CreateBucketIfNotExists([]byte(log))
+		if err != nil {
+			return err
+		}
+		if err := d.Put(forwardKey(seq), entry); err != nil {
+			return err
+		}
+		if max <= 0 || d.Stats().KeyN <= max {
+			return nil
+		}
+		over := d.Stats().KeyN - max
+		c := d.Cursor()
+		for k, _ := c.First(); k != nil && dropped < over; k, _ = c.First() {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+			dropped++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("move message %d of forward log %q to its dead letters in %q: %w", seq, log, s.path, err)
+	}
+	return dropped, nil
+}
+
+// ReadDead calls fn, in sequence order, for the entries of log's
+// dead-letter log, until fn returns false. entry is valid only during
+// the call.
+func (s *Store) ReadDead(log string, fn func(seq uint64, entry []byte) bool) error {
+	if err := validLog(log); err != nil {
+		return err
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		b := deadBucket(tx, log)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) != 8 {
+				return fmt.Errorf("%w: dead letters of %q: a key of %d bytes", ErrCorrupt, log, len(k))
+			}
+			if !fn(binary.BigEndian.Uint64(k), v) {
+				return errStopRead
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopRead) {
+		return fmt.Errorf("read the dead letters of forward log %q in %q: %w", log, s.path, err)
+	}
+	return nil
+}
+
+// DeleteDead removes entries of log's dead-letter log durably; numbers
+// not stored are not an error.
+func (s *Store) DeleteDead(log string, seqs []uint64) error {
+	if err := validLog(log); err != nil {
+		return err
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		b := deadBucket(tx, log)
+		if b == nil {
+			return nil
+		}
+		for _, seq := range seqs {
+			if err := b.Delete(forwardKey(seq)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete %d dead letters of forward log %q in %q: %w", len(seqs), log, s.path, err)
+	}
+	return nil
+}
+
+// DeadCount returns how many entries log's dead-letter log holds.
+func (s *Store) DeadCount(log string) (int, error) {
+	if err := validLog(log); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := s.view(func(tx *bolt.Tx) error {
+		if b := deadBucket(tx, log); b != nil {
+			n = b.Stats().KeyN
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count the dead letters of forward log %q in %q: %w", log, s.path, err)
+	}
+	return n, nil
+}
+
+func deadBucket(tx *bolt.Tx, log string) *bolt.Bucket {
+	root := tx.Bucket(bucketDead)
+	if root == nil {
+		return nil
+	}
+	return root.Bucket([]byte(log))
+}
