@@ -145,7 +145,7 @@ func TestDocsAddresses(t *testing.T) {
 			if m[1] == "file" {
 				continue // a local file, no host
 			}
-			for hp := range strings.SplitSeq(m[2], ",") {
+			for hp := range strings.SplitSeq(strings.TrimRight(m[2], ":.;"), ",") {
 				host, _, err := net.SplitHostPort(hp)
 				if err != nil {
 					host = hp
