@@ -317,6 +317,10 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		d, byGroup = h.decide(cl, c, class, &q, &gq, len(pk.Payload), now)
 	}
 	if d.Allowed {
+		if !leased(h.table, d.Lease) {
+			c.ack.barrier()
+			return pk, h.admitFailed(cl, &pk, errLease)
+		}
 		var err error
 		if queueable {
 			err = h.admitQueued(cl, c, &pk)
@@ -409,6 +413,9 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	}
 	switch out {
 	case outAllowed:
+		if !leased(h.table, d.Lease) {
+			return h.admitFailed(cl, pk, errLease)
+		}
 		return h.admit(cl, c.device, pk)
 	case outDeferred:
 		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)
