@@ -368,7 +368,11 @@ func (h *throttle) admitFailed(cl *mqtt.Client, pk *packets.Packet, err error) e
 		return errReject
 	}
 	if h.logs.allow(logForward, "", refusalLogWindow) {
-		h.log.Error("message not acknowledged: the forward log did not take it", "client", cl.ID, "topic", pk.TopicName, "error", err)
+		what := "message not acknowledged: the forward log did not take it"
+		if errors.Is(err, errLease) {
+			what = "message not acknowledged: its lease was not written to the data file in time"
+		}
+		h.log.Error(what, "client", cl.ID, "topic", pk.TopicName, "error", err)
 	}
 	return errReject
 }

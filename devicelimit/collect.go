@@ -23,10 +23,11 @@ func (t *Table) Collect(fn func(device string, enc []byte)) int {
 // CollectLeases is Collect that also hands out, with each window, what
 // its snapshot records of its lease (zero without one): the store
 // writes it in the same transaction as the window. A window with an
-// open lease is handed out again by the next collection; if it
-// admitted nothing in between, its lease is closed then: it gives up
-// the rest (the next admission takes a new lease) and the mark records
-// the whole lease, so a crash after that snapshot charges it nothing.
+// open lease is handed out again by the next collection; once
+// idleCollects collections in a row found it admitting nothing, its
+// lease is closed: it gives up the rest (the next admission takes a new
+// lease) and the mark records the whole lease, so a crash after that
+// snapshot charges it nothing.
 func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) int {
 	n := 0
 	var buf []byte
@@ -52,7 +53,9 @@ func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) i
 			if t.lease.on {
 				if ls := s.lease(ref); ls.inc != 0 {
 					if f&flagIdle != 0 {
-						ls.adm = max(ls.adm, ls.cap) // idle: close the lease
+						if ls.idle++; ls.idle >= t.lease.idleAfter {
+							ls.adm = max(ls.adm, ls.cap) // idle long enough: close the lease
+						}
 					}
 					f &^= flagIdle
 					if ls.cap > ls.adm {

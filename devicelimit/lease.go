@@ -23,8 +23,8 @@ import (
 // charged cap - recorded: the admissions its open lease could have made
 // beyond what the snapshot holds, never more than one lease (ChargeLease).
 // A window without an open lease is charged nothing, and a lease closes
-// once its window stayed idle for a snapshot (the unused rest of it is
-// given up: the next admission takes a new lease).
+// once its window admitted nothing through idleCollects snapshots (the
+// unused rest of it is given up: the next admission takes a new lease).
 //
 // adm and cap are counted per incarnation of a window record (inc,
 // unique in the table): a window evicted and made again starts over,
@@ -73,13 +73,26 @@ type lease struct {
 	dcap uint64 // the cap known durable
 	inc  uint64 // the incarnation; 0: no lease taken yet
 	gen  uint64 // the batch of the latest cap asked
+	// idle counts the collections in a row that found the window with
+	// an open lease and no admission since the one before.
+	idle uint32
 }
+
+// idleCollects is how many collections in a row must find a window's
+// lease open and unused before they close it: about 10 s at the
+// default snapshot interval. A device sending less often than that
+// takes a lease (and waits for its write) for nearly every message;
+// one sending more often keeps its lease, and a crash may charge it the
+// rest although it was not publishing at that moment.
+const idleCollects = 10
 
 // leases is a table's lease book-keeping.
 type leases struct {
 	on     bool
 	policy LeasePolicy
-	inc    atomic.Uint64 // the last incarnation handed out
+	// idleAfter is idleCollects (tests shorten it).
+	idleAfter uint32
+	inc       atomic.Uint64 // the last incarnation handed out
 	// durable is the latest batch written; every cap asked in it or
 	// before is durable.
 	durable atomic.Uint64
@@ -98,7 +111,7 @@ type leases struct {
 // window. p must be valid.
 func (t *Table) EnableLeases(p LeasePolicy) {
 	l := &t.lease
-	l.on, l.policy, l.open = true, p, 1
+	l.on, l.policy, l.open, l.idleAfter = true, p, 1, idleCollects
 	l.done = make(chan struct{})
 	l.wake = make(chan struct{}, 1)
 	for i := range t.shards {
@@ -130,6 +143,7 @@ func (t *Table) leaseAdmit(s *shard, r rec, ref uint32, key string, l Limit, n i
 	if f := r.flags(); f&flagIdle != 0 {
 		r.setFlags(f &^ flagIdle)
 	}
+	ls.idle = 0
 	ls.adm += uint64(n)
 	d := t.lease.durable.Load()
 	if ls.gen <= d {
@@ -141,7 +155,10 @@ func (t *Table) leaseAdmit(s *shard, r rec, ref uint32, key string, l Limit, n i
 	if ls.adm <= ls.dcap {
 		return 0
 	}
-	return uint32(ls.gen)
+	if g := uint32(ls.gen); g != 0 {
+		return g
+	}
+	return 1 // batch 1<<32 and its kind: 0 says no wait; wait one more
 }
 
 // askLease raises ls's cap to a lease beyond its admissions and queues

@@ -80,12 +80,15 @@ type leaseWorld struct {
 	r       *rand.Rand
 	policy  LeasePolicy
 	buckets int
-	tab     *Table
-	st      leaseStore
-	now     Tick
-	pending []pendingMsg
-	acted   []admission
-	crashes int
+	// idleAfter is the table's idleCollects, short so that sequences
+	// close leases.
+	idleAfter uint32
+	tab       *Table
+	st        leaseStore
+	now       Tick
+	pending   []pendingMsg
+	acted     []admission
+	crashes   int
 }
 
 // newTable starts a table as a new process would, reusing the last
@@ -114,6 +117,7 @@ func (w *leaseWorld) newTable() {
 	}
 	tab.lease = leases{}
 	tab.EnableLeases(w.policy)
+	tab.lease.idleAfter = w.idleAfter
 	w.tab = tab
 }
 
@@ -262,7 +266,7 @@ func TestPropertyLeasesKeepQuotaAcrossCrashes(t *testing.T) {
 	}
 	for seq := range n {
 		buckets := 2 + r.IntN(6)
-		w := &leaseWorld{t: t, r: r, buckets: buckets, tab: tabs[buckets],
+		w := &leaseWorld{t: t, r: r, buckets: buckets, tab: tabs[buckets], idleAfter: uint32(1 + r.IntN(3)),
 			policy: LeasePolicy{Share: []float64{0.05, 0.2, 0.5, 1}[r.IntN(4)], Min: 1 + r.IntN(2), Max: 2 + r.IntN(8)},
 			st:     leaseStore{windows: map[string][]byte{}, leases: map[string]storedLease{}},
 			now:    t0}

@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -77,7 +78,7 @@ func mergeLease(tx *bolt.Tx, key string, l leaseRecord, mark bool) error {
 	}
 	var cur leaseRecord
 	if v := b.Get(k); v != nil {
-		if name[len(name)-1] == 'g' { // leases-long
+		if bytes.Equal(name, bucketLeasesLong) {
 			_, enc, err := decodeLongValue(k, v)
 			if err != nil {
 				return err
@@ -126,7 +127,7 @@ func (s *Store) SettleLeases(t *devicelimit.Table, charge bool, at, now deviceli
 				}
 				err := b.ForEach(func(k, v []byte) error {
 					key := k
-					if name[len(name)-1] == 'g' {
+					if bytes.Equal(name, bucketLeasesLong) {
 						var err error
 						if key, v, err = decodeLongValue(k, v); err != nil {
 							return err

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestLeasesChargeOnlyOpenLeases(t *testing.T) {
 	}
 	admit("idle", 3)
 	admit("busy", 150)
-	for range 2 { // the second closes idle's lease: nothing since the first
+	for range 11 { // the 11th closes idle's lease: nothing since the first
 		if _, err := sn.Snapshot(); err != nil {
 			t.Fatal(err)
 		}
@@ -69,11 +70,11 @@ func TestLeasesChargeOnlyOpenLeases(t *testing.T) {
 	used := func(tab *devicelimit.Table, device string) int {
 		return tab.PeekAt(device, daily, at).Count
 	}
-	// busy: 151 recorded by the last snapshot, 21 after; its lease
+	// busy: 160 recorded by the last snapshot, 21 after; its lease
 	// (100) was renewed when it ran low, so the charge covers the 21
-	// and costs it at most one lease beyond its 172.
-	if got := used(tab2, "busy"); got < 172 || got > 172+100 {
-		t.Errorf("busy counts %d after the crash, want 172..%d (what it used, and at most a lease more)", got, 172+100)
+	// and costs it at most one lease beyond its 181.
+	if got := used(tab2, "busy"); got < 181 || got > 181+100 {
+		t.Errorf("busy counts %d after the crash, want 181..%d (what it used, and at most a lease more)", got, 181+100)
 	}
 	if got := used(tab2, "idle"); got != 3 {
 		t.Errorf("idle counts %d after the crash, want its 3: its lease was closed", got)
@@ -138,5 +139,47 @@ func TestMergeLeaseOrderFree(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A device ID too long to be a key keeps its lease and its mark in the
+// long buckets, and is charged after a crash like any other.
+func TestLeasesOfLongDeviceID(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	tab := newTable(t, 10)
+	tab.EnableLeases(devicelimit.DefaultLeasePolicy)
+	l := NewLeaser(s, tab, nil)
+	clock := &stepClock{now: t0}
+	sn := NewSnapshotter(s, tab, clock, time.Hour, nil)
+	long := strings.Repeat("x", bolt.MaxKeySize+1)
+	q := devicelimit.Quota{Limit: 100, Window: time.Hour}
+	for i := range 15 {
+		clock.now = clock.now.Add(ms)
+		d := tab.AllowAt(long, q, clock.now)
+		if !d.Allowed || !tab.WaitLease(d.Lease, 5*time.Second) {
+			t.Fatalf("admission %d: %+v", i, d)
+		}
+		if i == 9 {
+			if _, err := sn.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s2 := open(t, copyStore(t, s))
+	tab2 := newTable(t, 10)
+	if _, err := s2.RestoreWindows(tab2); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s2.SettleLeases(tab2, true, clock.now, clock.now); err != nil || n != 1 {
+		t.Fatalf("settle: %d, %v; want 1 window charged", n, err)
+	}
+	// 10 recorded, 5 after: charged at least those 5, at most a lease
+	// (10) beyond the 15.
+	if got := tab2.PeekAt(long, q, clock.now).Count; got < 15 || got > 25 {
+		t.Errorf("the long ID counts %d after the crash, want 15..25", got)
 	}
 }
