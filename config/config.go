@@ -188,9 +188,11 @@ type Persist struct {
 	// "never".
 	CheckOnStart string `yaml:"check_on_start"`
 	// AfterCrash says what a start after an unclean shutdown does about
-	// the admissions the crash made it forget: "charge" every device as
-	// if it had used its whole quota at the latest instant they could
-	// have been made, or "forgive" them.
+	// the admissions the crash made it forget: "charge" (admissions are
+	// acted on only under durable leases, and each window is charged
+	// what its open lease could have admitted beyond the last snapshot,
+	// at the latest instant it could have), or "forgive" them (no
+	// leases).
 	AfterCrash string `yaml:"after_crash"`
 	// Lease sizes the leases that pay for crashes under "charge": an
 	// admission is acted on only once a lease covering it is durable,
