@@ -21,7 +21,10 @@ type Snapshot struct {
 	SnapshotSeconds                                      float64 // duration of the last window snapshot
 	SnapshotBytes                                        int64   // size of the last window snapshot
 	Snapshots                                            uint64  // window snapshots written
-	ClockRollbacks                                       uint64
+	// LeaseWrites counts the lease writes committed (group commits
+	// that held leases) and LeaseRecords the leases they wrote.
+	LeaseWrites, LeaseRecords uint64
+	ClockRollbacks            uint64
 	// ACLPublishDenied and ACLSubscribeDenied count what the topic ACL
 	// refused.
 	ACLPublishDenied, ACLSubscribeDenied uint64
@@ -103,6 +106,8 @@ var (
 	descSnapSeconds   = prometheus.NewDesc("devicegate_snapshot_duration_seconds", "Duration of the last window snapshot.", nil, nil)
 	descSnapBytes     = prometheus.NewDesc("devicegate_snapshot_bytes", "Size of the last window snapshot.", nil, nil)
 	descSnapshots     = prometheus.NewDesc("devicegate_snapshots_total", "Window snapshots written.", nil, nil)
+	descLeaseWrites   = prometheus.NewDesc("devicegate_lease_writes_total", "Lease writes committed to the data file (persist.after_crash: charge), each one transaction for every lease asked since the last.", nil, nil)
+	descLeaseRecords  = prometheus.NewDesc("devicegate_lease_records_total", "Window leases written to the data file.", nil, nil)
 	descRollbacks     = prometheus.NewDesc("devicegate_clock_rollbacks_total", "Wall-clock rollbacks detected.", nil, nil)
 	descACLDenied     = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
 	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
@@ -135,7 +140,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes,
-		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descRollbacks,
+		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descLeaseWrites, descLeaseRecords, descRollbacks,
 		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descFwdDead, descFwdDeadHeld, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool} {
 		ch <- d
 	}
@@ -167,6 +172,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSnapSeconds, s.SnapshotSeconds)
 	gauge(descSnapBytes, float64(s.SnapshotBytes))
 	counter(descSnapshots, s.Snapshots)
+	counter(descLeaseWrites, s.LeaseWrites)
+	counter(descLeaseRecords, s.LeaseRecords)
 	counter(descRollbacks, s.ClockRollbacks)
 	counter(descACLDenied, s.ACLPublishDenied, "publish")
 	counter(descACLDenied, s.ACLSubscribeDenied, "subscribe")

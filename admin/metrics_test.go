@@ -15,7 +15,7 @@ func TestCollector(t *testing.T) {
 		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20, ConsumerWaits: 43, ConsumerSpoolBytes: 44,
 		Forward: []ForwardStats{{Upstream: "cloud", Connections: 2, Connected: 1, Forwarded: 21, Backlog: 22, BacklogBytes: 2300,
 			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5, DeadLetters: 2, DeadByReason: map[string]uint64{"too_large": 6}, DeadDropped: 1}},
-		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, ClockRollbacks: 1,
+		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, LeaseWrites: 5, LeaseRecords: 50, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 		Groups: map[string][3]uint64{"{tenant}": {40, 41, 42}},
 	}}
@@ -102,6 +102,12 @@ devicegate_forward_forwarded_total{upstream="cloud"} 21
 # HELP devicegate_forward_oldest_age_seconds How long the oldest message in the upstream's forward logs has waited; 0 when none waits.
 # TYPE devicegate_forward_oldest_age_seconds gauge
 devicegate_forward_oldest_age_seconds{upstream="cloud"} 1.5
+# HELP devicegate_lease_records_total Window leases written to the data file.
+# TYPE devicegate_lease_records_total counter
+devicegate_lease_records_total 50
+# HELP devicegate_lease_writes_total Lease writes committed to the data file (persist.after_crash: charge), each one transaction for every lease asked since the last.
+# TYPE devicegate_lease_writes_total counter
+devicegate_lease_writes_total 5
 # HELP devicegate_protocol_errors_total Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).
 # TYPE devicegate_protocol_errors_total counter
 devicegate_protocol_errors_total 20
@@ -134,8 +140,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 43 {
-		t.Fatalf("%d series, want 43", n)
+	if n := testutil.CollectAndCount(c); n != 45 {
+		t.Fatalf("%d series, want 45", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

@@ -133,9 +133,11 @@ const (
 // update one device's queue, never while publishing or touching the
 // store. Enqueues to the store run under no lock.
 type deferrer struct {
-	store    DeferStore
-	limits   DeferLimits
-	table    Limiter // the throttle's limiter: releases decide on the same windows
+	store  DeferStore
+	limits DeferLimits
+	table  Limiter // the throttle's limiter: releases decide on the same windows
+	// leases is the table whose leases a release waits for (lease.go).
+	leases   *devicelimit.Table
 	resolver *devicelimit.Resolver
 	clock    devicelimit.Clock
 	log      *slog.Logger
@@ -217,6 +219,7 @@ func newDeferrer(store DeferStore, limits DeferLimits, h *throttle) *deferrer {
 		store:    store,
 		limits:   limits.withDefaults(),
 		table:    h.limiter,
+		leases:   h.table,
 		resolver: h.resolver,
 		clock:    h.clock,
 		log:      h.log,

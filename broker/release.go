@@ -110,6 +110,12 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 			retry = max(dec.RetryAfter, minReleaseSleep)
 			break
 		}
+		if !leased(d.leases, dec.Lease) {
+			// Counted, but not to be published before its lease is
+			// durable: it stays queued, and is counted again later.
+			retry = minReleaseSleep
+			break
+		}
 		batch = append(batch, batchItem{queuedMsg: m})
 	}
 

@@ -323,6 +323,10 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		d, byGroup = h.decide(cl, c, class, &q, &gq, len(pk.Payload), now)
 	}
 	if d.Allowed {
+		if !leased(h.table, d.Lease) {
+			c.ack.barrier()
+			return pk, h.admitFailed(cl, &pk, errLease)
+		}
 		var err error
 		if queueable {
 			err = h.admitQueued(cl, c, &pk)
@@ -370,7 +374,11 @@ func (h *throttle) admitFailed(cl *mqtt.Client, pk *packets.Packet, err error) e
 		return errReject
 	}
 	if h.logs.allow(logForward, "", refusalLogWindow) {
-		h.log.Error("message not acknowledged: the forward log did not take it", "client", cl.ID, "topic", pk.TopicName, "error", err)
+		what := "message not acknowledged: the forward log did not take it"
+		if errors.Is(err, errLease) {
+			what = "message not acknowledged: its lease was not written to the data file in time"
+		}
+		h.log.Error(what, "client", cl.ID, "topic", pk.TopicName, "error", err)
 	}
 	return errReject
 }
@@ -415,6 +423,9 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 	}
 	switch out {
 	case outAllowed:
+		if !leased(h.table, d.Lease) {
+			return h.admitFailed(cl, pk, errLease)
+		}
 		return h.admit(cl, c.device, pk)
 	case outDeferred:
 		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)

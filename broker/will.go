@@ -67,6 +67,10 @@ func (h *throttle) admitWill(cl *mqtt.Client) bool {
 	class, q := h.resolver.ClassAt(c.device, c.rule, c.ruleName, c.classes, w.TopicName, now)
 	var gq devicelimit.Quota
 	if d, _ := h.decide(cl, c, class, &q, &gq, len(w.Payload), now); d.Allowed {
+		if !leased(h.table, d.Lease) {
+			h.dropped.Add(1) // counted, not published: its lease is not on disk
+			return false
+		}
 		h.allowed.Add(1)
 		return true
 	}

@@ -42,6 +42,7 @@
 //	  snapshot_interval: 1s        # how often changed windows are written, > 0 and <= 1h
 //	  check_on_start: always       # the data file's consistency check: always, after_crash or never
 //	  after_crash: charge          # charge (the quota holds across crashes) or forgive
+//	  lease: {share: 0.1, min: 1, max: 1000} # what a crash may cost a window: a share of its limit
 //	limits:
 //	  default: {limit: 100, window: 10s, policy: drop}
 //	  buckets: 20                  # buckets per window, 1..1000
@@ -191,10 +192,30 @@ type Persist struct {
 	// "never".
 	CheckOnStart string `yaml:"check_on_start"`
 	// AfterCrash says what a start after an unclean shutdown does about
-	// the admissions the crash made it forget: "charge" every device as
-	// if it had used its whole quota at the latest instant they could
-	// have been made, or "forgive" them.
+	// the admissions the crash made it forget: "charge" (admissions are
+	// acted on only under durable leases, and each window is charged
+	// what its open lease could have admitted beyond the last snapshot,
+	// at the latest instant it could have), or "forgive" them (no
+	// leases).
 	AfterCrash string `yaml:"after_crash"`
+	// Lease sizes the leases that pay for crashes under "charge": an
+	// admission is acted on only once a lease covering it is durable,
+	// and a crash charges a window at most its open lease.
+	Lease Lease `yaml:"lease"`
+}
+
+// Lease is the size of a window's lease (devicelimit.LeasePolicy):
+// Share of the window's limit, from Min to Max messages in a message
+// window; Share of the bytes in a byte window.
+type Lease struct {
+	Share float64 `yaml:"share"`
+	Min   int     `yaml:"min"`
+	Max   int     `yaml:"max"`
+}
+
+// Policy returns the lease as a devicelimit.LeasePolicy.
+func (l Lease) Policy() devicelimit.LeasePolicy {
+	return devicelimit.LeasePolicy{Share: l.Share, Min: l.Min, Max: l.Max}
 }
 
 // MaxSnapshotInterval is the longest persist.snapshot_interval: beyond
@@ -248,8 +269,11 @@ type Defer struct {
 // instead of limit and window, several windows of messages or bytes
 // (docs/quotas.md, "Several windows, bytes").
 type Quota struct {
-	Limit  int      `yaml:"limit"`
-	Window Duration `yaml:"window"`
+	// Limit and Window are left out of YAML written for a quota of
+	// several windows (a spawned gateway's configuration), which may
+	// not have both.
+	Limit  int      `yaml:"limit,omitempty"`
+	Window Duration `yaml:"window,omitempty"`
 	// Policy is drop, defer or disconnect in YAML.
 	Policy devicelimit.Policy `yaml:"policy"`
 	// Windows, when set, are the quota's windows: a message is admitted
@@ -338,7 +362,8 @@ func Default() Config {
 		MQTT:    MQTT{TCP: ":1883"},
 		Admin:   Admin{Addr: "127.0.0.1:8080", Console: true},
 		DataDir: "./data",
-		Persist: Persist{SnapshotInterval: Duration(persist.DefaultInterval), CheckOnStart: "always", AfterCrash: "charge"},
+		Persist: Persist{SnapshotInterval: Duration(persist.DefaultInterval), CheckOnStart: "always", AfterCrash: "charge",
+			Lease: Lease{Share: devicelimit.DefaultLeasePolicy.Share, Min: devicelimit.DefaultLeasePolicy.Min, Max: devicelimit.DefaultLeasePolicy.Max}},
 		Limits: Limits{
 			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: devicelimit.PolicyDrop},
 			Buckets:  devicelimit.DefaultBuckets,
@@ -442,7 +467,17 @@ func (c Config) Table() (*devicelimit.Table, error) {
 	if err := validBuckets(c.Limits.Buckets); err != nil {
 		return nil, err
 	}
-	return devicelimit.NewTable(c.Limits.Buckets)
+	t, err := devicelimit.NewTable(c.Limits.Buckets)
+	if err != nil {
+		return nil, err
+	}
+	if c.Persist.AfterCrash == "charge" {
+		if err := c.Persist.Lease.Policy().Validate(); err != nil {
+			return nil, err
+		}
+		t.EnableLeases(c.Persist.Lease.Policy())
+	}
+	return t, nil
 }
 
 // Identity returns which MQTT field names a device; an error for a

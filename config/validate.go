@@ -40,6 +40,14 @@ func (c Config) Validate() error {
 	default:
 		v.add("persist.after_crash", fmt.Sprintf("must be charge or forgive (got %q)", c.Persist.AfterCrash))
 	}
+	if err := c.Persist.Lease.Policy().Validate(); err != nil {
+		var fe *devicelimit.FieldError
+		if errors.As(err, &fe) {
+			v.add("persist.lease."+fe.Field, fe.Msg)
+		} else {
+			v.add("persist.lease", err.Error())
+		}
+	}
 	switch c.Persist.CheckOnStart {
 	case "always", "after_crash", "never":
 	default:

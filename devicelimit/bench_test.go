@@ -33,6 +33,17 @@ func (l tableImpl) allow(device string, now devicelimit.Tick) bool {
 	return l.t.AllowAt(device, benchQuota, now).Allowed
 }
 
+// leaseWriter stands in for persist's Leaser: it marks every batch of
+// leases durable as soon as it is asked for, for as long as the process
+// runs.
+func leaseWriter(t *devicelimit.Table) {
+	for range t.LeaseWake() {
+		gen, keys := t.TakeLeases(func(string, devicelimit.Lease) {})
+		t.LeasesDurable(gen)
+		t.ReleaseLeaseKeys(keys)
+	}
+}
+
 // previousImpl is AllowAt as it was before quotas of several windows
 // (previous_test.go).
 type previousImpl struct{ t *devicelimit.Table }
@@ -103,6 +114,12 @@ var benchImpls = []struct {
 	}},
 	{"table", func() limiter {
 		t, _ := devicelimit.NewTable(devicelimit.DefaultBuckets)
+		return tableImpl{t}
+	}},
+	{"leased", func() limiter {
+		t, _ := devicelimit.NewTable(devicelimit.DefaultBuckets)
+		t.EnableLeases(devicelimit.DefaultLeasePolicy)
+		go leaseWriter(t)
 		return tableImpl{t}
 	}},
 	{"xrate", func() limiter { return &xrateImpl{m: make(map[string]*rate.Limiter)} }},

@@ -119,7 +119,7 @@ func (t *Table) AllowClassAt(device, class string, q Quota, size int, now Tick) 
 	}
 	if q.NWindows == 0 {
 		one := [1]Limit{{Unit: Messages, N: q.Limit, Window: q.Window}}
-		return t.AllowAllAt(device, class, one[:], size, now).Decision()
+		return t.decideAll(device, class, one[:], size, now, true, !q.Shadow).Decision()
 	}
-	return t.AllowAllAt(device, class, q.Windows[:min(max(q.NWindows, 0), MaxWindows)], size, now).Decision()
+	return t.decideAll(device, class, q.Windows[:min(max(q.NWindows, 0), MaxWindows)], size, now, true, !q.Shadow).Decision()
 }

@@ -1,5 +1,7 @@
 package devicelimit
 
+import "strings"
+
 // Collect hands out what changed since the last Collect (the first time:
 // every window that gained a count since it was made or restored), for
 // a store to write: fn(device, enc) for every window that gained a count, with enc
@@ -15,25 +17,57 @@ package devicelimit
 // number of windows and deletions handed out. Concurrent Collects are
 // serialized by the shard locks but interleave: use one collector.
 func (t *Table) Collect(fn func(device string, enc []byte)) int {
+	return t.CollectLeases(func(device string, enc []byte, _ LeaseMark) { fn(device, enc) })
+}
+
+// CollectLeases is Collect that also hands out, with each window, what
+// its snapshot records of its lease (zero without one): the store
+// writes it in the same transaction as the window. A window with an
+// open lease is handed out again by the next collection; once
+// idleCollects collections in a row found it admitting nothing, its
+// lease is closed: it gives up the rest (the next admission takes a new
+// lease) and the mark records the whole lease, so a crash after that
+// snapshot charges it nothing.
+func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) int {
 	n := 0
 	var buf []byte
+	var again []string
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for _, device := range s.gone {
-			fn(device, nil)
+			fn(device, nil, LeaseMark{})
 			n++
 		}
 		clear(s.gone)
 		s.gone = s.gone[:0]
-		hand := func(device string, r rec) {
+		again = again[:0]
+		hand := func(device string, ref uint32) {
+			r := s.rec(ref)
 			f := r.flags()
 			if f&flagDirty == 0 {
 				return // listed twice: evicted, then back and dirty again
 			}
-			r.setFlags(f&^flagDirty | flagStored)
+			f = f&^flagDirty | flagStored
+			var m LeaseMark
+			if t.lease.on {
+				if ls := s.lease(ref); ls.inc != 0 {
+					if f&flagIdle != 0 {
+						if ls.idle++; ls.idle >= t.lease.idleAfter {
+							ls.adm = max(ls.adm, ls.cap) // idle long enough: close the lease
+						}
+					}
+					f &^= flagIdle
+					if ls.cap > ls.adm {
+						f |= flagIdle | flagDirty
+						again = append(again, strings.Clone(device))
+					}
+					m = LeaseMark{Inc: ls.inc, Recorded: ls.adm}
+				}
+			}
+			r.setFlags(f)
 			buf = appendRec(buf[:0], r, t.buckets)
-			fn(device, buf)
+			fn(device, buf, m)
 			n++
 		}
 		if !s.collected {
@@ -42,7 +76,7 @@ func (t *Table) Collect(fn func(device string, enc []byte)) int {
 			s.collected = true
 			for j := range s.index.slots {
 				if sl := &s.index.slots[j]; sl.meta != 0 {
-					hand(sl.keyString(), s.rec(sl.ref()))
+					hand(sl.keyString(), sl.ref())
 				}
 			}
 		}
@@ -51,10 +85,10 @@ func (t *Table) Collect(fn func(device string, enc []byte)) int {
 			if !ok {
 				continue // evicted since: it is in gone, or never stored
 			}
-			hand(device, s.rec(ref))
+			hand(device, ref)
 		}
 		clear(s.dirty) // drop the strings, keep the capacity
-		s.dirty = s.dirty[:0]
+		s.dirty = append(s.dirty[:0], again...)
 		s.mu.Unlock()
 	}
 	return n

@@ -23,6 +23,10 @@ type Decision struct {
 	// Unit is what the window counts (the refusing one's, for a quota
 	// of several).
 	Unit Unit
+	// Lease is, when admitted, the lease batch the admission must wait
+	// for before it is acted on (Table.WaitLease); 0 when its lease is
+	// durable or the table takes none.
+	Lease uint32
 }
 
 // GroupDecision is the decision on a message of a device in a group

@@ -2,8 +2,8 @@
 // messages per window T, and what to do over it), the sliding window
 // that enforces it, the table of every device's window, the logical
 // clock, quota resolution (a runtime override, then the first matching
-// rule, then the default) and the crash charge. It imports the standard
-// library only.
+// rule, then the default) and the leases that pay for crashes. It
+// imports the standard library only.
 //
 // The window. A window of length T is a ring of B+1 slots, one per
 // bucket of width T/B, on the logical clock. A decision at tick now, in
@@ -18,8 +18,11 @@
 // The invariant holds across restarts because the clock starts at
 // max(wall clock, persisted high-water) and the windows are restored
 // from their snapshots (snapshot.go, collect.go), and across crashes
-// because a window restored after one is charged its whole quota at the
-// latest instant a lost admission could have been made (charge.go).
+// because an admission is acted on only under a durable lease, and a
+// window restored after a crash is charged what its open lease could
+// have admitted beyond its snapshot, at the latest instant it could
+// have (lease.go): at most one lease per window, nothing for a window
+// without an open lease.
 //
 // Reads change nothing: PeekAt decides on a copy of the window. The
 // table keeps windows in slabs of fixed-size records and allocates

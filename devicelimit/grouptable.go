@@ -23,8 +23,8 @@ import "unsafe"
 func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq Quota, size int, now Tick) GroupDecision {
 	var dOne, gOne [1]Limit
 	dls, gls := limitsInto(q, &dOne), limitsInto(gq, &gOne)
-	dp := part{stem: device, class: class}
-	gp := part{stem: groupKey}
+	dp := part{stem: device, class: class, lease: t.lease.on && !q.Shadow && !noLease(class)}
+	gp := part{stem: groupKey, lease: t.lease.on && !gq.Shadow}
 	for k, ls := range [2][]Limit{dls, gls} {
 		if bad := t.invalidLimit(ls); bad != -1 {
 			d := GroupDecision{Group: k == 1}
@@ -44,11 +44,10 @@ func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq 
 	if second != first {
 		second.mu.Lock()
 	}
-	at := t.CrashCharge()
 	if q.Shadow == gq.Shadow {
 		// Both decided, so a refusal names the part that admits last.
-		dok := t.prepare(&dp, dls, size, now, at, true, false)
-		if t.prepare(&gp, gls, size, now, at, true, false) && dok {
+		dok := t.prepare(&dp, dls, size, now, true, false)
+		if t.prepare(&gp, gls, size, now, true, false) && dok {
 			t.commit(&dp, dls, size, now)
 			t.commit(&gp, gls, size, now)
 		}
@@ -57,11 +56,11 @@ func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq 
 		if q.Shadow {
 			a, b, als, bls = &gp, &dp, gls, dls
 		}
-		if t.prepare(a, als, size, now, at, true, len(als) == 1) {
+		if t.prepare(a, als, size, now, true, len(als) == 1) {
 			if len(als) > 1 {
 				t.commit(a, als, size, now)
 			}
-			if t.prepare(b, bls, size, now, at, true, len(bls) == 1) && len(bls) > 1 {
+			if t.prepare(b, bls, size, now, true, len(bls) == 1) && len(bls) > 1 {
 				t.commit(b, bls, size, now)
 			}
 		}
@@ -86,6 +85,14 @@ func groupDecision(dp, gp *part) GroupDecision {
 // group's when only it refused; a too-large message's first; else the
 // one that admits last), with Group set when it is the group's.
 func CombineGroup(dv, gv Verdict) GroupDecision {
+	d := combineGroup(dv, gv)
+	// The part admitted and counted may be acted on while the other
+	// refuses (shadow mode): its lease is the message's.
+	d.Lease = newerLease(dv.Lease, gv.Lease)
+	return d
+}
+
+func combineGroup(dv, gv Verdict) GroupDecision {
 	if dv.Allowed && gv.Allowed {
 		return GroupDecision{Decision: dv.Decision()}
 	}

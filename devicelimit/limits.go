@@ -130,6 +130,9 @@ type Verdict struct {
 	Windows [MaxWindows]Decision
 	// N is the number of windows.
 	N int
+	// Lease is Decision.Lease: the latest lease batch of the windows
+	// that admitted the message.
+	Lease uint32
 }
 
 // TooLargeVerdict returns the verdict on a message of size bytes that
@@ -155,7 +158,7 @@ func (t *Table) AllowQuotaAt(device string, q Quota, size int, now Tick) Decisio
 	if q.NWindows == 0 {
 		return t.AllowAt(device, q, now)
 	}
-	return t.AllowAllAt(device, "", q.Windows[:min(max(q.NWindows, 0), MaxWindows)], size, now).Decision()
+	return t.decideAll(device, "", q.Windows[:min(max(q.NWindows, 0), MaxWindows)], size, now, true, !q.Shadow).Decision()
 }
 
 // Decision sums the verdict up as one window's decision: the refusing
@@ -163,7 +166,7 @@ func (t *Table) AllowQuotaAt(device string, q Quota, size int, now Tick) Decisio
 // and TooLarge.
 func (v Verdict) Decision() Decision {
 	d := v.Windows[max(v.Refused, 0)]
-	d.Allowed, d.RetryAfter, d.TooLarge = v.Allowed, v.RetryAfter, v.TooLarge
+	d.Allowed, d.RetryAfter, d.TooLarge, d.Lease = v.Allowed, v.RetryAfter, v.TooLarge, v.Lease
 	return d
 }
 
@@ -171,18 +174,23 @@ func (v Verdict) Decision() Decision {
 // at now under the windows ls of class (the device's own quota when
 // empty; a topic class's otherwise), and counts it in every window when
 // all admit it. ls must be valid (ValidateLimits); invalid windows
-// refuse. It allocates nothing once the device has its windows.
+// refuse. It allocates nothing once the device has its windows. Its
+// windows take leases (a table with leases) unless class names a
+// counter that is not quota (a NUL first).
 func (t *Table) AllowAllAt(device, class string, ls []Limit, size int, now Tick) Verdict {
-	return t.decideAll(device, class, ls, size, now, true)
+	return t.decideAll(device, class, ls, size, now, true, true)
 }
 
 // PeekAllAt returns the verdict AllowAllAt would give (Allowed: it would
 // admit the message), changing nothing.
 func (t *Table) PeekAllAt(device, class string, ls []Limit, size int, now Tick) Verdict {
-	return t.decideAll(device, class, ls, size, now, false)
+	return t.decideAll(device, class, ls, size, now, false, false)
 }
 
-func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, count bool) Verdict {
+// decideAll is AllowAllAt (count) or PeekAllAt; the windows take leases
+// when lease is set (not a quota in shadow mode), class is quota and
+// the table has leases.
+func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, count, lease bool) Verdict {
 	if bad := t.invalidLimit(ls); bad != -1 {
 		if bad == -2 {
 			return Verdict{}
@@ -190,12 +198,12 @@ func (t *Table) decideAll(device, class string, ls []Limit, size int, now Tick, 
 		return Verdict{Refused: bad, N: len(ls)}
 	}
 	s, _ := t.shard(device)
-	p := part{s: s, stem: device, class: class}
+	p := part{s: s, stem: device, class: class, lease: lease && t.lease.on && !noLease(class)}
 	s.mu.Lock()
 	// One window decides and counts at once; several are first decided,
 	// then counted in when all admit.
 	commit := count && len(ls) == 1
-	if t.prepare(&p, ls, size, now, t.CrashCharge(), count, commit) && count && !commit {
+	if t.prepare(&p, ls, size, now, count, commit) && count && !commit {
 		t.commit(&p, ls, size, now)
 	}
 	s.mu.Unlock()
@@ -231,12 +239,13 @@ type part struct {
 	v           Verdict
 	refs        [MaxWindows]uint32
 	allowed     bool
+	lease       bool // its windows take leases
 }
 
 // prepare decides the message on p's windows ls (s.mu held) and
 // reports whether all admit it; commit counts it at once (one window
 // only: several are counted by commit once all admit).
-func (t *Table) prepare(p *part, ls []Limit, size int, now, at Tick, count, commit bool) bool {
+func (t *Table) prepare(p *part, ls []Limit, size int, now Tick, count, commit bool) bool {
 	p.v = Verdict{Refused: 0, N: len(ls)}
 	allowed := true
 	var seen [2]int // windows of each unit so far
@@ -252,7 +261,10 @@ func (t *Table) prepare(p *part, ls []Limit, size int, now, at Tick, count, comm
 			allowed = false
 			continue
 		}
-		d, ref := t.decideKey(p.s, key, l, n, now, at, count, commit)
+		d, ref := t.decideKey(p.s, key, l, n, now, count, commit)
+		if d.Allowed && commit && p.lease {
+			p.v.Lease = newerLease(p.v.Lease, t.leaseAdmit(p.s, p.s.rec(ref), ref, key, l, n))
+		}
 		d.Unit = l.Unit
 		p.v.Windows[i], p.refs[i] = d, ref
 		if d.RetryAfter > 0 { // a refusal always has one (window.go)
@@ -275,8 +287,14 @@ func (t *Table) commit(p *part, ls []Limit, size int, now Tick) {
 		r := p.s.rec(p.refs[i])
 		p.v.Windows[i] = r.decideN(l, now, &p.s.cut, l.Units(size), true)
 		p.v.Windows[i].Unit = l.Unit
-		if r.flags()&flagDirty == 0 {
-			p.s.markDirty(r, p.s.windowKey(p.stem, p.class, l.Unit, seen[l.Unit]))
+		if r.flags()&flagDirty == 0 || p.lease {
+			key := p.s.windowKey(p.stem, p.class, l.Unit, seen[l.Unit])
+			if r.flags()&flagDirty == 0 {
+				p.s.markDirty(r, key)
+			}
+			if p.lease {
+				p.v.Lease = newerLease(p.v.Lease, t.leaseAdmit(p.s, r, p.refs[i], key, l, l.Units(size)))
+			}
 		}
 		seen[l.Unit]++
 	}
@@ -359,9 +377,8 @@ func (l Limit) Units(size int) int {
 // decideKey decides on the window under key (s.mu held) for a message
 // counting n: on a copy when count is not set (a read changes nothing),
 // on the window itself otherwise, creating it, and counting only when
-// commit is set. at is the crash charge's tick (0: none). It returns
-// the window's ref when count is set.
-func (t *Table) decideKey(s *shard, key string, q Limit, n int, now, at Tick, count, commit bool) (Decision, uint32) {
+// commit is set. It returns the window's ref when count is set.
+func (t *Table) decideKey(s *shard, key string, q Limit, n int, now Tick, count, commit bool) (Decision, uint32) {
 	h := hashString(key)
 	var r rec
 	var ref uint32
@@ -375,17 +392,10 @@ func (t *Table) decideKey(s *shard, key string, q Limit, n int, now, at Tick, co
 		r, ok = s.peekCopy(key, h, q.N)
 	}
 	if !ok {
-		if at != 0 {
-			// A message counting nothing fits a charged (full) window.
-			if d, ok := chargedPeek(q, at, now, t.buckets); ok && n > 0 {
-				return d, 0
-			}
-		}
 		return Decision{Limit: q.N, Remaining: q.N}, 0
 	}
-	charged := at != 0 && r.flags()&flagCharged == 0 && r.applyCharge(q, at, now, t.buckets)
 	d := r.decideN(q, now, &s.cut, n, commit)
-	if count && (d.Allowed || charged) && r.flags()&flagDirty == 0 {
+	if count && d.Allowed && r.flags()&flagDirty == 0 {
 		s.markDirty(r, key)
 	}
 	return d, ref

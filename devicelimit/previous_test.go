@@ -34,20 +34,12 @@ func (t *Table) decidePrevious(device string, q PreviousQuota, now Tick, count b
 	} else {
 		r, ok = s.peekCopy(device, h, q.Limit)
 	}
-	at := t.CrashCharge()
-	l := Limit{N: q.Limit, Window: q.Window}
 	if !ok {
 		s.mu.Unlock()
-		if at != 0 {
-			if d, ok := chargedPeek(l, at, now, t.buckets); ok {
-				return d
-			}
-		}
 		return Decision{Limit: q.Limit, Remaining: q.Limit}
 	}
-	charged := at != 0 && r.flags()&flagCharged == 0 && r.applyCharge(l, at, now, t.buckets)
 	d := r.decidePrevious(q, now, &s.cut, count)
-	if count && (d.Allowed || charged) && r.flags()&flagDirty == 0 {
+	if count && d.Allowed && r.flags()&flagDirty == 0 {
 		r.setFlags(r.flags() | flagDirty)
 		if s.collected {
 			s.dirty = append(s.dirty, device)

@@ -24,6 +24,9 @@ type slab struct {
 	free   []uint32
 	stride int
 	width  int
+	// leases holds each record's lease when leased (lease.go).
+	leases []lease
+	leased bool
 }
 
 const recHeader = 16
@@ -60,10 +63,16 @@ func (s *slab) alloc() uint32 {
 		i := s.free[n-1]
 		s.free = s.free[:n-1]
 		clear(s.rec(i).b)
+		if s.leased {
+			s.leases[i] = lease{}
+		}
 		return i
 	}
 	i := uint32(len(s.data) / s.stride)
 	s.data = append(s.data, make([]byte, s.stride)...)
+	if s.leased {
+		s.leases = append(s.leases, lease{})
+	}
 	return i
 }
 
@@ -87,10 +96,11 @@ func (r rec) setHead(h int64) { binary.LittleEndian.PutUint64(r.b[0:8], uint64(h
 const (
 	flagDirty  = 1 << 63
 	flagStored = 1 << 62
-	// flagCharged: the table's crash charge was applied (see
-	// SetCrashCharge). Never stored in a snapshot.
-	flagCharged = 1 << 61
-	flagMask    = flagDirty | flagStored | flagCharged
+	// 1 << 61 was a crash charge's flag, never stored.
+	// flagIdle: the window had an open lease when last collected and
+	// admitted nothing since (see Table.CollectLeases).
+	flagIdle = 1 << 60
+	flagMask = flagDirty | flagStored | flagIdle
 )
 
 func (r rec) lengthWord() uint64    { return binary.LittleEndian.Uint64(r.b[8:16]) }

@@ -21,7 +21,7 @@ const numShards = 256
 type Table struct {
 	buckets   int
 	minWindow time.Duration // buckets * MinBucketWidth
-	charge    charge
+	lease     leases
 	shards    [numShards]shard
 }
 
@@ -109,7 +109,9 @@ func (s *shard) init(slots int) {
 	s.cut = cut{buckets: slots - 1, startK: -1} // [0, 0): nothing cached
 	s.index = index{}
 	for c := range s.slabs {
+		leased := s.slabs[c].leased
 		s.slabs[c] = newSlab(c, slots)
+		s.slabs[c].leased = leased
 	}
 	s.peak = 0
 }
@@ -174,10 +176,14 @@ func (s *shard) lookup(device string, h uint64, limit int, create bool) (rec, ui
 	if int(ref>>refClassShift) < class {
 		old := s.rec(ref)
 		s.free(ref)
+		oref := ref
 		ref = uint32(class)<<refClassShift | s.slabs[class].alloc()
 		slot.setRef(ref)
 		r := s.rec(ref)
 		copyRec(r, old)
+		if s.slabs[class].leased {
+			*s.lease(ref) = *s.lease(oref)
+		}
 		return r, ref, true
 	}
 	return s.rec(ref), ref, true
@@ -205,6 +211,11 @@ func (s *shard) peekCopy(device string, h uint64, limit int) (rec, bool) {
 	return dst, true
 }
 
+// lease returns the lease of record ref (a table with leases only).
+func (s *shard) lease(ref uint32) *lease {
+	return &s.slabs[ref>>refClassShift].leases[ref&refIndexMask]
+}
+
 func (s *shard) free(ref uint32) { s.slabs[ref>>refClassShift].release(ref & refIndexMask) }
 
 // copyRec copies src into the wider (or equal) record dst.
@@ -226,48 +237,47 @@ func copyRec(dst, src rec) {
 // bucket count (Quota.Validate); an invalid quota is refused, never
 // admitted. AllowAt allocates nothing once the device has a window.
 func (t *Table) AllowAt(device string, q Quota, now Tick) Decision {
-	return t.decide(device, Limit{N: q.Limit, Window: q.Window}, now, true)
+	return t.decide(device, Limit{N: q.Limit, Window: q.Window}, now, true, !q.Shadow)
 }
 
 // PeekAt returns the decision AllowAt would make, without counting and
 // without creating a window. It changes nothing: it decides on a copy of
-// the window, so a peek under another window length, or while a crash
-// charge is in force, leaves the window's bytes as they were, like
+// the window, so a peek under another window length leaves the
+// window's bytes as they were, like
 // x/time/rate's TokensAt.
 func (t *Table) PeekAt(device string, q Quota, now Tick) Decision {
-	return t.decide(device, Limit{N: q.Limit, Window: q.Window}, now, false)
+	return t.decide(device, Limit{N: q.Limit, Window: q.Window}, now, false, false)
 }
 
-func (t *Table) decide(device string, q Limit, now Tick, count bool) Decision {
+// decide is AllowAt (count) or PeekAt; an admission takes a lease when
+// lease is set and the table has leases.
+func (t *Table) decide(device string, q Limit, now Tick, count, lease bool) Decision {
 	if q.N < 1 || q.N > MaxLimit || q.Window < t.minWindow || q.Window > MaxWindow {
 		return Decision{Limit: q.N}
 	}
 	s, h := t.shard(device)
 	s.mu.Lock()
 	var r rec
+	var ref uint32
 	var ok bool
 	if count {
-		r, _, ok = s.lookup(device, h, q.N, true)
+		r, ref, ok = s.lookup(device, h, q.N, true)
 	} else {
 		r, ok = s.peekCopy(device, h, q.N)
 	}
-	at := t.CrashCharge()
 	if !ok {
 		s.mu.Unlock()
-		if at != 0 {
-			if d, ok := chargedPeek(q, at, now, t.buckets); ok {
-				return d
-			}
-		}
 		return Decision{Limit: q.N, Remaining: q.N}
 	}
-	charged := at != 0 && r.flags()&flagCharged == 0 && r.applyCharge(q, at, now, t.buckets)
 	d := r.decideN(q, now, &s.cut, 1, count)
-	if count && (d.Allowed || charged) && r.flags()&flagDirty == 0 {
+	if count && d.Allowed && r.flags()&flagDirty == 0 {
 		r.setFlags(r.flags() | flagDirty)
 		if s.collected {
 			s.dirty = append(s.dirty, device)
 		}
+	}
+	if d.Allowed && lease && t.lease.on {
+		d.Lease = t.leaseAdmit(s, r, ref, device, q, 1)
 	}
 	s.mu.Unlock()
 	return d
@@ -349,7 +359,7 @@ func (t *Table) Sweep(now Tick) int {
 			if nb := bucketOf(now, t.buckets, r.length()); nb > r.head() {
 				r.advance(nb, t.buckets+1)
 			}
-			if r.total() != 0 {
+			if r.total() != 0 || t.leasePending(s, slot.ref()) {
 				i++
 				continue
 			}
@@ -373,6 +383,7 @@ func (s *shard) compact(slots int) {
 	s.index = index{slots: make([]islot, slotsFor(s.index.n))}
 	for c := range s.slabs {
 		s.slabs[c] = newSlab(c, slots)
+		s.slabs[c].leased = oldSlabs[c].leased
 	}
 	for i := range oldSlots {
 		old := &oldSlots[i]
@@ -383,6 +394,9 @@ func (s *shard) compact(slots int) {
 		class := ref >> refClassShift
 		nref := class<<refClassShift | s.slabs[class].alloc()
 		copy(s.rec(nref).b, oldSlabs[class].rec(ref&refIndexMask).b)
+		if s.slabs[class].leased {
+			*s.lease(nref) = oldSlabs[class].leases[ref&refIndexMask]
+		}
 		moved := *old
 		moved.setRef(nref)
 		s.index.put(moved, hashString(old.keyString()))
@@ -411,6 +425,9 @@ func (t *Table) Grow(n int) {
 			sl := &s.slabs[class8]
 			sl.data = make([]byte, 0, per*sl.stride)
 			sl.free = nil
+			if sl.leased {
+				sl.leases = make([]lease, 0, per)
+			}
 		}
 		s.mu.Unlock()
 	}

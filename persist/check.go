@@ -3,6 +3,7 @@ package persist
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"strings"
 
@@ -101,9 +102,36 @@ const (
 	pageHeaderSize   = 16
 	metaFreelistOff  = pageHeaderSize + 32
 	metaTxidOff      = pageHeaderSize + 48
+	metaChecksumOff  = pageHeaderSize + 56
+	metaPageFlag     = 0x04
 	freelistPageFlag = 0x10
 	noFreelist       = ^uint64(0)
+	boltMagic        = 0xED0CDAED
+	boltVersion      = 2
 )
+
+// checkMetaPage reports what is wrong with meta page number page, read
+// as b (its first metaChecksumOff+8 bytes), as bbolt would find it: its
+// header, magic number, version and checksum (FNV-1a of the meta body
+// before it). bbolt opens a file with one good meta page, but its
+// consistency check reads both and stops the process on a damaged one.
+func checkMetaPage(page uint64, b []byte) error {
+	id, flags := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint16(b[8:])
+	body := b[pageHeaderSize:]
+	h := fnv.New64a()
+	h.Write(b[pageHeaderSize:metaChecksumOff])
+	switch {
+	case id != page || flags != metaPageFlag:
+		return fmt.Errorf("%w: meta page %d is damaged: it identifies itself as page %d with flags %#x", ErrCorrupt, page, id, flags)
+	case binary.LittleEndian.Uint32(body) != boltMagic:
+		return fmt.Errorf("%w: meta page %d is damaged: bad magic number %#x", ErrCorrupt, page, binary.LittleEndian.Uint32(body))
+	case binary.LittleEndian.Uint32(body[4:]) != boltVersion:
+		return fmt.Errorf("%w: meta page %d is damaged: version %d", ErrCorrupt, page, binary.LittleEndian.Uint32(body[4:]))
+	case binary.LittleEndian.Uint64(b[metaChecksumOff:]) != h.Sum64():
+		return fmt.Errorf("%w: meta page %d is damaged: checksum mismatch", ErrCorrupt, page)
+	}
+	return nil
+}
 
 // precheck reads every key of every bucket, so that each branch and leaf
 // page bbolt's check will visit has been read (and vetted by bbolt) on
@@ -139,8 +167,11 @@ func (s *Store) precheck(tx *bolt.Tx) error {
 	}
 	freelist := noFreelist
 	for meta := range uint64(2) {
-		b, err := read(meta, 0, metaTxidOff+8)
+		b, err := read(meta, 0, metaChecksumOff+8)
 		if err != nil {
+			return err
+		}
+		if err := checkMetaPage(meta, b); err != nil {
 			return err
 		}
 		if binary.LittleEndian.Uint64(b[metaTxidOff:]) == uint64(tx.ID()) {

@@ -56,6 +56,9 @@ type request struct {
 	key  []byte
 	rec  []byte
 	dels [][]byte
+	// fn, when set, is the request: it writes what it will in the
+	// transaction (a batch of leases, leases.go).
+	fn   func(*bolt.Tx) error
 	done chan error
 }
 
@@ -197,6 +200,12 @@ func (c *committer) commit(reqs []*request) {
 				var lastLog []byte
 				for i, r := range reqs {
 					failed = i
+					if r.fn != nil {
+						if err := r.fn(tx); err != nil {
+							return err
+						}
+						continue
+					}
 					b := last
 					if b == nil || !bytes.Equal(r.log, lastLog) {
 						var err error

@@ -76,12 +76,16 @@ type Snapshotter struct {
 	// waiting deferred messages; 0 never ends one early.
 	yield time.Duration
 
-	mu       sync.Mutex // held for a whole snapshot
-	pend     batch      // collected and not yet written
-	long     batch      // the same, of device IDs too long to be keys
-	hw       devicelimit.Tick
-	failures int // consecutive failed snapshots of the loop
-	closed   bool
+	mu   sync.Mutex // held for a whole snapshot
+	pend batch      // collected and not yet written
+	long batch      // the same, of device IDs too long to be keys
+	// longMarks are the lease marks of the windows in long, written
+	// with them.
+	longMarks []longMark
+	markBuf   []byte
+	hw        devicelimit.Tick
+	failures  int // consecutive failed snapshots of the loop
+	closed    bool
 
 	// stats of the last snapshot that wrote something, and how many did,
 	// for metrics; guarded by statsMu so a scrape never waits for a
@@ -232,14 +236,14 @@ func (sn *Snapshotter) close(ctx context.Context) error {
 func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 	start := time.Now()
 	sn.pend.grow(sn.table.Dirty())
-	sn.table.Collect(sn.add)
+	sn.table.CollectLeases(sn.add)
 	// Read after Collect: every collected admission happened at or
 	// before this tick.
 	sn.hw = max(sn.hw, sn.clock.Now())
 	if len(sn.pend.items) == 0 && len(sn.long.items) == 0 && !final {
 		// Nothing changed, but the high-water is written all the same:
 		// after a crash it bounds when the admissions lost since could
-		// have been made (see devicelimit.Table.SetCrashCharge), so it
+		// have been made (see devicelimit.Table.ChargeLease), so it
 		// must be at most one interval old.
 		err := sn.store.update(func(tx *bolt.Tx) error {
 			return tx.Bucket(bucketMeta).Put(keyClock, encodeClock(sn.hw))
@@ -255,6 +259,7 @@ func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 	}
 	sn.pend.reset()
 	sn.long.reset()
+	sn.longMarks = sn.longMarks[:0]
 	if st.Windows+st.Deleted > 0 {
 		sn.statsMu.Lock()
 		sn.last, sn.written = st, sn.written+1
@@ -264,19 +269,57 @@ func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 	return st, nil
 }
 
-// add is Table.Collect's callback. The change of a device ID too long
-// to be a key goes to sn.long, keyed by the ID's hash, with the ID in
-// the value (see longKey); a window that emptied is a deletion there.
-func (sn *Snapshotter) add(device string, enc []byte) {
+// longMark is the lease mark of a long device ID's window.
+type longMark struct {
+	key string
+	m   devicelimit.LeaseMark
+}
+
+// add is Table.CollectLeases' callback. The change of a device ID too
+// long to be a key goes to sn.long, keyed by the ID's hash, with the ID
+// in the value (see longKey); a window that emptied is a deletion
+// there. A window's lease mark goes in front of its encoding (see
+// splitMarked), to be merged into its lease in the transaction that
+// writes the window.
+func (sn *Snapshotter) add(device string, enc []byte, m devicelimit.LeaseMark) {
 	if longID(device) {
 		var v []byte
 		if enc != nil && !emptyWindow(enc) {
 			v = appendLongValue(nil, device, enc)
 		}
 		sn.long.add(string(longKey(device)), v)
+		if m.Inc != 0 {
+			sn.longMarks = append(sn.longMarks, longMark{device, m})
+		}
 		return
 	}
-	sn.pend.add(device, enc)
+	if enc == nil {
+		sn.pend.add(device, nil)
+		return
+	}
+	b := sn.markBuf[:0]
+	b = append(b, 0)
+	if m.Inc != 0 {
+		b = binary.AppendUvarint(b, m.Inc)
+		b = binary.AppendUvarint(b, m.Recorded)
+		b[0] = byte(len(b) - 1)
+	}
+	b = append(b, enc...)
+	sn.markBuf = b
+	sn.pend.add(device, b)
+}
+
+// splitMarked splits a pending value (add) into the window's lease mark
+// and its encoding.
+func splitMarked(v []byte) (devicelimit.LeaseMark, []byte) {
+	n := int(v[0])
+	var m devicelimit.LeaseMark
+	if n > 0 {
+		inc, k := binary.Uvarint(v[1:])
+		rec, _ := binary.Uvarint(v[1+k:])
+		m = devicelimit.LeaseMark{Inc: inc, Recorded: rec}
+	}
+	return m, v[1+n:]
 }
 
 // emptyWindow reports whether enc, a window encoding (a version byte,
@@ -312,6 +355,11 @@ func (sn *Snapshotter) writeLong(tx *bolt.Tx, st *SnapshotStats) error {
 	b, err := longBucket(tx, bucketWindowsLong, true)
 	if err != nil {
 		return err
+	}
+	for _, lm := range sn.longMarks {
+		if err := mergeLease(tx, lm.key, leaseRecord{inc: lm.m.Inc, rec: lm.m.Recorded}, true); err != nil {
+			return err
+		}
 	}
 	for _, it := range sn.long.items {
 		key, value := sn.long.record(it)
@@ -355,6 +403,15 @@ func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 					break
 				}
 				key, value := sn.pend.record(it)
+				if value != nil {
+					var m devicelimit.LeaseMark
+					m, value = splitMarked(value)
+					if m.Inc != 0 {
+						if err := mergeLease(tx, string(key), leaseRecord{inc: m.Inc, rec: m.Recorded}, true); err != nil {
+							return err
+						}
+					}
+				}
 				// A window whose counts all expired after its last
 				// admission (Sweep advances the ring) is deleted: a
 				// restore would drop it, leaving its key behind for good.

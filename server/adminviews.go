@@ -114,13 +114,18 @@ type statsSource struct {
 	srv       *broker.Server
 	table     *devicelimit.Table
 	snap      *persist.Snapshotter
-	rollbacks uint64 // 1 when the clock started behind the high-water
+	leaser    *persist.Leaser // nil without leases
+	rollbacks uint64          // 1 when the clock started behind the high-water
 }
 
 func (s statsSource) MetricsSnapshot() admin.Snapshot {
 	st := s.srv.Stats()
 	as := s.srv.AuthStats()
 	last, written := s.snap.Stats()
+	var leaseWrites, leaseRecords uint64
+	if s.leaser != nil {
+		leaseWrites, leaseRecords = s.leaser.Stats()
+	}
 	ph := s.store.Health()
 	return admin.Snapshot{
 		Allowed:          st.Allowed,
@@ -142,6 +147,8 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		SnapshotSeconds:  last.Took.Seconds(),
 		SnapshotBytes:    int64(last.Bytes),
 		Snapshots:        written,
+		LeaseWrites:      leaseWrites,
+		LeaseRecords:     leaseRecords,
 
 		ACLPublishDenied:    as.PublishDenied,
 		ACLSubscribeDenied:  as.SubscribeDenied,

@@ -67,6 +67,7 @@ type Gateway struct {
 	table    *devicelimit.Table
 	resolver *devicelimit.Resolver
 	snap     *persist.Snapshotter
+	leaser   *persist.Leaser // nil without leases
 	srv      *broker.Server
 	topk     *topk.Tracker
 	admin    *admin.Server
@@ -160,17 +161,13 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	// After a crash, what was admitted since the last snapshot is lost,
 	// made at the latest by the persisted high-water (written every
 	// interval) plus one interval and the time the next snapshot took
-	// (taken as at most another).
-	var charge devicelimit.Tick
-	if g.prevUnclean {
-		if cfg.Persist.AfterCrash == "charge" {
-			charge = meta.HighWater.Add(2 * interval)
-			log.Warn("the previous run did not shut down cleanly; every device is charged its whole quota as of the last possible lost admission, so no device gets extra messages: each is refused until that instant leaves its window",
-				"path", store.Path(), "charged_at", charge.String())
-		} else {
-			log.Warn("the previous run did not shut down cleanly; up to one snapshot interval of admissions may have been lost, so devices may get that many extra messages in their current window (persist.after_crash: forgive)",
-				"path", store.Path())
-		}
+	// (taken as at most another). With leases, each window is charged
+	// what its open lease could have admitted, at that instant.
+	charge := g.prevUnclean && table.Leases()
+	at := meta.HighWater.Add(2 * interval)
+	if g.prevUnclean && !charge {
+		log.Warn("the previous run did not shut down cleanly; up to one snapshot interval of admissions may have been lost, so devices may get that many extra messages in their current window (persist.after_crash: forgive)",
+			"path", store.Path())
 	}
 
 	begin := time.Now()
@@ -182,14 +179,24 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, storeError(cfg.DataDir, fmt.Errorf("restore quota overrides: %w", err))
 	}
+	charged, err := store.SettleLeases(table, charge, at, g.clock.Now())
+	if err != nil {
+		return nil, storeError(cfg.DataDir, err)
+	}
+	if charge {
+		log.Warn("the previous run did not shut down cleanly; each window with an open lease is charged what that lease could have admitted beyond the last snapshot, as of the last possible lost admission; the others are charged nothing",
+			"path", store.Path(), "charged_windows", charged, "charged_at", at.String(), "lease", table.LeasePolicy())
+	}
 	log.Info("state restored", "windows", windows, "overrides", overrides, "took", time.Since(begin).String())
-	table.SetCrashCharge(charge)
 	if err := store.MarkRunning(g.clock.Now()); err != nil {
 		return nil, storeError(cfg.DataDir, err)
 	}
 
 	g.snap = persist.NewSnapshotter(store, table, g.clock, interval, log)
 	g.snap.Start()
+	if table.Leases() {
+		g.leaser = persist.NewLeaser(store, table, log)
+	}
 
 	if err := g.startCluster(cfg); err != nil {
 		return nil, err
@@ -257,7 +264,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	if g.clock.RolledBack {
 		rollbacks = 1
 	}
-	stats := statsSource{forward: g.forward, store: store, srv: srv, table: table, snap: g.snap, rollbacks: rollbacks}
+	stats := statsSource{forward: g.forward, store: store, srv: srv, table: table, snap: g.snap, leaser: g.leaser, rollbacks: rollbacks}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -400,6 +407,13 @@ func (g *Gateway) close(ctx context.Context) error {
 	stopFailed := len(errs) > 0 // MQTT or admin may still have changed state
 	if err := within(ctx, g.closeCluster); err != nil {
 		errs = append(errs, err)
+	}
+	if g.leaser != nil {
+		// No admission waits for a lease once MQTT has stopped; the
+		// final snapshot records every window whole.
+		if err := g.leaser.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if g.snap != nil {
 		if err := within(ctx, g.snap.Close); err != nil {

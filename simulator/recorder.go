@@ -40,6 +40,9 @@ type Report struct {
 	Reconnects int `json:"reconnects"`
 	// Restarts lists the gateway restarts of the run.
 	Restarts []RestartEvent `json:"restarts,omitempty"`
+	// Availability is, per restart, how soon the devices were admitted
+	// again and the quota the restart took from them.
+	Availability []RestartAvailability `json:"availability,omitempty"`
 	// Outages lists the upstream link's outages of the run.
 	Outages []OutageEvent `json:"upstream_outages,omitempty"`
 	// Errors holds the first few distinct error messages seen.

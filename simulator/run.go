@@ -103,6 +103,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		opts.Groups = map[string]devicelimit.Quota{cfg.Group.Name: cfg.Group.Quota}
 	}
 	rep.Result = Check(logs, opts)
+	rep.Availability = availability(logs, rep.Restarts)
 	rep.Simulator = selfUsage()
 	rep.Simulator.CPU -= cpu0
 	rep.Verdict = Decide(rep.Result, 10)

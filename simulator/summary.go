@@ -37,6 +37,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		}
 		fmt.Fprintln(w)
 	}
+	writeAvailability(w, r.Availability)
 	if r.Config.SubAddr != "" {
 		fmt.Fprintf(w, "arrivals counted upstream at %s: %d duplicated, %d out of order\n", r.Config.SubAddr, t.Duplicated, t.OutOfOrder)
 	} else if t.OutOfOrder > 0 {

@@ -1,0 +1,368 @@
+package devicelimit
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Leases pay for crashes. A table that forgets what it admitted since
+// its last snapshot must not let a device have more than its quota
+// after a crash, yet must not charge every device a whole window for
+// it either. With leases on (EnableLeases), every window counts its
+// admissions (adm) and holds a cap: an admission is acted on (acked,
+// forwarded) only once a durable record says the window may have
+// admitted up to cap. Admissions below a cap already durable need no
+// write; a window running low on its lease asks for the next one
+// (cap = adm + L) early, so a steady publisher rarely waits for it; the
+// store writes the caps asked since its last write in one group commit
+// (TakeLeases, LeasesDurable). A snapshot records, with each window's
+// counts, the adm they hold (CollectLeases). After a crash, a window is
+// charged cap - recorded: the admissions its open lease could have made
+// beyond what the snapshot holds, never more than one lease (ChargeLease).
+// A window without an open lease is charged nothing, and a lease closes
+// once its window admitted nothing through idleCollects snapshots (the
+// unused rest of it is given up: the next admission takes a new lease).
+//
+// adm and cap are counted per incarnation of a window record (inc,
+// unique in the table): a window evicted and made again starts over,
+// and a store keeps for each window the highest (inc, cap) and (inc,
+// recorded) it was given, in whatever order the writes land.
+
+// LeasePolicy sizes the lease of a window of N: Share of N, at least
+// Min and at most Max messages for a message window; Share of N bytes
+// for a byte window. A lease always covers the message that takes it
+// and never exceeds N. The zero value is invalid; see DefaultLeasePolicy.
+type LeasePolicy struct {
+	Share    float64
+	Min, Max int
+}
+
+// DefaultLeasePolicy is a tenth of the window, from 1 to 1000 messages.
+var DefaultLeasePolicy = LeasePolicy{Share: 0.1, Min: 1, Max: 1000}
+
+// Validate reports whether p can size leases; the error names the field.
+func (p LeasePolicy) Validate() error {
+	switch {
+	case !(p.Share > 0 && p.Share <= 1):
+		return &FieldError{Field: "share", Msg: fmt.Sprintf("must be above 0 and at most 1 (got %v)", p.Share), Err: ErrInvalidQuota}
+	case p.Min < 1 || p.Min > MaxLimit:
+		return &FieldError{Field: "min", Msg: fmt.Sprintf("must be between 1 and %d (got %d)", MaxLimit, p.Min), Err: ErrInvalidQuota}
+	case p.Max < p.Min || p.Max > MaxLimit:
+		return &FieldError{Field: "max", Msg: fmt.Sprintf("must be between min (%d) and %d (got %d)", p.Min, MaxLimit, p.Max), Err: ErrInvalidQuota}
+	}
+	return nil
+}
+
+// Size returns the lease of window l for a message counting n there.
+func (p LeasePolicy) Size(l Limit, n int) int {
+	s := int(float64(l.N) * p.Share)
+	if l.Unit == Messages {
+		s = min(max(s, p.Min), p.Max)
+	}
+	return min(max(s, n, 1), max(l.N, n))
+}
+
+// lease is a window record's lease state (see above); a slab keeps one
+// per record when the table has leases.
+type lease struct {
+	adm  uint64 // units admitted in this incarnation
+	cap  uint64 // units the window may admit under its leases
+	dcap uint64 // the cap known durable
+	inc  uint64 // the incarnation; 0: no lease taken yet
+	gen  uint64 // the batch of the latest cap asked
+	// idle counts the collections in a row that found the window with
+	// an open lease and no admission since the one before.
+	idle uint32
+}
+
+// idleCollects is how many collections in a row must find a window's
+// lease open and unused before they close it: about 10 s at the
+// default snapshot interval. A device sending less often than that
+// takes a lease (and waits for its write) for nearly every message;
+// one sending more often keeps its lease, and a crash may charge it the
+// rest although it was not publishing at that moment.
+const idleCollects = 10
+
+// leases is a table's lease book-keeping.
+type leases struct {
+	on     bool
+	policy LeasePolicy
+	// idleAfter is idleCollects (tests shorten it).
+	idleAfter uint32
+	inc       atomic.Uint64 // the last incarnation handed out
+	// durable is the latest batch written; every cap asked in it or
+	// before is durable.
+	durable atomic.Uint64
+
+	mu      sync.Mutex
+	open    uint64   // the batch being filled
+	pending []string // keys of windows whose cap grew in batch open
+	spare   []string
+	done    chan struct{} // closed when durable grows
+	wake    chan struct{} // capacity 1: pending is not empty
+}
+
+// EnableLeases makes every window of the table take leases sized by p
+// (see above): an admission's Decision then carries the batch its lease
+// waits for (Decision.Lease). Call it on a new table, before it holds a
+// window. p must be valid.
+func (t *Table) EnableLeases(p LeasePolicy) {
+	l := &t.lease
+	l.on, l.policy, l.open, l.idleAfter = true, p, 1, idleCollects
+	l.done = make(chan struct{})
+	l.wake = make(chan struct{}, 1)
+	for i := range t.shards {
+		s := &t.shards[i]
+		for c := range s.slabs {
+			s.slabs[c].leased = true
+		}
+	}
+}
+
+// Leases reports whether the table takes leases.
+func (t *Table) Leases() bool { return t.lease.on }
+
+// LeasePolicy returns the policy given to EnableLeases.
+func (t *Table) LeasePolicy() LeasePolicy { return t.lease.policy }
+
+// noLease reports whether the windows of class never take a lease:
+// the counters that are not quota (a class whose name starts with a
+// NUL, such as the refusals counted toward a block).
+func noLease(class string) bool { return len(class) > 0 && class[0] == 0 }
+
+// leaseAdmit counts an admission of n units in the window rec r (ref
+// in s, key its key, under s.mu) and returns the batch the admission
+// must wait for (0: its lease is durable). It asks for the next lease
+// when the window has gone past its cap, or runs low and none is being
+// written.
+func (t *Table) leaseAdmit(s *shard, r rec, ref uint32, key string, l Limit, n int) uint32 {
+	ls := s.lease(ref)
+	if f := r.flags(); f&flagIdle != 0 {
+		r.setFlags(f &^ flagIdle)
+	}
+	ls.idle = 0
+	ls.adm += uint64(n)
+	d := t.lease.durable.Load()
+	if ls.gen <= d {
+		ls.dcap = ls.cap
+	}
+	if ls.adm > ls.cap || (ls.gen <= d && ls.cap-ls.adm < uint64(t.lease.policy.Size(l, n))/2) {
+		t.askLease(s, ls, key, l, n)
+	}
+	if ls.adm <= ls.dcap {
+		return 0
+	}
+	if g := uint32(ls.gen); g != 0 {
+		return g
+	}
+	return 1 // batch 1<<32 and its kind: 0 says no wait; wait one more
+}
+
+// askLease raises ls's cap to a lease beyond its admissions and queues
+// the window for the next write.
+func (t *Table) askLease(s *shard, ls *lease, key string, l Limit, n int) {
+	if ls.inc == 0 {
+		ls.inc = t.lease.inc.Add(1)
+	}
+	ls.cap = ls.adm + uint64(t.lease.policy.Size(l, n))
+	if inBuffer(s, key) {
+		key = strings.Clone(key) // the queue keeps it
+	}
+	t.lease.mu.Lock()
+	ls.gen = t.lease.open
+	t.lease.pending = append(t.lease.pending, key)
+	t.lease.mu.Unlock()
+	select {
+	case t.lease.wake <- struct{}{}:
+	default:
+	}
+}
+
+// leasePending reports whether the window ref of s waits for a lease
+// not yet durable: Sweep keeps it.
+func (t *Table) leasePending(s *shard, ref uint32) bool {
+	return t.lease.on && s.lease(ref).gen > t.lease.durable.Load()
+}
+
+// Lease is a window's lease as a store writes it: its incarnation, its
+// cap and its length (a window charged after a crash may have no
+// snapshot to take the length from).
+type Lease struct {
+	Inc, Cap uint64
+	Length   time.Duration
+}
+
+// LeaseMark is what a snapshot of a window records of its lease: the
+// incarnation and the units admitted that the window's counts hold.
+// The zero value: the window has no lease.
+type LeaseMark struct {
+	Inc, Recorded uint64
+}
+
+// LeaseWake returns a channel that receives when windows wait for a
+// lease write; nil without leases.
+func (t *Table) LeaseWake() <-chan struct{} { return t.lease.wake }
+
+// TakeLeases hands the leases asked since the last TakeLeases to fn,
+// for a store to write in one transaction, and returns their batch:
+// once they are durable, call LeasesDurable(gen). The keys are for
+// RequeueLeases when the write fails. fn runs under a shard's lock: it
+// must copy and return.
+func (t *Table) TakeLeases(fn func(key string, l Lease)) (gen uint64, keys []string) {
+	l := &t.lease
+	l.mu.Lock()
+	gen, keys = l.open, l.pending
+	l.pending, l.spare = l.spare[:0], nil
+	l.open++
+	l.mu.Unlock()
+	for _, key := range keys {
+		s, h := t.shardOfKey(key)
+		s.mu.Lock()
+		if ref, ok := s.index.get(key, h); ok {
+			if ls := s.lease(ref); ls.inc != 0 {
+				fn(key, Lease{Inc: ls.inc, Cap: ls.cap, Length: s.rec(ref).length()})
+			}
+		}
+		s.mu.Unlock()
+	}
+	return gen, keys
+}
+
+// ReleaseLeaseKeys gives back the keys of a TakeLeases whose batch was
+// written, for reuse.
+func (t *Table) ReleaseLeaseKeys(keys []string) {
+	clear(keys)
+	t.lease.mu.Lock()
+	if t.lease.spare == nil {
+		t.lease.spare = keys[:0]
+	}
+	t.lease.mu.Unlock()
+}
+
+// RequeueLeases puts the keys of a batch whose write failed back in the
+// next one: its waiters wait for that.
+func (t *Table) RequeueLeases(keys []string) {
+	l := &t.lease
+	l.mu.Lock()
+	l.pending = append(l.pending, keys...)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// LeasesDurable records that every lease of batch gen and before is
+// durable, and wakes the admissions waiting for them.
+func (t *Table) LeasesDurable(gen uint64) {
+	l := &t.lease
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if gen <= l.durable.Load() {
+		return
+	}
+	l.durable.Store(gen)
+	close(l.done)
+	l.done = make(chan struct{})
+}
+
+// LeaseDurable reports whether the lease batch gen (Decision.Lease) is
+// durable: 0 always is.
+func (t *Table) LeaseDurable(gen uint32) bool {
+	return gen == 0 || int32(uint32(t.lease.durable.Load())-gen) >= 0
+}
+
+// WaitLease waits until the lease batch gen is durable, or timeout; it
+// reports whether it is.
+func (t *Table) WaitLease(gen uint32, timeout time.Duration) bool {
+	if t.LeaseDurable(gen) {
+		return true
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		t.lease.mu.Lock()
+		done := t.lease.done
+		t.lease.mu.Unlock()
+		if t.LeaseDurable(gen) {
+			return true
+		}
+		select {
+		case <-done:
+		case <-timer.C:
+			return t.LeaseDurable(gen)
+		}
+	}
+}
+
+// ChargeLease charges the window under key, after a crash, units its
+// open lease could have admitted beyond its snapshot, at tick at, the
+// latest instant they could have been admitted. A window not restored
+// is made, of the lease's length; one restored keeps its length. Counts
+// the charge's bucket pushes out of the ring while they still lie in a
+// window reaching now move to the ring's oldest bucket (later, so they
+// expire no earlier). Call it after restoring the snapshot, before
+// decisions start.
+func (t *Table) ChargeLease(key string, length time.Duration, units int, at, now Tick) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	if length < t.minWindow || length > MaxWindow {
+		return fmt.Errorf("%w: lease of window %q: length %s out of range", ErrBadSnapshot, key, length)
+	}
+	if units <= 0 {
+		return nil
+	}
+	s, h := t.shardOfKey(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := s.index.find(key, h); i < 0 && inBuffer(s, key) {
+		key = strings.Clone(key)
+	}
+	r, _, _ := s.lookup(key, h, units, true)
+	if r.length() == 0 {
+		r.setLength(length)
+		r.setHead(bucketOf(at, t.buckets, length))
+	}
+	total := r.total()
+	units = min(units, MaxBytes-total)
+	r, _, _ = s.lookup(key, h, total+units, true) // wide enough
+	length = r.length()
+	slots := t.buckets + 1
+	nbC := bucketOf(at, t.buckets, length)
+	nowB := bucketOf(now, t.buckets, length)
+	if nbC < nowB-int64(t.buckets) {
+		return nil // left every window reaching now
+	}
+	if head := r.head(); nbC > head {
+		// Keep what a window reaching now still counts.
+		keep := 0
+		for k := max(head-int64(t.buckets), 0); k <= head && k < nbC-int64(t.buckets); k++ {
+			if k >= nowB-int64(t.buckets) {
+				keep += r.count(int(k % int64(slots)))
+			}
+		}
+		r.advance(nbC, slots)
+		oldest := int((nbC - int64(t.buckets)) % int64(slots))
+		r.setCount(oldest, r.count(oldest)+keep)
+		r.setTotal(r.total() + keep)
+	}
+	slot := int(max(nbC, r.head()-int64(t.buckets)) % int64(slots))
+	r.setCount(slot, r.count(slot)+units)
+	r.setTotal(r.total() + units)
+	if r.flags()&flagDirty == 0 {
+		s.markDirty(r, key)
+	}
+	return nil
+}
+
+// newerLease returns the later of two lease batches (0: none).
+func newerLease(a, b uint32) uint32 {
+	if a == 0 || (b != 0 && int32(b-a) > 0) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,185 @@
+package persist
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"devicegate/devicelimit"
+)
+
+// A crash with leases, on a real file: a device that published past its
+// last snapshot is charged what its lease could still have admitted, no
+// more than a lease; one idle since a snapshot closed its lease is
+// charged nothing, and one never seen has no window. The leases are
+// gone after the start, and the charge is in the file.
+func TestLeasesChargeOnlyOpenLeases(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	tab := newTable(t, 10)
+	policy := devicelimit.LeasePolicy{Share: 0.1, Min: 1, Max: 1000}
+	tab.EnableLeases(policy)
+	l := NewLeaser(s, tab, nil)
+	clock := &stepClock{now: t0}
+	sn := NewSnapshotter(s, tab, clock, time.Hour, nil)
+	daily := devicelimit.Quota{Limit: 1000, Window: 24 * time.Hour}
+
+	admit := func(device string, n int) {
+		for range n {
+			clock.now = clock.now.Add(ms)
+			d := tab.AllowAt(device, daily, clock.now)
+			if !d.Allowed {
+				t.Fatalf("%s refused: %+v", device, d)
+			}
+			if !tab.WaitLease(d.Lease, 5*time.Second) {
+				t.Fatalf("%s: lease %d not durable", device, d.Lease)
+			}
+		}
+	}
+	admit("idle", 3)
+	admit("busy", 150)
+	for range 11 { // the 11th closes idle's lease: nothing since the first
+		if _, err := sn.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+		admit("busy", 1)
+	}
+	admit("busy", 20) // past the last snapshot
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	crashed := copyStore(t, s) // kill -9: no final snapshot
+
+	s2 := open(t, crashed)
+	tab2 := newTable(t, 10)
+	tab2.EnableLeases(policy)
+	if _, err := s2.RestoreWindows(tab2); err != nil {
+		t.Fatal(err)
+	}
+	at := clock.now.Add(time.Second)
+	n, err := s2.SettleLeases(tab2, true, at, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("charged %d windows, want 1 (busy's)", n)
+	}
+	used := func(tab *devicelimit.Table, device string) int {
+		return tab.PeekAt(device, daily, at).Count
+	}
+	// busy: 160 recorded by the last snapshot, 21 after; its lease
+	// (100) was renewed when it ran low, so the charge covers the 21
+	// and costs it at most one lease beyond its 181.
+	if got := used(tab2, "busy"); got < 181 || got > 181+100 {
+		t.Errorf("busy counts %d after the crash, want 181..%d (what it used, and at most a lease more)", got, 181+100)
+	}
+	if got := used(tab2, "idle"); got != 3 {
+		t.Errorf("idle counts %d after the crash, want its 3: its lease was closed", got)
+	}
+	if got := used(tab2, "never-seen"); got != 0 {
+		t.Errorf("a device never seen counts %d, want 0", got)
+	}
+	err = s2.view(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketLeases) != nil {
+			t.Error("the leases are still in the file after the start")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The charge is durable: a crash right after the start keeps it.
+	again := copyStore(t, s2)
+	s3 := open(t, again)
+	tab3 := newTable(t, 10)
+	if _, err := s3.RestoreWindows(tab3); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := used(tab3, "busy"), used(tab2, "busy"); got != want {
+		t.Errorf("after a second crash busy counts %d, want the charged %d", got, want)
+	}
+}
+
+// stepClock is a devicelimit.Clock the test moves.
+type stepClock struct{ now devicelimit.Tick }
+
+func (c *stepClock) Now() devicelimit.Tick { return c.now }
+
+// The merge keeps the highest incarnation, and in it the highest cap
+// and recorded count, whatever order lease writes and snapshots land in.
+func TestMergeLeaseOrderFree(t *testing.T) {
+	s := open(t, t.TempDir())
+	writes := []struct {
+		l    leaseRecord
+		mark bool
+	}{
+		{leaseRecord{inc: 2, cap: 50, length: time.Second}, false},
+		{leaseRecord{inc: 2, rec: 30}, true},
+		{leaseRecord{inc: 1, cap: 900, length: time.Second}, false}, // an older incarnation, late
+		{leaseRecord{inc: 2, cap: 40, length: time.Second}, false},  // an older cap, late
+		{leaseRecord{inc: 2, rec: 10}, true},                        // an older mark, late
+	}
+	for _, w := range writes {
+		if err := s.update(func(tx *bolt.Tx) error { return mergeLease(tx, "dev", w.l, w.mark) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		got, err := decodeLease(tx.Bucket(bucketLeases).Get([]byte("dev")))
+		if err != nil {
+			return err
+		}
+		if want := (leaseRecord{inc: 2, cap: 50, rec: 30, length: time.Second}); got != want {
+			t.Errorf("stored %+v, want %+v", got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A device ID too long to be a key keeps its lease and its mark in the
+// long buckets, and is charged after a crash like any other.
+func TestLeasesOfLongDeviceID(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	tab := newTable(t, 10)
+	tab.EnableLeases(devicelimit.DefaultLeasePolicy)
+	l := NewLeaser(s, tab, nil)
+	clock := &stepClock{now: t0}
+	sn := NewSnapshotter(s, tab, clock, time.Hour, nil)
+	long := strings.Repeat("x", bolt.MaxKeySize+1)
+	q := devicelimit.Quota{Limit: 100, Window: time.Hour}
+	for i := range 15 {
+		clock.now = clock.now.Add(ms)
+		d := tab.AllowAt(long, q, clock.now)
+		if !d.Allowed || !tab.WaitLease(d.Lease, 5*time.Second) {
+			t.Fatalf("admission %d: %+v", i, d)
+		}
+		if i == 9 {
+			if _, err := sn.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s2 := open(t, copyStore(t, s))
+	tab2 := newTable(t, 10)
+	if _, err := s2.RestoreWindows(tab2); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s2.SettleLeases(tab2, true, clock.now, clock.now); err != nil || n != 1 {
+		t.Fatalf("settle: %d, %v; want 1 window charged", n, err)
+	}
+	// 10 recorded, 5 after: charged at least those 5, at most a lease
+	// (10) beyond the 15.
+	if got := tab2.PeekAt(long, q, clock.now).Count; got < 15 || got > 25 {
+		t.Errorf("the long ID counts %d after the crash, want 15..25", got)
+	}
+}
