@@ -268,7 +268,7 @@ func (h *authHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck:
 		return true
-	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnPublishDropped, mqtt.OnPublished:
+	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnSelectSubscribers, mqtt.OnPublishDropped, mqtt.OnPublished:
 		return true // alias.go, share.go, drops.go, consumers.go
 	}
 	return false

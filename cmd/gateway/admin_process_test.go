@@ -752,5 +752,17 @@ func TestBlockCLIProcess(t *testing.T) {
 	if code, _, errOut := cli("unblock", "flood-1"); code == 0 || !strings.Contains(errOut, "is not blocked") {
 		t.Fatalf("second unblock: exit %d, %q", code, errOut)
 	}
-	dial5(t, g.mqtt, "flood-1").close()
+	// The unblock forgot the two refusals that led to the block (still
+	// within the minute): blocked again only after two new ones.
+	c = dial5(t, g.mqtt, "flood-1")
+	c.mustPublish(t, "devices/flood-1/t", "4", codeQuotaExceeded)
+	_, _, _ = c.PublishReason("devices/flood-1/t", "5")
+	select {
+	case <-c.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the device was not blocked again at its second new refusal")
+	}
+	if code, reason := connectCode(t, g.mqtt, "flood-1"); code != 0x8A {
+		t.Fatalf("CONNECT after two new refusals: 0x%02x %q; want 0x8A banned", code, reason)
+	}
 }
