@@ -94,6 +94,12 @@ type Limits struct {
 	// WebSocket upgrades included); one more is closed as it is
 	// accepted. DefaultMaxPendingConnections when 0.
 	MaxPendingConnections int
+	// TopicAliasMaximum is the highest topic alias an MQTT 5 client may
+	// use: announced in its CONNACK, and a PUBLISH with a higher one
+	// ends the connection with DISCONNECT 0x94 (MQTT 5, 3.3.2.3.4).
+	// DefaultTopicAliasMaximum when 0; a negative value allows none
+	// (the CONNACK announces none, and every alias is refused).
+	TopicAliasMaximum int
 }
 
 func (l Limits) validate() error {
@@ -104,6 +110,8 @@ func (l Limits) validate() error {
 		return fmt.Errorf("%w: Limits: keepalive bounds must be >= 0 and min <= max", ErrInvalidOptions)
 	case l.KeepaliveMax > 65535*time.Second:
 		return fmt.Errorf("%w: Limits: KeepaliveMax must be at most 65535s", ErrInvalidOptions)
+	case l.TopicAliasMaximum > 65535:
+		return fmt.Errorf("%w: Limits: TopicAliasMaximum must be at most 65535", ErrInvalidOptions)
 	case l.MaxPacketSize != 0 && l.MaxPacketSize < 64:
 		return fmt.Errorf("%w: Limits: MaxPacketSize must be 0 or at least 64 bytes", ErrInvalidOptions)
 	}
@@ -133,7 +141,22 @@ const (
 	DefaultMaxPendingWrites    = 64
 	DefaultConsumerWriteBuffer = 64 << 20
 	DefaultMaxInflight         = 8192
+	// DefaultTopicAliasMaximum is Mosquitto's default (max_topic_alias):
+	// a device publishes to a few topics, and every alias a connection
+	// sets keeps its topic (up to 64 KiB) for as long as it lasts.
+	DefaultTopicAliasMaximum = 10
 )
+
+// topicAliasMaximum returns the alias maximum the limits ask for.
+func (l Limits) topicAliasMaximum() uint16 {
+	switch {
+	case l.TopicAliasMaximum < 0:
+		return 0
+	case l.TopicAliasMaximum == 0:
+		return DefaultTopicAliasMaximum
+	}
+	return uint16(l.TopicAliasMaximum)
+}
 
 // capabilities returns mochi's capabilities with the limits applied.
 func (l Limits) capabilities() *mqtt.Capabilities {
@@ -155,6 +178,7 @@ func (l Limits) capabilities() *mqtt.Capabilities {
 	if l.MaxInflight > 0 {
 		c.MaximumInflight = uint16(l.MaxInflight)
 	}
+	c.TopicAliasMaximum = l.topicAliasMaximum() // enforced by mochi: 0x94 beyond; announced by alias.go
 	c.MaximumClientWritesPending = DefaultMaxPendingWrites
 	if l.MaxPendingWrites > 0 {
 		c.MaximumClientWritesPending = int32(l.MaxPendingWrites)
@@ -268,7 +292,7 @@ func (h *authHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck:
 		return true
-	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnSelectSubscribers, mqtt.OnPublishDropped, mqtt.OnPublished:
+	case mqtt.OnPacketRead, mqtt.OnPacketEncode, mqtt.OnSubscribe, mqtt.OnSelectSubscribers, mqtt.OnPublishDropped, mqtt.OnPublished:
 		return true // alias.go, share.go, drops.go, consumers.go
 	}
 	return false

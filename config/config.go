@@ -32,6 +32,7 @@
 //	  max_pending_connections: 1000  # connections that have not sent CONNECT yet, all listeners, >= 1
 //	  connect_rate: {limit: 100, window: 1s, exempt: ["127.0.0.0/8", "::1/128"]}  # new connections per source IP (limit 0: off); exempt: CIDR prefixes not limited
 //	  keepalive: {min: 0s, max: 1h}           # a keepalive outside is set to the bound; 0s: no bound
+//	  topic_alias_maximum: 10      # highest MQTT 5 topic alias a client may use, 0..65535; 0: none
 //	admin:
 //	  addr: "127.0.0.1:8080"       # host:port of the admin HTTP API and /metrics
 //	  token: ""                    # bearer token; empty: GATEWAY_ADMIN_TOKEN, else a token file in data_dir
@@ -161,6 +162,9 @@ type MQTT struct {
 	ConnectRate Rate `yaml:"connect_rate"`
 	// Keepalive bounds the keepalive clients may ask for.
 	Keepalive Keepalive `yaml:"keepalive"`
+	// TopicAliasMaximum is the highest MQTT 5 topic alias a client may
+	// use, announced in its CONNACK; 0: none.
+	TopicAliasMaximum int `yaml:"topic_alias_maximum"`
 }
 
 // Admin configures the admin HTTP API, which also serves /metrics.

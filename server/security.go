@@ -71,6 +71,10 @@ func loadSecurity(cfg config.Config) (security, error) {
 		ConnectRate:           cfg.ConnectRate(),
 		KeepaliveMin:          time.Duration(m.Keepalive.Min),
 		KeepaliveMax:          time.Duration(m.Keepalive.Max),
+		TopicAliasMaximum:     m.TopicAliasMaximum,
+	}
+	if m.TopicAliasMaximum == 0 {
+		s.limits.TopicAliasMaximum = -1 // none; broker.Limits' 0 is its default
 	}
 	return s, nil
 }
