@@ -7,7 +7,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// OnPacketRead puts the topic an MQTT 5 topic alias stands for into a
+// OnPacketRead checks a CONNECT (connectcheck.go), and puts the topic an MQTT 5 topic alias stands for into a
 // PUBLISH that carries the alias alone. mochi asks the ACL about the
 // topic as sent and resolves the alias only after, so without this every
 // alias-only publish of an authenticated device was refused as a publish
@@ -21,6 +21,12 @@ import (
 // the maximum announced in the CONNACK gets DISCONNECT 0x94.
 func (h *authHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	restoreSendQuota(cl, pk)
+	if pk.FixedHeader.Type == packets.Connect {
+		if f := checkConnect(&pk); f != nil {
+			return pk, h.refuseConnect(cl, &pk, f)
+		}
+		return pk, nil
+	}
 	if pk.FixedHeader.Type == packets.Publish && pk.Properties.TopicAlias > h.srv.Options.Capabilities.TopicAliasMaximum {
 		// mochi would send DISCONNECT 0x94 too, but neither count nor
 		// log it, nor say which maximum.

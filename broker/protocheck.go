@@ -150,24 +150,24 @@ func (c *protoConn) refuse() {
 		}
 		if c.p.version == 5 {
 			// The connection ends whatever this write does.
-			_, _ = c.Write(refusalPacket(v.atConnect, v.reason, c.p.clientMax))
+			_, _ = c.Write(refusalPacket(v.atConnect, 0x82, v.reason, c.p.clientMax))
 		}
 	})
 }
 
 // refusalPacket is an MQTT 5 CONNACK (atConnect) or DISCONNECT with
-// reason code 0x82 and the reason string, left out when the packet would
+// reason code code and the reason string, left out when the packet would
 // exceed the client's Maximum Packet Size (max, 0: none;
 // [MQTT-3.1.2-25]).
-func refusalPacket(atConnect bool, reason string, max uint32) []byte {
+func refusalPacket(atConnect bool, code byte, reason string, max uint32) []byte {
 	if len(reason) > 100 {
 		reason = reason[:100] // one byte of remaining length
 	}
 	var b []byte
 	if atConnect {
-		b = []byte{0x20, 0, 0x00, 0x82} // CONNACK, no session present
+		b = []byte{0x20, 0, 0x00, code} // CONNACK, no session present
 	} else {
-		b = []byte{0xe0, 0, 0x82} // DISCONNECT
+		b = []byte{0xe0, 0, code} // DISCONNECT
 	}
 	withString := 4 + len(reason) // properties length, 0x1F, string length
 	if max > 0 && uint32(len(b)+withString) > max {
