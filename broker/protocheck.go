@@ -47,6 +47,10 @@ type protoConn struct {
 	// and has not left (consumers.go); touched only on the client's
 	// reading goroutine.
 	delivering *consumerSet
+	// first, while hasFirst, is the connection's first byte, read
+	// before mochi got the connection (listener_base.go's serve).
+	first    byte
+	hasFirst bool
 }
 
 // leave ends the delivery of this client's publish, if one passed the
@@ -76,7 +80,13 @@ func (c *protoConn) Read(b []byte) (int, error) {
 		c.refuse()
 		return 0, c.failed
 	}
-	n, err := c.Conn.Read(b)
+	var n int
+	var err error
+	if c.hasFirst && len(b) > 0 {
+		b[0], c.hasFirst, n = c.first, false, 1
+	} else {
+		n, err = c.Conn.Read(b)
+	}
 	if n > 0 && !c.p.off {
 		if at, v := c.p.feed(b[:n]); v != nil {
 			c.failed = v

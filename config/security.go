@@ -19,6 +19,7 @@ const (
 	DefaultMaxPendingWrites  = broker.DefaultMaxPendingWrites
 	DefaultMaxInflight       = broker.DefaultMaxInflight
 	DefaultMaxPendingConns   = broker.DefaultMaxPendingConnections
+	DefaultMaxPendingPerAddr = broker.DefaultMaxPendingPerAddress
 	DefaultMaxDevices        = 1_000_000
 	DefaultConnectRateLimit  = 100
 	DefaultKeepaliveMax      = time.Hour
@@ -110,6 +111,7 @@ func withSecurityDefaults(c Config) Config {
 	c.MQTT.Consumers = Consumers{ClientIDs: []string{}, WriteBuffer: broker.DefaultConsumerWriteBuffer}
 	c.MQTT.MaxInflight = DefaultMaxInflight
 	c.MQTT.MaxPendingConnections = DefaultMaxPendingConns
+	c.MQTT.MaxPendingPerAddress = DefaultMaxPendingPerAddr
 	c.MQTT.ConnectRate = Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}}
 	c.MQTT.Keepalive = Keepalive{Max: Duration(DefaultKeepaliveMax)}
 	c.MQTT.TopicAliasMaximum = DefaultTopicAliasMaximum
@@ -182,6 +184,9 @@ func (c Config) validateSecurity(v *validator) {
 	}
 	if m.MaxPendingConnections < 1 {
 		v.add("mqtt.max_pending_connections", fmt.Sprintf("must be at least 1 (got %d)", m.MaxPendingConnections))
+	}
+	if m.MaxPendingPerAddress < 1 {
+		v.add("mqtt.max_pending_per_address", fmt.Sprintf("must be at least 1 (got %d)", m.MaxPendingPerAddress))
 	}
 	if m.MaxInflight < 1 || m.MaxInflight > 65535 {
 		v.add("mqtt.max_inflight", fmt.Sprintf("must be between 1 and 65535 (got %d)", m.MaxInflight))

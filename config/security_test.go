@@ -53,6 +53,7 @@ auth:
 		{`mqtt: {websocket: {tls: true, addr: ":1"}}`, `mqtt.tls.key_file: must name`},
 		{`mqtt: {max_packet_size: 10}`, `mqtt.max_packet_size: must be between 64B and 256MiB (got 10B)`},
 		{`mqtt: {max_pending_writes: 0}`, `mqtt.max_pending_writes: must be between 1 and 1048576 (got 0)`},
+		{`mqtt: {max_pending_per_address: 0}`, `mqtt.max_pending_per_address: must be at least 1 (got 0)`},
 		{`mqtt: {topic_alias_maximum: 65536}`, `mqtt.topic_alias_maximum: must be between 0 and 65535, 0 for none (got 65536)`},
 		{`mqtt: {topic_alias_maximum: -1}`, `mqtt.topic_alias_maximum: must be between 0 and 65535, 0 for none (got -1)`},
 		{`mqtt: {consumers: {write_buffer: 1KiB}}`, `mqtt.consumers.write_buffer: must be between 64KiB and 1GiB (got 1KiB)`},

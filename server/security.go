@@ -67,6 +67,7 @@ func loadSecurity(cfg config.Config) (security, error) {
 		ConsumerWriteBuffer:   int(m.Consumers.WriteBuffer),
 		MaxInflight:           m.MaxInflight,
 		MaxPendingConnections: m.MaxPendingConnections,
+		MaxPendingPerAddress:  m.MaxPendingPerAddress,
 		MaxDevices:            cfg.Limits.MaxDevices,
 		ConnectRate:           cfg.ConnectRate(),
 		KeepaliveMin:          time.Duration(m.Keepalive.Min),
