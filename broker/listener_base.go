@@ -148,14 +148,14 @@ func (l *listenerBase) serve(establish listeners.EstablishFn, c net.Conn) error 
 // serving ended. One that never sent CONNECT and ended by its deadline
 // is counted (silentTimeout).
 func (l *listenerBase) untrack(c net.Conn, err error) {
-	l.mu.Lock()
-	delete(l.conns, c)
-	l.mu.Unlock()
-	_ = c.Close()
 	if l.pending != nil && l.pending.release(c.RemoteAddr().String()) &&
 		errors.Is(err, os.ErrDeadlineExceeded) && l.silentClosed != nil {
 		l.silentClosed(silentTimeout)
 	}
+	l.mu.Lock()
+	delete(l.conns, c)
+	l.mu.Unlock()
+	_ = c.Close()
 	l.wg.Done()
 }
 

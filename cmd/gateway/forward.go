@@ -24,9 +24,8 @@ API's address and token come as for gateway quota.
 // forwardCmd runs `gateway forward SUB ...`.
 func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 || args[0] != "status" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprint(stdout, forwardUsage)
-			return flag.ErrHelp
+		if len(args) > 0 && (wantsHelp(args[:1]) || args[0] == "help") {
+			return subcommandHelp(stdout, "forward", "status", forwardUsage, newQuotaFlags("status", new(quotaFlags)))
 		}
 		return usagef("forward: want the subcommand status (run \"gateway help forward\")")
 	}
@@ -35,8 +34,7 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, forwardUsage)
-			return err
+			return subcommandHelp(stdout, "forward", "status", forwardUsage, fs)
 		}
 		return usagef("forward status: %v (run \"gateway help forward\")", err)
 	}

@@ -124,10 +124,7 @@ func printQuotaUsage(w io.Writer) {
 	fmt.Fprint(w, quotaUsage)
 	for _, sub := range []string{"set", "set-group", "throttled"} {
 		fmt.Fprintf(w, "\nFlags of %s:\n", sub)
-		newQuotaFlags(sub, new(quotaFlags)).VisitAll(func(f *flag.Flag) {
-			name, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(w, "  --%s %s\n    \t%s\n", f.Name, name, usage)
-		})
+		printFlags(w, newQuotaFlags(sub, new(quotaFlags)))
 	}
 }
 
@@ -169,8 +166,7 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 	pos, err := parseInterleaved(fs, rest)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			printQuotaUsage(stdout)
-			return err
+			return subcommandHelp(stdout, "quota", sub, quotaUsage, fs)
 		}
 		return usagef("quota %s: %v (run \"gateway help quota\")", sub, err)
 	}
