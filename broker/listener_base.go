@@ -3,7 +3,6 @@ package broker
 import (
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -85,7 +84,7 @@ func (l *listenerBase) Init(log *slog.Logger) error {
 	}
 	ln, err := net.Listen("tcp", l.address)
 	if err != nil {
-		return fmt.Errorf("listen on %q: %w", l.address, err)
+		return &ListenError{Listener: l.id, Addr: l.address, Err: err}
 	}
 	var wrapped net.Listener = admitListener{ln, l.admit}
 	if l.tlsConfig != nil {
