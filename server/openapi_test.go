@@ -91,6 +91,8 @@ func TestAdminAnswersMatchOpenAPI(t *testing.T) {
 		{"PUT", "/api/v1/devices/dev-9/quota", "/api/v1/devices/{id}/quota", `{"limit": 5}`, 400},
 		{"PUT", "/api/v1/groups/acme/quota", "/api/v1/groups/{name}/quota", `{"limit": 20, "window": "1h"}`, 200},
 		{"PUT", "/api/v1/groups/acme/quota", "/api/v1/groups/{name}/quota", `{"limit": 20, "window": "1h", "policy": "drop"}`, 400},
+		{"PUT", "/api/v1/groups/not-a-tenant/quota", "/api/v1/groups/{name}/quota", `{"limit": 20, "window": "1h"}`, 200}, // {tenant} can be anything
+
 		{"PUT", "/api/v1/rules/trial/enforce", "/api/v1/rules/{name}/enforce", `{"enforce": false}`, 200},
 		{"PUT", "/api/v1/rules/nosuch/enforce", "/api/v1/rules/{name}/enforce", `{"enforce": true}`, 404},
 		{"GET", "/api/v1/devices/t-acme-1", "/api/v1/devices/{id}", "", 200},
