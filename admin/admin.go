@@ -176,7 +176,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: log}
 	s.metricsHandler = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{ErrorLog: slogPrinter{log}})
-	s.handler = s.newMux()
+	s.handler = s.checkPaths(s.newMux())
 	return s, nil
 }
 

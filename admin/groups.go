@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"unicode/utf8"
 
 	"devicegate/devicelimit"
@@ -157,6 +158,16 @@ func (s *Server) putGroupQuota(w http.ResponseWriter, r *http.Request) {
 	o, err := parseGroupQuotaBody(body, s.opts.Resolver.Buckets(), s.opts.Clock.Now())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !s.opts.Resolver.GroupPossible(name) {
+		// An override no device can ever join: most likely a typo.
+		labels := s.opts.Resolver.GroupLabels()
+		msg := fmt.Sprintf("no rule makes a group named %q: the configured groups are %s; nothing was set", name, strings.Join(labels, ", "))
+		if len(labels) == 0 {
+			msg = fmt.Sprintf("no rule makes a group named %q: no rule (nor limits.default) has a group; nothing was set", name)
+		}
+		writeError(w, http.StatusNotFound, msg)
 		return
 	}
 	if err := s.opts.Overrides.SetOverride(devicelimit.GroupKey(name), o); err != nil {

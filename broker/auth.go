@@ -94,16 +94,29 @@ type Limits struct {
 	// WebSocket upgrades included); one more is closed as it is
 	// accepted. DefaultMaxPendingConnections when 0.
 	MaxPendingConnections int
+	// MaxPendingPerAddress bounds those of one source IP address.
+	// DefaultMaxPendingPerAddress when 0. Over either bound, the oldest
+	// silent connection (of the address, or of all) is closed to make
+	// room: a newcomer is never refused for them (pending.go).
+	MaxPendingPerAddress int
+	// TopicAliasMaximum is the highest topic alias an MQTT 5 client may
+	// use: announced in its CONNACK, and a PUBLISH with a higher one
+	// ends the connection with DISCONNECT 0x94 (MQTT 5, 3.3.2.3.4).
+	// DefaultTopicAliasMaximum when 0; a negative value allows none
+	// (the CONNACK announces none, and every alias is refused).
+	TopicAliasMaximum int
 }
 
 func (l Limits) validate() error {
 	switch {
-	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxPendingConnections < 0 || l.MaxDevices < 0 || l.MaxPendingWrites < 0 || l.MaxPendingWrites > 1<<20 || l.MaxInflight < 0 || l.MaxInflight > 65535:
+	case l.MaxClientIDLength < 0 || l.MaxConnections < 0 || l.MaxPendingConnections < 0 || l.MaxPendingPerAddress < 0 || l.MaxDevices < 0 || l.MaxPendingWrites < 0 || l.MaxPendingWrites > 1<<20 || l.MaxInflight < 0 || l.MaxInflight > 65535:
 		return fmt.Errorf("%w: Limits: negative bound, MaxPendingWrites over 1Mi or MaxInflight over 65535", ErrInvalidOptions)
 	case l.KeepaliveMin < 0 || l.KeepaliveMax < 0 || l.KeepaliveMax > 0 && l.KeepaliveMin > l.KeepaliveMax:
 		return fmt.Errorf("%w: Limits: keepalive bounds must be >= 0 and min <= max", ErrInvalidOptions)
 	case l.KeepaliveMax > 65535*time.Second:
 		return fmt.Errorf("%w: Limits: KeepaliveMax must be at most 65535s", ErrInvalidOptions)
+	case l.TopicAliasMaximum > 65535:
+		return fmt.Errorf("%w: Limits: TopicAliasMaximum must be at most 65535", ErrInvalidOptions)
 	case l.MaxPacketSize != 0 && l.MaxPacketSize < 64:
 		return fmt.Errorf("%w: Limits: MaxPacketSize must be 0 or at least 64 bytes", ErrInvalidOptions)
 	}
@@ -133,7 +146,22 @@ const (
 	DefaultMaxPendingWrites    = 64
 	DefaultConsumerWriteBuffer = 64 << 20
 	DefaultMaxInflight         = 8192
+	// DefaultTopicAliasMaximum is Mosquitto's default (max_topic_alias):
+	// a device publishes to a few topics, and every alias a connection
+	// sets keeps its topic (up to 64 KiB) for as long as it lasts.
+	DefaultTopicAliasMaximum = 10
 )
+
+// topicAliasMaximum returns the alias maximum the limits ask for.
+func (l Limits) topicAliasMaximum() uint16 {
+	switch {
+	case l.TopicAliasMaximum < 0:
+		return 0
+	case l.TopicAliasMaximum == 0:
+		return DefaultTopicAliasMaximum
+	}
+	return uint16(l.TopicAliasMaximum)
+}
 
 // capabilities returns mochi's capabilities with the limits applied.
 func (l Limits) capabilities() *mqtt.Capabilities {
@@ -155,6 +183,7 @@ func (l Limits) capabilities() *mqtt.Capabilities {
 	if l.MaxInflight > 0 {
 		c.MaximumInflight = uint16(l.MaxInflight)
 	}
+	c.TopicAliasMaximum = l.topicAliasMaximum() // enforced by mochi: 0x94 beyond; announced by alias.go
 	c.MaximumClientWritesPending = DefaultMaxPendingWrites
 	if l.MaxPendingWrites > 0 {
 		c.MaximumClientWritesPending = int32(l.MaxPendingWrites)
@@ -175,10 +204,13 @@ type AuthStats struct {
 	// (connections closed by the per-address rate limit), "will" (a
 	// will on a topic the client may not publish to), "sessions"
 	// (MaxConnections sessions held, connected or not) and "busy" (too
-	// many password checks running or waiting) and "pending" (closed on
-	// accept: Limits.MaxPendingConnections connections had not yet sent
-	// CONNECT) and "protocol" (a CONNECT the MQTT specification forbids:
-	// protocheck.go).
+	// many password checks running or waiting), "protocol" (a CONNECT
+	// the MQTT specification forbids: protocheck.go, connectcheck.go),
+	// and the connections that never sent CONNECT (pending.go):
+	// "pending_full" (the oldest, closed to make room when
+	// Limits.MaxPendingConnections had not sent it), "pending_address"
+	// (an address's oldest, closed when it held MaxPendingPerAddress)
+	// and "connect_timeout" (none within the connect timeout).
 	ConnectsRefused map[string]uint64
 	// ProtocolErrors counts connections ended after CONNECT for a packet
 	// the specification forbids (MQTT 5 DISCONNECT 0x82: protocheck.go,
@@ -202,13 +234,15 @@ const (
 	refusedWill
 	refusedSessions
 	refusedBusy
-	refusedPending
+	refusedPendingFull
+	refusedPendingAddress
+	refusedConnectTimeout
 	refusedProtocol
 	refusedBlocked
 	refusedReasons
 )
 
-var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions", "busy", "pending", "protocol", "blocked"}
+var refusedNames = [refusedReasons]string{"credentials", "client_id", "certificate", "devices", "rate", "will", "sessions", "busy", "pending_full", "pending_address", "connect_timeout", "protocol", "blocked"}
 
 // authHook is the mochi hook that authenticates clients at CONNECT,
 // applies the connection limits and enforces the topic ACL. It is added
@@ -268,7 +302,7 @@ func (h *authHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck:
 		return true
-	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnPublishDropped, mqtt.OnPublished:
+	case mqtt.OnPacketRead, mqtt.OnPacketEncode, mqtt.OnSubscribe, mqtt.OnSelectSubscribers, mqtt.OnPublishDropped, mqtt.OnPublished:
 		return true // alias.go, share.go, drops.go, consumers.go
 	}
 	return false
@@ -540,14 +574,19 @@ func (h *authHook) stats() AuthStats {
 	return st
 }
 
-// refusePending counts a connection closed on accept because
-// Limits.MaxPendingConnections connections had not yet sent CONNECT,
-// and logs it at most once per refusalLogWindow.
-func (h *authHook) refusePending() {
-	n := h.refused[refusedPending].Add(1)
-	if h.logs.allow(logRefused, "pending", refusalLogWindow) {
-		h.log.Warn("connection refused: too many connections have not sent CONNECT yet",
-			"max_pending_connections", h.pending.max, "refused_so_far", n)
+// silentClosed counts a connection that never sent CONNECT, closed for
+// why (pending.go), and logs each reason at most once per
+// refusalLogWindow.
+func (h *authHook) silentClosed(why int) {
+	reason := refusedPendingFull + why
+	n := h.refused[reason].Add(1)
+	if h.logs.allow(logRefused, refusedNames[reason], refusalLogWindow) {
+		msg := map[int]string{
+			silentFull:    "silent connection closed: max_pending_connections connections had not sent CONNECT; the oldest made room",
+			silentAddress: "silent connection closed: its address held max_pending_per_address connections that had not sent CONNECT; its oldest made room",
+			silentTimeout: "silent connection closed: no CONNECT within the connect timeout",
+		}[why]
+		h.log.Warn(msg, "max_pending_connections", h.pending.max, "max_pending_per_address", h.pending.perAddress, "closed_so_far", n)
 	}
 }
 

@@ -119,8 +119,15 @@ func (b *blocks) until(device string, now devicelimit.Tick) (devicelimit.Tick, b
 // block (false: it was blocked already). The block is stored before it
 // is reported.
 func (b *blocks) block(device string, until devicelimit.Tick, now devicelimit.Tick) (bool, error) {
+	// In a cluster the shared blocks are the truth while they answer: a
+	// block of this gateway's that another gateway lifted is no block.
+	liftedElsewhere := false
+	if b.shared != nil {
+		su, sok, err := b.shared.BlockedUntil(device)
+		liftedElsewhere = err == nil && (!sok || su <= now)
+	}
 	b.mu.Lock()
-	if u, ok := b.m[device]; ok && now < u {
+	if u, ok := b.m[device]; ok && now < u && !liftedElsewhere {
 		b.mu.Unlock()
 		return false, nil
 	}
@@ -210,6 +217,26 @@ func (b *blocks) list(now devicelimit.Tick) []Blocked {
 func (h *throttle) countRefusal(c *connInfo, b devicelimit.Block, now devicelimit.Tick) bool {
 	d := h.limiter.AllowClassAt(c.device, refusalsClass, devicelimit.Quota{Limit: b.After, Window: b.Within}, 0, now)
 	return !d.Allowed || d.Remaining == 0
+}
+
+// classResetter is a limiter that empties one class of a device's
+// windows itself (cluster.Limiter: in Redis and in its own table).
+type classResetter interface {
+	ResetClass(device, class string) error
+}
+
+// forgetRefusals empties the device's window of refusals toward a
+// block: in the limiter's table, and in Redis in cluster mode.
+func (h *throttle) forgetRefusals(device string) error {
+	switch l := h.limiter.(type) {
+	case classResetter:
+		if err := l.ResetClass(device, refusalsClass); err != nil {
+			return fmt.Errorf("forget the refusals of %q: %w", device, err)
+		}
+	case *devicelimit.Table:
+		l.Reset(string(devicelimit.AppendWindowKey(nil, device, refusalsClass, devicelimit.Messages, 0)))
+	}
+	return nil
 }
 
 // blockNow blocks the device for q.Block.For, logs it once, and

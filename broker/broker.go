@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -413,9 +414,15 @@ func (s *Server) DeviceStatus(device string) DeviceStatus {
 func (s *Server) Blocks() []Blocked { return s.hook.blocks.list(s.opts.Clock.Now()) }
 
 // Unblock lifts device's block and reports whether it had one in
-// force; its CONNECTs are accepted again at once.
+// force; its CONNECTs are accepted again at once. Lifting a block also
+// forgets the refusals counted toward it: the device is blocked again
+// only after Block.After new ones.
 func (s *Server) Unblock(device string) (bool, error) {
-	return s.hook.blocks.lift(device, s.opts.Clock.Now())
+	had, err := s.hook.blocks.lift(device, s.opts.Clock.Now())
+	if had {
+		err = errors.Join(err, s.hook.forgetRefusals(device))
+	}
+	return had, err
 }
 
 // Close stops releasing deferred messages, stops accepting connections,

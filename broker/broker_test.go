@@ -153,7 +153,8 @@ func TestCloseDisconnectsEveryone(t *testing.T) {
 	closeNow(t, f.srv)
 }
 
-// A connection that never sends CONNECT is closed after connectTimeout.
+// A connection that never sends CONNECT is closed after connectTimeout,
+// and counted (connect_timeout).
 func TestConnectTimeout(t *testing.T) {
 	o := validOptions(t)
 	s, err := New(o)
@@ -175,6 +176,9 @@ func TestConnectTimeout(t *testing.T) {
 		t.Fatalf("read: %v, want the server to close the connection", err)
 	}
 	eventually(t, "connection untracked", func() bool { return s.tcp.open() == 0 })
+	if got := s.AuthStats().ConnectsRefused["connect_timeout"]; got != 1 {
+		t.Fatalf("closed for the connect timeout: %d, want 1", got)
+	}
 }
 
 func isTimeout(err error) bool {

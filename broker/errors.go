@@ -1,6 +1,9 @@
 package broker
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Functions wrap them with the offending value, so callers
 // test with errors.Is and show err.Error() to people.
@@ -16,3 +19,14 @@ var (
 	// number, rather than lose or mangle the message.
 	ErrBadDeferred = errors.New("invalid deferred message record")
 )
+
+// ListenError is a listener that could not bind its address (in use,
+// not permitted): Listener is its ID, "tcp", "tls" or "ws", so that the
+// caller can name the setting that gave the address.
+type ListenError struct {
+	Listener, Addr string
+	Err            error
+}
+
+func (e *ListenError) Error() string { return fmt.Sprintf("listen on %q: %v", e.Addr, e.Err) }
+func (e *ListenError) Unwrap() error { return e.Err }

@@ -79,12 +79,13 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 			if l.isClosed() {
 				return
 			}
-			continue // over the pending-connection bound
+			continue
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
 		go func() {
-			defer l.untrack(conn)
-			if err := l.serve(establish, conn); err != nil {
+			var err error
+			defer func() { l.untrack(conn, err) }()
+			_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
+			if err = l.serve(establish, conn); err != nil {
 				// Every ended session lands here (EOF, keepalive timeout,
 				// a refused CONNECT): per-connection detail, not news.
 				l.log.Debug("connection ended", "remote", conn.RemoteAddr().String(), "error", err)

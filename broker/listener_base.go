@@ -2,9 +2,11 @@ package broker
 
 import (
 	"crypto/tls"
-	"fmt"
+	"errors"
+	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -34,9 +36,9 @@ type listenerBase struct {
 	// is read from it; a refused one is closed at once.
 	admit func(remote net.Addr) bool
 	// pending, when set, bounds the connections not yet past CONNECT;
-	// refusePending counts one closed for it.
-	pending       *pendingGate
-	refusePending func()
+	// silentClosed counts one closed for it (pending.go: why).
+	pending      *pendingGate
+	silentClosed func(why int)
 	// protocolRefused, when set, counts and logs a connection ended for
 	// a packet the MQTT specification forbids (protocheck.go).
 	protocolRefused func(remote string, atConnect bool, reason string)
@@ -82,7 +84,7 @@ func (l *listenerBase) Init(log *slog.Logger) error {
 	}
 	ln, err := net.Listen("tcp", l.address)
 	if err != nil {
-		return fmt.Errorf("listen on %q: %w", l.address, err)
+		return &ListenError{Listener: l.id, Addr: l.address, Err: err}
 	}
 	var wrapped net.Listener = admitListener{ln, l.admit}
 	if l.tlsConfig != nil {
@@ -94,15 +96,17 @@ func (l *listenerBase) Init(log *slog.Logger) error {
 	return nil
 }
 
-// track registers an accepted connection; false after Close, or when
-// the pending-connection bound is reached (the connection is then
-// counted as refused). The caller closes an untracked connection.
+// track registers an accepted connection; false after Close. The caller
+// closes an untracked connection. A silent connection the new one takes
+// the place of (pending.go) is closed.
 func (l *listenerBase) track(c net.Conn) bool {
-	if l.pending != nil && !l.pending.acquire(c.RemoteAddr().String()) {
-		if l.refusePending != nil {
-			l.refusePending()
+	if l.pending != nil {
+		if victim, why := l.pending.acquire(c); victim != nil {
+			_ = victim.Close()
+			if l.silentClosed != nil {
+				l.silentClosed(why)
+			}
 		}
-		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -120,21 +124,37 @@ func (l *listenerBase) track(c net.Conn) bool {
 // serve hands c to mochi, its reads checked (protocheck.go), and once
 // mochi is done with it waits for its write spool, if it has one, to
 // write what is pending and close.
+//
+// mochi gets the connection only once its first byte has arrived: until
+// then a silent connection costs a parked goroutine, not a mochi client
+// (its buffers and writer goroutine), and a flood of them puts no work
+// ahead of a device's CONNECT.
 func (l *listenerBase) serve(establish listeners.EstablishFn, c net.Conn) error {
 	pc := &protoConn{Conn: c, refused: l.protocolRefused}
 	defer pc.ended()
+	var first [1]byte
+	if n, err := c.Read(first[:]); n == 0 {
+		if err == nil {
+			err = io.ErrNoProgress
+		}
+		return err
+	}
+	pc.first, pc.hasFirst = first[0], true
 	return establish(l.id, pc)
 }
 
-// untrack closes a tracked connection and forgets it.
-func (l *listenerBase) untrack(c net.Conn) {
+// untrack closes a tracked connection and forgets it; err is how its
+// serving ended. One that never sent CONNECT and ended by its deadline
+// is counted (silentTimeout).
+func (l *listenerBase) untrack(c net.Conn, err error) {
+	if l.pending != nil && l.pending.release(c.RemoteAddr().String()) &&
+		errors.Is(err, os.ErrDeadlineExceeded) && l.silentClosed != nil {
+		l.silentClosed(silentTimeout)
+	}
 	l.mu.Lock()
 	delete(l.conns, c)
 	l.mu.Unlock()
 	_ = c.Close()
-	if l.pending != nil {
-		l.pending.release(c.RemoteAddr().String())
-	}
 	l.wg.Done()
 }
 

@@ -33,7 +33,7 @@ func (o *Options) validateListeners() error {
 func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger, logs *logLimiter, conns *registry, blocked *blocks) (*authHook, error) {
 	var err error
 	h := &authHook{srv: srv, opts: opts.Auth, limits: opts.Limits, table: opts.Table, identity: opts.Identity,
-		clock: opts.Clock, log: log, logs: logs, conns: conns, blocks: blocked, pending: newPendingGate(opts.Limits.MaxPendingConnections)}
+		clock: opts.Clock, log: log, logs: logs, conns: conns, blocks: blocked, pending: newPendingGate(opts.Limits.MaxPendingConnections, opts.Limits.MaxPendingPerAddress)}
 	h.creds.Store(opts.Auth.Credentials)
 	h.ownClients = srv.Clients.Len()
 	if len(opts.Limits.Consumers) > 0 {
@@ -72,7 +72,7 @@ func (s *Server) startListeners() error {
 		}
 		l.disconnect = s.disconnectClients
 		l.admit = s.auth.admitConn
-		l.pending, l.refusePending = s.auth.pending, s.auth.refusePending
+		l.pending, l.silentClosed = s.auth.pending, s.auth.silentClosed
 		l.protocolRefused = s.auth.protocolRefused
 		return l
 	}
@@ -98,7 +98,7 @@ func (s *Server) startListeners() error {
 		}
 		wsL.disconnect = s.disconnectClients
 		wsL.admit = s.auth.admitConn
-		wsL.pending, wsL.refusePending = s.auth.pending, s.auth.refusePending
+		wsL.pending, wsL.silentClosed = s.auth.pending, s.auth.silentClosed
 		wsL.protocolRefused = s.auth.protocolRefused
 		wsL.maxFrame = int64(s.opts.Limits.MaxPacketSize)
 		if s.opts.WebSocketTLS {

@@ -70,10 +70,11 @@ func (l *wsListener) Serve(establish listeners.EstablishFn) {
 				_ = conn.Close()
 				return
 			}
-			defer l.untrack(conn.Conn)
+			var served error
+			defer func() { l.untrack(conn.Conn, served) }()
 			_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
-			if err := l.serve(establish, conn); err != nil {
-				l.log.Debug("connection ended", "remote", r.RemoteAddr, "error", err)
+			if served = l.serve(establish, conn); served != nil {
+				l.log.Debug("connection ended", "remote", r.RemoteAddr, "error", served)
 			}
 		}),
 	}

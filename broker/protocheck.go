@@ -47,6 +47,10 @@ type protoConn struct {
 	// and has not left (consumers.go); touched only on the client's
 	// reading goroutine.
 	delivering *consumerSet
+	// first, while hasFirst, is the connection's first byte, read
+	// before mochi got the connection (listener_base.go's serve).
+	first    byte
+	hasFirst bool
 }
 
 // leave ends the delivery of this client's publish, if one passed the
@@ -76,7 +80,13 @@ func (c *protoConn) Read(b []byte) (int, error) {
 		c.refuse()
 		return 0, c.failed
 	}
-	n, err := c.Conn.Read(b)
+	var n int
+	var err error
+	if c.hasFirst && len(b) > 0 {
+		b[0], c.hasFirst, n = c.first, false, 1
+	} else {
+		n, err = c.Conn.Read(b)
+	}
 	if n > 0 && !c.p.off {
 		if at, v := c.p.feed(b[:n]); v != nil {
 			c.failed = v
@@ -150,24 +160,24 @@ func (c *protoConn) refuse() {
 		}
 		if c.p.version == 5 {
 			// The connection ends whatever this write does.
-			_, _ = c.Write(refusalPacket(v.atConnect, v.reason, c.p.clientMax))
+			_, _ = c.Write(refusalPacket(v.atConnect, 0x82, v.reason, c.p.clientMax))
 		}
 	})
 }
 
 // refusalPacket is an MQTT 5 CONNACK (atConnect) or DISCONNECT with
-// reason code 0x82 and the reason string, left out when the packet would
+// reason code code and the reason string, left out when the packet would
 // exceed the client's Maximum Packet Size (max, 0: none;
 // [MQTT-3.1.2-25]).
-func refusalPacket(atConnect bool, reason string, max uint32) []byte {
+func refusalPacket(atConnect bool, code byte, reason string, max uint32) []byte {
 	if len(reason) > 100 {
 		reason = reason[:100] // one byte of remaining length
 	}
 	var b []byte
 	if atConnect {
-		b = []byte{0x20, 0, 0x00, 0x82} // CONNACK, no session present
+		b = []byte{0x20, 0, 0x00, code} // CONNACK, no session present
 	} else {
-		b = []byte{0xe0, 0, 0x82} // DISCONNECT
+		b = []byte{0xe0, 0, code} // DISCONNECT
 	}
 	withString := 4 + len(reason) // properties length, 0x1F, string length
 	if max > 0 && uint32(len(b)+withString) > max {

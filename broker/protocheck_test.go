@@ -66,6 +66,30 @@ func rawConnectV(level byte, id string, ps []byte, w *rawWill) []byte {
 	return packet(0x10, body)
 }
 
+// rawConnectFlags is a CONNECT of protocol name and level with the
+// given connect flags, keepalive 60 s and client ID id, followed by the
+// fields the flags announce (a will "dev/w", user name, password).
+func rawConnectFlags(name string, level, flags byte, id string) []byte {
+	body := append(mqttString(name), level, flags, 0, 60)
+	if level == 5 {
+		body = append(body, 0)
+	}
+	body = append(body, mqttString(id)...)
+	if flags&0x04 != 0 {
+		if level == 5 {
+			body = append(body, 0)
+		}
+		body = append(append(body, mqttString("dev/w")...), mqttString("gone")...)
+	}
+	if flags&0x80 != 0 {
+		body = append(body, mqttString("user")...)
+	}
+	if flags&0x40 != 0 {
+		body = append(body, mqttString("secret")...)
+	}
+	return packet(0x10, body)
+}
+
 // rawPublish5 is an MQTT 5 PUBLISH at QoS 1 with packet ID pid.
 func rawPublish5(topic string, pid int, ps []byte) []byte {
 	body := append(append(mqttString(topic), u16(pid)...), ps...)
@@ -161,6 +185,7 @@ func TestProtocolRulesEnforced(t *testing.T) {
 	const (
 		connack, puback, suback, disconnect = 2, 4, 9, 14
 		protocolError, filterInvalid        = 0x82, 0x8f
+		malformed                           = 0x81
 	)
 	cases := []struct {
 		name string
@@ -203,7 +228,33 @@ func TestProtocolRulesEnforced(t *testing.T) {
 		{name: "empty share name, MQTT 3.1.1",
 			send: [][]byte{rawConnectV(4, "share4", nil, nil), rawSubscribe(4, 1, "$share//#")},
 			want: []byte{connack, 0, suback, 0x80}},
+		// CONNECT flags and protocol names: MQTT 3.1.1 gets no CONNACK
+		// (3.1.1 has no return code for them), MQTT 5 0x81 or 0x84.
+		{name: "reserved connect flag, MQTT 3.1.1",
+			send: [][]byte{rawConnectFlags("MQTT", 4, 0x03, "res4")}, connectRefused: true},
+		{name: "reserved connect flag, MQTT 5",
+			send: [][]byte{rawConnectFlags("MQTT", 5, 0x03, "res5")}, want: []byte{connack, malformed}, connectRefused: true},
+		{name: "will QoS 3, MQTT 3.1.1",
+			send: [][]byte{rawConnectFlags("MQTT", 4, 0x1e, "wq3")}, connectRefused: true},
+		{name: "will retain without a will, MQTT 3.1.1",
+			send: [][]byte{rawConnectFlags("MQTT", 4, 0x22, "wr4")}, connectRefused: true},
+		{name: "will QoS 1 without a will, MQTT 3.1.1",
+			send: [][]byte{rawConnectFlags("MQTT", 4, 0x0a, "wq4")}, connectRefused: true},
+		{name: "will QoS 1 without a will, MQTT 5",
+			send: [][]byte{rawConnectFlags("MQTT", 5, 0x0a, "wq5")}, want: []byte{connack, malformed}, connectRefused: true},
+		{name: "password without a user name, MQTT 3.1.1",
+			send: [][]byte{rawConnectFlags("MQTT", 4, 0x42, "pw4")}, connectRefused: true},
+		{name: "protocol name MQTX, MQTT 3.1.1",
+			send: [][]byte{rawConnectFlags("MQTX", 4, 0x02, "name4")}, connectRefused: true},
+		{name: "protocol name MQTX, MQTT 5",
+			send: [][]byte{rawConnectFlags("MQTX", 5, 0x02, "name5")}, want: []byte{connack, 0x84}, connectRefused: true},
+		{name: "protocol level 6",
+			send: [][]byte{rawConnectFlags("MQTT", 6, 0x02, "level6")}, want: []byte{connack, 1}, connectRefused: true},
+		{name: "empty client ID without clean session, MQTT 3.1.1",
+			send: [][]byte{rawConnectFlags("MQTT", 4, 0x00, "")}, want: []byte{connack, 2}, connectRefused: true},
 		// What the rules allow still passes.
+		{name: "password without a user name, MQTT 5",
+			send: [][]byte{rawConnectFlags("MQTT", 5, 0x42, "pw5")}, want: []byte{connack, 0}},
 		{name: "user property twice, will without wildcard",
 			send: [][]byte{rawConnectV(5, "ok", props(userProp, userProp), &rawWill{props: props(userProp, userProp), topic: "dev/ok"}),
 				rawPublish5("dev/a", 1, props(userProp, userProp, prop(propTopicAlias, u16(3)...))),

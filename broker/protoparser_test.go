@@ -190,7 +190,7 @@ func TestProtoParserStopsOnMQTT311(t *testing.T) {
 func TestRefusalPacket(t *testing.T) {
 	for _, atConnect := range []bool{true, false} {
 		for _, max := range []uint32{0, 20} {
-			b := refusalPacket(atConnect, "duplicate property Topic Alias", max)
+			b := refusalPacket(atConnect, 0x82, "duplicate property Topic Alias", max)
 			cp, err := packets.ReadPacket(bytes.NewReader(b))
 			if err != nil {
 				t.Fatalf("at CONNECT %v, max %d: % x does not decode: %v", atConnect, max, b, err)

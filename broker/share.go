@@ -31,3 +31,35 @@ func (h *authHook) OnSubscribe(_ *mqtt.Client, pk packets.Packet) packets.Packet
 	}
 	return pk
 }
+
+// OnSelectSubscribers keeps a message whose topic begins with '$' ($SYS,
+// for one) from the shared subscriptions whose filter, after
+// "$share/NAME/", begins with a wildcard: MQTT 4.7.2-1 says such a
+// filter does not match such a topic. mochi v2.7.9 applies the rule to
+// plain subscriptions only, so "$share/g/#" received every $SYS
+// message. It runs only for a message some shared subscription matched.
+func (h *authHook) OnSelectSubscribers(subs *mqtt.Subscribers, pk packets.Packet) *mqtt.Subscribers {
+	if pk.TopicName == "" || pk.TopicName[0] != '$' {
+		return subs
+	}
+	for filter := range subs.Shared {
+		if f := sharedTopicFilter(filter); f != "" && (f[0] == '+' || f[0] == '#') {
+			delete(subs.Shared, filter)
+		}
+	}
+	return subs
+}
+
+// sharedTopicFilter returns the topic filter of a shared subscription's
+// filter "$share/NAME/FILTER" ("" when it is none).
+func sharedTopicFilter(filter string) string {
+	if len(filter) <= len(sharePrefix) || !strings.EqualFold(filter[:len(sharePrefix)], sharePrefix) {
+		return ""
+	}
+	rest := filter[len(sharePrefix):]
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return ""
+	}
+	return rest[i+1:]
+}

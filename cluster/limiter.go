@@ -336,9 +336,30 @@ func windowKeyOf(base, class string, u devicelimit.Unit, k int) string {
 // and those of the topic classes named, and reports whether it had
 // one.
 func (l *Limiter) Reset(ctx context.Context, device string, classes []string) (bool, error) {
+	return l.del(ctx, device, append([]string{""}, classes...))
+}
+
+// ResetClass empties the device's windows of one class, in Redis and
+// in this gateway's own table (the failure policy local decides on
+// it): the refusals counted toward a block, when the block is lifted.
+func (l *Limiter) ResetClass(device, class string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	for u := range devicelimit.Bytes + 1 {
+		for k := range devicelimit.MaxWindows {
+			l.local.Reset(string(devicelimit.AppendWindowKey(nil, device, class, u, k)))
+		}
+	}
+	_, err := l.del(ctx, device, []string{class})
+	return err
+}
+
+// del deletes the device's shared windows of the classes named and
+// reports whether it had one.
+func (l *Limiter) del(ctx context.Context, device string, classes []string) (bool, error) {
 	base := l.windowKey(device)
-	keys := make([]string, 0, 2*devicelimit.MaxWindows*(1+len(classes)))
-	for _, class := range append([]string{""}, classes...) {
+	keys := make([]string, 0, 2*devicelimit.MaxWindows*len(classes))
+	for _, class := range classes {
 		for u := range devicelimit.Bytes + 1 {
 			for k := range devicelimit.MaxWindows {
 				keys = append(keys, windowKeyOf(base, class, u, k))

@@ -29,9 +29,11 @@
 //	    client_ids: []             # globs of their client IDs, e.g. ["backend-*"]
 //	    write_buffer: 64MiB        # bytes the spool of one consumer holds, 64KiB..1GiB
 //	  max_inflight: 8192           # QoS 1/2 messages sent to one client and not yet acknowledged, 1..65535
-//	  max_pending_connections: 1000  # connections that have not sent CONNECT yet, all listeners, >= 1
+//	  max_pending_connections: 1000  # connections that have not sent CONNECT yet, all listeners, >= 1; over it the oldest is closed
+//	  max_pending_per_address: 100   # those of one source IP address, >= 1; over it the address's oldest is closed
 //	  connect_rate: {limit: 100, window: 1s, exempt: ["127.0.0.0/8", "::1/128"]}  # new connections per source IP (limit 0: off); exempt: CIDR prefixes not limited
 //	  keepalive: {min: 0s, max: 1h}           # a keepalive outside is set to the bound; 0s: no bound
+//	  topic_alias_maximum: 10      # highest MQTT 5 topic alias a client may use, 0..65535; 0: none
 //	admin:
 //	  addr: "127.0.0.1:8080"       # host:port of the admin HTTP API and /metrics
 //	  token: ""                    # bearer token; empty: GATEWAY_ADMIN_TOKEN, else a token file in data_dir
@@ -156,13 +158,19 @@ type MQTT struct {
 	// and not yet acknowledged; beyond, messages to it are dropped.
 	MaxInflight int `yaml:"max_inflight"`
 	// MaxPendingConnections bounds the connections, on all listeners,
-	// that have not sent CONNECT yet; one more is closed at once.
+	// that have not sent CONNECT yet; over it the oldest is closed.
 	MaxPendingConnections int `yaml:"max_pending_connections"`
+	// MaxPendingPerAddress bounds those of one source IP address; over
+	// it the address's oldest is closed.
+	MaxPendingPerAddress int `yaml:"max_pending_per_address"`
 	// ConnectRate bounds new connections per source IP address; a limit
 	// of 0 turns it off.
 	ConnectRate Rate `yaml:"connect_rate"`
 	// Keepalive bounds the keepalive clients may ask for.
 	Keepalive Keepalive `yaml:"keepalive"`
+	// TopicAliasMaximum is the highest MQTT 5 topic alias a client may
+	// use, announced in its CONNACK; 0: none.
+	TopicAliasMaximum int `yaml:"topic_alias_maximum"`
 }
 
 // Admin configures the admin HTTP API, which also serves /metrics.

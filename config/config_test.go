@@ -313,6 +313,11 @@ func TestTooManyErrors(t *testing.T) {
 func TestParseSyntaxAndShape(t *testing.T) {
 	tests := []struct{ yaml, err string }{
 		{"limits: {default: [\n", "config: yaml:"},
+		// Lines as an editor counts them (yaml.v3 prints a parser
+		// error's 0-based).
+		{"mqtt:\n  tcp: [oops\nadmin: {}\n", "config: yaml: line 2: did not find expected ',' or ']'"},
+		{"mqtt:\n  tcp: \":1\"\n bad: 2\n", "config: yaml: line 3: did not find expected key"},
+		{"mqtt:\n  tcp: \":1\"\n  x: \"unterminated\n", "config: yaml: line 3: found unexpected end of stream"},
 		{"- 1\n- 2\n", "line 1: top level: must be a mapping of keys (got a list)"},
 		{"mqtt: {}\n---\nlog: {}\n", "line 2: a second YAML document starts here"},
 		{"limits: {buckets: 1, buckets: 2}\n", `mapping key "buckets" already defined`},

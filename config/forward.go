@@ -123,10 +123,19 @@ const MaxForwardConnections = 64
 var schemes = map[string]string{"mqtt": "mqtt", "mqtts": "mqtt", "redis": "redis", "rediss": "redis",
 	"nats": "nats", "natss": "nats", "kafka": "kafka", "kafkas": "kafka"}
 
-// scheme returns to's scheme ("" when it has none).
+// scheme returns to's scheme in lower case ("" when it has none):
+// schemes are case-insensitive (RFC 3986, 3.1), "MQTT://" is "mqtt://".
 func (f Forward) scheme() string {
 	s, _, _ := strings.Cut(f.To, "://")
-	return s
+	return strings.ToLower(s)
+}
+
+// afterScheme returns what follows to's "scheme://".
+func afterScheme(to string) string {
+	if _, rest, ok := strings.Cut(to, "://"); ok {
+		return rest
+	}
+	return to
 }
 
 // Kind is the destination's kind, from to's scheme: "mqtt", "redis",
@@ -172,7 +181,7 @@ func (f Forward) Addr() string { return f.Hosts()[0] }
 // Hosts returns the destination's host:port list from To, which must
 // be valid.
 func (f Forward) Hosts() []string {
-	rest := strings.TrimPrefix(f.To, f.scheme()+"://")
+	rest := afterScheme(f.To)
 	hosts, _, _ := strings.Cut(rest, "/")
 	return strings.Split(hosts, ",")
 }
@@ -314,7 +323,7 @@ func destination(s string) string {
 	if kind == "" {
 		return fmt.Sprintf("%s: unknown kind of destination %q (got %q)", want, f.scheme(), s)
 	}
-	rest := strings.TrimPrefix(s, f.scheme()+"://")
+	rest := afterScheme(s)
 	hosts, path, _ := strings.Cut(rest, "/")
 	switch {
 	case kind == "redis":
@@ -364,7 +373,7 @@ func (f Forward) Inflight() int {
 // RedisDB is the Redis database of a redis:// destination (0 when not
 // given); to must be valid.
 func (f Forward) RedisDB() int {
-	_, db, _ := strings.Cut(strings.TrimPrefix(f.To, f.scheme()+"://"), "/")
+	_, db, _ := strings.Cut(afterScheme(f.To), "/")
 	n, _ := strconv.Atoi(db)
 	return n
 }

@@ -43,6 +43,9 @@ func TestForwardConfig(t *testing.T) {
 		{`{name: k, to: "kafka://a:9092,[::1]:9093", topics: [t], kafka_topic: "telemetry-{device}", sasl: SCRAM-SHA-512, username: u, password_env: P}`, "kafka", "a:9092,[::1]:9093"},
 		{`{name: r, to: "rediss://a:6380/3", topics: [t], tls: {server_name: r.example}}`, "redis", "a:6380"},
 		{`{name: p, to: "nats://a:4222", topics: [t]}`, "nats", "a:4222"},
+		// Schemes are case-insensitive (RFC 3986, 3.1).
+		{`{name: u, to: "MQTTS://a:8883", topics: [t]}`, "mqtt", "a:8883"},
+		{`{name: v, to: "Rediss://a:6380/3", topics: [t]}`, "redis", "a:6380"},
 	} {
 		c, err := Parse(strings.NewReader("forward: [" + d.yaml + "]"))
 		if err == nil {

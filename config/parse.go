@@ -44,7 +44,7 @@ func Parse(r io.Reader) (Config, error) {
 	// line and a Go type.
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return Config{}, fmt.Errorf("config: %w", yamlSyntaxError(err))
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return cfg, nil // empty, or only comments

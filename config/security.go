@@ -19,9 +19,11 @@ const (
 	DefaultMaxPendingWrites  = broker.DefaultMaxPendingWrites
 	DefaultMaxInflight       = broker.DefaultMaxInflight
 	DefaultMaxPendingConns   = broker.DefaultMaxPendingConnections
+	DefaultMaxPendingPerAddr = broker.DefaultMaxPendingPerAddress
 	DefaultMaxDevices        = 1_000_000
 	DefaultConnectRateLimit  = 100
 	DefaultKeepaliveMax      = time.Hour
+	DefaultTopicAliasMaximum = broker.DefaultTopicAliasMaximum
 )
 
 // TLS configures the MQTT over TLS listener.
@@ -109,8 +111,10 @@ func withSecurityDefaults(c Config) Config {
 	c.MQTT.Consumers = Consumers{ClientIDs: []string{}, WriteBuffer: broker.DefaultConsumerWriteBuffer}
 	c.MQTT.MaxInflight = DefaultMaxInflight
 	c.MQTT.MaxPendingConnections = DefaultMaxPendingConns
+	c.MQTT.MaxPendingPerAddress = DefaultMaxPendingPerAddr
 	c.MQTT.ConnectRate = Rate{Limit: DefaultConnectRateLimit, Window: Duration(time.Second), Exempt: []string{"127.0.0.0/8", "::1/128"}}
 	c.MQTT.Keepalive = Keepalive{Max: Duration(DefaultKeepaliveMax)}
+	c.MQTT.TopicAliasMaximum = DefaultTopicAliasMaximum
 	c.Limits.MaxDevices = DefaultMaxDevices
 	c.Auth = Auth{CertificateIdentity: "cn", ACL: ACL{Publish: auth.DefaultPublish, Subscribe: auth.DefaultSubscribe}}
 	return c
@@ -181,8 +185,14 @@ func (c Config) validateSecurity(v *validator) {
 	if m.MaxPendingConnections < 1 {
 		v.add("mqtt.max_pending_connections", fmt.Sprintf("must be at least 1 (got %d)", m.MaxPendingConnections))
 	}
+	if m.MaxPendingPerAddress < 1 {
+		v.add("mqtt.max_pending_per_address", fmt.Sprintf("must be at least 1 (got %d)", m.MaxPendingPerAddress))
+	}
 	if m.MaxInflight < 1 || m.MaxInflight > 65535 {
 		v.add("mqtt.max_inflight", fmt.Sprintf("must be between 1 and 65535 (got %d)", m.MaxInflight))
+	}
+	if m.TopicAliasMaximum < 0 || m.TopicAliasMaximum > 65535 {
+		v.add("mqtt.topic_alias_maximum", fmt.Sprintf("must be between 0 and 65535, 0 for none (got %d)", m.TopicAliasMaximum))
 	}
 	if m.MaxPendingWrites < 1 || m.MaxPendingWrites > 1<<20 {
 		v.add("mqtt.max_pending_writes", fmt.Sprintf("must be between 1 and %d (got %d)", 1<<20, m.MaxPendingWrites))

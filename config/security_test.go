@@ -39,6 +39,9 @@ auth:
 	if off, err := load(`mqtt: {connect_rate: {limit: 0, window: 0s}}`); err != nil || off.ConnectRate().Limit != 0 {
 		t.Fatalf("connect_rate limit 0: %v, %v; want off", err, off.ConnectRate())
 	}
+	if c, err := load(`mqtt: {topic_alias_maximum: 0}`); err != nil || c.MQTT.TopicAliasMaximum != 0 || Default().MQTT.TopicAliasMaximum != 10 {
+		t.Fatalf("topic_alias_maximum 0: %v, %d; default %d", err, c.MQTT.TopicAliasMaximum, Default().MQTT.TopicAliasMaximum)
+	}
 	if !Default().AllowAll() {
 		t.Fatal("the default is not allow-all")
 	}
@@ -50,6 +53,9 @@ auth:
 		{`mqtt: {websocket: {tls: true, addr: ":1"}}`, `mqtt.tls.key_file: must name`},
 		{`mqtt: {max_packet_size: 10}`, `mqtt.max_packet_size: must be between 64B and 256MiB (got 10B)`},
 		{`mqtt: {max_pending_writes: 0}`, `mqtt.max_pending_writes: must be between 1 and 1048576 (got 0)`},
+		{`mqtt: {max_pending_per_address: 0}`, `mqtt.max_pending_per_address: must be at least 1 (got 0)`},
+		{`mqtt: {topic_alias_maximum: 65536}`, `mqtt.topic_alias_maximum: must be between 0 and 65535, 0 for none (got 65536)`},
+		{`mqtt: {topic_alias_maximum: -1}`, `mqtt.topic_alias_maximum: must be between 0 and 65535, 0 for none (got -1)`},
 		{`mqtt: {consumers: {write_buffer: 1KiB}}`, `mqtt.consumers.write_buffer: must be between 64KiB and 1GiB (got 1KiB)`},
 		{`mqtt: {consumers: {client_ids: ["ok-*", ""]}}`, `mqtt.consumers.client_ids[1]: invalid pattern: empty`},
 		{`mqtt: {consumers: {clients: ["a"]}}`, `mqtt.consumers.clients: unknown key; expected one of client_ids, write_buffer`},

@@ -159,3 +159,23 @@ func ValidateGroupQuota(q Quota, buckets int) error {
 	q.Policy = PolicyDrop
 	return q.Validate(buckets)
 }
+
+// CouldMake reports whether the template can expand to name for some
+// values of its parts (a part may stand for any text): whether a group
+// named name can exist under it.
+func (t Template) CouldMake(name string) bool { return t.couldMake(t.segs, name) }
+
+func (t Template) couldMake(segs []tmplSeg, name string) bool {
+	if len(segs) == 0 {
+		return name == ""
+	}
+	if s := segs[0]; s.part < 0 {
+		return strings.HasPrefix(name, s.lit) && t.couldMake(segs[1:], name[len(s.lit):])
+	}
+	for i := 0; i <= len(name); i++ { // the part takes name[:i]
+		if t.couldMake(segs[1:], name[i:]) {
+			return true
+		}
+	}
+	return false
+}

@@ -274,3 +274,28 @@ func TestGroupOf(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateCouldMake: which names a group template can expand to.
+func TestTemplateCouldMake(t *testing.T) {
+	parts := []string{"tenant", PartUsername}
+	for _, tc := range []struct {
+		tmpl, name string
+		want       bool
+	}{
+		{"{tenant}", "anything", true},
+		{"tenant-{tenant}", "tenant-acme", true},
+		{"tenant-{tenant}", "acme", false},
+		{"fleet", "fleet", true},
+		{"fleet", "fleets", false},
+		{"{tenant}-{username}-x", "a-b-x", true},
+		{"{tenant}-{username}-x", "a-b-y", false},
+	} {
+		tm, err := CompileTemplate(tc.tmpl, parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tm.CouldMake(tc.name); got != tc.want {
+			t.Errorf("%q could make %q: %v, want %v", tc.tmpl, tc.name, got, tc.want)
+		}
+	}
+}

@@ -144,3 +144,18 @@ func (r *Resolver) GroupConfigured(name string) (Membership, bool) {
 	}
 	return check(r.defGroup)
 }
+
+// GroupPossible reports whether a configured group template (a rule's
+// or the default's) can make a group named name: an override for a
+// group no template can make would never apply.
+func (r *Resolver) GroupPossible(name string) bool {
+	if r.defGroup.on && r.defGroup.tmpl.CouldMake(name) {
+		return true
+	}
+	for i := range r.rules {
+		if g := r.rules[i].group; g.on && g.tmpl.CouldMake(name) {
+			return true
+		}
+	}
+	return false
+}

@@ -42,11 +42,7 @@ func TestAutomaticBlocking(t *testing.T) {
 	dev.MustPublish(t, "devices/flood-1/t", "4", mqtttest.CodeQuotaExceeded)
 	// The third refusal blocks: the connection ends.
 	_, _, _ = dev.PublishReason("devices/flood-1/t", "5")
-	select {
-	case <-dev.Lost():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the blocked device's connection did not end")
-	}
+	waitLost(t, dev, "the blocked device's connection did not end")
 	wantRefused5(t, g.Addr().String(), "flood-1")
 	wantRefused311(t, g.Addr().String(), "flood-1")
 	other := mqtttest.Dial5(t, g.Addr().String(), "fine-1")
@@ -85,16 +81,18 @@ func TestAutomaticBlocking(t *testing.T) {
 		}
 		_ = i
 	}
-	select {
-	case <-c.Lost():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second blocked device's connection did not end")
-	}
+	waitLost(t, c, "the second blocked device's connection did not end")
 	wantRefused5(t, g.Addr().String(), "flood-2")
 	httpDo(t, http.MethodDelete, admin+"/api/v1/devices/flood-2/block", "test-token", "", http.StatusOK)
 	httpDo(t, http.MethodDelete, admin+"/api/v1/devices/flood-2/block", "test-token", "", http.StatusNotFound)
+	// The lift forgot the refusals that led to the block: the device is
+	// blocked again only after 3 new ones.
 	lifted := mqtttest.Dial5(t, g.Addr().String(), "flood-2")
-	lifted.Close()
+	lifted.MustPublish(t, "devices/flood-2/t", "a", mqtttest.CodeQuotaExceeded)
+	lifted.MustPublish(t, "devices/flood-2/t", "b", mqtttest.CodeQuotaExceeded)
+	_, _, _ = lifted.PublishReason("devices/flood-2/t", "c")
+	waitLost(t, lifted, "the device was not blocked again at its third new refusal")
+	wantRefused5(t, g.Addr().String(), "flood-2")
 }
 
 // wantRefused5 checks an MQTT 5 CONNECT of id is refused with 0x8A and a
@@ -136,16 +134,30 @@ func TestBlockSharedInCluster(t *testing.T) {
 	dev.MustPublish(t, "devices/flood-1/t", "1", mqtttest.CodeSuccess)
 	dev.MustPublish(t, "devices/flood-1/t", "2", mqtttest.CodeQuotaExceeded)
 	_, _, _ = dev.PublishReason("devices/flood-1/t", "3") // blocked on A
-	select {
-	case <-dev.Lost():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the blocked device's connection did not end")
-	}
+	waitLost(t, dev, "the blocked device's connection did not end")
 	wantRefused5(t, b.Addr().String(), "flood-1")
 	httpDo(t, http.MethodDelete, "http://"+b.AdminAddr().String()+"/api/v1/devices/flood-1/block", "test-token", "", http.StatusOK)
 	for _, g := range []*Gateway{a, b} {
 		if code, reason := mqtttest.ConnectCode(t, g.Addr().String(), "flood-1"); code != 0 {
 			t.Fatalf("after the lift on B, CONNECT to %s: 0x%02x %q", g.Addr(), code, reason)
 		}
+	}
+	// The lift on B forgot the refusals counted in Redis: on A the
+	// device is blocked again only at its second new refusal.
+	again := mqtttest.Dial5(t, a.Addr().String(), "flood-1")
+	again.MustPublish(t, "devices/flood-1/t", "4", mqtttest.CodeQuotaExceeded)
+	_, _, _ = again.PublishReason("devices/flood-1/t", "5")
+	waitLost(t, again, "the device was not blocked again at its second new refusal")
+	wantRefused5(t, b.Addr().String(), "flood-1")
+}
+
+// waitLost waits for c's connection to end, failing with what if it
+// does not.
+func waitLost(t *testing.T, c *mqtttest.Client5, what string) {
+	t.Helper()
+	select {
+	case <-c.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
 	}
 }

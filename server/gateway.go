@@ -241,6 +241,11 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	}
 	g.srv = srv
 	if err := srv.Start(); err != nil {
+		var le *broker.ListenError
+		if errors.As(err, &le) {
+			// Name the setting that gave the address.
+			return nil, fmt.Errorf("%s: %w", listenerKeys[le.Listener], err)
+		}
 		return nil, err
 	}
 	if g.forward != nil {
@@ -306,7 +311,11 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		return nil, err
 	}
 	if err := g.admin.Start(); err != nil {
-		return nil, fmt.Errorf("admin api: %w", err)
+		key := "admin.tls"
+		if oe := (*net.OpError)(nil); errors.As(err, &oe) && oe.Op == "listen" {
+			key = "admin.addr"
+		}
+		return nil, fmt.Errorf("%s: admin api: %w", key, err)
 	}
 	logSecurity(log, cfg, sec)
 	g.started = true
@@ -461,6 +470,9 @@ func within(ctx context.Context, fn func(context.Context) error) error {
 // storeError turns an error from the state store into a message a person
 // can act on: a directory in use by another gateway, or a data file that
 // cannot be read, named with what to do about it.
+// listenerKeys name the setting of each MQTT listener's address.
+var listenerKeys = map[string]string{"tcp": "mqtt.tcp", "tls": "mqtt.tls.addr", "ws": "mqtt.websocket.addr"}
+
 func storeError(dir string, err error) error {
 	file := filepath.Join(dir, persist.FileName)
 	switch {
@@ -472,10 +484,12 @@ func storeError(dir string, err error) error {
 	case errors.Is(err, persist.ErrNewerSchema):
 		return &actionError{fmt.Sprintf("%s; it was written by a newer devicegate: run that version, or move the file away to start with empty state", nameFile(file, err)), err}
 	}
+	// Otherwise (permissions, not a directory...) the setting that
+	// named the directory leads.
 	if strings.Contains(err.Error(), strconv.Quote(dir)) {
-		return err // names the directory, which is what is wrong
+		return fmt.Errorf("data_dir: %w", err) // names the directory, which is what is wrong
 	}
-	return &actionError{nameFile(file, err), err}
+	return &actionError{"data_dir: " + nameFile(file, err), err}
 }
 
 // nameFile returns err's message, led by the file's name unless it

@@ -319,8 +319,8 @@ func TestStoreError(t *testing.T) {
 			"data file /srv/gw/devicegate.db: corrupt data file: bad magic", nil},
 		{fmt.Errorf("%s: %w: schema 9", file, persist.ErrNewerSchema), persist.ErrNewerSchema,
 			"/srv/gw/devicegate.db: data file has a newer schema: schema 9", []string{"newer devicegate"}},
-		{errors.New("permission denied"), nil, "data file /srv/gw/devicegate.db: permission denied", nil},
-		{errors.New(`open store: data directory "/srv/gw" is not a directory`), nil, `open store: data directory "/srv/gw" is not a directory`, nil},
+		{errors.New("permission denied"), nil, "data_dir: data file /srv/gw/devicegate.db: permission denied", nil},
+		{errors.New(`open store: data directory "/srv/gw" is not a directory`), nil, `data_dir: open store: data directory "/srv/gw" is not a directory`, nil},
 	}
 	for _, tt := range tests {
 		err := storeError(dir, tt.err)

@@ -67,10 +67,15 @@ func loadSecurity(cfg config.Config) (security, error) {
 		ConsumerWriteBuffer:   int(m.Consumers.WriteBuffer),
 		MaxInflight:           m.MaxInflight,
 		MaxPendingConnections: m.MaxPendingConnections,
+		MaxPendingPerAddress:  m.MaxPendingPerAddress,
 		MaxDevices:            cfg.Limits.MaxDevices,
 		ConnectRate:           cfg.ConnectRate(),
 		KeepaliveMin:          time.Duration(m.Keepalive.Min),
 		KeepaliveMax:          time.Duration(m.Keepalive.Max),
+		TopicAliasMaximum:     m.TopicAliasMaximum,
+	}
+	if m.TopicAliasMaximum == 0 {
+		s.limits.TopicAliasMaximum = -1 // none; broker.Limits' 0 is its default
 	}
 	return s, nil
 }

@@ -91,7 +91,7 @@ func TestRunFloodingDeviceOfTenant(t *testing.T) {
 	}
 	var b strings.Builder
 	if err := rep.WriteSummary(&b); err != nil || !strings.Contains(b.String(), "group acme (8 devices): 30 messages per 1s: at most ") ||
-		!strings.Contains(b.String(), "1 devices were blocked by the gateway") {
+		!strings.Contains(b.String(), "1 device was blocked by the gateway") {
 		t.Fatalf("summary: %v\n%s", err, b.String())
 	}
 }

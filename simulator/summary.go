@@ -47,34 +47,34 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(w, "upstream link down at %s for %s\n", fmtMS(ev.At.Sub(r.Started)), fmtMS(ev.Took))
 	}
 	if r.Config.CrashLoss > 0 {
-		fmt.Fprintf(w, "persistence bound: a device may exceed its quota by what reached the subscriber in the %s before a crash; %d devices exceeded it within that bound, %d beyond it\n",
-			r.Config.CrashLoss+r.Result.Tolerance, t.WithinBound, t.Violations)
+		fmt.Fprintf(w, "persistence bound: a device may exceed its quota by what reached the subscriber in the %s before a crash; %s exceeded it within that bound, %d beyond it\n",
+			r.Config.CrashLoss+r.Result.Tolerance, devicesN(t.WithinBound), t.Violations)
 	}
 	if t.Unconfirmed > 0 {
-		fmt.Fprintf(w, "%d devices had more arrivals in a window than their quota, but their send and ack times do not confirm it: late deliveries arriving together (latency p99 %s), not counted as violations\n",
-			t.Unconfirmed, fmtMS(t.LatencyP99))
+		fmt.Fprintf(w, "%s had more arrivals in a window than their quota, but their send and ack times do not confirm it: late deliveries arriving together (latency p99 %s), not counted as violations\n",
+			devicesN(t.Unconfirmed), fmtMS(t.LatencyP99))
 	}
 	verdict := "OK"
 	if !r.Verdict.OK {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "\n%s: %d devices over quota (excess at the subscriber %d in all, at most %d), %d lost, %d leaked, %d phantom; %d connect failures, %d disconnects; tolerance %s\n",
-		verdict, t.Violations, t.ExcessTotal, t.MaxExcess, t.Lost, t.Leaked, t.Phantom, r.ConnectFailures, r.Disconnects, r.Result.Tolerance)
+	fmt.Fprintf(w, "\n%s: %s over quota (excess at the subscriber %d in all, at most %d), %d lost, %d leaked, %d phantom; %d connect failures, %d disconnects; tolerance %s\n",
+		verdict, devicesN(t.Violations), t.ExcessTotal, t.MaxExcess, t.Lost, t.Leaked, t.Phantom, r.ConnectFailures, r.Disconnects, r.Result.Tolerance)
 	for _, g := range r.Result.Groups {
 		state := "OK"
 		if g.Violated {
 			state = "OVER ITS LIMIT"
 		}
 		for _, gw := range g.Windows {
-			fmt.Fprintf(w, "group %s (%d devices): %s: %s\n", g.Group, g.Devices, gw.describe(), state)
+			fmt.Fprintf(w, "group %s (%s): %s: %s\n", g.Group, devicesN(g.Devices), gw.describe(), state)
 		}
 	}
 	if n := len(r.Blocked); n > 0 {
 		shown := r.Blocked[:min(n, 10)]
-		fmt.Fprintf(w, "%d devices were blocked by the gateway (automatic blocking) and stopped: %s\n", n, strings.Join(shown, ", "))
+		fmt.Fprintf(w, "%s blocked by the gateway (automatic blocking) and stopped: %s\n", devicesWere(n), strings.Join(shown, ", "))
 	}
 	if r.RefusedAtConnect > 0 {
-		fmt.Fprintf(w, "%d devices were refused at CONNECT for their credentials or client ID (see the errors); nothing was sent for them\n", r.RefusedAtConnect)
+		fmt.Fprintf(w, "%s refused at CONNECT for their credentials or client ID (see the errors); nothing was sent for them\n", devicesWere(r.RefusedAtConnect))
 	}
 	if r.SubscriberLost {
 		fmt.Fprintf(w, "the subscriber lost its connection: arrivals after that were not seen\n")
@@ -113,4 +113,20 @@ func (d DeviceResult) judgedQuota() string {
 // fmtMS formats d in milliseconds with a tenth.
 func fmtMS(d time.Duration) string {
 	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+}
+
+// devicesN is "1 device" or "N devices".
+func devicesN(n int) string {
+	if n == 1 {
+		return "1 device"
+	}
+	return fmt.Sprintf("%d devices", n)
+}
+
+// devicesWere is "1 device was" or "N devices were".
+func devicesWere(n int) string {
+	if n == 1 {
+		return "1 device was"
+	}
+	return fmt.Sprintf("%d devices were", n)
 }

@@ -315,7 +315,7 @@ func TestQuotaCLIProcess(t *testing.T) {
 		t.Errorf("get --json printed %q (%v)", out, err)
 	}
 	out = mustCLI("list")
-	if !regexp.MustCompile(`(?m)^DEVICE +LIMIT +WINDOW +POLICY +EXPIRES AT +CLASSES\ncli-dev +1 +30s +drop +\d{4}-\S+ +-$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^DEVICE +LIMIT +WINDOW +POLICY +ENFORCE +EXPIRES AT +CLASSES\ncli-dev +1 +30s +drop +true +\d{4}-\S+ +-$`).MatchString(out) {
 		t.Errorf("list printed:\n%s", out)
 	}
 	out = mustCLI("throttled", "--limit", "3")
@@ -532,7 +532,7 @@ func TestQuotaWindowsCLIProcess(t *testing.T) {
 			t.Errorf("get output lacks %s:\n%s", re, out)
 		}
 	}
-	if out = mustCLI("list"); !regexp.MustCompile(`(?m)^w-dev +- +2 messages per 1h0m0s, 20 bytes per 1h0m0s +drop +- +-$`).MatchString(out) {
+	if out = mustCLI("list"); !regexp.MustCompile(`(?m)^w-dev +- +2 messages per 1h0m0s, 20 bytes per 1h0m0s +drop +true +- +-$`).MatchString(out) {
 		t.Errorf("list printed:\n%s", out)
 	}
 	for _, bad := range []struct{ windows, want string }{
@@ -638,7 +638,7 @@ func TestQuotaClassesCLIProcess(t *testing.T) {
 	if _, out, _ = cli("get", "c-dev"); !regexp.MustCompile(`(?m)^class alarms \(devices/c-dev/alarm devices/c-dev/fire/#\) window 1 +1 messages per 1h0m0s: used 1, remaining 0`).MatchString(out) {
 		t.Errorf("get shows:\n%s", out)
 	}
-	if _, out, _ = cli("list"); !regexp.MustCompile(`(?m)^c-dev +10 +1h0m0s +drop +- +alarms,bulk$`).MatchString(out) {
+	if _, out, _ = cli("list"); !regexp.MustCompile(`(?m)^c-dev +10 +1h0m0s +drop +true +- +alarms,bulk$`).MatchString(out) {
 		t.Errorf("list shows:\n%s", out)
 	}
 	for _, bad := range []struct{ class, want string }{
@@ -654,7 +654,7 @@ func TestQuotaClassesCLIProcess(t *testing.T) {
 	g.stop()
 	g = startGW(t, dir, "--limit", "100", "--window", "1h")
 	defer g.stop()
-	if _, out, _ = cli("list"); !regexp.MustCompile(`(?m)^c-dev +10 +1h0m0s +drop +- +alarms,bulk$`).MatchString(out) {
+	if _, out, _ = cli("list"); !regexp.MustCompile(`(?m)^c-dev +10 +1h0m0s +drop +true +- +alarms,bulk$`).MatchString(out) {
 		t.Errorf("after the restart, list shows:\n%s", out)
 	}
 	c = dial5(t, g.mqtt, "c-dev")
@@ -709,6 +709,10 @@ func TestShadowCLIProcess(t *testing.T) {
 	if _, out, _ := cli("get", "meter-2"); !regexp.MustCompile(`(?m)^enforce +false`).MatchString(out) {
 		t.Errorf("get after the restart:\n%s", out)
 	}
+	// The list shows the override in shadow mode.
+	if _, out, _ := cli("list"); !regexp.MustCompile(`(?m)^meter-2 +1 +1h0m0s +drop +false \(shadow\) +- +-$`).MatchString(out) {
+		t.Errorf("list:\n%s", out)
+	}
 }
 
 // TestBlockCLIProcess: a gateway process blocks a device its quota
@@ -740,6 +744,9 @@ func TestBlockCLIProcess(t *testing.T) {
 	if _, out, _ := cli("blocks"); !regexp.MustCompile(`(?m)^flood-1 +\d{4}-`).MatchString(out) {
 		t.Fatalf("blocks:\n%s", out)
 	}
+	if _, out, _ := cli("get", "flood-1"); !regexp.MustCompile(`(?m)^blocked until +\d{4}-\S+ \(CONNECTs refused; gateway quota unblock flood-1 lifts it\)$`).MatchString(out) {
+		t.Fatalf("get of a blocked device:\n%s", out)
+	}
 	g.stop()
 	g = startGW(t, dir, "--config", cfg)
 	defer g.stop()
@@ -752,5 +759,17 @@ func TestBlockCLIProcess(t *testing.T) {
 	if code, _, errOut := cli("unblock", "flood-1"); code == 0 || !strings.Contains(errOut, "is not blocked") {
 		t.Fatalf("second unblock: exit %d, %q", code, errOut)
 	}
-	dial5(t, g.mqtt, "flood-1").close()
+	// The unblock forgot the two refusals that led to the block (still
+	// within the minute): blocked again only after two new ones.
+	c = dial5(t, g.mqtt, "flood-1")
+	c.mustPublish(t, "devices/flood-1/t", "4", codeQuotaExceeded)
+	_, _, _ = c.PublishReason("devices/flood-1/t", "5")
+	select {
+	case <-c.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the device was not blocked again at its second new refusal")
+	}
+	if code, reason := connectCode(t, g.mqtt, "flood-1"); code != 0x8A {
+		t.Fatalf("CONNECT after two new refusals: 0x%02x %q; want 0x8A banned", code, reason)
+	}
 }

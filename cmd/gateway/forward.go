@@ -53,9 +53,8 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return forwardDropLogCmd(args[1:], stdout)
 	}
 	if len(args) == 0 || args[0] != "status" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprint(stdout, forwardUsage)
-			return flag.ErrHelp
+		if len(args) > 0 && (wantsHelp(args[:1]) || args[0] == "help") {
+			return subcommandHelp(stdout, "forward", "status", forwardUsage, newQuotaFlags("status", new(quotaFlags)))
 		}
 		return usagef("forward: want the subcommand status, dead or drop-log (run \"gateway help forward\")")
 	}
@@ -64,8 +63,7 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, forwardUsage)
-			return err
+			return subcommandHelp(stdout, "forward", "status", forwardUsage, fs)
 		}
 		return usagef("forward status: %v (run \"gateway help forward\")", err)
 	}

@@ -77,6 +77,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd, rest := "serve", args
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, rest = args[0], args[1:]
+	} else if wantsHelp(args) {
+		// "gateway --help": the commands, and the default command's flags.
+		_ = help(nil, stdout)
+		fmt.Fprintln(stdout, "\nFlags of serve, the default command:")
+		printFlags(stdout, newServeFlags(new(serveFlags)))
+		return flag.ErrHelp
+	}
+	if (cmd == "version" || cmd == "help") && wantsHelp(rest) {
+		_ = help([]string{cmd}, stdout)
+		return flag.ErrHelp
 	}
 	switch cmd {
 	case "serve":

@@ -331,8 +331,22 @@ func TestServeProcessPortInUse(t *testing.T) {
 	}
 	defer l.Close()
 	code, _, stderr := runBinary(t, "serve", "--mqtt-addr", l.Addr().String(), "--data-dir", t.TempDir())
-	if code != 1 || !strings.Contains(stderr, l.Addr().String()) || !strings.Contains(stderr, "address already in use") {
-		t.Fatalf("exit %d, stderr %q; want 1 and a bind error naming %s", code, stderr, l.Addr())
+	if code != 1 || !strings.Contains(stderr, l.Addr().String()) || !strings.Contains(stderr, "address already in use") ||
+		!strings.Contains(stderr, "\ngateway: mqtt.tcp: ") {
+		t.Fatalf("exit %d, stderr %q; want 1 and a bind error naming mqtt.tcp and %s", code, stderr, l.Addr())
+	}
+	// The same for the admin API's address, and the WebSocket listener's.
+	code, _, stderr = runBinary(t, "serve", "--mqtt-addr", "127.0.0.1:0", "--admin-addr", l.Addr().String(), "--data-dir", t.TempDir())
+	if code != 1 || !strings.Contains(stderr, "address already in use") || !strings.Contains(stderr, "\ngateway: admin.addr: ") {
+		t.Fatalf("admin: exit %d, stderr %q; want 1 and a bind error naming admin.addr", code, stderr)
+	}
+	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(cfg, []byte("mqtt: {tcp: \"127.0.0.1:0\", websocket: {addr: \""+l.Addr().String()+"\"}}\nadmin: {addr: \"127.0.0.1:0\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runBinary(t, "serve", "--config", cfg, "--data-dir", t.TempDir())
+	if code != 1 || !strings.Contains(stderr, "\ngateway: mqtt.websocket.addr: ") {
+		t.Fatalf("websocket: exit %d, stderr %q; want 1 and a bind error naming mqtt.websocket.addr", code, stderr)
 	}
 }
 

@@ -39,10 +39,7 @@ A running gateway rereads the file on SIGHUP.
 
 Flags:
 `)
-	fs.VisitAll(func(f *flag.Flag) {
-		name, usage := flag.UnquoteUsage(f)
-		fmt.Fprintf(w, "  --%s %s\n    \t%s\n", f.Name, name, usage)
-	})
+	printFlags(w, fs)
 }
 
 // maxPassword is the longest password an MQTT CONNECT can carry.

@@ -124,10 +124,7 @@ func printQuotaUsage(w io.Writer) {
 	fmt.Fprint(w, quotaUsage)
 	for _, sub := range []string{"set", "set-group", "throttled"} {
 		fmt.Fprintf(w, "\nFlags of %s:\n", sub)
-		newQuotaFlags(sub, new(quotaFlags)).VisitAll(func(f *flag.Flag) {
-			name, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(w, "  --%s %s\n    \t%s\n", f.Name, name, usage)
-		})
+		printFlags(w, newQuotaFlags(sub, new(quotaFlags)))
 	}
 }
 
@@ -169,8 +166,7 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 	pos, err := parseInterleaved(fs, rest)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			printQuotaUsage(stdout)
-			return err
+			return subcommandHelp(stdout, "quota", sub, quotaUsage, fs)
 		}
 		return usagef("quota %s: %v (run \"gateway help quota\")", sub, err)
 	}
@@ -410,6 +406,9 @@ func (c *quotaClient) get(ctx context.Context, id string) error {
 		row("remaining", v.Remaining)
 		row("retry after", orDash(v.RetryAfter))
 		row("deferred", v.Deferred)
+		if v.BlockedUntil != "" {
+			row("blocked until", v.BlockedUntil+" (CONNECTs refused; gateway quota unblock "+v.Device+" lifts it)")
+		}
 		row("connected", v.Connected)
 		lastSeen := "-"
 		if v.LastSeen != nil {
@@ -445,8 +444,12 @@ func (c *quotaClient) list(ctx context.Context) error {
 	v, raw, err := c.api.Quotas(ctx)
 	return c.print("list", raw, err, func() {
 		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "DEVICE\tLIMIT\tWINDOW\tPOLICY\tEXPIRES AT\tCLASSES")
+		fmt.Fprintln(tw, "DEVICE\tLIMIT\tWINDOW\tPOLICY\tENFORCE\tEXPIRES AT\tCLASSES")
 		for _, o := range v.Overrides {
+			enforce := "true"
+			if o.Enforce != nil && !*o.Enforce {
+				enforce = "false (shadow)"
+			}
 			classes := "-"
 			if len(o.Classes) > 0 {
 				names := make([]string, len(o.Classes))
@@ -456,10 +459,10 @@ func (c *quotaClient) list(ctx context.Context) error {
 				classes = strings.Join(names, ",")
 			}
 			if len(o.Windows) > 0 {
-				fmt.Fprintf(tw, "%s\t-\t%s\t%s\t%s\t%s\n", orDash(o.Device), describeWindows(o.Windows), orDash(o.Policy), orDash(o.ExpiresAt), classes)
+				fmt.Fprintf(tw, "%s\t-\t%s\t%s\t%s\t%s\t%s\n", orDash(o.Device), describeWindows(o.Windows), orDash(o.Policy), enforce, orDash(o.ExpiresAt), classes)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", orDash(o.Device), o.Limit, orDash(o.Window), orDash(o.Policy), orDash(o.ExpiresAt), classes)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", orDash(o.Device), o.Limit, orDash(o.Window), orDash(o.Policy), enforce, orDash(o.ExpiresAt), classes)
 		}
 		tw.Flush()
 	})

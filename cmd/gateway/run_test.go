@@ -52,7 +52,7 @@ func TestRunArgs(t *testing.T) {
 		{args: []string{"quota", "get", "d", "--token", "t", "--admin-addr", "127.0.0.1:1"}, code: 1, errMsg: "quota get: cannot reach the admin API at 127.0.0.1:1"},
 		{args: []string{"serve", "extra"}, code: 2, errMsg: `serve: unexpected argument "extra"`},
 		{args: []string{"serve", "-h"}, out: "Usage: gateway serve [flags]"},
-		{args: []string{"--help"}, out: "Usage: gateway serve [flags]"},
+		{args: []string{"--help"}, out: "Flags of serve, the default command:"},
 		{args: []string{"--limit", "x"}, code: 2, errMsg: `invalid value "x" for flag -limit: must be an integer`},
 		{args: []string{"serve", "--nope"}, code: 2, errMsg: "flag provided but not defined: -nope"},
 		{args: []string{"--limit", "0"}, code: 1, errMsg: "--limit: must be between 1 and 1000000000 (got 0)"},

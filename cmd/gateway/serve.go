@@ -84,10 +84,7 @@ Redis (docs/operations.md: "Running several gateways").
 
 Flags:
 `)
-	fs.VisitAll(func(f *flag.Flag) {
-		name, usage := flag.UnquoteUsage(f)
-		fmt.Fprintf(w, "  --%s %s\n    \t%s\n", f.Name, name, usage)
-	})
+	printFlags(w, fs)
 }
 
 // serveConfig builds the configuration: Default, then the file named by

@@ -129,10 +129,7 @@ reports what was seen.
 
 Flags:
 `)
-	fs.VisitAll(func(f *flag.Flag) {
-		name, usage := flag.UnquoteUsage(f)
-		fmt.Fprintf(w, "  --%s %s\n    \t%s\n", f.Name, name, usage)
-	})
+	printFlags(w, fs)
 }
 
 // simulateConfig parses args into a simulator.Config, the flags and the

@@ -316,7 +316,7 @@ func TestSimulateTenantFlood(t *testing.T) {
 	code, stdout, stderr := runBinary(t, "simulate", "--embedded", "--config", cfg, "--devices", "8", "--rate", "2/s",
 		"--group", "acme:30/1s", "--flood", "1:50", "--duration", "2s", "--tolerance", "150ms", "--json", report)
 	if code != 0 || !strings.Contains(stdout, "group acme (8 devices): 30 messages per 1s: at most ") ||
-		!strings.Contains(stdout, "1 devices were blocked by the gateway (automatic blocking) and stopped: dev-00000") {
+		!strings.Contains(stdout, "1 device was blocked by the gateway (automatic blocking) and stopped: dev-00000") {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	var rep struct {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -59,6 +60,14 @@ func TestSimulateProcess(t *testing.T) {
 	}
 	if rep.Config.Quota.Limit != 5 || rep.Config.Quota.Window != time.Second {
 		t.Errorf("report's quota %v, want 5/1s", rep.Config.Quota)
+	}
+	// The quota's keys are the report's: snake_case, durations in _ns.
+	if raw, err := os.ReadFile(jsonPath); err != nil || !strings.Contains(string(raw), `"quota": {
+      "limit": 5,
+      "window_ns": 1000000000,
+      "policy": "drop"
+    }`) || strings.Contains(string(raw), "NWindows") {
+		t.Errorf("report's config.quota is not in the report's form (%v):\n%.600s", err, raw)
 	}
 
 	if strict.code != 1 {

@@ -5,12 +5,17 @@ package mqtt3
 
 import (
 	"context"
+	"errors"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 
 // Connect connects a client of opts, or gives up when ctx ends first. The
-// error is the CONNECT's (a refusal, a dial error) or ctx's.
+// error is the CONNECT's (a refusal, a dial error) or ctx's. A network
+// error reads as what failed ("dial tcp 10.0.0.5:1883: connect:
+// connection refused"), not paho's "network Error : dial tcp ...",
+// and still matches packets.ErrorNetworkError with errors.Is.
 func Connect(ctx context.Context, opts *mqtt.ClientOptions) (mqtt.Client, error) {
 	c := mqtt.NewClient(opts)
 	tok := c.Connect()
@@ -21,7 +26,28 @@ func Connect(ctx context.Context, opts *mqtt.ClientOptions) (mqtt.Client, error)
 		return nil, ctx.Err()
 	}
 	if err := tok.Error(); err != nil {
-		return nil, err
+		return nil, plainNetworkError(err)
 	}
 	return c, nil
+}
+
+// networkError is a network failure of a CONNECT, told as itself.
+type networkError struct{ cause error }
+
+func (e networkError) Error() string   { return e.cause.Error() }
+func (e networkError) Unwrap() []error { return []error{packets.ErrorNetworkError, e.cause} }
+
+// plainNetworkError returns err, or for paho's "network Error : CAUSE"
+// (both wrapped) a networkError of CAUSE.
+func plainNetworkError(err error) error {
+	multi, ok := err.(interface{ Unwrap() []error })
+	if !ok || !errors.Is(err, packets.ErrorNetworkError) {
+		return err
+	}
+	for _, e := range multi.Unwrap() {
+		if e != packets.ErrorNetworkError {
+			return networkError{cause: e}
+		}
+	}
+	return err
 }
