@@ -253,7 +253,7 @@ func (s *Store) DropForward(log string) (int, error) {
 			return nil
 		}
 		c := b.Cursor()
-		for k, _ := c.Last(); k != nil && len(k) == 8; k, _ = c.Last() {
+		for k, _ := c.Last(); len(k) == 8; k, _ = c.Last() {
 			if seq := binary.BigEndian.Uint64(k); seq > b.Sequence() {
 				if err := b.SetSequence(seq); err != nil {
 					return err
