@@ -13,6 +13,12 @@ TEST_FUZZTIME ?= 10000x
 # STATICCHECK is run by `make vet` (and so `make test`), pinned.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# REVISION and REVISION_TIME stamp the commit beside VERSION (`gateway
+# version`): the go command records them itself only in a plain git
+# checkout, not in a worktree nor with -buildvcs=false.
+REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null)
+REVISION_TIME ?= $(shell TZ=UTC git log -1 --date=format-local:%Y-%m-%dT%H:%M:%SZ --format=%cd 2>/dev/null)
+LDFLAGS       := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.revisionTime=$(REVISION_TIME)
 
 # bash with pipefail, so that `go test | tee` fails when the tests do.
 SHELL       := bash
@@ -38,7 +44,7 @@ tools:
 	./scripts/ensure-tools.sh
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o gateway ./cmd/gateway
+	$(GO) build -ldflags "$(LDFLAGS)" -o gateway ./cmd/gateway
 
 # bench writes bench.out (gitignored) for benchstat.
 bench:

@@ -7,7 +7,7 @@
 //	gateway quota ...         read and change device quotas through the admin API
 //	gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
 //	gateway passwd ...        add or replace an account in a credentials file
-//	gateway version           print the version
+//	gateway version           print the version (also --version)
 //	gateway help [command]    show help
 package main
 
@@ -19,16 +19,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 )
-
-// version is the release name, set at build time with
-// -ldflags "-X main.version=v1.2.3"; when empty, the module version from
-// the build info, or "dev".
-var version = ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -75,6 +68,9 @@ const commands = "serve, quota, forward, simulate, passwd, version, help"
 // to shut down.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd, rest := "serve", args
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		cmd, rest = "version", nil
+	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, rest = args[0], args[1:]
 	}
@@ -93,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if len(rest) > 0 {
 			return usagef("version takes no arguments (got %q)", rest)
 		}
-		fmt.Fprintln(stdout, versionString())
+		fmt.Fprint(stdout, buildVersion().String())
 		return nil
 	case "help":
 		return help(rest, stdout)
@@ -136,28 +132,11 @@ for the quota subcommands, "gateway help simulate" for the simulator's.
 		printPasswdUsage(stdout, newPasswdFlags(new(passwdFlags)))
 		return nil
 	case len(args) == 1 && args[0] == "version":
-		fmt.Fprintln(stdout, "Usage: gateway version\n\nPrints the version of devicegate and of the Go toolchain that built it.")
+		fmt.Fprint(stdout, versionUsage)
 		return nil
 	case len(args) == 1 && args[0] == "help":
 		fmt.Fprintln(stdout, "Usage: gateway help [command]")
 		return nil
 	}
 	return usagef("help: unknown command %q; commands are %s", strings.Join(args, " "), commands)
-}
-
-// versionString is what `gateway version` prints:
-// "devicegate v1.2.3 (go1.26.0)".
-func versionString() string {
-	return fmt.Sprintf("devicegate %s (%s)", releaseName(), runtime.Version())
-}
-
-// releaseName is the version: the -ldflags one, the module's, or "dev".
-func releaseName() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
 }

@@ -38,6 +38,7 @@ func TestRunArgs(t *testing.T) {
 		{args: []string{"help", "nope"}, code: 2, errMsg: `help: unknown command "nope"`},
 		{args: []string{"version"}, out: "devicegate "},
 		{args: []string{"version", "--short"}, code: 2, errMsg: "version takes no arguments"},
+		{args: []string{"--version"}, out: "devicegate "},
 		{args: []string{"bogus"}, code: 2, errMsg: `unknown command "bogus"; commands are serve, quota, forward, simulate, passwd, version, help`},
 		{args: []string{"help", "quota"}, out: "gateway quota set ID (--limit N --window D | --windows W) [--class C]..."},
 		{args: []string{"help", "serve"}, out: "--admin-addr address"},
@@ -105,14 +106,18 @@ func TestExitCode(t *testing.T) {
 
 func TestVersionString(t *testing.T) {
 	// Without -ldflags, as in this test binary: the module version or "dev".
-	if got := versionString(); !regexp.MustCompile(`^devicegate \S+ \(go1\.\d+`).MatchString(got) {
-		t.Fatalf("versionString() = %q", got)
+	if got := buildVersion().String(); !regexp.MustCompile(`^devicegate \S+ \(go1\.\d+\S* \w+/\w+`).MatchString(got) {
+		t.Fatalf("version = %q", got)
 	}
 	old := version
 	t.Cleanup(func() { version = old })
 	version = "v1.2.3"
-	if got := versionString(); !strings.HasPrefix(got, "devicegate v1.2.3 (go1.") {
-		t.Fatalf("versionString() = %q, want the -ldflags version", got)
+	if got := buildVersion().String(); !strings.HasPrefix(got, "devicegate v1.2.3 (go1.") {
+		t.Fatalf("version = %q, want the -ldflags version", got)
+	}
+	v := versionInfo{Version: "v1.2.3", Revision: "abc", Time: "2026-01-02T03:04:05Z", Modified: true, Go: "go1.26.0", Platform: "linux/arm/v7"}
+	if got, want := v.String(), "devicegate v1.2.3 (go1.26.0 linux/arm/v7)\nrevision abc (modified)\ntime 2026-01-02T03:04:05Z\n"; got != want {
+		t.Fatalf("version = %q, want %q", got, want)
 	}
 }
 
