@@ -52,6 +52,9 @@ type Deps struct {
 	Time devicelimit.TimeSource
 	// Logger receives every log line; nil discards them.
 	Logger *slog.Logger
+	// Level is Logger's level, which a reload sets to log.level; nil:
+	// a reload leaves the level as it is.
+	Level *slog.LevelVar
 	// Version is logged at start by Run.
 	Version string
 }

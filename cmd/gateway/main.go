@@ -7,6 +7,7 @@
 //	gateway quota ...         read and change device quotas through the admin API
 //	gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
 //	gateway passwd ...        add or replace an account in a credentials file
+//	gateway check --config F  validate a configuration file as serve would
 //	gateway version           print the version (also --version)
 //	gateway help [command]    show help
 package main
@@ -61,7 +62,7 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-const commands = "serve, quota, forward, simulate, passwd, version, help"
+const commands = "serve, quota, forward, simulate, passwd, check, version, help"
 
 // run runs the command named by args (without the program name) until it
 // finishes or ctx is cancelled; serve treats cancellation as the signal
@@ -85,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return simulate(ctx, rest, stdout, stderr)
 	case "passwd":
 		return passwd(rest, os.Stdin, stdout)
+	case "check":
+		return check(rest, stdout)
 	case "version":
 		if len(rest) > 0 {
 			return usagef("version takes no arguments (got %q)", rest)
@@ -109,6 +112,7 @@ Usage:
   gateway forward status    show the upstreams the gateway forwards to
   gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
   gateway passwd ...        add or replace an account in a credentials file
+  gateway check --config F  validate a configuration file as serve would
   gateway version           print the version
   gateway help [command]    show this help, or a command's flags
 
@@ -130,6 +134,9 @@ for the quota subcommands, "gateway help simulate" for the simulator's.
 		return nil
 	case len(args) == 1 && args[0] == "passwd":
 		printPasswdUsage(stdout, newPasswdFlags(new(passwdFlags)))
+		return nil
+	case len(args) == 1 && args[0] == "check":
+		fmt.Fprint(stdout, checkUsage)
 		return nil
 	case len(args) == 1 && args[0] == "version":
 		fmt.Fprint(stdout, versionUsage)

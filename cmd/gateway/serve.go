@@ -225,8 +225,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return server.Run(ctx, cfg, server.Deps{Logger: log, Version: releaseName()})
+	lv := new(slog.LevelVar)
+	lv.Set(level)
+	log := slog.New(cfg.Log.Handler(stderr, lv))
+	return server.Run(ctx, cfg, server.Deps{Logger: log, Level: lv, Version: releaseName()})
 }
 
 // intValue is an int flag whose parse errors read like the config's.
