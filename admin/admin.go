@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -95,6 +96,9 @@ type Options struct {
 	// Groups lists the groups devices joined since start (in a cluster,
 	// on any gateway); nil: none.
 	Groups Groups
+	// Backup writes a consistent copy of the data file to w and returns
+	// the bytes written (GET /api/v1/backup); nil: the route answers 404.
+	Backup func(w io.Writer) (int64, error)
 }
 
 // Blocks lists the devices blocked now and lifts a block.

@@ -283,6 +283,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Forward: func() []admin.ForwardStats {
 			return forwardStats(g.forward)
 		},
+		Backup: g.snap.Backup,
 
 		TLSCertFile: cfg.Admin.TLS.CertFile,
 		TLSKeyFile:  cfg.Admin.TLS.KeyFile,

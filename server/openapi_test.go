@@ -103,6 +103,7 @@ func TestAdminAnswersMatchOpenAPI(t *testing.T) {
 		{"GET", "/api/v1/throttled?limit=5", "/api/v1/throttled", "", 200},
 		{"GET", "/api/v1/throttled?limit=x", "/api/v1/throttled", "", 400},
 		{"GET", "/api/v1/forward", "", "", 200},
+		{"GET", "/api/v1/backup", "", "", 200},
 		{"GET", "/api/v1/rules", "", "", 200},
 		{"GET", "/api/v1/blocks", "", "", 200},
 		{"GET", "/api/v1/groups", "", "", 200},

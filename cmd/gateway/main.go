@@ -8,6 +8,7 @@
 //	gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
 //	gateway passwd ...        add or replace an account in a credentials file
 //	gateway check --config F  validate a configuration file as serve would
+//	gateway backup --out F    write a copy of the running gateway's data file
 //	gateway version           print the version (also --version)
 //	gateway help [command]    show help
 package main
@@ -62,7 +63,7 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-const commands = "serve, quota, forward, simulate, passwd, check, version, help"
+const commands = "serve, quota, forward, simulate, passwd, check, backup, version, help"
 
 // run runs the command named by args (without the program name) until it
 // finishes or ctx is cancelled; serve treats cancellation as the signal
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return passwd(rest, os.Stdin, stdout)
 	case "check":
 		return check(rest, stdout)
+	case "backup":
+		return backupCmd(ctx, rest, stdout)
 	case "version":
 		if len(rest) > 0 {
 			return usagef("version takes no arguments (got %q)", rest)
@@ -113,6 +116,7 @@ Usage:
   gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
   gateway passwd ...        add or replace an account in a credentials file
   gateway check --config F  validate a configuration file as serve would
+  gateway backup --out F    write a copy of the running gateway's data file
   gateway version           print the version
   gateway help [command]    show this help, or a command's flags
 
@@ -134,6 +138,9 @@ for the quota subcommands, "gateway help simulate" for the simulator's.
 		return nil
 	case len(args) == 1 && args[0] == "passwd":
 		printPasswdUsage(stdout, newPasswdFlags(new(passwdFlags)))
+		return nil
+	case len(args) == 1 && args[0] == "backup":
+		fmt.Fprint(stdout, backupUsage)
 		return nil
 	case len(args) == 1 && args[0] == "check":
 		fmt.Fprint(stdout, checkUsage)

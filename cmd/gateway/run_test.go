@@ -39,7 +39,7 @@ func TestRunArgs(t *testing.T) {
 		{args: []string{"version"}, out: "devicegate "},
 		{args: []string{"version", "--short"}, code: 2, errMsg: "version takes no arguments"},
 		{args: []string{"--version"}, out: "devicegate "},
-		{args: []string{"bogus"}, code: 2, errMsg: `unknown command "bogus"; commands are serve, quota, forward, simulate, passwd, check, version, help`},
+		{args: []string{"bogus"}, code: 2, errMsg: `unknown command "bogus"; commands are serve, quota, forward, simulate, passwd, check, backup, version, help`},
 		{args: []string{"help", "quota"}, out: "gateway quota set ID (--limit N --window D | --windows W) [--class C]..."},
 		{args: []string{"help", "serve"}, out: "--admin-addr address"},
 		{args: []string{"quota"}, code: 2, errMsg: "quota: missing subcommand; subcommands are get, set, delete, list, reset, throttled"},
