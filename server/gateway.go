@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -320,7 +321,13 @@ func Run(ctx context.Context, cfg config.Config, d Deps) error {
 			"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
 	}
 
+	// Listening, state restored: tell systemd (Type=notify).
+	if err := sdNotify("READY=1\nSTATUS=serving\nMAINPID=" + strconv.Itoa(os.Getpid())); err != nil {
+		log.Warn("readiness not sent to the service manager", "NOTIFY_SOCKET", os.Getenv("NOTIFY_SOCKET"), "error", err)
+	}
+
 	<-ctx.Done()
+	_ = sdNotify("STOPPING=1")
 	log.Info("shutting down", "timeout", ShutdownTimeout.String())
 	begin := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
