@@ -99,6 +99,11 @@ type Options struct {
 	// Backup writes a consistent copy of the data file to w and returns
 	// the bytes written (GET /api/v1/backup); nil: the route answers 404.
 	Backup func(w io.Writer) (int64, error)
+	// Reload reads the configuration again and puts it in force (POST
+	// /api/v1/reload): the keys changed, or an error wrapping
+	// ErrReloadRefused (a key that needs a restart changed) or another
+	// (the file is bad); nil: the route answers 404.
+	Reload func() ([]ReloadChange, error)
 }
 
 // Blocks lists the devices blocked now and lifts a block.

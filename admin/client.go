@@ -230,3 +230,10 @@ func apiError(status int, b []byte) *APIError {
 	}
 	return &APIError{Status: status, Message: e.Error}
 }
+
+// Reload asks the gateway to read its configuration again.
+func (c *Client) Reload(ctx context.Context) (ReloadJSON, []byte, error) {
+	var v ReloadJSON
+	raw, err := c.call(ctx, http.MethodPost, "/api/v1/reload", nil, &v)
+	return v, raw, err
+}

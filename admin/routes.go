@@ -50,6 +50,7 @@ var routes = []route{
 	{http.MethodPut, "/api/v1/groups/{name}/quota", true, (*Server).putGroupQuota},
 	{http.MethodDelete, "/api/v1/groups/{name}/quota", true, (*Server).deleteGroupQuota},
 	{http.MethodGet, "/api/v1/backup", true, (*Server).backup},
+	{http.MethodPost, "/api/v1/reload", true, (*Server).reload},
 }
 
 // newMux registers one handler per path that dispatches on the method

@@ -162,11 +162,11 @@ type throttle struct {
 type connInfo struct {
 	device             string
 	clientID, username string
-	rule               devicelimit.Quota   // the config rule (or default) quota
-	ruleName           string              // the rule's name; "" for the default
-	classes            []devicelimit.Class // the rule's (or default's) topic classes
-	group              groupOf             // the device's group; zero for none
-	closing            atomic.Bool         // set when policy disconnect hung up
+	// rv is what the configuration gives the device: its rule, classes
+	// and group, looked up at CONNECT and again at a reload
+	// (Server.Reconfigure). Read it once per message (rules).
+	rv      atomic.Pointer[ruleView]
+	closing atomic.Bool // set when policy disconnect hung up
 	// dev is the device's entry in throttle.devices; nil for a
 	// connInfo computed for an uncached client.
 	dev *devState
@@ -235,7 +235,7 @@ func (h *throttle) refused(device string, now devicelimit.Tick) {
 func (h *throttle) decide(cl *mqtt.Client, c *connInfo, class string, q, gq *devicelimit.Quota, size int, now devicelimit.Tick) (devicelimit.Decision, bool) {
 	var d devicelimit.Decision
 	byGroup, shadow := false, q.Shadow
-	if c.group.Key == "" {
+	if c.rules().group.Key == "" {
 		d = h.limiter.AllowClassAt(c.device, class, *q, size, now)
 	} else {
 		d, *gq, byGroup, shadow = h.decideGroup(c, class, *q, size, now)
@@ -295,10 +295,11 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		h.refused(c.device, now)
 		return pk, errReject
 	}
-	class, q := h.resolver.ClassAt(c.device, c.rule, c.ruleName, c.classes, pk.TopicName, now)
+	v := c.rules()
+	class, q := h.resolver.ClassAt(c.device, v.rule, v.ruleName, v.classes, pk.TopicName, now)
 	// A device in a group is never deferred: a deferred message would
 	// be released without its group's windows (policy defer drops).
-	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow && c.group.Key == "" {
+	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow && v.group.Key == "" {
 		c.ack.barrier()
 		err := h.deferPublish(cl, &pk, c, class, q, now)
 		if err == nil {
@@ -309,7 +310,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	var d devicelimit.Decision
 	var gq devicelimit.Quota
 	byGroup := false
-	if c.group.Key == "" && !q.Shadow {
+	if v.group.Key == "" && !q.Shadow {
 		// decide's commonest case, without its call (measured 8 % of
 		// an allowed publish).
 		d = h.limiter.AllowClassAt(c.device, class, q, len(pk.Payload), now)
@@ -399,7 +400,7 @@ func (h *throttle) admitQueued(cl *mqtt.Client, c *connInfo, pk *packets.Packet)
 // stored before mochi acks it with 0x00 and forwards nothing. A full
 // queue, or a store failure, is refused like policy drop.
 func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo, class string, q devicelimit.Quota, now devicelimit.Tick) error {
-	rec := c.rule // stored with the message; an override is looked up again at release
+	rec := c.rules().rule // stored with the message; an override is looked up again at release
 	if class != "" {
 		rec = q // the class's quota
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,6 +59,9 @@ type Deps struct {
 	Level *slog.LevelVar
 	// Version is logged at start by Run.
 	Version string
+	// Load reads the configuration again for a reload (SIGHUP, POST
+	// /api/v1/reload): the file and the flags; nil: no reload.
+	Load func() (config.Config, error)
 }
 
 // Gateway is a running gateway: its state store, clock, snapshotter,
@@ -84,6 +88,15 @@ type Gateway struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// The reload's (reload.go): the configuration in force, how to read
+	// it again, the log level and the TLS certificate it sets.
+	reloadMu sync.Mutex
+	cfg      config.Config
+	load     func() (config.Config, error)
+	level    interface{ Set(slog.Level) }
+	cert     interface{ Store(*tls.Certificate) }
+	reloads  *prometheus.CounterVec
 }
 
 // Start opens the data directory, restores the device windows and
@@ -120,7 +133,13 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		return nil, err
 	}
 
-	g := &Gateway{log: log, table: table, resolver: resolver}
+	g := &Gateway{log: log, table: table, resolver: resolver, cfg: cfg, load: d.Load, reloads: newReloadCounter()}
+	if d.Level != nil {
+		g.level = d.Level
+	}
+	if sec.cert != nil {
+		g.cert = sec.cert
+	}
 	if usesRedis(cfg) {
 		routeRedisLog(log)
 	}
@@ -265,6 +284,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		admin.NewCollector(statsSource{forward: g.forward, store: store, srv: srv, table: table, snap: g.snap, rollbacks: rollbacks}),
 	)
 	g.registerClusterMetrics(reg)
+	reg.MustRegister(g.reloads)
 	g.admin, err = admin.New(admin.Options{
 		Addr:      cfg.Admin.Addr,
 		Token:     token,
@@ -285,6 +305,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 			return forwardStats(g.forward)
 		},
 		Backup: g.snap.Backup,
+		Reload: g.adminReload,
 
 		TLSCertFile: cfg.Admin.TLS.CertFile,
 		TLSKeyFile:  cfg.Admin.TLS.KeyFile,
@@ -301,7 +322,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 }
 
 // Run is `gateway serve`: it starts a gateway, logs what it serves,
-// rereads the credentials file on SIGHUP, and when ctx ends shuts the
+// reloads the configuration on SIGHUP (reload.go), and when ctx ends shuts the
 // gateway down within ShutdownTimeout.
 func Run(ctx context.Context, cfg config.Config, d Deps) error {
 	g, err := Start(cfg, d)
@@ -311,7 +332,7 @@ func Run(ctx context.Context, cfg config.Config, d Deps) error {
 	log, def := g.log, cfg.Limits.Default
 	log.Info("gateway started", "version", d.Version, "go", runtime.Version())
 	g.LogListeners()
-	g.ReloadOnHangup(ctx, cfg)
+	g.reloadOnHangup(ctx)
 	log.Info("admin listening", "addr", g.AdminAddr().String())
 	if len(def.Windows) > 0 {
 		log.Info("default quota", "windows", def.Quota().Describe(), "policy", def.Policy,

@@ -104,6 +104,7 @@ func TestAdminAnswersMatchOpenAPI(t *testing.T) {
 		{"GET", "/api/v1/throttled?limit=x", "/api/v1/throttled", "", 400},
 		{"GET", "/api/v1/forward", "", "", 200},
 		{"GET", "/api/v1/backup", "", "", 200},
+		{"POST", "/api/v1/reload", "", "", 400}, // no configuration source here
 		{"GET", "/api/v1/rules", "", "", 200},
 		{"GET", "/api/v1/blocks", "", "", 200},
 		{"GET", "/api/v1/groups", "", "", 200},

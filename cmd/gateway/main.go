@@ -8,7 +8,9 @@
 //	gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
 //	gateway passwd ...        add or replace an account in a credentials file
 //	gateway check --config F  validate a configuration file as serve would
+//	gateway reload            make the running gateway read its config file again
 //	gateway backup --out F    write a copy of the running gateway's data file
+//	gateway health            ask a running gateway's /healthz (exit 0: healthy)
 //	gateway version           print the version (also --version)
 //	gateway help [command]    show help
 package main
@@ -63,7 +65,7 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-const commands = "serve, quota, forward, simulate, passwd, check, backup, version, help"
+const commands = "serve, quota, forward, simulate, passwd, check, reload, backup, health, version, help"
 
 // run runs the command named by args (without the program name) until it
 // finishes or ctx is cancelled; serve treats cancellation as the signal
@@ -91,6 +93,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return check(rest, stdout)
 	case "backup":
 		return backupCmd(ctx, rest, stdout)
+	case "health":
+		return healthCmd(ctx, rest, stdout)
+	case "reload":
+		return reloadCmd(ctx, rest, stdout)
 	case "version":
 		if len(rest) > 0 {
 			return usagef("version takes no arguments (got %q)", rest)
@@ -116,7 +122,9 @@ Usage:
   gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
   gateway passwd ...        add or replace an account in a credentials file
   gateway check --config F  validate a configuration file as serve would
+  gateway reload            make the running gateway read its config file again
   gateway backup --out F    write a copy of the running gateway's data file
+  gateway health            ask a running gateway's /healthz (exit 0: healthy)
   gateway version           print the version
   gateway help [command]    show this help, or a command's flags
 
@@ -138,6 +146,12 @@ for the quota subcommands, "gateway help simulate" for the simulator's.
 		return nil
 	case len(args) == 1 && args[0] == "passwd":
 		printPasswdUsage(stdout, newPasswdFlags(new(passwdFlags)))
+		return nil
+	case len(args) == 1 && args[0] == "reload":
+		fmt.Fprint(stdout, reloadUsage)
+		return nil
+	case len(args) == 1 && args[0] == "health":
+		fmt.Fprint(stdout, healthUsage)
 		return nil
 	case len(args) == 1 && args[0] == "backup":
 		fmt.Fprint(stdout, backupUsage)
