@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
@@ -13,9 +14,9 @@ import (
 )
 
 // TestRelease runs `make release` into a temporary directory and checks
-// each binary: built for its platform without cgo and with -trimpath,
-// stamped with the version (go version -m), statically linked (no ELF
-// interpreter), listed in SHA256SUMS with its digest; the one for this
+// each binary: built for its platform without cgo and with -trimpath
+// (go version -m), stamped with the version (its string is in the
+// binary), statically linked (no ELF interpreter), listed in SHA256SUMS with its digest; the one for this
 // machine's platform prints its version. Three cross-compilations take
 // minutes: it runs under `make test-release`
 // (DEVICEGATE_RELEASE_TEST=1), not in make test.
@@ -70,8 +71,10 @@ func TestRelease(t *testing.T) {
 				t.Errorf("%s: build info lacks %s=%s:\n%s", name, k, val, info)
 			}
 		}
-		if !strings.Contains(info, "main.version="+v) {
-			t.Errorf("%s: not stamped with %s:\n%s", name, v, info)
+		// With -trimpath the go command leaves -ldflags out of the build
+		// information: the stamped version is found in the binary.
+		if !bytes.Contains(data, []byte(v)) {
+			t.Errorf("%s: not stamped with %s", name, v)
 		}
 		f, err := elf.Open(path)
 		if err != nil {
