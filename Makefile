@@ -13,6 +13,12 @@ TEST_FUZZTIME ?= 10000x
 # STATICCHECK is run by `make vet` (and so `make test`), pinned.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# REVISION and REVISION_TIME stamp the commit beside VERSION (`gateway
+# version`): the go command records them itself only in a plain git
+# checkout, not in a worktree nor with -buildvcs=false.
+REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null)
+REVISION_TIME ?= $(shell TZ=UTC git log -1 --date=format-local:%Y-%m-%dT%H:%M:%SZ --format=%cd 2>/dev/null)
+LDFLAGS       := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.revisionTime=$(REVISION_TIME)
 
 # bash with pipefail, so that `go test | tee` fails when the tests do.
 SHELL       := bash
@@ -39,7 +45,48 @@ tools:
 	./scripts/ensure-tools.sh
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o gateway ./cmd/gateway
+	$(GO) build -ldflags "$(LDFLAGS)" -o gateway ./cmd/gateway
+
+# release: static binaries (CGO_ENABLED=0, -trimpath) for Linux on
+# amd64, arm64 and 32-bit ARM v7 (Raspberry Pi 2 and later, most edge
+# boards), stamped with VERSION, into DIST with their SHA256SUMS.
+DIST     ?= dist
+PLATFORMS ?= linux/amd64 linux/arm64 linux/arm/v7
+.PHONY: release test-release
+release:
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	for p in $(PLATFORMS); do \
+		IFS=/ read -r os arch variant <<<"$$p"; \
+		name=gateway-$(VERSION)-$$os-$$arch$${variant}; \
+		echo "build $$name"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOARM=$${variant#v} \
+			$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/$$name ./cmd/gateway; \
+	done
+	cd $(DIST) && sha256sum gateway-* > SHA256SUMS
+
+# image: the container image deploy/Containerfile describes, built with
+# podman: the static binary, the host's CA bundle and an empty data
+# directory go into IMAGE_CTX, the build context; nothing is pulled.
+IMAGE     ?= devicegate:$(VERSION)
+IMAGE_CTX ?= dist/image
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+.PHONY: image test-image
+image:
+	rm -rf $(IMAGE_CTX) && mkdir -p $(IMAGE_CTX)/data
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(IMAGE_CTX)/gateway ./cmd/gateway
+	cp $(CA_BUNDLE) $(IMAGE_CTX)/ca-certificates.crt
+	podman build --format docker -f deploy/Containerfile -t $(IMAGE) $(IMAGE_CTX)
+
+# test-image: make image, then take the binary out of the image and run
+# it (a container cannot be run on these machines: the sandbox refuses
+# the runtime's setrlimit).
+test-image:
+	DEVICEGATE_IMAGE_TEST=1 $(GO) test -timeout 20m -count=1 -run '^TestImage$$' -v ./cmd/gateway
+
+# test-release: make release into a temporary directory and check every
+# binary's build information (a few minutes: three cross-compilations).
+test-release:
+	DEVICEGATE_RELEASE_TEST=1 $(GO) test -timeout 40m -count=1 -run '^TestRelease$$' -v ./cmd/gateway
 
 # bench writes bench.out (gitignored) for benchstat.
 bench:

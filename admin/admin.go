@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -114,6 +115,14 @@ type Options struct {
 	// Console, when not nil, is served under /ui/ (the operator
 	// console, package admin/console).
 	Console http.Handler
+	// Backup writes a consistent copy of the data file to w and returns
+	// the bytes written (GET /api/v1/backup); nil: the route answers 404.
+	Backup func(w io.Writer) (int64, error)
+	// Reload reads the configuration again and puts it in force (POST
+	// /api/v1/reload): the keys changed, or an error wrapping
+	// ErrReloadRefused (a key that needs a restart changed) or another
+	// (the file is bad); nil: the route answers 404.
+	Reload func() ([]ReloadChange, error)
 }
 
 // Blocks lists the devices blocked now and lifts a block.

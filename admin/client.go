@@ -207,17 +207,58 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) (
 		return nil, &TransportError{fmt.Errorf("read the answer from %s: %w", c.Addr, err)}
 	}
 	if resp.StatusCode/100 != 2 {
-		var e errorBody
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
-			if e.Error == "" {
-				e.Error = http.StatusText(resp.StatusCode)
-			}
-		}
-		return nil, &APIError{Status: resp.StatusCode, Message: e.Error}
+		return nil, apiError(resp.StatusCode, b)
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return b, fmt.Errorf("the admin API answered something other than the expected JSON: %q", b)
 	}
 	return b, nil
+}
+
+// Backup streams GET /api/v1/backup into w: a consistent copy of the
+// data file. It needs a client without a timeout shorter than the copy
+// takes; ctx bounds it. A response cut short is an error.
+func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+"/api/v1/backup", nil)
+	if err != nil {
+		return 0, fmt.Errorf("admin address %q: %w", c.Addr, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return 0, &TransportError{err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return 0, apiError(resp.StatusCode, b)
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, &TransportError{fmt.Errorf("backup cut short after %d bytes: %w", n, err)}
+	}
+	return n, nil
+}
+
+// apiError is the APIError of a non-2xx answer with body b.
+func apiError(status int, b []byte) *APIError {
+	var e errorBody
+	if json.Unmarshal(b, &e) != nil || e.Error == "" {
+		e.Error = strings.TrimSpace(string(b))
+		if e.Error == "" {
+			e.Error = http.StatusText(status)
+		}
+	}
+	return &APIError{Status: status, Message: e.Error}
+}
+
+// Reload asks the gateway to read its configuration again.
+func (c *Client) Reload(ctx context.Context) (ReloadJSON, []byte, error) {
+	var v ReloadJSON
+	raw, err := c.call(ctx, http.MethodPost, "/api/v1/reload", nil, &v)
+	return v, raw, err
 }

@@ -54,6 +54,8 @@ var routes = []route{
 	{http.MethodGet, "/api/v1/groups/{name}", true, (*Server).getGroup},
 	{http.MethodPut, "/api/v1/groups/{name}/quota", true, (*Server).putGroupQuota},
 	{http.MethodDelete, "/api/v1/groups/{name}/quota", true, (*Server).deleteGroupQuota},
+	{http.MethodGet, "/api/v1/backup", true, (*Server).backup},
+	{http.MethodPost, "/api/v1/reload", true, (*Server).reload},
 }
 
 // newMux registers one handler per path that dispatches on the method

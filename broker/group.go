@@ -77,8 +77,9 @@ func (h *throttle) joinGroup(m devicelimit.Membership) groupOf {
 // window refused, and whether a refusal is one to let through (its part
 // in shadow mode).
 func (h *throttle) decideGroup(c *connInfo, class string, q devicelimit.Quota, size int, now devicelimit.Tick) (devicelimit.Decision, devicelimit.Quota, bool, bool) {
-	gq := h.resolver.GroupQuotaAt(c.group.Membership, now)
-	d := h.limiter.AllowGroupAt(c.device, class, q, c.group.Key, gq, size, now)
+	g := c.rules().group
+	gq := h.resolver.GroupQuotaAt(g.Membership, now)
+	d := h.limiter.AllowGroupAt(c.device, class, q, g.Key, gq, size, now)
 	outcome := -1
 	switch {
 	case d.Allowed || !d.Group && q.Shadow && !gq.Shadow:
@@ -91,7 +92,7 @@ func (h *throttle) decideGroup(c *connInfo, class string, q devicelimit.Quota, s
 	case d.Group:
 		outcome = GroupRefused
 	}
-	if st := c.group.stats; st != nil && outcome >= 0 {
+	if st := g.stats; st != nil && outcome >= 0 {
 		st[outcome].Add(1)
 	}
 	letThrough := !d.Allowed && (d.Group && gq.Shadow || !d.Group && q.Shadow)
@@ -124,7 +125,7 @@ func (s *Server) Groups() []GroupMembers {
 		if len(d.live) == 0 {
 			continue
 		}
-		if g := d.live[len(d.live)-1].group; g.Key != "" {
+		if g := d.live[len(d.live)-1].rules().group; g.Key != "" {
 			if m := by[g.Name]; m != nil {
 				m.Connected++
 			}

@@ -98,10 +98,29 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 
 func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {
 	username := string(cl.Properties.Username)
-	q, classes, src, m := h.resolver.RuleGroup(cl.ID, username)
-	return &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username, rule: q, ruleName: src.Rule, classes: classes,
-		group: h.joinGroup(m), remote: cl.Net.Remote, protocol: cl.Properties.ProtocolVersion, since: h.clock.Now()}
+	c := &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username,
+		remote: cl.Net.Remote, protocol: cl.Properties.ProtocolVersion, since: h.clock.Now()}
+	c.rv.Store(h.ruleView(cl.ID, username))
+	return c
 }
+
+// ruleView is what the configuration gives a connection's device.
+type ruleView struct {
+	rule     devicelimit.Quota   // the config rule (or default) quota
+	ruleName string              // the rule's name; "" for the default
+	classes  []devicelimit.Class // the rule's (or default's) topic classes
+	group    groupOf             // the device's group; zero for none
+}
+
+// ruleView looks up the rule, classes and group of a client.
+func (h *throttle) ruleView(clientID, username string) *ruleView {
+	q, classes, src, m := h.resolver.RuleGroup(clientID, username)
+	return &ruleView{rule: q, ruleName: src.Rule, classes: classes, group: h.joinGroup(m)}
+}
+
+// rules returns what the configuration gives the connection's device
+// now.
+func (c *connInfo) rules() *ruleView { return c.rv.Load() }
 
 // OnDisconnect forgets the connection. (mochi skips OnDisconnect when a
 // CONNACK write fails; sweep removes those entries.)

@@ -79,7 +79,7 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 	if q.Policy == devicelimit.PolicyDisconnect {
 		what, rq := "message rate too high", q
 		if byGroup {
-			what, rq = "message rate of group "+c.group.Name+" too high", gq
+			what, rq = "message rate of group "+c.rules().group.Name+" too high", gq
 		}
 		return h.disconnect(cl, c, packets.ErrMessageRateTooHigh.Code,
 			refusalText(what, rq, "retry after "+retry.String()))
@@ -93,10 +93,10 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 	if byGroup {
 		// Counted in Stats.Groups (decideGroup).
 		if d.TooLarge {
-			return h.quotaExceeded(cl, pk, refusalText("payload too large for the quota of group "+c.group.Name, gq,
+			return h.quotaExceeded(cl, pk, refusalText("payload too large for the quota of group "+c.rules().group.Name, gq,
 				fmt.Sprintf("%d bytes never fit a window of %d: not retried", len(pk.Payload), d.Limit)))
 		}
-		return h.quotaExceeded(cl, pk, refusalText("quota of group "+c.group.Name+" exceeded", gq, "retry after "+retry.String()+refusedBy(gq, d)))
+		return h.quotaExceeded(cl, pk, refusalText("quota of group "+c.rules().group.Name+" exceeded", gq, "retry after "+retry.String()+refusedBy(gq, d)))
 	}
 	r := h.refusals[class]
 	if r == nil {
@@ -147,7 +147,7 @@ func (h *throttle) logThrottled(cl *mqtt.Client, c *connInfo, class string, q de
 	}
 	if byGroup {
 		h.log.Log(context.Background(), level, msg,
-			"device", device, "client", cl.ID, "group", c.group.Name, "group_quota", q.Describe(), "too_large", d.TooLarge,
+			"device", device, "client", cl.ID, "group", c.rules().group.Name, "group_quota", q.Describe(), "too_large", d.TooLarge,
 			"retry_after", ceilMillisecond(d.RetryAfter).String())
 		return
 	}

@@ -169,14 +169,14 @@ type throttle struct {
 type connInfo struct {
 	device             string
 	clientID, username string
-	rule               devicelimit.Quota   // the config rule (or default) quota
-	ruleName           string              // the rule's name; "" for the default
-	classes            []devicelimit.Class // the rule's (or default's) topic classes
-	group              groupOf             // the device's group; zero for none
-	closing            atomic.Bool         // set when policy disconnect hung up
-	remote             string              // the connection's remote address
-	protocol           byte                // MQTT protocol version
-	since              devicelimit.Tick    // when it was established
+	// rv is what the configuration gives the device: its rule, classes
+	// and group, looked up at CONNECT and again at a reload
+	// (Server.Reconfigure). Read it once per message (rules).
+	rv       atomic.Pointer[ruleView]
+	closing  atomic.Bool      // set when policy disconnect hung up
+	remote   string           // the connection's remote address
+	protocol byte             // MQTT protocol version
+	since    devicelimit.Tick // when it was established
 	// dev is the device's entry in throttle.devices; nil for a
 	// connInfo computed for an uncached client.
 	dev *devState
@@ -238,7 +238,7 @@ func remoteHost(remote string) string {
 func (h *throttle) decide(cl *mqtt.Client, c *connInfo, class string, q, gq *devicelimit.Quota, size int, now devicelimit.Tick) (devicelimit.Decision, bool) {
 	var d devicelimit.Decision
 	byGroup, shadow := false, q.Shadow
-	if c.group.Key == "" {
+	if c.rules().group.Key == "" {
 		d = h.limiter.AllowClassAt(c.device, class, *q, size, now)
 	} else {
 		d, *gq, byGroup, shadow = h.decideGroup(c, class, *q, size, now)
@@ -247,7 +247,7 @@ func (h *throttle) decide(cl *mqtt.Client, c *connInfo, class string, q, gq *dev
 		// Shadow mode: refused as an enforcing quota would (so not
 		// counted in its windows), let through all the same.
 		h.wouldRefuse.Add(1)
-		if r := h.wouldRefuseByRule[c.ruleName]; r != nil {
+		if r := h.wouldRefuseByRule[c.rules().ruleName]; r != nil {
 			r.Add(1)
 		}
 		h.logThrottled(cl, c, class, refusing(*q, *gq, byGroup), d, byGroup, now)
@@ -301,10 +301,11 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		h.refused(c, pk.TopicName, "", refusalClosing, now)
 		return pk, errReject
 	}
-	class, q := h.resolver.ClassAt(c.device, c.rule, c.ruleName, c.classes, pk.TopicName, now)
+	v := c.rules()
+	class, q := h.resolver.ClassAt(c.device, v.rule, v.ruleName, v.classes, pk.TopicName, now)
 	// A device in a group is never deferred: a deferred message would
 	// be released without its group's windows (policy defer drops).
-	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow && c.group.Key == "" {
+	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow && v.group.Key == "" {
 		c.ack.barrier()
 		err := h.deferPublish(cl, &pk, c, class, q, now)
 		if err == nil {
@@ -315,7 +316,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	var d devicelimit.Decision
 	var gq devicelimit.Quota
 	byGroup := false
-	if c.group.Key == "" && !q.Shadow {
+	if v.group.Key == "" && !q.Shadow {
 		// decide's commonest case, without its call (measured 8 % of
 		// an allowed publish).
 		d = h.limiter.AllowClassAt(c.device, class, q, len(pk.Payload), now)
@@ -413,7 +414,7 @@ func (h *throttle) admitQueued(cl *mqtt.Client, c *connInfo, pk *packets.Packet)
 // stored before mochi acks it with 0x00 and forwards nothing. A full
 // queue, or a store failure, is refused like policy drop.
 func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo, class string, q devicelimit.Quota, now devicelimit.Tick) error {
-	rec := c.rule // stored with the message; an override is looked up again at release
+	rec := c.rules().rule // stored with the message; an override is looked up again at release
 	if class != "" {
 		rec = q // the class's quota
 	}

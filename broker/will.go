@@ -64,7 +64,8 @@ func (h *throttle) admitWill(cl *mqtt.Client) bool {
 	c := h.cachedInfo(cl)
 	now := h.clock.Now()
 	w := &cl.Properties.Will
-	class, q := h.resolver.ClassAt(c.device, c.rule, c.ruleName, c.classes, w.TopicName, now)
+	v := c.rules()
+	class, q := h.resolver.ClassAt(c.device, v.rule, v.ruleName, v.classes, w.TopicName, now)
 	var gq devicelimit.Quota
 	if d, _ := h.decide(cl, c, class, &q, &gq, len(w.Payload), now); d.Allowed {
 		if !leased(h.table, d.Lease) {

@@ -62,6 +62,7 @@
 //	    restore_delay: 5s          # after a start, queued messages wait this long for consumers to reconnect
 //	log:
 //	  level: info                  # debug, info, warn or error
+//	  format: text                 # text (key=value) or json (one object a line)
 //	cluster:                       # absent: one gateway, state in data_dir only
 //	  redis:
 //	    addrs: ["10.0.0.5:6379"]   # host:port, one or more (several: Redis Cluster)
@@ -359,6 +360,9 @@ type Log struct {
 	// Level is the lowest level logged: debug, info, warn or error in
 	// YAML.
 	Level slog.Level `yaml:"level"`
+	// Format is how a log line is written: text (key=value, the
+	// default) or json (one object a line, the same keys).
+	Format string `yaml:"format"`
 }
 
 // Default returns the configuration used when no file or flag says
@@ -384,7 +388,7 @@ func Default() Config {
 				RestoreDelay:         Duration(5 * time.Second),
 			},
 		},
-		Log: Log{Level: slog.LevelInfo},
+		Log: Log{Level: slog.LevelInfo, Format: "text"},
 		Cluster: Cluster{
 			Redis:         Redis{Timeout: Duration(DefaultRedisTimeout)},
 			FailurePolicy: "local",

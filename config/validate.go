@@ -109,6 +109,7 @@ func (c Config) Validate() error {
 	}
 	_, err = c.LogLevel()
 	v.name("log.level", err)
+	v.logFormat(c.Log.Format)
 	v.cluster(c.Cluster)
 	v.forward(c.Forward)
 	c.validateSecurity(&v)

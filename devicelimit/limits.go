@@ -3,6 +3,7 @@ package devicelimit
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unsafe"
@@ -49,7 +50,7 @@ const (
 	MaxWindows = 4
 	// MaxBytes is the largest byte limit: a byte window's counters are
 	// 4 bytes wide.
-	MaxBytes = 1<<32 - 1
+	MaxBytes = (1<<32 - 1) & math.MaxInt // 2 GiB - 1 where int is 32 bits (linux/arm)
 )
 
 // Limit is one window of a quota: at most N messages (or bytes) in any

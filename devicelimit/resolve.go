@@ -63,30 +63,38 @@ func (s Source) String() string {
 
 // Resolver decides which quota applies to a device: a runtime override
 // for its ID, else the first config rule matching its client ID and
-// username, else the default. Rules are fixed at construction; overrides
-// change at runtime and apply from the device's next message. Safe for
-// concurrent use.
+// username, else the default. Overrides change at runtime and apply
+// from the device's next message; the default and rules change as a
+// whole with Reconfigure (a configuration reload). Safe for concurrent
+// use.
 type Resolver struct {
-	def      Quota
-	classes  []Class // the default's topic classes
-	defGroup groupOf // the default's group
-	rules    []compiledRule
-	buckets  int
+	// set is the default quota and rules in force; Reconfigure
+	// replaces it whole, so that a reader sees one configuration.
+	set     atomic.Pointer[ruleSet]
+	buckets int
 
 	count  atomic.Int64 // number of overrides, so the common no-override case takes no lock
 	shards [overrideShards]overrideShard
 
-	// modes are the rules' runtime enforce switches (SetRuleEnforce),
-	// by rule index: modeConfigured, modeEnforce or modeShadow.
-	// switched is set once any was switched, so the common case reads
-	// one atomic.
-	modes    []atomic.Int32
-	ruleIdx  map[string]int
-	switched atomic.Bool
-
 	// blocking is set once any quota, configured or an override's, has
 	// a block: until then no device can be blocked (MayBlock).
 	blocking atomic.Bool
+}
+
+// ruleSet is a configuration's default quota, classes, group and rules.
+type ruleSet struct {
+	def      Quota
+	classes  []Class // the default's topic classes
+	defGroup groupOf // the default's group
+	rules    []compiledRule
+
+	// modes are the rules' runtime enforce switches (SetRuleEnforce),
+	// by rule index: modeConfigured, modeEnforce or modeShadow.
+	modes   []atomic.Int32
+	ruleIdx map[string]int
+	// switched is set once any was switched, so the common case reads
+	// one atomic.
+	switched atomic.Bool
 }
 
 // blocks reports whether q or one of cs has a block.
@@ -120,7 +128,8 @@ func NewResolver(def Quota, rules []Rule, buckets int) (*Resolver, error) {
 	if err := def.Validate(buckets); err != nil {
 		return nil, fmt.Errorf("default quota: %w", err)
 	}
-	r := &Resolver{def: def, buckets: buckets}
+	r := &Resolver{buckets: buckets}
+	s := &ruleSet{def: def}
 	for i, rule := range rules {
 		name := rule.Name
 		if name == "" {
@@ -153,21 +162,40 @@ func NewResolver(def Quota, rules []Rule, buckets int) (*Resolver, error) {
 		if cr.group, err = compileGroup(rule.Group, cr.clientID, cr.username, buckets); err != nil {
 			return nil, fmt.Errorf("rule %s: %w", name, err)
 		}
-		r.rules = append(r.rules, cr)
+		s.rules = append(s.rules, cr)
 	}
 	for i := range r.shards {
 		r.shards[i].m = make(map[string]Override)
 	}
-	r.modes = make([]atomic.Int32, len(r.rules))
-	r.ruleIdx = make(map[string]int, len(r.rules))
+	s.modes = make([]atomic.Int32, len(s.rules))
+	s.ruleIdx = make(map[string]int, len(s.rules))
 	r.blocking.Store(blocks(def, nil))
-	for i := range r.rules {
-		r.ruleIdx[r.rules[i].Name] = i
-		if blocks(r.rules[i].Quota, r.rules[i].Classes) {
+	for i := range s.rules {
+		s.ruleIdx[s.rules[i].Name] = i
+		if blocks(s.rules[i].Quota, s.rules[i].Classes) {
 			r.blocking.Store(true)
 		}
 	}
+	r.set.Store(s)
 	return r, nil
+}
+
+// Reconfigure puts n's default quota, classes, group and rules in force
+// in r, at once: a device's next message is judged by them (callers
+// holding a device's rule quota from its connection look it up again,
+// see broker.Server.Reconfigure); its windows keep their counts, and
+// the overrides stay. n must have r's bucket count. The rules' runtime
+// enforce switches (SetRuleEnforce) end: the new configuration's
+// enforce applies.
+func (r *Resolver) Reconfigure(n *Resolver) error {
+	if n.buckets != r.buckets {
+		return fmt.Errorf("%w: the bucket count cannot change (%d, now %d)", ErrInvalidQuota, r.buckets, n.buckets)
+	}
+	r.set.Store(n.set.Load())
+	if n.blocking.Load() {
+		r.blocking.Store(true)
+	}
+	return nil
 }
 
 // SetRuleEnforce switches the named rule's own quota between enforcing
@@ -176,7 +204,8 @@ func NewResolver(def Quota, rules []Rule, buckets int) (*Resolver, error) {
 // enforce applies again after a restart). An unknown name is an error
 // wrapping ErrUnknownRule.
 func (r *Resolver) SetRuleEnforce(name string, enforce bool) error {
-	i, ok := r.ruleIdx[name]
+	s := r.set.Load()
+	i, ok := s.ruleIdx[name]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownRule, name)
 	}
@@ -184,28 +213,29 @@ func (r *Resolver) SetRuleEnforce(name string, enforce bool) error {
 	if enforce {
 		mode = modeEnforce
 	}
-	r.modes[i].Store(mode)
-	r.switched.Store(true)
+	s.modes[i].Store(mode)
+	s.switched.Store(true)
 	return nil
 }
 
 // RuleEnforce reports whether the named rule's own quota is enforced
 // now (false: shadow mode), and whether the rule exists.
 func (r *Resolver) RuleEnforce(name string) (enforce, ok bool) {
-	i, ok := r.ruleIdx[name]
+	s := r.set.Load()
+	i, ok := s.ruleIdx[name]
 	if !ok {
 		return false, false
 	}
-	return !r.ruleShadow(i, r.rules[i].Quota.Shadow), true
+	return !s.ruleShadow(i, s.rules[i].Quota.Shadow), true
 }
 
 // ruleShadow returns whether rule i's quota is in shadow mode now, its
 // configuration saying configured.
-func (r *Resolver) ruleShadow(i int, configured bool) bool {
-	if !r.switched.Load() {
+func (s *ruleSet) ruleShadow(i int, configured bool) bool {
+	if !s.switched.Load() {
 		return configured
 	}
-	switch r.modes[i].Load() {
+	switch s.modes[i].Load() {
 	case modeEnforce:
 		return false
 	case modeShadow:
@@ -216,9 +246,10 @@ func (r *Resolver) ruleShadow(i int, configured bool) bool {
 
 // RuleNames returns the rules' names in order.
 func (r *Resolver) RuleNames() []string {
-	out := make([]string, len(r.rules))
-	for i := range r.rules {
-		out[i] = r.rules[i].Name
+	s := r.set.Load()
+	out := make([]string, len(s.rules))
+	for i := range s.rules {
+		out[i] = s.rules[i].Name
 	}
 	return out
 }
@@ -227,7 +258,7 @@ func (r *Resolver) RuleNames() []string {
 func (r *Resolver) Buckets() int { return r.buckets }
 
 // Default returns the default quota.
-func (r *Resolver) Default() Quota { return r.def }
+func (r *Resolver) Default() Quota { return r.set.Load().def }
 
 // Rule returns the quota of the first rule matching the client ID and
 // username, or the default. It does not consult overrides: callers cache
@@ -239,23 +270,25 @@ func (r *Resolver) Rule(clientID, username string) (Quota, Source) {
 
 // RuleClasses is Rule with the rule's (or the default's) topic classes.
 func (r *Resolver) RuleClasses(clientID, username string) (Quota, []Class, Source) {
-	return r.ruleClasses(r.ruleFor(clientID, username))
+	s := r.set.Load()
+	return s.ruleClasses(s.ruleFor(clientID, username))
 }
 
 // RuleGroup is RuleClasses and GroupOf of one match of the rules: what a
 // connecting device gets from the configuration. It allocates (the
 // group's name): call it once per connection.
 func (r *Resolver) RuleGroup(clientID, username string) (Quota, []Class, Source, Membership) {
-	i := r.ruleFor(clientID, username)
-	q, cs, src := r.ruleClasses(i)
-	return q, cs, src, r.groupOf(i, clientID, username)
+	s := r.set.Load()
+	i := s.ruleFor(clientID, username)
+	q, cs, src := s.ruleClasses(i)
+	return q, cs, src, s.groupOf(i, clientID, username)
 }
 
 // ruleFor returns the place of the first rule matching the client ID
 // and username, -1 when none does (the default applies).
-func (r *Resolver) ruleFor(clientID, username string) int {
-	for i := range r.rules {
-		if r.rules[i].match(clientID, username) {
+func (s *ruleSet) ruleFor(clientID, username string) int {
+	for i := range s.rules {
+		if s.rules[i].match(clientID, username) {
 			return i
 		}
 	}
@@ -264,18 +297,19 @@ func (r *Resolver) ruleFor(clientID, username string) int {
 
 // ruleClasses returns the quota, classes and source of rule i (-1: the
 // default), under the rule's runtime enforce switch.
-func (r *Resolver) ruleClasses(i int) (Quota, []Class, Source) {
+func (s *ruleSet) ruleClasses(i int) (Quota, []Class, Source) {
 	if i < 0 {
-		return r.def, r.classes, Source{Kind: SourceDefault}
+		return s.def, s.classes, Source{Kind: SourceDefault}
 	}
-	q := r.rules[i].Quota
-	q.Shadow = r.ruleShadow(i, q.Shadow)
-	return q, r.rules[i].Classes, Source{Kind: SourceRule, Rule: r.rules[i].Name}
+	q := s.rules[i].Quota
+	q.Shadow = s.ruleShadow(i, q.Shadow)
+	return q, s.rules[i].Classes, Source{Kind: SourceRule, Rule: s.rules[i].Name}
 }
 
 // ClassNames returns the names of every topic class, the default's and
 // the rules', each once, in order of appearance.
 func (r *Resolver) ClassNames() []string {
+	s := r.set.Load()
 	var out []string
 	seen := map[string]bool{}
 	add := func(cs []Class) {
@@ -286,8 +320,8 @@ func (r *Resolver) ClassNames() []string {
 			}
 		}
 	}
-	add(r.classes)
-	for _, rule := range r.rules {
+	add(s.classes)
+	for _, rule := range s.rules {
 		add(rule.Classes)
 	}
 	return out
@@ -296,10 +330,11 @@ func (r *Resolver) ClassNames() []string {
 // SetDefaultClasses gives the devices of the default quota topic
 // classes. Call it before the resolver is shared.
 func (r *Resolver) SetDefaultClasses(cs []Class) error {
+	s := r.set.Load()
 	if err := ValidateClasses(cs, r.buckets); err != nil {
 		return fmt.Errorf("default: %w", err)
 	}
-	r.classes = cs
+	s.classes = cs
 	if blocks(Quota{}, cs) {
 		r.blocking.Store(true)
 	}
@@ -345,10 +380,11 @@ func (r *Resolver) ClassQuotaAt(device, class string, recorded Quota, now Tick) 
 // the quota of the device's rule ruleName ("" for the default), under
 // its runtime enforce switch (SetRuleEnforce).
 func (r *Resolver) ClassAt(device string, rule Quota, ruleName string, ruleClasses []Class, topic string, now Tick) (string, Quota) {
+	s := r.set.Load()
 	q, classes := rule, ruleClasses
-	if ruleName != "" && r.switched.Load() {
-		if i, ok := r.ruleIdx[ruleName]; ok {
-			q.Shadow = r.ruleShadow(i, r.rules[i].Quota.Shadow)
+	if ruleName != "" && s.switched.Load() {
+		if i, ok := s.ruleIdx[ruleName]; ok {
+			q.Shadow = s.ruleShadow(i, s.rules[i].Quota.Shadow)
 		}
 	}
 	if o, ok := r.Override(device, now); ok {

@@ -78,11 +78,12 @@ type Membership struct {
 // whose template may name {client_id} and {username}. Call it before
 // the resolver is shared.
 func (r *Resolver) SetDefaultGroup(g *Group) error {
+	s := r.set.Load()
 	gr, err := compileGroup(g, Glob{}, Glob{}, r.buckets)
 	if err != nil {
 		return fmt.Errorf("default: %w", err)
 	}
-	r.defGroup = gr
+	s.defGroup = gr
 	return nil
 }
 
@@ -90,15 +91,16 @@ func (r *Resolver) SetDefaultGroup(g *Group) error {
 // username: its rule's (the first matching, as RuleClasses), or the
 // default's. It allocates: call it once per connection.
 func (r *Resolver) GroupOf(clientID, username string) Membership {
-	return r.groupOf(r.ruleFor(clientID, username), clientID, username)
+	s := r.set.Load()
+	return s.groupOf(s.ruleFor(clientID, username), clientID, username)
 }
 
 // groupOf is GroupOf under rule i (-1: the default).
-func (r *Resolver) groupOf(i int, clientID, username string) Membership {
+func (s *ruleSet) groupOf(i int, clientID, username string) Membership {
 	if i < 0 {
-		return r.defGroup.member(Glob{}, Glob{}, clientID, username)
+		return s.defGroup.member(Glob{}, Glob{}, clientID, username)
 	}
-	cr := &r.rules[i]
+	cr := &s.rules[i]
 	return cr.group.member(cr.clientID, cr.username, clientID, username)
 }
 
@@ -115,15 +117,16 @@ func (r *Resolver) GroupQuotaAt(m Membership, now Tick) Quota {
 // templates), each once, in order: the bound of the metrics' group
 // label.
 func (r *Resolver) GroupLabels() []string {
+	s := r.set.Load()
 	var out []string
 	add := func(g groupOf) {
 		if g.on && !slices.Contains(out, g.tmpl.String()) {
 			out = append(out, g.tmpl.String())
 		}
 	}
-	add(r.defGroup)
-	for i := range r.rules {
-		add(r.rules[i].group)
+	add(s.defGroup)
+	for i := range s.rules {
+		add(s.rules[i].group)
 	}
 	return out
 }
@@ -131,29 +134,31 @@ func (r *Resolver) GroupLabels() []string {
 // GroupConfigured returns the quota and label of the group named name
 // when a fixed template of the configuration names it.
 func (r *Resolver) GroupConfigured(name string) (Membership, bool) {
+	s := r.set.Load()
 	check := func(g groupOf) (Membership, bool) {
 		if g.on && g.tmpl.Fixed() && g.tmpl.String() == name {
 			return Membership{Name: name, Key: GroupKey(name), Quota: g.quota, Label: name}, true
 		}
 		return Membership{}, false
 	}
-	for i := range r.rules {
-		if m, ok := check(r.rules[i].group); ok {
+	for i := range s.rules {
+		if m, ok := check(s.rules[i].group); ok {
 			return m, true
 		}
 	}
-	return check(r.defGroup)
+	return check(s.defGroup)
 }
 
 // GroupPossible reports whether a configured group template (a rule's
 // or the default's) can make a group named name: an override for a
 // group no template can make would never apply.
 func (r *Resolver) GroupPossible(name string) bool {
-	if r.defGroup.on && r.defGroup.tmpl.CouldMake(name) {
+	s := r.set.Load()
+	if s.defGroup.on && s.defGroup.tmpl.CouldMake(name) {
 		return true
 	}
-	for i := range r.rules {
-		if g := r.rules[i].group; g.on && g.tmpl.CouldMake(name) {
+	for i := range s.rules {
+		if g := s.rules[i].group; g.on && g.tmpl.CouldMake(name) {
 			return true
 		}
 	}

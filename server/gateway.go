@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -54,8 +56,14 @@ type Deps struct {
 	Time devicelimit.TimeSource
 	// Logger receives every log line; nil discards them.
 	Logger *slog.Logger
+	// Level is Logger's level, which a reload sets to log.level; nil:
+	// a reload leaves the level as it is.
+	Level *slog.LevelVar
 	// Version is logged at start by Run.
 	Version string
+	// Load reads the configuration again for a reload (SIGHUP, POST
+	// /api/v1/reload): the file and the flags; nil: no reload.
+	Load func() (config.Config, error)
 }
 
 // Gateway is a running gateway: its state store, clock, snapshotter,
@@ -83,6 +91,15 @@ type Gateway struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// The reload's (reload.go): the configuration in force, how to read
+	// it again, the log level and the TLS certificate it sets.
+	reloadMu sync.Mutex
+	cfg      config.Config
+	load     func() (config.Config, error)
+	level    interface{ Set(slog.Level) }
+	cert     interface{ Store(*tls.Certificate) }
+	reloads  *prometheus.CounterVec
 }
 
 // Start opens the data directory, restores the device windows and
@@ -119,7 +136,13 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		return nil, err
 	}
 
-	g := &Gateway{log: log, table: table, resolver: resolver}
+	g := &Gateway{log: log, table: table, resolver: resolver, cfg: cfg, load: d.Load, reloads: newReloadCounter()}
+	if d.Level != nil {
+		g.level = d.Level
+	}
+	if sec.cert != nil {
+		g.cert = sec.cert
+	}
 	if usesRedis(cfg) {
 		routeRedisLog(log)
 	}
@@ -280,6 +303,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		ui = console.Handler()
 	}
 	g.registerClusterMetrics(reg)
+	reg.MustRegister(g.reloads)
 	g.admin, err = admin.New(admin.Options{
 		Addr:      cfg.Admin.Addr,
 		Token:     token,
@@ -302,7 +326,9 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Forward: func() []admin.ForwardStats {
 			return forwardStats(g.forward)
 		},
-		Dead: deadLetters{g.forward},
+		Dead:   deadLetters{g.forward},
+		Backup: g.snap.Backup,
+		Reload: g.adminReload,
 
 		TLSCertFile: cfg.Admin.TLS.CertFile,
 		TLSKeyFile:  cfg.Admin.TLS.KeyFile,
@@ -323,7 +349,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 }
 
 // Run is `gateway serve`: it starts a gateway, logs what it serves,
-// rereads the credentials file on SIGHUP, and when ctx ends shuts the
+// reloads the configuration on SIGHUP (reload.go), and when ctx ends shuts the
 // gateway down within ShutdownTimeout.
 func Run(ctx context.Context, cfg config.Config, d Deps) error {
 	g, err := Start(cfg, d)
@@ -333,7 +359,7 @@ func Run(ctx context.Context, cfg config.Config, d Deps) error {
 	log, def := g.log, cfg.Limits.Default
 	log.Info("gateway started", "version", d.Version, "go", runtime.Version())
 	g.LogListeners()
-	g.ReloadOnHangup(ctx, cfg)
+	g.reloadOnHangup(ctx)
 	log.Info("admin listening", "addr", g.AdminAddr().String())
 	if len(def.Windows) > 0 {
 		log.Info("default quota", "windows", def.Quota().Describe(), "policy", def.Policy,
@@ -343,7 +369,13 @@ func Run(ctx context.Context, cfg config.Config, d Deps) error {
 			"buckets", cfg.Limits.Buckets, "identity", cfg.Limits.Identity, "rules", len(cfg.Limits.Rules))
 	}
 
+	// Listening, state restored: tell systemd (Type=notify).
+	if err := sdNotify("READY=1\nSTATUS=serving\nMAINPID=" + strconv.Itoa(os.Getpid())); err != nil {
+		log.Warn("readiness not sent to the service manager", "NOTIFY_SOCKET", os.Getenv("NOTIFY_SOCKET"), "error", err)
+	}
+
 	<-ctx.Done()
+	_ = sdNotify("STOPPING=1")
 	log.Info("shutting down", "timeout", ShutdownTimeout.String())
 	begin := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)

@@ -117,6 +117,8 @@ func TestAdminAnswersMatchOpenAPI(t *testing.T) {
 		{"POST", "/api/v1/forward/cloud/dead/replay", "/api/v1/forward/{name}/dead/replay", "", 200},
 		{"POST", "/api/v1/forward/nosuch/dead/replay", "/api/v1/forward/{name}/dead/replay", "", 404},
 		{"DELETE", "/api/v1/forward/cloud/dead", "/api/v1/forward/{name}/dead", "", 200},
+		{"GET", "/api/v1/backup", "", "", 200},
+		{"POST", "/api/v1/reload", "", "", 400}, // no configuration source here
 		{"GET", "/api/v1/rules", "", "", 200},
 		{"GET", "/api/v1/blocks", "", "", 200},
 		{"GET", "/api/v1/groups", "", "", 200},

@@ -1,13 +1,11 @@
 package server
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"devicegate/auth"
@@ -21,6 +19,9 @@ type security struct {
 	auth   broker.Auth
 	tls    *tls.Config // nil without a TLS listener
 	limits broker.Limits
+	// cert is the certificate tls serves (its GetCertificate), which a
+	// reload replaces for the connections that come after.
+	cert *atomic.Pointer[tls.Certificate]
 }
 
 // loadSecurity reads the credentials file and the TLS files that cfg
@@ -36,6 +37,11 @@ func loadSecurity(cfg config.Config) (security, error) {
 		if err != nil {
 			return security{}, fmt.Errorf("mqtt.tls: %w", err)
 		}
+		cert := new(atomic.Pointer[tls.Certificate])
+		cert.Store(&s.tls.Certificates[0])
+		s.tls.Certificates = nil
+		s.tls.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert.Load(), nil }
+		s.cert = cert
 	}
 	if !cfg.AllowAll() {
 		acl, err := auth.NewACL(cfg.Auth.ACL.Publish, cfg.Auth.ACL.Subscribe)
@@ -110,39 +116,6 @@ func (g *Gateway) LogListeners() {
 	if a := g.srv.WebSocketAddr(); a != nil {
 		log.Info("mqtt websocket listening", "addr", a.String())
 	}
-}
-
-// ReloadOnHangup rereads cfg's credentials file on every SIGHUP until
-// ctx ends; a file that does not load leaves the accounts in force. Without
-// a credentials file it does nothing (and SIGHUP keeps its default,
-// ending the process).
-func (g *Gateway) ReloadOnHangup(ctx context.Context, cfg config.Config) {
-	log := g.log
-	path := cfg.Auth.CredentialsFile
-	if path == "" {
-		return
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-			}
-			c, err := auth.LoadFile(path)
-			if err == nil {
-				err = g.srv.SetCredentials(c)
-			}
-			if err != nil {
-				log.Error("credentials not reloaded; the accounts loaded before stay in force", "error", err)
-				continue
-			}
-			log.Info("credentials reloaded", "credentials_file", path, "accounts", c.Len())
-		}
-	}()
 }
 
 // warnReadableCredentials warns when users other than the file's owner

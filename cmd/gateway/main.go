@@ -7,7 +7,11 @@
 //	gateway quota ...         read and change device quotas through the admin API
 //	gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
 //	gateway passwd ...        add or replace an account in a credentials file
-//	gateway version           print the version
+//	gateway check --config F  validate a configuration file as serve would
+//	gateway reload            make the running gateway read its config file again
+//	gateway backup --out F    write a copy of the running gateway's data file
+//	gateway health            ask a running gateway's /healthz (exit 0: healthy)
+//	gateway version           print the version (also --version)
 //	gateway help [command]    show help
 package main
 
@@ -19,16 +23,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 )
-
-// version is the release name, set at build time with
-// -ldflags "-X main.version=v1.2.3"; when empty, the module version from
-// the build info, or "dev".
-var version = ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -68,13 +65,16 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-const commands = "serve, quota, forward, simulate, passwd, version, help"
+const commands = "serve, quota, forward, simulate, passwd, check, reload, backup, health, version, help"
 
 // run runs the command named by args (without the program name) until it
 // finishes or ctx is cancelled; serve treats cancellation as the signal
 // to shut down.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd, rest := "serve", args
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		cmd, rest = "version", nil
+	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, rest = args[0], args[1:]
 	} else if wantsHelp(args) {
@@ -99,11 +99,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return simulate(ctx, rest, stdout, stderr)
 	case "passwd":
 		return passwd(rest, os.Stdin, stdout)
+	case "check":
+		return check(rest, stdout)
+	case "backup":
+		return backupCmd(ctx, rest, stdout)
+	case "health":
+		return healthCmd(ctx, rest, stdout)
+	case "reload":
+		return reloadCmd(ctx, rest, stdout)
 	case "version":
 		if len(rest) > 0 {
 			return usagef("version takes no arguments (got %q)", rest)
 		}
-		fmt.Fprintln(stdout, versionString())
+		fmt.Fprint(stdout, buildVersion().String())
 		return nil
 	case "help":
 		return help(rest, stdout)
@@ -123,6 +131,10 @@ Usage:
   gateway forward status    show the upstreams the gateway forwards to
   gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
   gateway passwd ...        add or replace an account in a credentials file
+  gateway check --config F  validate a configuration file as serve would
+  gateway reload            make the running gateway read its config file again
+  gateway backup --out F    write a copy of the running gateway's data file
+  gateway health            ask a running gateway's /healthz (exit 0: healthy)
   gateway version           print the version
   gateway help [command]    show this help, or a command's flags
 
@@ -145,29 +157,24 @@ for the quota subcommands, "gateway help simulate" for the simulator's.
 	case len(args) == 1 && args[0] == "passwd":
 		printPasswdUsage(stdout, newPasswdFlags(new(passwdFlags)))
 		return nil
+	case len(args) == 1 && args[0] == "reload":
+		fmt.Fprint(stdout, reloadUsage)
+		return nil
+	case len(args) == 1 && args[0] == "health":
+		fmt.Fprint(stdout, healthUsage)
+		return nil
+	case len(args) == 1 && args[0] == "backup":
+		fmt.Fprint(stdout, backupUsage)
+		return nil
+	case len(args) == 1 && args[0] == "check":
+		fmt.Fprint(stdout, checkUsage)
+		return nil
 	case len(args) == 1 && args[0] == "version":
-		fmt.Fprintln(stdout, "Usage: gateway version\n\nPrints the version of devicegate and of the Go toolchain that built it.")
+		fmt.Fprint(stdout, versionUsage)
 		return nil
 	case len(args) == 1 && args[0] == "help":
 		fmt.Fprintln(stdout, "Usage: gateway help [command]")
 		return nil
 	}
 	return usagef("help: unknown command %q; commands are %s", strings.Join(args, " "), commands)
-}
-
-// versionString is what `gateway version` prints:
-// "devicegate v1.2.3 (go1.26.0)".
-func versionString() string {
-	return fmt.Sprintf("devicegate %s (%s)", releaseName(), runtime.Version())
-}
-
-// releaseName is the version: the -ldflags one, the module's, or "dev".
-func releaseName() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
 }

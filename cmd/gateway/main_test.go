@@ -454,11 +454,71 @@ func TestBadSettingsProcess(t *testing.T) {
 	}
 }
 
+// TestVersionProcess: `gateway version` and `gateway --version` print
+// the stamped version with the toolchain and platform; a plain
+// `go build` in a git checkout says its module version (a
+// pseudo-version of the commit), the commit and its time, from the
+// build information alone.
 func TestVersionProcess(t *testing.T) {
-	code, stdout, stderr := runBinary(t, "version")
-	want := fmt.Sprintf("devicegate %s (%s)\n", testVersion, runtime.Version())
-	if code != 0 || stdout != want || stderr != "" {
-		t.Fatalf("version: exit %d, stdout %q, stderr %q; want 0, %q, nothing", code, stdout, stderr, want)
+	first := fmt.Sprintf("devicegate %s (%s %s/%s)\n", testVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, stdout, stderr := runBinary(t, args...)
+		if code != 0 || !strings.HasPrefix(stdout, first) || stderr != "" {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want 0, %q first, nothing", args, code, stdout, stderr, first)
+		}
+	}
+
+	// The go command stamps the commit only in a plain checkout (this
+	// may be a worktree, whose .git is a file): build in a fresh
+	// repository of the module's files as they are now.
+	repo := t.TempDir()
+	root := filepath.Dir(filepath.Dir(sourceDir))
+	files, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	for _, f := range strings.Split(strings.TrimRight(string(files), "\x00"), "\x00") {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // deleted, not yet committed
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(repo, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(repo, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=test", "-c", "user.email=test@example.com", "-C", repo}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q")
+	git("add", "-A")
+	git("commit", "-q", "-m", "snapshot")
+	head := git("rev-parse", "HEAD")
+	plain := filepath.Join(t.TempDir(), "gateway")
+	// -buildvcs=true: this machine's go env may turn stamping off.
+	build := exec.Command("go", "build", "-buildvcs=true", "-o", plain, "./cmd/gateway")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(plain, "version").Output()
+	if err != nil {
+		t.Fatalf("plain build's version: %v", err)
+	}
+	// v0.0.0-20261127055400-0b30119abcde: the commit's pseudo-version.
+	pseudo := regexp.MustCompile(`^devicegate v\d+\.\d+\.\d+-\S*` + head[:12] + ` \(go`)
+	if !pseudo.Match(out) || !strings.Contains(string(out), "\nrevision "+head+"\n") || !strings.Contains(string(out), "\ntime 20") {
+		t.Fatalf("plain go build's version:\n%s\nwant a pseudo-version of %s, the revision and its time", out, head[:12])
 	}
 }
 

@@ -38,7 +38,13 @@ func TestRunArgs(t *testing.T) {
 		{args: []string{"help", "nope"}, code: 2, errMsg: `help: unknown command "nope"`},
 		{args: []string{"version"}, out: "devicegate "},
 		{args: []string{"version", "--short"}, code: 2, errMsg: "version takes no arguments"},
-		{args: []string{"bogus"}, code: 2, errMsg: `unknown command "bogus"; commands are serve, quota, forward, simulate, passwd, version, help`},
+		{args: []string{"--version"}, out: "devicegate "},
+		{args: []string{"help", "check"}, out: "Usage: gateway check --config FILE [--print]"},
+		{args: []string{"help", "reload"}, out: "Usage: gateway reload"},
+		{args: []string{"help", "backup"}, out: "Usage: gateway backup --out FILE"},
+		{args: []string{"help", "health"}, out: "Usage: gateway health"},
+		{args: []string{"reload", "x"}, code: 2, errMsg: `reload: takes no arguments (got ["x"])`},
+		{args: []string{"bogus"}, code: 2, errMsg: `unknown command "bogus"; commands are serve, quota, forward, simulate, passwd, check, reload, backup, health, version, help`},
 		{args: []string{"help", "quota"}, out: "gateway quota set ID (--limit N --window D | --windows W) [--class C]..."},
 		{args: []string{"help", "serve"}, out: "--admin-addr address"},
 		{args: []string{"quota"}, code: 2, errMsg: "quota: missing subcommand; subcommands are get, set, delete, list, reset, throttled"},
@@ -105,14 +111,18 @@ func TestExitCode(t *testing.T) {
 
 func TestVersionString(t *testing.T) {
 	// Without -ldflags, as in this test binary: the module version or "dev".
-	if got := versionString(); !regexp.MustCompile(`^devicegate \S+ \(go1\.\d+`).MatchString(got) {
-		t.Fatalf("versionString() = %q", got)
+	if got := buildVersion().String(); !regexp.MustCompile(`^devicegate \S+ \(go1\.\d+\S* \w+/\w+`).MatchString(got) {
+		t.Fatalf("version = %q", got)
 	}
 	old := version
 	t.Cleanup(func() { version = old })
 	version = "v1.2.3"
-	if got := versionString(); !strings.HasPrefix(got, "devicegate v1.2.3 (go1.") {
-		t.Fatalf("versionString() = %q, want the -ldflags version", got)
+	if got := buildVersion().String(); !strings.HasPrefix(got, "devicegate v1.2.3 (go1.") {
+		t.Fatalf("version = %q, want the -ldflags version", got)
+	}
+	v := versionInfo{Version: "v1.2.3", Revision: "abc", Time: "2026-01-02T03:04:05Z", Modified: true, Go: "go1.26.0", Platform: "linux/arm/v7"}
+	if got, want := v.String(), "devicegate v1.2.3 (go1.26.0 linux/arm/v7)\nrevision abc (modified)\ntime 2026-01-02T03:04:05Z\n"; got != want {
+		t.Fatalf("version = %q, want %q", got, want)
 	}
 }
 

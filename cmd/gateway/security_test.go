@@ -110,14 +110,14 @@ func TestCredentialsReloadProcess(t *testing.T) {
 		}
 		p.waitLine(re, 10*time.Second)
 	}
-	hangup(regexp.MustCompile(`msg="credentials reloaded".* accounts=2`))
+	hangup(regexp.MustCompile(`msg="configuration reloaded".* accounts=2`))
 	if code := connect("dev-2"); code != 0 {
 		t.Fatalf("dev-2 after SIGHUP: 0x%02x, want 0x00", code)
 	}
 	if err := os.WriteFile(creds, []byte("dev-3:plain:device:\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hangup(regexp.MustCompile(`msg="credentials not reloaded; the accounts loaded before stay in force".*line 1`))
+	hangup(regexp.MustCompile(`msg="configuration not reloaded; the running configuration stays".*line 1`))
 	if code := connect("dev-1"); code != 0 {
 		t.Fatalf("dev-1 after a failed reload: 0x%02x, want 0x00", code)
 	}

@@ -71,7 +71,8 @@ func newServeFlags(f *serveFlags) *flag.FlagSet {
 func printServeUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage: gateway serve [flags]
 
-Runs the gateway until SIGINT or SIGTERM. Settings come from the built-in
+Runs the gateway until SIGINT or SIGTERM; SIGHUP reloads the --config
+file (docs/deployment.md, "Reloading"). Settings come from the built-in
 defaults, then the --config file, then the flags given. --limit, --window
 and --policy set the default quota; rules in the file keep their own.
 Device windows and quota overrides are kept in --data-dir and survive
@@ -222,8 +223,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return server.Run(ctx, cfg, server.Deps{Logger: log, Version: releaseName()})
+	lv := new(slog.LevelVar)
+	lv.Set(level)
+	log := slog.New(cfg.Log.Handler(stderr, lv))
+	// A reload reads the file again, under the same flags.
+	load := func() (config.Config, error) { return serveConfig(args, io.Discard) }
+	return server.Run(ctx, cfg, server.Deps{Logger: log, Level: lv, Version: releaseName(), Load: load})
 }
 
 // intValue is an int flag whose parse errors read like the config's.

@@ -1,0 +1,157 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// Reloadable lists the keys a reload changes in a running gateway
+// (SIGHUP, POST /api/v1/reload, gateway reload): a key is reloadable
+// when it is one of these or under one ("limits.rules" covers
+// limits.rules[0].quota.limit). A change to any other key refuses the
+// reload as a whole (ReloadChanges). The configuration reference's
+// Reload column says the same (TestReloadColumn).
+var Reloadable = []string{
+	"limits.default",
+	"limits.rules",
+	"limits.classes",
+	"limits.group",
+	"log.level",
+	"mqtt.tls.cert_file",
+	"mqtt.tls.key_file",
+}
+
+// IsReloadable reports whether a reload may change key, a full key such
+// as "limits.rules[0].quota.limit" (or a list key, "limits.rules[]").
+func IsReloadable(key string) bool {
+	for _, r := range Reloadable {
+		if key == r || strings.HasPrefix(key, r+".") || strings.HasPrefix(key, r+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// Change is one key whose value a reload would change; Old or New is
+// "" when the key is absent on that side (a list grew or shrank, an
+// optional block appeared).
+type Change struct {
+	Key      string
+	Old, New string
+}
+
+func (c Change) String() string { return fmt.Sprintf("%s: %q -> %q", c.Key, c.Old, c.New) }
+
+// ReloadChanges compares the running configuration with a new one: the
+// changes, in key order, and an error naming every changed key that
+// cannot be reloaded with its old and new values (then nothing may be
+// applied). Both configurations must be valid. The values of secrets
+// (a token, a password) are not shown: "(secret)".
+func ReloadChanges(running, next Config) ([]Change, error) {
+	a, b := Flatten(running), Flatten(next)
+	keys := make([]string, 0, len(a))
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var changes []Change
+	var refused []error
+	for _, k := range keys {
+		if a[k] == b[k] || inMissingItem(k, a) || inMissingItem(k, b) {
+			continue
+		}
+		c := Change{Key: k, Old: a[k], New: b[k]}
+		if secret(k) {
+			c.Old, c.New = "(secret)", "(secret)"
+		}
+		changes = append(changes, c)
+		if !IsReloadable(k) {
+			refused = append(refused, &FieldError{Key: k, Msg: fmt.Sprintf("cannot change without a restart (running %q, file %q)", c.Old, c.New)})
+		}
+	}
+	if len(refused) > 0 {
+		return changes, errors.Join(refused...)
+	}
+	return changes, nil
+}
+
+// Flatten returns every key of c with its value as text: "mqtt.tcp",
+// "limits.rules[0].quota.limit", "forward[1].rate"... Each item of a
+// list is also listed under its own key ("forward[1]"), so that an item
+// added or removed is one change, not one per key in it.
+func Flatten(c Config) map[string]string {
+	out := make(map[string]string)
+	flatten(reflect.ValueOf(c), "", out)
+	return out
+}
+
+var (
+	stringerType = reflect.TypeFor[fmt.Stringer]()
+	levelType    = reflect.TypeFor[slog.Level]()
+)
+
+func flatten(v reflect.Value, key string, out map[string]string) {
+	if v.Type() == levelType {
+		out[key] = LevelName(slog.Level(v.Int()))
+		return
+	}
+	if v.Kind() != reflect.Struct && v.Kind() != reflect.Slice && v.Kind() != reflect.Pointer && v.Type().Implements(stringerType) {
+		out[key] = v.Interface().(fmt.Stringer).String()
+		return
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			flatten(v.Elem(), key, out)
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			flatten(v.Field(i), join(key, name), out)
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			item := fmt.Sprintf("%s[%d]", key, i)
+			out[item] = "(present)" // a scalar item's value replaces it
+			flatten(v.Index(i), item, out)
+		}
+	default:
+		out[key] = fmt.Sprint(v.Interface())
+	}
+}
+
+// secret reports whether key holds a secret.
+func secret(key string) bool {
+	return strings.HasSuffix(key, ".token") || strings.HasSuffix(key, ".password")
+}
+
+// inMissingItem reports whether key is under a list item that side does
+// not have ("forward[0].to" when side has no "forward[0]"): the item's
+// own change says it.
+func inMissingItem(key string, side map[string]string) bool {
+	if _, ok := side[key]; ok {
+		return false
+	}
+	for i := range len(key) - 1 {
+		if key[i] == ']' {
+			if _, ok := side[key[:i+1]]; !ok {
+				return true
+			}
+		}
+	}
+	return false
+}

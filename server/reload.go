@@ -1,0 +1,159 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"devicegate/admin"
+	"devicegate/auth"
+	"devicegate/config"
+)
+
+// ErrReloadRefused wraps a reload refused because the file changes keys
+// that cannot change without a restart; nothing was changed.
+var ErrReloadRefused = admin.ErrReloadRefused
+
+// ErrReloadInvalid wraps a reload of a file that does not parse or
+// validate, or whose certificate or credentials file cannot be read;
+// nothing was changed.
+var ErrReloadInvalid = errors.New("configuration not reloaded")
+
+// newReloadCounter counts reloads by result: ok, refused (a key that
+// cannot reload changed) or invalid.
+func newReloadCounter() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "devicegate_config_reloads_total",
+		Help: "Configuration reloads (SIGHUP, POST /api/v1/reload), by result: ok, refused (a key that needs a restart changed) or invalid (the file does not parse or validate). Nothing changes unless ok.",
+	}, []string{"result"})
+	for _, r := range []string{"ok", "refused", "invalid"} {
+		c.WithLabelValues(r)
+	}
+	return c
+}
+
+// ReloadFromSource reads the configuration again (Deps.Load: the file
+// and the command line's flags) and reloads it (Reload).
+func (g *Gateway) ReloadFromSource() ([]config.Change, error) {
+	if g.load == nil {
+		return nil, fmt.Errorf("%w: this gateway has no configuration source to read again", ErrReloadInvalid)
+	}
+	next, err := g.load()
+	if err != nil {
+		g.reloads.WithLabelValues("invalid").Inc()
+		g.log.Error("configuration not reloaded; the running configuration stays", "error", err)
+		return nil, fmt.Errorf("%w: %w", ErrReloadInvalid, err)
+	}
+	return g.Reload(next)
+}
+
+// Reload puts next in force without a restart, as a whole or not at
+// all. It is refused (ErrReloadRefused) when next changes a key that
+// cannot reload (config.Reloadable), naming each with both values; it
+// fails (ErrReloadInvalid) when a file next names cannot be read. Else
+// the default quota, rules, classes and groups apply from each device's
+// next message, their windows keeping their counts; the log level
+// changes; the TLS certificate and key, and the credentials file, are
+// read again, for the connections and logins that come after. next must
+// have passed Validate. It returns the keys that changed.
+func (g *Gateway) Reload(next config.Config) ([]config.Change, error) {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	log := g.log
+	changes, err := config.ReloadChanges(g.cfg, next)
+	if err != nil {
+		g.reloads.WithLabelValues("refused").Inc()
+		log.Error("configuration not reloaded: it changes keys that need a restart; the running configuration stays", "error", oneLine(err))
+		return nil, fmt.Errorf("%w: %w", ErrReloadRefused, err)
+	}
+	// Everything is built before anything is applied.
+	res, err := next.Resolver()
+	var cert *tls.Certificate
+	if err == nil && g.cert != nil {
+		var c tls.Certificate
+		if c, err = tls.LoadX509KeyPair(next.MQTT.TLS.CertFile, next.MQTT.TLS.KeyFile); err != nil {
+			err = fmt.Errorf("mqtt.tls: load certificate %s and key %s: %w", next.MQTT.TLS.CertFile, next.MQTT.TLS.KeyFile, err)
+		}
+		cert = &c
+	}
+	var creds *auth.Credentials
+	if err == nil && next.Auth.CredentialsFile != "" {
+		if creds, err = auth.LoadFile(next.Auth.CredentialsFile); err != nil {
+			err = fmt.Errorf("auth.credentials_file: %w", err)
+		}
+	}
+	if err == nil {
+		err = g.resolver.Reconfigure(res)
+	}
+	if err != nil {
+		g.reloads.WithLabelValues("invalid").Inc()
+		log.Error("configuration not reloaded; the running configuration stays", "error", err)
+		return nil, fmt.Errorf("%w: %w", ErrReloadInvalid, err)
+	}
+	conns := g.srv.Reconfigure()
+	if g.level != nil {
+		g.level.Set(next.Log.Level)
+	}
+	if cert != nil {
+		g.cert.Store(cert)
+	}
+	if creds != nil {
+		if err := g.srv.SetCredentials(creds); err != nil {
+			log.Error("credentials not reloaded; the accounts loaded before stay in force", "error", err)
+		}
+	}
+	g.cfg = next
+	g.reloads.WithLabelValues("ok").Inc()
+	keys := make([]string, len(changes))
+	for i, c := range changes {
+		keys[i] = c.String()
+	}
+	args := []any{"changes", len(changes), "connections", conns}
+	if creds != nil {
+		args = append(args, "accounts", creds.Len())
+	}
+	if len(keys) > 0 {
+		args = append(args, "changed", strings.Join(keys, "; "))
+	}
+	log.Info("configuration reloaded", args...)
+	return changes, nil
+}
+
+// reloadOnHangup reloads the configuration on every SIGHUP until ctx
+// ends.
+func (g *Gateway) reloadOnHangup(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			g.log.Info("SIGHUP: reloading the configuration")
+			_, _ = g.ReloadFromSource() // logged
+		}
+	}()
+}
+
+// oneLine joins a joined error's lines with "; " for a log line.
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+// adminReload is POST /api/v1/reload's.
+func (g *Gateway) adminReload() ([]admin.ReloadChange, error) {
+	changes, err := g.ReloadFromSource()
+	out := make([]admin.ReloadChange, len(changes))
+	for i, c := range changes {
+		out[i] = admin.ReloadChange(c)
+	}
+	return out, err
+}
