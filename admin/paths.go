@@ -22,7 +22,8 @@ func (s *Server) checkPaths(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The escaped path: "%2E%2E" and "a%2F%2Fb" are a device's ID.
 		p := r.URL.EscapedPath()
-		if p == "" || p == "/" || path.Clean(p) == p {
+		// "/ui/" is the console's first page (Options.Console).
+		if p == "" || p == "/" || p == "/ui/" || path.Clean(p) == p {
 			next.ServeHTTP(w, r)
 			return
 		}
