@@ -43,13 +43,10 @@ func TestReloadChanges(t *testing.T) {
 }
 
 // TestReloadColumn: every table with a Key and a Reload column in the
-// configuration reference (docs/configuration.md, once it exists) and
-// in docs/_merge/i32.md says of each key what IsReloadable says.
+// configuration reference (docs/configuration.md) says of each key what
+// IsReloadable says.
 func TestReloadColumn(t *testing.T) {
-	files := []string{filepath.Join("..", "docs", "_merge", "i32.md")}
-	if _, err := os.Stat(filepath.Join("..", "docs", "configuration.md")); err == nil {
-		files = append(files, filepath.Join("..", "docs", "configuration.md"))
-	}
+	files := []string{filepath.Join("..", "docs", "configuration.md")}
 	rows := 0
 	keyRE := regexp.MustCompile("^`([^`]+)`$")
 	for _, f := range files {

@@ -19,14 +19,6 @@ import (
 // root is the repository root, relative to this package.
 const root = ".."
 
-// comingPages are pages the README's table of contents links to that
-// other branches are writing; a link to one of them may not resolve yet.
-// The lead empties this list once they have landed.
-var comingPages = map[string]bool{
-	"docs/mqtt-conformance.md": true, // MQTT conformance
-	"docs/deployment.md":       true, // version, check, backup, systemd, image, release, reload
-}
-
 func pages(t *testing.T) []doctest.Page {
 	t.Helper()
 	ps, err := doctest.Pages(root)
@@ -67,8 +59,7 @@ func TestDocsYAMLBlocksParse(t *testing.T) {
 
 // TestDocsLinksResolve: every relative link of the README and docs/
 // names a file of the repository, and its #anchor a heading of that
-// page (or of the page itself); a link to a page being written
-// elsewhere (comingPages) may not resolve yet.
+// page (or of the page itself).
 func TestDocsLinksResolve(t *testing.T) {
 	ps := pages(t)
 	anchors := make(map[string]map[string]bool)
@@ -86,9 +77,6 @@ func TestDocsLinksResolve(t *testing.T) {
 			target := p.Path
 			if file != "" {
 				target = path.Clean(path.Join(path.Dir(p.Path), file))
-			}
-			if comingPages[target] {
-				continue
 			}
 			if _, err := os.Stat(path.Join(root, target)); err != nil {
 				t.Errorf("%s:%d: link %s: no file %s", p.Path, l.Line, l.Target, target)
