@@ -90,7 +90,7 @@ func TestListDevices(t *testing.T) {
 func TestDeviceConnectionAndRefusals(t *testing.T) {
 	e := newEnv(t, devicelimit.IdentityClientID)
 	now := e.clock.Now()
-	e.devices.m["dev-1"] = DeviceStatus{Connected: true, ClientID: "dev-1", Remote: "10.0.0.7:50123", Protocol: 5, Since: now.Add(-time.Minute)}
+	e.devices.m["dev-1"] = DeviceStatus{Connected: true, ClientID: "dev-1", Remote: "device-7.example:50123", Protocol: 5, Since: now.Add(-time.Minute)}
 	e.devices.recent = map[string][]Refusal{"dev-1": {{At: now, Topic: "devices/dev-1/t", Reason: "quota exceeded"}}}
 	var d DeviceJSON
 	r := e.do("GET", "/api/v1/devices/dev-1", "", nil)
@@ -98,7 +98,7 @@ func TestDeviceConnectionAndRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := RefusalJSON{At: formatTick(now), Topic: "devices/dev-1/t", Reason: "quota exceeded"}
-	if d.ClientID != "dev-1" || d.Remote != "10.0.0.7:50123" || d.Protocol != 5 || d.ConnectedSince != formatTick(now.Add(-time.Minute)) ||
+	if d.ClientID != "dev-1" || d.Remote != "device-7.example:50123" || d.Protocol != 5 || d.ConnectedSince != formatTick(now.Add(-time.Minute)) ||
 		len(d.Refusals) != 1 || d.Refusals[0] != want {
 		t.Fatalf("got %s", r.body)
 	}

@@ -65,7 +65,7 @@
 //	  format: text                 # text (key=value) or json (one object a line)
 //	cluster:                       # absent: one gateway, state in data_dir only
 //	  redis:
-//	    addrs: ["10.0.0.5:6379"]   # host:port, one or more (several: Redis Cluster)
+//	    addrs: ["redis.example:6379"] # host:port, one or more (several: Redis Cluster)
 //	    username: ""               # ACL user, optional
 //	    password: ""               # or GATEWAY_REDIS_PASSWORD
 //	    tls: false                 # TLS to Redis, verified against the system roots

@@ -22,7 +22,7 @@ func TestReloadChanges(t *testing.T) {
 	}
 	b.MQTT.TCP = ":1884"
 	b.Admin.Token = "new-secret-token-0123456789"
-	b.Forward = []Forward{{Name: "up", To: "mqtt://10.0.0.1:1883", Topics: []string{"#"}}}
+	b.Forward = []Forward{{Name: "up", To: "mqtt://upstream.example:1883", Topics: []string{"#"}}}
 	_, err = ReloadChanges(a, b)
 	fe := FieldErrors(err)
 	msg := ""

@@ -173,7 +173,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		mod  func(*Config)
 		want error
 	}{
-		{"remote host", func(c *Config) { c.Addr = "192.0.2.1:1883" }, ErrNotLoopback},
+		{"remote host", func(c *Config) { c.Addr = "broker.example:1883" }, ErrNotLoopback},
 		{"hostname", func(c *Config) { c.Addr = "example.com:1883" }, ErrNotLoopback},
 		{"all interfaces", func(c *Config) { c.Addr = ":1883" }, ErrNotLoopback},
 		{"no port", func(c *Config) { c.Addr = "127.0.0.1" }, ErrInvalidConfig},

@@ -226,7 +226,7 @@ func TestSimulateUpstreamFlags(t *testing.T) {
 		{[]string{"--upstream", "embedded", "--upstream-outage-at", "1s", "--upstream-outage-for", "1s"}, "a gateway the simulator starts"},
 		{[]string{"--embedded", "--upstream", "embedded", "--upstream-outage-at", "1s"}, "--upstream-outage-at and --upstream-outage-for go together"},
 		{[]string{"--embedded", "--upstream", "embedded", "--upstream-outage-at", "20s", "--upstream-outage-for", "1s"}, "must be within --duration"},
-		{[]string{"--embedded", "--upstream", "10.0.0.1:1883"}, `--upstream: "embedded" or a loopback host:port (got "10.0.0.1:1883")`},
+		{[]string{"--embedded", "--upstream", "upstream.example:1883"}, `--upstream: "embedded" or a loopback host:port (got "upstream.example:1883")`},
 	} {
 		code, _, stderr := runBinary(t, append([]string{"simulate"}, c.args...)...)
 		if code != 2 || !strings.Contains(stderr, c.want) {

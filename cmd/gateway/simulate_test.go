@@ -108,7 +108,7 @@ func TestSimulateBadFlagsProcess(t *testing.T) {
 		{[]string{"--window", "1"}, "-window"},
 		{[]string{"--duration", "0s"}, "--duration"},
 		{[]string{"--topic", "devices"}, "--topic"},
-		{[]string{"--addr", "192.0.2.1:1883"}, "--addr"},
+		{[]string{"--addr", "broker.example:1883"}, "--addr"},
 		{[]string{"--addr", "nonsense"}, "--addr"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {

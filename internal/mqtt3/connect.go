@@ -13,7 +13,7 @@ import (
 
 // Connect connects a client of opts, or gives up when ctx ends first. The
 // error is the CONNECT's (a refusal, a dial error) or ctx's. A network
-// error reads as what failed ("dial tcp 10.0.0.5:1883: connect:
+// error reads as what failed ("dial tcp 127.0.0.1:1883: connect:
 // connection refused"), not paho's "network Error : dial tcp ...",
 // and still matches packets.ErrorNetworkError with errors.Is.
 func Connect(ctx context.Context, opts *mqtt.ClientOptions) (mqtt.Client, error) {
