@@ -1,7 +1,6 @@
 package forward
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -39,15 +38,8 @@ func TestDamagedRecordsSetAside(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f, err := New(Config{Name: "up/0", Dial: &MQTT{Address: up.Addr, ClientID: "gw-test-0"}, Map: Map{Local: "devices/", Remote: "site-7/devices/"},
+	f := startForwarder(t, Config{Name: "up/0", Dial: &MQTT{Address: up.Addr, ClientID: "gw-test-0"}, Map: Map{Local: "devices/", Remote: "site-7/devices/"},
 		MaxQoS: 1, AckTimeout: time.Second, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { f.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	poll.Until(t, 20*time.Second, "the log gone through", func() bool { return f.Stats().Backlog == 0 && sub.firsts(t) == 18 })
 	sub.mu.Lock()
 	for _, p := range sub.got {

@@ -90,6 +90,12 @@ func runForwarderLog(t *testing.T, cfg Config, logger *slog.Logger) (*Forwarder,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return startForwarder(t, cfg, st, logger), st
+}
+
+// startForwarder runs a forwarder of cfg on st until the test ends.
+func startForwarder(t *testing.T, cfg Config, st *persist.Store, logger *slog.Logger) *Forwarder {
+	t.Helper()
 	f, err := New(cfg, st, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +104,7 @@ func runForwarderLog(t *testing.T, cfg Config, logger *slog.Logger) (*Forwarder,
 	done := make(chan struct{})
 	go func() { f.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return f, st
+	return f
 }
 
 func logLen(t *testing.T, st *persist.Store) int {
