@@ -1,4 +1,4 @@
-module devicegate
+module github.com/devicegate/devicegate
 
 go 1.26.0
 

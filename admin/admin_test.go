@@ -17,8 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"devicegate/devicelimit"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/persist"
 )
 
 const testToken = "s3cret-test-token"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestOverrideClasses: an override may carry topic classes, which then

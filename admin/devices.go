@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // DeviceSummary is a device as the listing sees it: its status and its

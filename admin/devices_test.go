@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // listing asks GET /api/v1/devices?query and returns the IDs listed and

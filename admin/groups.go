@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // GroupMembers is a group a device joined on this gateway since it

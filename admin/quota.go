@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // maxBody bounds the request body of PUT /api/v1/devices/{id}/quota.

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // RateInterval is how often Options.Stats is sampled; RateSpan is how

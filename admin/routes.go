@@ -14,7 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // openAPI is the API's OpenAPI 3 document, served at /api/v1/openapi.json.
@@ -110,14 +110,14 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="devicegate"`)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="github.com/devicegate/devicegate"`)
 		writeError(w, http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer TOKEN")
 		return false
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	want := sha256.Sum256([]byte(s.opts.Token))
 	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="devicegate", error="invalid_token"`)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="github.com/devicegate/devicegate", error="invalid_token"`)
 		writeError(w, http.StatusUnauthorized, "invalid bearer token")
 		return false
 	}

@@ -8,7 +8,7 @@ import (
 	"io"
 	"net/http"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // RuleJSON is a configured rule's runtime state: whether its own quota

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"devicegate/auth"
+	"github.com/devicegate/devicegate/auth"
 )
 
 // TokenEnv is the environment variable LoadOrCreateToken reads.

@@ -1,6 +1,6 @@
 package admin
 
-import "devicegate/devicelimit"
+import "github.com/devicegate/devicegate/devicelimit"
 
 // Windows is where the admin API reads and empties device windows:
 // Options.Table by default, or windows shared by several gateways.

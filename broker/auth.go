@@ -13,8 +13,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"devicegate/auth"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Auth configures client authentication and the topic ACL. The zero

@@ -17,8 +17,8 @@ import (
 	"golang.org/x/crypto/argon2"
 	"golang.org/x/crypto/bcrypt"
 
-	"devicegate/auth"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // credentials builds the accounts of the credentials tests: dev-1 and

@@ -13,8 +13,8 @@ import (
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/gorilla/websocket"
 
-	"devicegate/auth"
-	"devicegate/internal/testcert"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/internal/testcert"
 )
 
 // testCA is a certificate authority made for one test.

@@ -14,8 +14,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/topk"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/topk"
 )
 
 // DefaultSweepInterval is how often idle windows are evicted when

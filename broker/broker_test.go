@@ -16,8 +16,8 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/logtest"
 )
 
 func validOptions(t *testing.T) Options {

@@ -9,8 +9,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/spool"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/spool"
 )
 
 // Backend consumers (Limits.Consumers) are the few clients that

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/loopback"
-	"devicegate/internal/poll"
-	"devicegate/internal/spool"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/loopback"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/internal/spool"
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"

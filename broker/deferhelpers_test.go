@@ -9,8 +9,8 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"devicegate/devicelimit"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // A persist.Store is the broker's DeferStore, with no adapter.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // A publish under policy defer decides outside the shard lock: while

@@ -16,8 +16,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/logtest"
 )
 
 // A device with quota 5 per second under policy defer sends 50 QoS 1

@@ -1,6 +1,6 @@
 package broker
 
-import "devicegate/devicelimit"
+import "github.com/devicegate/devicegate/devicelimit"
 
 // publishInline publishes as the server itself (mochi's inline client),
 // the way deferred messages will be released.

@@ -1,7 +1,7 @@
 package broker
 
 import (
-	"devicegate/forward"
+	"github.com/devicegate/devicegate/forward"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 )

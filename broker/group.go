@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Group outcomes: the indexes of Stats.Groups' counts.

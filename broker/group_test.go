@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/logtest"
 )
 
 // tenantRule puts devices "t-NAME-*" in group NAME: each device 10 per

@@ -15,8 +15,8 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/topk"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/topk"
 )
 
 // waitTimeout bounds every wait for the network; nothing in these tests

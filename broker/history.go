@@ -10,7 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // recentRefusals is how many refusals a device's history keeps.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // hostileIDsEnv sets the number of distinct client IDs of

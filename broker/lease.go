@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // leaseWait bounds how long an admission waits for its lease to be

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // With leases, an admitted publish is acknowledged and delivered only

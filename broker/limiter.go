@@ -1,6 +1,6 @@
 package broker
 
-import "devicegate/devicelimit"
+import "github.com/devicegate/devicegate/devicelimit"
 
 // Limiter takes the throttle's decisions: every device publish, and
 // every release of a deferred message, goes through AllowAt. A

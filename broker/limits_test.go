@@ -9,7 +9,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestLimitsAtConnect: a client ID over MaxClientIDLength is refused

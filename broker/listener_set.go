@@ -8,8 +8,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 
-	"devicegate/auth"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // validateListeners checks the TLS, WebSocket, auth and limits options.

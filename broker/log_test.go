@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/internal/logtest"
 )
 
 // lockedBuffer is a log destination safe for concurrent writes.

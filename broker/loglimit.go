@@ -3,7 +3,7 @@ package broker
 import (
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // logLimiter lets through at most one log line per key per window: the

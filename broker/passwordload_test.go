@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/crypto/argon2"
 
-	"devicegate/auth"
+	"github.com/devicegate/devicegate/auth"
 )
 
 // TestWrongPasswordFloodMemoryBounded: every wrong password costs a full

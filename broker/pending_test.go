@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // dialFrom opens a TCP connection to addr from the loopback address

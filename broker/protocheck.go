@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"devicegate/internal/spool"
+	"github.com/devicegate/devicegate/internal/spool"
 )
 
 // protoConn is a client connection whose inbound bytes are checked, as

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // BenchmarkOnPublishRefused is the refusal path by protocol version and

@@ -8,8 +8,8 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/varint"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/varint"
 )
 
 // deferredMsg is a message held in the deferral queue: what the release

@@ -12,7 +12,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // sampleMsgs are records of every shape: bare MQTT 3.1.1, every MQTT 5

@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // The release side of deferral: the heap of due devices, the release

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // gateLimiter is the table, except that a decision for device blocks

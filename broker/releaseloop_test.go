@@ -9,7 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // bubbleClock reads the time of the synctest bubble it is used in.

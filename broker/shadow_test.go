@@ -7,7 +7,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestShadowMatchesEnforcing runs the same traffic (bursts and pauses on

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/topk"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/topk"
 )
 
 // Every refusal is recorded in Options.Throttled by device at its

@@ -12,9 +12,9 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"devicegate/devicelimit"
-	"devicegate/forward"
-	"devicegate/internal/topk"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/forward"
+	"github.com/devicegate/devicegate/internal/topk"
 )
 
 // Stats counts the throttle hook's decisions since New. Every publish

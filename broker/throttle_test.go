@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/logtest"
 )
 
 // The decision table of docs/design.md, policy drop: every protocol × QoS

@@ -10,7 +10,7 @@ import (
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestWillCountsAgainstQuota: a will is a publish the broker makes for

@@ -3,7 +3,7 @@ package cluster
 import (
 	"context"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // AllowGroupAt decides a message of device in class under q together

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // groupScriptSequences is how many random group sequences the script

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestLimiterConcurrentExactlyN: 16 goroutines on one device, on

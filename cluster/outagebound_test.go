@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // The failure policy local's bound per outage shape, as docs/operations.md

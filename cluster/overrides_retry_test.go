@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"devicegate/cluster/redistest"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestOverridesSyncErrorBacksOff: when the full read of the overrides

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Policy says how a decision is taken when Redis is unreachable or

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/internal/logtest"
 
-	"devicegate/cluster/redistest"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestLimiterUnreadableRecord: window keys Redis holds but the script

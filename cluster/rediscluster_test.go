@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestRedisCluster runs the limiter and the shared overrides on a real

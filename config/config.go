@@ -96,9 +96,9 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/broker"
-	"devicegate/devicelimit"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // Config is the whole gateway configuration. The zero value is not

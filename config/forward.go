@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Forward is one upstream the gateway hands admitted messages on to

@@ -3,7 +3,7 @@ package config
 import (
 	"fmt"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Group puts the devices of a rule (or of the default quota) in a

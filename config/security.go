@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/auth"
-	"devicegate/broker"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Defaults of the security and resource keys.

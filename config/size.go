@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 
 	"gopkg.in/yaml.v3"
 )

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/auth"
-	"devicegate/broker"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Validate reports every key whose value the gateway cannot run with,

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestQuotaWindows: a quota of several windows parses into devicelimit's

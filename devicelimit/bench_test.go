@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // The benchmarks put the Table beside a baseline that many gateways use:

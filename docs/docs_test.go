@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"devicegate/config"
-	"devicegate/internal/doctest"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/internal/doctest"
 )
 
 // root is the repository root, relative to this package.

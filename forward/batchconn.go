@@ -5,7 +5,7 @@ import (
 	"net"
 	"time"
 
-	"devicegate/internal/spool"
+	"github.com/devicegate/devicegate/internal/spool"
 )
 
 // batchConn is a connection that reads through a buffer and coalesces

@@ -1,7 +1,7 @@
 package forward
 
 import (
-	"devicegate/internal/loopback"
+	"github.com/devicegate/devicegate/internal/loopback"
 
 	"bytes"
 	"errors"

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/poll"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // TestDamagedRecordsSetAside: a forward log whose records carry

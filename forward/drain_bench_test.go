@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/mosquittotest"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // fillLog appends n messages of 64-byte payloads to f from 64

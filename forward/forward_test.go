@@ -12,9 +12,9 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/poll"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // upstreamSub subscribes to filter on the upstream broker at QoS 1 and

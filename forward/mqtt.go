@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"time"
 
-	"devicegate/internal/mqtt3"
+	"github.com/devicegate/devicegate/internal/mqtt3"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/freeport"
-	"devicegate/internal/logtest"
-	"devicegate/internal/poll"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // deadAddr is a loopback address nothing listens on: an upstream that is

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // TestMaxAge: messages older than MaxAge when their turn comes (the

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/logtest"
-	"devicegate/internal/poll"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // flappingDialer connects every time, to a connection that ends at once

@@ -8,11 +8,11 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"devicegate/forward"
-	"devicegate/forward/forwardtest"
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/mqtttest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/forward"
+	"github.com/devicegate/devicegate/forward/forwardtest"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // TestRefusedForGoodMQTT5: a Mosquitto upstream over MQTT 5 whose ACL

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // TestLogHasNoGaps: however many devices append at once, what the

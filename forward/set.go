@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Route sends the messages whose topic matches one of Filters to one of

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // stops is how many times TestGracefulCloseNoStall stops the upstream.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // The benchmarks work on a million devices with the default 20 buckets

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestDamageFoundAtOpenOrHarmless: 8 bytes overwritten in the header or

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/varint"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/varint"
 )
 
 // The decoders read bytes from the data file, which may be damaged or

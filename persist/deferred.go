@@ -6,8 +6,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/varint"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/varint"
 )
 
 // MaxDeferredDevice is the longest device ID, in bytes, whose messages

@@ -3,7 +3,7 @@ package persist
 import (
 	"encoding/binary"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Meta keys and values. The schema version is a uvarint, the clock

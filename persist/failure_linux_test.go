@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // limitFileSize makes writes beyond offset size of any file of the

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 func FuzzDecodeMeta(f *testing.F) {

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/internal/logtest"
 
 	bolt "go.etcd.io/bbolt"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 type boltTx = bolt.Tx

@@ -11,8 +11,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"devicegate/devicelimit"
-	"devicegate/internal/varint"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/varint"
 )
 
 // Leases (devicelimit/lease.go) live in the "leases" bucket, keyed by

@@ -7,7 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"devicegate/internal/varint"
+	"github.com/devicegate/devicegate/internal/varint"
 )
 
 // Device IDs longer than bbolt.MaxKeySize cannot be keys. Their windows

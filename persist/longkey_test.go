@@ -9,7 +9,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // longIDs are device IDs too long to be bbolt keys: just over the limit

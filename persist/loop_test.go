@@ -5,7 +5,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestSnapshotLoop runs the background loop in a synctest bubble, where

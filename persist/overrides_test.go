@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 func TestSetOverrideIsDurableOnReturn(t *testing.T) {

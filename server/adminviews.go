@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/admin"
-	"devicegate/broker"
-	"devicegate/devicelimit"
-	"devicegate/forward"
-	"devicegate/internal/topk"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/admin"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/forward"
+	"github.com/devicegate/devicegate/internal/topk"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // brokerDevices reports the broker's view of a device to the admin API.

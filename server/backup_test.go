@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/admin"
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/internal/freeport"
-	"devicegate/internal/mqtttest"
-	"devicegate/internal/poll"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/admin"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // TestBackupUnderLoad: 50 devices publish while GET /api/v1/backup

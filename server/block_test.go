@@ -11,9 +11,9 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	packets311 "github.com/eclipse/paho.mqtt.golang/packets"
 
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/mqtttest"
 )
 
 // TestAutomaticBlocking: a device its quota refuses 3 times within a

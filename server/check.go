@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 
-	"devicegate/config"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // Check does what Start does with cfg before it opens the data file and

@@ -12,12 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"devicegate/admin"
-	"devicegate/broker"
-	"devicegate/cluster"
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/admin"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/cluster"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // RedisPasswordEnv is where the Redis password comes from when

@@ -12,7 +12,7 @@ import (
 
 	packets311 "github.com/eclipse/paho.mqtt.golang/packets"
 
-	"devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/internal/mqtttest"
 )
 
 // TestConsumersKeepUp is the promise of docs/operations.md (Sizing) for

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/admin"
-	"devicegate/config"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/admin"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // trackedForScale is the fleet the device listing must page through

@@ -17,15 +17,15 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"devicegate/admin"
-	"devicegate/auth"
-	"devicegate/broker"
-	"devicegate/config"
-	"devicegate/forward"
-	"devicegate/forward/kafka"
-	"devicegate/forward/natsjs"
-	"devicegate/forward/redisstream"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/admin"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/forward"
+	"github.com/devicegate/devicegate/forward/kafka"
+	"github.com/devicegate/devicegate/forward/natsjs"
+	"github.com/devicegate/devicegate/forward/redisstream"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // newForward builds the forwarders of every forward: upstream, each

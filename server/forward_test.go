@@ -20,17 +20,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"devicegate/auth"
-	"devicegate/cluster/redistest"
-	"devicegate/config"
-	"devicegate/internal/freeport"
-	"devicegate/internal/kafkatest"
-	"devicegate/internal/logtest"
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/mqtttest"
-	"devicegate/internal/natstest"
-	"devicegate/internal/poll"
-	"devicegate/internal/testcert"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/kafkatest"
+	"github.com/devicegate/devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/internal/natstest"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/internal/testcert"
 )
 
 // TestForwardUpstream: a gateway configured with forward: hands the
@@ -191,7 +191,7 @@ func TestForwardMutualTLS(t *testing.T) {
 	ca := testcert.NewCA(t, "upstream CA")
 	caFile := ca.WriteCA(t, dir, "ca.pem")
 	srvCert, srvKey := testcert.WritePair(t, dir, "upstream", ca.Issue(t, "upstream", nil, true))
-	gwCert, gwKey := testcert.WritePair(t, dir, "gateway", ca.Issue(t, "devicegate", nil, false))
+	gwCert, gwKey := testcert.WritePair(t, dir, "gateway", ca.Issue(t, "github.com/devicegate/devicegate", nil, false))
 	up := mosquittotest.StartWith(t, mosquittotest.Options{TLS: &mosquittotest.TLS{CAFile: caFile, CertFile: srvCert, KeyFile: srvKey, RequireCert: true}})
 
 	got := make(chan string, 10)

@@ -19,14 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"devicegate/admin"
-	"devicegate/admin/console"
-	"devicegate/broker"
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/forward"
-	"devicegate/internal/topk"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/admin"
+	"github.com/devicegate/devicegate/admin/console"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/forward"
+	"github.com/devicegate/devicegate/internal/topk"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // ShutdownTimeout bounds a graceful shutdown, from the signal to exit.

@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
-	"devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/internal/mqtttest"
 
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/internal/logtest"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // In-process tests of Start, the production start-up path, with

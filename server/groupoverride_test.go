@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/config"
+	"github.com/devicegate/devicegate/config"
 )
 
 // TestGroupOverrideOfUnknownGroup: an override for a group no configured

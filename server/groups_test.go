@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/internal/mqtttest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // groupConfig is a gateway whose devices "tenant-NAME-*" are in the

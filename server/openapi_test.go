@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/internal/freeport"
-	"devicegate/internal/mqtttest"
-	"devicegate/internal/openapicheck"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/internal/openapicheck"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // TestAdminAnswersMatchOpenAPI: every answer of a real gateway's admin

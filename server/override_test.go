@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/mqtttest"
 )
 
 // TestSetOverrideSharedInCluster: an override set in-process (the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"devicegate/config"
+	"github.com/devicegate/devicegate/config"
 )
 
 // go-redis writes lines of its own (a connection pool that cannot dial,

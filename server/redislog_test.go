@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
-	"devicegate/internal/logtest"
-	"devicegate/internal/mqtttest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // TestRedisClientLogsRouted: with cluster.redis, what go-redis itself

@@ -12,9 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"devicegate/admin"
-	"devicegate/auth"
-	"devicegate/config"
+	"github.com/devicegate/devicegate/admin"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/config"
 )
 
 // ErrReloadRefused wraps a reload refused because the file changes keys

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/config"
-	"devicegate/internal/openapicheck"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/internal/openapicheck"
 )
 
 // TestReloadAnswersMatchOpenAPI: POST /api/v1/reload answers 200 with

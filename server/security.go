@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"devicegate/auth"
-	"devicegate/broker"
-	"devicegate/config"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/config"
 )
 
 // security is what the broker takes from the auth, TLS and resource

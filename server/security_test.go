@@ -15,9 +15,9 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"devicegate/auth"
-	"devicegate/internal/logtest"
-	"devicegate/internal/testcert"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/internal/testcert"
 )
 
 // putAccount adds a device account with a bcrypt password to the

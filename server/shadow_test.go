@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/config"
-	"devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/internal/mqtttest"
 )
 
 // TestShadowModeSwitchedAtRuntime: a rule with enforce: false lets its

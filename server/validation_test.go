@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
-	"devicegate/config"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestOverrideVerdicts runs bad overrides through every place that

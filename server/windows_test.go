@@ -9,9 +9,9 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/mqtttest"
 )
 
 // TestSeveralWindows: a gateway whose default quota is 3 messages and

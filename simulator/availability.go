@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // What a restart cost the fleet in availability: for each device that

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // After a restart: a device admitted at its first publish, one refused

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Ack is what a publisher learned about one message from the gateway.

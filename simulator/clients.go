@@ -10,7 +10,7 @@ import (
 	paho "github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"devicegate/internal/mqtt3"
+	"github.com/devicegate/devicegate/internal/mqtt3"
 )
 
 // ackTimeout bounds the wait for a PUBACK (or PUBREC, PUBCOMP). On an

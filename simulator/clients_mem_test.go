@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestDeviceClientHeap bounds what one simulated MQTT 5 device costs the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Patterns a device can publish in.

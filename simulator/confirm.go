@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // confirmed returns the largest number of w's units (messages or bytes)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestRunReconnectStormQoS2 drops and reconnects every device mid-run,

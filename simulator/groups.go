@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Group is the gateway's group (limits.rules[].group) every device of

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/broker"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // acked returns a message seq sent at ms(at) and success-acked 1 ms

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestWriteHTMLSelfContained renders a report of synthetic logs and

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/broker"
-	"devicegate/devicelimit"
-	"devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
 )
 
 // TestLeanClientAgainstGateway: the lean client's devices through a real

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Class is one part of a fleet with its own quota: Share percent of the

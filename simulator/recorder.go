@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Report is the outcome of a run. Every field has a JSON name, so the

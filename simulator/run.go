@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 
 	paho "github.com/eclipse/paho.golang/paho"
 )

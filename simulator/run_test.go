@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/broker"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/broker"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // startGateway runs a real gateway broker on 127.0.0.1:0 on the system

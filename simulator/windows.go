@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // WindowResult is the checker's verdict on one window of a device: of

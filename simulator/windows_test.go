@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestCheckSeveralWindowsAndClasses: every window of the device's own

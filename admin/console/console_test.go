@@ -13,12 +13,12 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/mqtttest"
-	"devicegate/internal/poll"
-	"devicegate/server"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/server"
 )
 
 const token = "console-test-token"

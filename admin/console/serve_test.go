@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"devicegate/admin/console"
+	"github.com/devicegate/devicegate/admin/console"
 )
 
 // The console's files come with the CSP and the other headers; /ui

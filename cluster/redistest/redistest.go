@@ -5,9 +5,9 @@ package redistest
 import (
 	"context"
 	"crypto/tls"
-	"devicegate/internal/freeport"
-	"devicegate/internal/proctest"
 	"fmt"
+	"github.com/devicegate/devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/proctest"
 	"net"
 	"os/exec"
 	"path/filepath"

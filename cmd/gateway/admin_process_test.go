@@ -3,9 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"devicegate/internal/mosquittotest"
 	"encoding/json"
 	"fmt"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
 	"io"
 	"net/http"
 	"net/url"
@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/admin"
+	"github.com/devicegate/devicegate/admin"
 )
 
 // The process tests of the admin API and the metrics: a real gateway

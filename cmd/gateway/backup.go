@@ -10,7 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"devicegate/admin"
+	"github.com/devicegate/devicegate/admin"
 )
 
 const backupUsage = `Usage: gateway backup --out FILE [--admin-addr A] [--token T] [--data-dir D]

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // TestBackupProcess: `gateway backup --out FILE` writes the running

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"devicegate/server"
+	"github.com/devicegate/devicegate/server"
 )
 
 const checkUsage = `Usage: gateway check --config FILE [--print]

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/config"
+	"github.com/devicegate/devicegate/config"
 )
 
 // TestCheckProcess: `gateway check` passes a good file without binding

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/cluster/redistest"
 )
 
 // TestClusterAdminStatusWithoutRedisProcess: while Redis does not

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/cluster/redistest"
 )
 
 // The process tests of several gateways sharing their state in one real

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"devicegate/internal/doctest"
+	"github.com/devicegate/devicegate/internal/doctest"
 )
 
 // TestDocsRunnableBlocks runs every sh block of README.md and docs/*.md

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/server"
+	"github.com/devicegate/devicegate/server"
 )
 
 // TestExampleConfigStarts runs a gateway process on

@@ -11,9 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"devicegate/config"
-	"devicegate/forward"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/forward"
+	"github.com/devicegate/devicegate/persist"
 )
 
 const forwardUsage = `Usage:

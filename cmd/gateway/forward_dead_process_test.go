@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/cluster/redistest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // TestForwardDeadLettersProcess: a real gateway forwards 20 devices to

@@ -17,12 +17,12 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"devicegate/cluster/redistest"
-	"devicegate/internal/freeport"
-	"devicegate/internal/kafkatest"
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/natstest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/kafkatest"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/natstest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // forwardOutage is the upstream outage of TestForwardOutageProcess: 5 s

@@ -9,9 +9,9 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"devicegate/internal/freeport"
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // TestForwardRenameProcess: a forward: entry renamed while its log holds

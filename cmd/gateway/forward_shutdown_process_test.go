@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/poll"
-	"devicegate/server"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/server"
 )
 
 // TestForwardShutdownBoundedProcess: SIGTERM finishes within

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/config"
-	"devicegate/internal/mosquittotest"
-	"devicegate/internal/poll"
-	"devicegate/server"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/internal/mosquittotest"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/server"
 )
 
 // TestForwardStatus: gateway forward status shows the upstream, its

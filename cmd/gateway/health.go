@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/config"
+	"github.com/devicegate/devicegate/config"
 )
 
 const healthUsage = `Usage: gateway health [--admin-addr A]

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/config"
-	"devicegate/server"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/server"
 )
 
 // testVersion is stamped into the binary the tests run, as a release

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"devicegate/internal/mqtttest"
+	"github.com/devicegate/devicegate/internal/mqtttest"
 )
 
 // MQTT 5 reason codes the tests look for.

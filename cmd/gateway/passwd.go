@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"devicegate/auth"
+	"github.com/devicegate/devicegate/auth"
 )
 
 // passwdFlags are the flags of gateway passwd.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/persist"
-	"devicegate/server"
+	"github.com/devicegate/devicegate/persist"
+	"github.com/devicegate/devicegate/server"
 )
 
 // The process tests of persistence: real gateway processes, each with its

@@ -16,9 +16,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"devicegate/admin"
-	"devicegate/config"
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/admin"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // quotaTimeout bounds one request of `gateway quota` to the admin API.

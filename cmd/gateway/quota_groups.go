@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"devicegate/admin"
+	"github.com/devicegate/devicegate/admin"
 )
 
 // groups runs the group subcommands of `gateway quota`: groups, group

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/freeport"
-	"devicegate/internal/testcert"
+	"github.com/devicegate/devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/testcert"
 )
 
 // reloadConfig is the file of the reload tests: MQTT on tcp and over

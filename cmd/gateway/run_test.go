@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/config"
-	"devicegate/server"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/server"
 	"log/slog"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 func TestRunArgs(t *testing.T) {

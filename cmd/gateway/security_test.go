@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/server"
+	"github.com/devicegate/devicegate/server"
 	"github.com/eclipse/paho.golang/paho"
 )
 

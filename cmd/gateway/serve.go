@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/persist"
-	"devicegate/server"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/persist"
+	"github.com/devicegate/devicegate/server"
 )
 
 // serveFlags are the serve command's flags. Each setting flag overrides

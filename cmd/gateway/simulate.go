@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"devicegate/devicelimit"
-	"devicegate/simulator"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/simulator"
 )
 
 // simulateFlags are the simulate command's flags.

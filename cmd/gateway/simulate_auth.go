@@ -6,8 +6,8 @@ import (
 	"os"
 	"strings"
 
-	"devicegate/auth"
-	"devicegate/simulator"
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/simulator"
 )
 
 // Environment variables that hold the simulator's passwords, so that a

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"devicegate/internal/testcert"
 	"errors"
 	"flag"
+	"github.com/devicegate/devicegate/internal/testcert"
 	"io"
 	"os"
 	"path/filepath"

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"devicegate/config"
-	"devicegate/simulator"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/simulator"
 )
 
 // topicClasses reads --topic-class, "NAME:EVERY,...": classes of the

@@ -13,11 +13,11 @@ import (
 	"syscall"
 	"time"
 
-	"devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/freeport"
 
-	"devicegate/config"
-	"devicegate/server"
-	"devicegate/simulator"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/server"
+	"github.com/devicegate/devicegate/simulator"
 )
 
 // crashSlack is added to the snapshot interval for the persistence

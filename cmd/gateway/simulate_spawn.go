@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"devicegate/admin"
-	"devicegate/devicelimit"
-	"devicegate/server"
+	"github.com/devicegate/devicegate/admin"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/server"
 )
 
 // childLogLines is how much of a child gateway's log is kept for error

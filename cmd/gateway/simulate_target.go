@@ -11,11 +11,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"devicegate/admin"
-	"devicegate/config"
-	"devicegate/devicelimit"
-	"devicegate/server"
-	"devicegate/simulator"
+	"github.com/devicegate/devicegate/admin"
+	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/server"
+	"github.com/devicegate/devicegate/simulator"
 )
 
 // simTarget is the gateway a simulation runs against.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/simulator"
+	"github.com/devicegate/devicegate/simulator"
 )
 
 // TestSimulateProcess runs `gateway simulate` against a gateway child

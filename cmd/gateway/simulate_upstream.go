@@ -12,7 +12,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 
-	"devicegate/config"
+	"github.com/devicegate/devicegate/config"
 )
 
 // simUpstream is the upstream broker of `simulate --upstream`: one the

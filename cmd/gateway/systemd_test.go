@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/freeport"
 )
 
 // TestSystemdReadiness: with NOTIFY_SOCKET naming a datagram socket the

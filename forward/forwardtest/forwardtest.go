@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/forward"
-	"devicegate/internal/poll"
-	"devicegate/persist"
+	"github.com/devicegate/devicegate/forward"
+	"github.com/devicegate/devicegate/internal/poll"
+	"github.com/devicegate/devicegate/persist"
 )
 
 // Run runs a forwarder named name ("streams/0") dialing d, over a fresh

@@ -20,7 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"devicegate/forward"
+	"github.com/devicegate/devicegate/forward"
 )
 
 // Dialer produces to one Kafka cluster.
@@ -42,7 +42,7 @@ func (d *Dialer) Addr() string { return "kafka://" + strings.Join(d.Seeds, ",") 
 func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(d.Seeds...),
-		kgo.ClientID("devicegate"),
+		kgo.ClientID("github.com/devicegate/devicegate"),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // the idempotent producer's default, said
 		kgo.ProducerLinger(time.Millisecond),
 		// No RecordDeliveryTimeout: franz-go counts it from the record's

@@ -13,10 +13,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"devicegate/forward"
-	"devicegate/forward/forwardtest"
-	"devicegate/internal/kafkatest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/forward"
+	"github.com/devicegate/devicegate/forward/forwardtest"
+	"github.com/devicegate/devicegate/internal/kafkatest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // byDevice returns the values of recs per device (the record key), in

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"devicegate/internal/doctest"
-	"devicegate/internal/natstest"
+	"github.com/devicegate/devicegate/internal/doctest"
+	"github.com/devicegate/devicegate/internal/natstest"
 )
 
 // TestDocsNATSStreamBlock runs the block of docs/forwarding.md that

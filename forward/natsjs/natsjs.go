@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"devicegate/forward"
+	"github.com/devicegate/devicegate/forward"
 )
 
 // Dialer connects to a NATS server (or cluster) with JetStream.
@@ -47,7 +47,7 @@ const maxPending = 1 << 16
 // Dial connects and checks that JetStream answers.
 func (d *Dialer) Dial(ctx context.Context) (forward.Conn, error) {
 	c := &conn{d: d, Ending: forward.NewEnding(), futures: make(chan *sent, maxPending), done: make(chan struct{})}
-	opts := append([]nats.Option{nats.Name("devicegate"), nats.Timeout(5 * time.Second), nats.NoReconnect(),
+	opts := append([]nats.Option{nats.Name("github.com/devicegate/devicegate"), nats.Timeout(5 * time.Second), nats.NoReconnect(),
 		nats.ClosedHandler(func(nc *nats.Conn) { c.EndWith(nc.LastError()) })}, d.Options...)
 	nc, err := nats.Connect(d.URLs, opts...)
 	if err != nil {

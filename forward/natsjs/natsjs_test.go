@@ -9,10 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"devicegate/forward"
-	"devicegate/forward/forwardtest"
-	"devicegate/internal/natstest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/forward"
+	"github.com/devicegate/devicegate/forward/forwardtest"
+	"github.com/devicegate/devicegate/internal/natstest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // stored returns the payloads the stream holds for each device, in

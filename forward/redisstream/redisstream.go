@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"devicegate/forward"
+	"github.com/devicegate/devicegate/forward"
 )
 
 // Dialer connects to one Redis.

@@ -9,10 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"devicegate/cluster/redistest"
-	"devicegate/forward"
-	"devicegate/forward/forwardtest"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/forward"
+	"github.com/devicegate/devicegate/forward/forwardtest"
+	"github.com/devicegate/devicegate/internal/poll"
 )
 
 // entries returns the payloads of stream s, in stream order, checking

@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/freeport"
 )
 
 // Cluster is a one-broker kfake cluster.

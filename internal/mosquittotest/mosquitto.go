@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/freeport"
-	"devicegate/internal/proctest"
+	"github.com/devicegate/devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/proctest"
 )
 
 // Options shape the broker.

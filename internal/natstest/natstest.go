@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"devicegate/internal/freeport"
-	"devicegate/internal/proctest"
+	"github.com/devicegate/devicegate/internal/freeport"
+	"github.com/devicegate/devicegate/internal/proctest"
 )
 
 // Server is a nats-server process started by Start.

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/internal/logtest"
+	"github.com/devicegate/devicegate/internal/logtest"
 )
 
 // Proc is one run of a server process.

@@ -1,8 +1,8 @@
 package spool
 
 import (
-	"devicegate/internal/loopback"
-	"devicegate/internal/poll"
+	"github.com/devicegate/devicegate/internal/loopback"
+	"github.com/devicegate/devicegate/internal/poll"
 
 	"bytes"
 	"errors"

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // Generations is how many periods a Tracker remembers: the current one

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"devicegate/devicelimit"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // topT0 is the start of a Tracker period of 10 s.
