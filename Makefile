@@ -132,6 +132,12 @@ BENCH_FORWARD_FLAGS ?=
 .PHONY: bench-forward
 bench-forward: tools
 	$(GO) run ./bench/harness -mode forward $(BENCH_FORWARD_FLAGS)
+# bench-lease: what crash leases cost, 10,000 devices at 1 message/s,
+# with persist.after_crash charge and forgive back to back in both
+# orders (scripts/lease-cost.sh; DEVICES, RATE, DURATION change it).
+.PHONY: bench-lease
+bench-lease: build
+	scripts/lease-cost.sh lease-out
 # hostile runs the hostile-client test at full size: 100k distinct client
 # IDs (make test runs 10k).
 hostile:

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# lease-cost.sh measures what crash leases cost: the same fleet against a
+# gateway with persist.after_crash: charge (leases) and forgive (no
+# leases), back to back and in both orders (charge, forgive, forgive,
+# charge), each a separate gateway process on a fresh data directory.
+# Per run it prints the publishes decided, the lease transactions and
+# records written (devicegate_lease_writes_total,
+# devicegate_lease_records_total), the snapshots, and the PUBACK latency
+# p50/p99 the simulator measured.
+# Usage: scripts/lease-cost.sh OUTDIR (needs ./gateway: make build).
+# DEVICES (10000), RATE (1/s), DURATION (30s), LIMIT (100), WINDOW (10s).
+set -euo pipefail
+
+out=${1:-lease-out}
+devices=${DEVICES:-10000}
+rate=${RATE:-1/s}
+duration=${DURATION:-30s}
+limit=${LIMIT:-100}
+window=${WINDOW:-10s}
+mkdir -p "$out"
+ulimit -n "$(ulimit -Hn)"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+metric() { awk -v m="$1" '$1==m {printf "%d", $2; found=1} END {if (!found) printf "0"}' "$2"; }
+
+run() { # run NAME AFTER_CRASH
+	local name=$1 mode=$2 dir="$out/$1"
+	rm -rf "$dir" && mkdir -p "$dir"
+	printf 'persist:\n  after_crash: %s\nmqtt:\n  consumers: {client_ids: ["simulator-sub-*"]}\n' "$mode" >"$dir/gateway.yaml"
+	local port admin token=lease-cost-token
+	port=$(free_port)
+	admin=$(free_port)
+	GATEWAY_ADMIN_TOKEN=$token ./gateway serve --config "$dir/gateway.yaml" --mqtt-addr "127.0.0.1:$port" \
+		--admin-addr "127.0.0.1:$admin" --data-dir "$dir/data" --limit "$limit" --window "$window" \
+		--log-level warn 2>"$dir/gateway.log" &
+	local gw=$!
+	for _ in $(seq 100); do
+		curl -fsS -o /dev/null -H "Authorization: Bearer $token" "http://127.0.0.1:$admin/metrics" 2>/dev/null && break
+		sleep 0.1
+	done
+	curl -fsS -H "Authorization: Bearer $token" "http://127.0.0.1:$admin/metrics" >"$dir/metrics.before"
+	local status=0
+	./gateway simulate --addr "127.0.0.1:$port" --devices "$devices" --rate "$rate" --duration "$duration" \
+		--ramp-up 500 --drain 10s --limit "$limit" --window "$window" --client lean \
+		--json "$dir/sim.json" >"$dir/sim.txt" 2>&1 || status=$?
+	curl -fsS -H "Authorization: Bearer $token" "http://127.0.0.1:$admin/metrics" >"$dir/metrics.after"
+	kill -TERM "$gw"
+	wait "$gw" || true
+	local b=$dir/metrics.before a=$dir/metrics.after
+	local decided=0
+	decided=$(awk '$1 ~ /^devicegate_publishes_total/ {s+=$2} END {printf "%d", s}' "$a")
+	printf '%-8s %-8s decided %8s  lease writes %6s  lease records %7s  snapshots %4s  %s  (simulator exit %s)\n' \
+		"$name" "$mode" "$decided" \
+		$(($(metric devicegate_lease_writes_total "$a") - $(metric devicegate_lease_writes_total "$b"))) \
+		$(($(metric devicegate_lease_records_total "$a") - $(metric devicegate_lease_records_total "$b"))) \
+		$(($(metric devicegate_snapshots_total "$a") - $(metric devicegate_snapshots_total "$b"))) \
+		"$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["result"]["totals"]; print("sent %d acked %d PUBACK p50 %.1f ms p99 %.1f ms" % (t["sent"], t["acked"], t["latency_p50_ns"]/1e6, t["latency_p99_ns"]/1e6))' "$dir/sim.json" 2>/dev/null || grep -E '^ +[0-9]' "$dir/sim.txt" | head -1)" \
+		"$status"
+}
+
+echo "lease-cost: $devices devices at $rate for $duration, quota $limit per $window, QoS 1; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+run 1 charge
+run 2 forgive
+run 3 forgive
+run 4 charge
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
