@@ -110,8 +110,7 @@ func TestReloadAccessAndConnectLimits(t *testing.T) {
 	if _, err := connectAs(t, g, "dev-2", "dev-2-pw"); err != nil {
 		t.Fatalf("the first connection under the new rate: %v", err)
 	}
-	if c, err := connectAs(t, g, "dev-3", "dev-3-pw"); err == nil {
-		_ = c
+	if _, err := connectAs(t, g, "dev-3", "dev-3-pw"); err == nil {
 		t.Fatal("a second connection within the new rate's minute connected")
 	}
 	st := g.srv.AuthStats()
