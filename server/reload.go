@@ -23,8 +23,9 @@ import (
 var ErrReloadRefused = admin.ErrReloadRefused
 
 // ErrReloadInvalid wraps a reload of a file that does not parse or
-// validate, or whose certificate or credentials file cannot be read;
-// nothing was changed.
+// validate, or whose certificate, credentials file or forward
+// destination's secrets (password file or variable, client
+// certificate) cannot be read; nothing was changed.
 var ErrReloadInvalid = errors.New("configuration not reloaded")
 
 // newReloadCounter counts reloads by result: ok, refused (a key that
