@@ -84,9 +84,12 @@ test-image:
 	DEVICEGATE_IMAGE_TEST=1 $(GO) test -timeout 20m -count=1 -run '^TestImage$$' -v ./cmd/gateway
 
 # test-release: make release into a temporary directory and check every
-# binary's build information (a few minutes: three cross-compilations).
+# binary's build information (a few minutes: three cross-compilations);
+# then go install the working tree from a file-based module proxy, as a
+# published version would install (TestGoInstall: the whole module and
+# its dependencies compiled again).
 test-release:
-	DEVICEGATE_RELEASE_TEST=1 $(GO) test -timeout 40m -count=1 -run '^TestRelease$$' -v ./cmd/gateway
+	DEVICEGATE_RELEASE_TEST=1 $(GO) test -timeout 40m -count=1 -run '^(TestRelease|TestGoInstall)$$' -v ./cmd/gateway
 
 # bench writes bench.out (gitignored) for benchstat.
 bench:

@@ -54,6 +54,9 @@ type Snapshot struct {
 	// write spools hold (mqtt.consumers).
 	ConsumerWaits      uint64
 	ConsumerSpoolBytes int64
+	// ConsumersSpooled counts the connections given a write spool as
+	// a backend consumer's.
+	ConsumersSpooled uint64
 	// Forward is each upstream's forwarding state (docs/forwarding.md,
 	// "MQTT upstream").
 	Forward []ForwardStats
@@ -92,41 +95,42 @@ type StatsSource interface {
 }
 
 var (
-	descPublishes     = prometheus.NewDesc("devicegate_publishes_total", "Device publishes by throttle decision.", []string{"decision"}, nil)
-	descWouldRefuse   = prometheus.NewDesc("devicegate_publishes_would_refuse_total", "Device publishes a quota in shadow mode (enforce: false) let through that it would have refused; they are counted as allowed too.", nil, nil)
-	descBlocks        = prometheus.NewDesc("devicegate_blocks_total", "Devices blocked by automatic blocking (a quota's block: too many refusals within its span).", nil, nil)
-	descBlocked       = prometheus.NewDesc("devicegate_devices_blocked", "Devices blocked now; their CONNECTs are refused until their blocks end or are lifted.", nil, nil)
-	descReleased      = prometheus.NewDesc("devicegate_deferred_released_total", "Deferred messages released to subscribers.", nil, nil)
-	descExpired       = prometheus.NewDesc("devicegate_deferred_expired_total", "Deferred messages discarded after their maximum age.", nil, nil)
-	descQueueMessages = prometheus.NewDesc("devicegate_deferred_queue_messages", "Messages in the deferral queue.", nil, nil)
-	descQueueBytes    = prometheus.NewDesc("devicegate_deferred_queue_bytes", "Bytes in the deferral queue.", nil, nil)
-	descTracked       = prometheus.NewDesc("devicegate_devices_tracked", "Live rate windows: one per device with one window, more for a device with several windows or topic classes.", nil, nil)
-	descConnected     = prometheus.NewDesc("devicegate_connected_clients", "Connected MQTT clients.", nil, nil)
-	descSubscriptions = prometheus.NewDesc("devicegate_subscriptions", "Subscriptions held by the broker (of connected clients and kept sessions).", nil, nil)
-	descSnapSeconds   = prometheus.NewDesc("devicegate_snapshot_duration_seconds", "Duration of the last window snapshot.", nil, nil)
-	descSnapBytes     = prometheus.NewDesc("devicegate_snapshot_bytes", "Size of the last window snapshot.", nil, nil)
-	descSnapshots     = prometheus.NewDesc("devicegate_snapshots_total", "Window snapshots written.", nil, nil)
-	descLeaseWrites   = prometheus.NewDesc("devicegate_lease_writes_total", "Lease writes committed to the data file (persist.after_crash: charge), each one transaction for every lease asked since the last.", nil, nil)
-	descLeaseRecords  = prometheus.NewDesc("devicegate_lease_records_total", "Window leases written to the data file.", nil, nil)
-	descRollbacks     = prometheus.NewDesc("devicegate_clock_rollbacks_total", "Wall-clock rollbacks detected.", nil, nil)
-	descACLDenied     = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
-	descRefused       = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
-	descGroup         = prometheus.NewDesc("devicegate_group_publishes_total", "Publishes of a group's devices by what the group's windows did: admitted, refused, or would_refuse (shadow mode, let through); by configured group: its name, or the template that makes its groups (\"{tenant}\"), so the label's values are bounded by the configuration.", []string{"group", "outcome"}, nil)
-	descWindowRefused = prometheus.NewDesc("devicegate_window_refusals_total", "Publishes the windows refused (policies drop and disconnect), by topic class (\"\" for the device's own quota, \"(override)\" for a class only overrides name) and by what refused them: a message window, a byte window, or a payload larger than a byte window (too_large).", []string{"class", "window"}, nil)
-	descPersistFail   = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
-	descSlowDrops     = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.", nil, nil)
-	descFwdConnected  = prometheus.NewDesc("devicegate_forward_connected", "The upstream's connections that are up.", []string{"upstream"}, nil)
-	descFwdDead       = prometheus.NewDesc("devicegate_forward_dead_letters_total", "Messages the upstream refused for good, moved to its dead-letter log, by reason.", []string{"upstream", "reason"}, nil)
-	descFwdDeadHeld   = prometheus.NewDesc("devicegate_forward_dead_letters", "Messages in the upstream's dead-letter logs.", []string{"upstream"}, nil)
-	descFwdOldest     = prometheus.NewDesc("devicegate_forward_oldest_age_seconds", "How long the oldest message in the upstream's forward logs has waited; 0 when none waits.", []string{"upstream"}, nil)
-	descFwdForwarded  = prometheus.NewDesc("devicegate_forward_forwarded_total", "Messages the upstream acknowledged.", []string{"upstream"}, nil)
-	descFwdBacklog    = prometheus.NewDesc("devicegate_forward_backlog_messages", "Messages in the upstream's forward log, not yet acknowledged upstream.", []string{"upstream"}, nil)
-	descFwdBytes      = prometheus.NewDesc("devicegate_forward_backlog_bytes", "Record bytes of the messages in the upstream's forward log.", []string{"upstream"}, nil)
-	descFwdDropped    = prometheus.NewDesc("devicegate_forward_dropped_total", "Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came, or past their MQTT 5 message expiry (expired), the oldest dead letters dropped for a full dead-letter log (dead_letters_full).", []string{"upstream", "reason"}, nil)
-	descProtoErrors   = prometheus.NewDesc("devicegate_protocol_errors_total", "Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).", nil, nil)
-	descConsumerWaits = prometheus.NewDesc("devicegate_consumer_waits_total", "Publishes that waited for a backend consumer (mqtt.consumers) whose write queue was more than half full to catch up.", nil, nil)
-	descConsumerSpool = prometheus.NewDesc("devicegate_consumer_spool_bytes", "Bytes written for the connected backend consumers (mqtt.consumers) and not yet sent to their sockets.", nil, nil)
-	descPersistErrs   = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
+	descPublishes        = prometheus.NewDesc("devicegate_publishes_total", "Device publishes by throttle decision.", []string{"decision"}, nil)
+	descWouldRefuse      = prometheus.NewDesc("devicegate_publishes_would_refuse_total", "Device publishes a quota in shadow mode (enforce: false) let through that it would have refused; they are counted as allowed too.", nil, nil)
+	descBlocks           = prometheus.NewDesc("devicegate_blocks_total", "Devices blocked by automatic blocking (a quota's block: too many refusals within its span).", nil, nil)
+	descBlocked          = prometheus.NewDesc("devicegate_devices_blocked", "Devices blocked now; their CONNECTs are refused until their blocks end or are lifted.", nil, nil)
+	descReleased         = prometheus.NewDesc("devicegate_deferred_released_total", "Deferred messages released to subscribers.", nil, nil)
+	descExpired          = prometheus.NewDesc("devicegate_deferred_expired_total", "Deferred messages discarded after their maximum age.", nil, nil)
+	descQueueMessages    = prometheus.NewDesc("devicegate_deferred_queue_messages", "Messages in the deferral queue.", nil, nil)
+	descQueueBytes       = prometheus.NewDesc("devicegate_deferred_queue_bytes", "Bytes in the deferral queue.", nil, nil)
+	descTracked          = prometheus.NewDesc("devicegate_devices_tracked", "Live rate windows: one per device with one window, more for a device with several windows or topic classes.", nil, nil)
+	descConnected        = prometheus.NewDesc("devicegate_connected_clients", "Connected MQTT clients.", nil, nil)
+	descSubscriptions    = prometheus.NewDesc("devicegate_subscriptions", "Subscriptions held by the broker (of connected clients and kept sessions).", nil, nil)
+	descSnapSeconds      = prometheus.NewDesc("devicegate_snapshot_duration_seconds", "Duration of the last window snapshot.", nil, nil)
+	descSnapBytes        = prometheus.NewDesc("devicegate_snapshot_bytes", "Size of the last window snapshot.", nil, nil)
+	descSnapshots        = prometheus.NewDesc("devicegate_snapshots_total", "Window snapshots written.", nil, nil)
+	descLeaseWrites      = prometheus.NewDesc("devicegate_lease_writes_total", "Lease writes committed to the data file (persist.after_crash: charge), each one transaction for every lease asked since the last.", nil, nil)
+	descLeaseRecords     = prometheus.NewDesc("devicegate_lease_records_total", "Window leases written to the data file.", nil, nil)
+	descRollbacks        = prometheus.NewDesc("devicegate_clock_rollbacks_total", "Wall-clock rollbacks detected.", nil, nil)
+	descACLDenied        = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
+	descRefused          = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
+	descGroup            = prometheus.NewDesc("devicegate_group_publishes_total", "Publishes of a group's devices by what the group's windows did: admitted, refused, or would_refuse (shadow mode, let through); by configured group: its name, or the template that makes its groups (\"{tenant}\"), so the label's values are bounded by the configuration.", []string{"group", "outcome"}, nil)
+	descWindowRefused    = prometheus.NewDesc("devicegate_window_refusals_total", "Publishes the windows refused (policies drop and disconnect), by topic class (\"\" for the device's own quota, \"(override)\" for a class only overrides name) and by what refused them: a message window, a byte window, or a payload larger than a byte window (too_large).", []string{"class", "window"}, nil)
+	descPersistFail      = prometheus.NewDesc("devicegate_persist_failing", "1 while writes to the data file fail (snapshots, deferred messages, overrides), else 0.", nil, nil)
+	descSlowDrops        = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.", nil, nil)
+	descFwdConnected     = prometheus.NewDesc("devicegate_forward_connected", "The upstream's connections that are up.", []string{"upstream"}, nil)
+	descFwdDead          = prometheus.NewDesc("devicegate_forward_dead_letters_total", "Messages the upstream refused for good, moved to its dead-letter log, by reason.", []string{"upstream", "reason"}, nil)
+	descFwdDeadHeld      = prometheus.NewDesc("devicegate_forward_dead_letters", "Messages in the upstream's dead-letter logs.", []string{"upstream"}, nil)
+	descFwdOldest        = prometheus.NewDesc("devicegate_forward_oldest_age_seconds", "How long the oldest message in the upstream's forward logs has waited; 0 when none waits.", []string{"upstream"}, nil)
+	descFwdForwarded     = prometheus.NewDesc("devicegate_forward_forwarded_total", "Messages the upstream acknowledged.", []string{"upstream"}, nil)
+	descFwdBacklog       = prometheus.NewDesc("devicegate_forward_backlog_messages", "Messages in the upstream's forward log, not yet acknowledged upstream.", []string{"upstream"}, nil)
+	descFwdBytes         = prometheus.NewDesc("devicegate_forward_backlog_bytes", "Record bytes of the messages in the upstream's forward log.", []string{"upstream"}, nil)
+	descFwdDropped       = prometheus.NewDesc("devicegate_forward_dropped_total", "Messages that never went upstream: the oldest dropped for a full log (oldest), new ones refused by a full log (refused), too old when their turn came, or past their MQTT 5 message expiry (expired), the oldest dead letters dropped for a full dead-letter log (dead_letters_full).", []string{"upstream", "reason"}, nil)
+	descProtoErrors      = prometheus.NewDesc("devicegate_protocol_errors_total", "Connections ended after CONNECT for a packet the MQTT specification forbids (MQTT 5: DISCONNECT 0x82).", nil, nil)
+	descConsumerWaits    = prometheus.NewDesc("devicegate_consumer_waits_total", "Publishes that waited for a backend consumer (mqtt.consumers) whose write queue was more than half full to catch up.", nil, nil)
+	descConsumerSpool    = prometheus.NewDesc("devicegate_consumer_spool_bytes", "Bytes written for the connected backend consumers (mqtt.consumers) and not yet sent to their sockets.", nil, nil)
+	descConsumersSpooled = prometheus.NewDesc("devicegate_consumers_spooled_total", "Connections of backend consumers (mqtt.consumers, matched at CONNECT) given a write spool.", nil, nil)
+	descPersistErrs      = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
 )
 
 // collector reads a StatsSource at each scrape, so the domain types
@@ -141,7 +145,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descLeaseWrites, descLeaseRecords, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descFwdDead, descFwdDeadHeld, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descFwdDead, descFwdDeadHeld, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool, descConsumersSpooled} {
 		ch <- d
 	}
 }
@@ -187,6 +191,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descProtoErrors, s.ProtocolErrors)
 	counter(descConsumerWaits, s.ConsumerWaits)
 	gauge(descConsumerSpool, float64(s.ConsumerSpoolBytes))
+	counter(descConsumersSpooled, s.ConsumersSpooled)
 	for _, f := range s.Forward {
 		ch <- prometheus.MustNewConstMetric(descFwdConnected, prometheus.GaugeValue, float64(f.Connected), f.Upstream)
 		ch <- prometheus.MustNewConstMetric(descFwdOldest, prometheus.GaugeValue, f.OldestAge.Seconds(), f.Upstream)

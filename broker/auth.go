@@ -266,12 +266,16 @@ type authHook struct {
 	// throttle removes entries.
 	conns *registry
 
-	// rate counts new connections per source address; nil without
-	// Limits.ConnectRate.
-	rate *devicelimit.Table
+	// rate counts new connections per source address, under the rate
+	// and exemptions of connect (Limits.ConnectRate, or the latest
+	// SetLimits'; a zero limit: no bound).
+	rate    *devicelimit.Table
+	connect atomic.Pointer[connectRate]
 
-	// consumers are the backend consumers (consumers.go); nil when
-	// Limits.Consumers is empty.
+	// acl is the topic ACL in force: Auth.ACL, or the latest SetACL's.
+	acl atomic.Pointer[auth.ACL]
+
+	// consumers are the backend consumers (consumers.go).
 	consumers *consumerSet
 
 	// ownClients counts mochi's own clients in its client list (the
@@ -286,6 +290,12 @@ type authHook struct {
 	protocolErrors       atomic.Uint64
 	refused              [refusedReasons]atomic.Uint64
 	pending              *pendingGate // connections not yet past CONNECT
+}
+
+// connectRate is the per-address connection rate in force.
+type connectRate struct {
+	quota  devicelimit.Quota
+	exempt []netip.Prefix
 }
 
 // session is an authenticated connection's device and role.
@@ -336,9 +346,7 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		if s != nil {
 			h.conns.setSession(cl, s)
 		}
-		if h.consumers != nil {
-			h.consumers.attach(cl)
-		}
+		h.consumers.attach(cl)
 		return nil
 	}
 	h.refused[r.reason].Add(1)
@@ -423,7 +431,7 @@ func (h *authHook) admit(cl *mqtt.Client, pk packets.Packet) (*session, *refusal
 		// mochi publishes a will without asking the ACL: check it now.
 		if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
 			topic := cl.Properties.Will.TopicName
-			if s.role == auth.RoleConsumer || !h.opts.ACL.CanPublish(device, topic) {
+			if s.role == auth.RoleConsumer || !h.acl.Load().CanPublish(device, topic) {
 				h.pubDenied.Add(1)
 				return nil, refuse(refusedWill, packets.ErrNotAuthorized,
 					"will topic "+strconv.Quote(topic)+" is outside the topics this client may publish to", packets.Err3NotAuthorized)
@@ -513,13 +521,13 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	}
 	var ok bool
 	if s := h.conns.session(cl); s != nil {
-		switch {
+		switch acl := h.acl.Load(); {
 		case s.role == auth.RoleConsumer:
 			ok = !write
 		case write:
-			ok = h.opts.ACL.CanPublish(s.device, topic)
+			ok = acl.CanPublish(s.device, topic)
 		default:
-			ok = h.opts.ACL.CanSubscribe(s.device, topic)
+			ok = acl.CanSubscribe(s.device, topic)
 		}
 	}
 	if !ok {
@@ -534,19 +542,20 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 
 // admitConn applies the per-address connection rate to a new connection.
 func (h *authHook) admitConn(remote net.Addr) bool {
-	if h.rate == nil {
+	cr := h.connect.Load()
+	if cr.quota.Limit == 0 {
 		return true
 	}
 	var ip netip.Addr
 	if tcp, ok := remote.(*net.TCPAddr); ok {
 		ip = tcp.AddrPort().Addr().Unmap()
 	}
-	for _, p := range h.limits.ConnectRateExempt {
+	for _, p := range cr.exempt {
 		if p.Contains(ip) {
 			return true
 		}
 	}
-	if h.rate.AllowAt(remoteHost(remote.String()), h.limits.ConnectRate, h.clock.Now()).Allowed {
+	if h.rate.AllowAt(remoteHost(remote.String()), cr.quota, h.clock.Now()).Allowed {
 		return true
 	}
 	h.refused[refusedRate].Add(1)
@@ -556,18 +565,14 @@ func (h *authHook) admitConn(remote net.Addr) bool {
 // sweep forgets the sessions of closed clients and the rate windows of
 // addresses that have gone quiet.
 func (h *authHook) sweep(now devicelimit.Tick) {
-	if h.rate != nil {
-		h.rate.Sweep(now)
-	}
+	h.rate.Sweep(now)
 }
 
 func (h *authHook) stats() AuthStats {
 	st := AuthStats{PublishDenied: h.pubDenied.Load(), SubscribeDenied: h.subDenied.Load(),
 		ConnectsRefused: make(map[string]uint64, refusedReasons), ProtocolErrors: h.protocolErrors.Load()}
-	if h.consumers != nil {
-		st.ConsumersSpooled, st.ConsumerWaits = h.consumers.spooled.Load(), h.consumers.waits.Load()
-		st.ConsumerSpoolBytes = h.consumers.spoolBytes()
-	}
+	st.ConsumersSpooled, st.ConsumerWaits = h.consumers.spooled.Load(), h.consumers.waits.Load()
+	st.ConsumerSpoolBytes = h.consumers.spoolBytes()
 	for i, name := range refusedNames {
 		st.ConnectsRefused[name] = h.refused[i].Load()
 	}
@@ -586,7 +591,8 @@ func (h *authHook) silentClosed(why int) {
 			silentAddress: "silent connection closed: its address held max_pending_per_address connections that had not sent CONNECT; its oldest made room",
 			silentTimeout: "silent connection closed: no CONNECT within the connect timeout",
 		}[why]
-		h.log.Warn(msg, "max_pending_connections", h.pending.max, "max_pending_per_address", h.pending.perAddress, "closed_so_far", n)
+		most, perAddress := h.pending.bounds()
+		h.log.Warn(msg, "max_pending_connections", most, "max_pending_per_address", perAddress, "closed_so_far", n)
 	}
 }
 

@@ -85,9 +85,12 @@ func (c *consumer) fits(n int64) bool {
 }
 
 // consumerSet holds the consumer globs and the connected consumers.
+// With no glob, nobody is a consumer and the gate lets every publish by.
 type consumerSet struct {
-	globs []devicelimit.Glob
-	bytes int // each spool's limit
+	// rules are the globs and spool size in force, read at each
+	// CONNECT: Limits', or the latest SetLimits'. A client is a consumer
+	// or not for the whole of a connection.
+	rules atomic.Pointer[consumerRules]
 
 	mu     sync.Mutex                  // serializes changes of online
 	online atomic.Pointer[[]*consumer] // copied on change, read per publish
@@ -105,28 +108,43 @@ type consumerSet struct {
 	waits   atomic.Uint64 // publishes that waited at the gate
 }
 
+// consumerRules are the consumers' globs and each spool's limit.
+type consumerRules struct {
+	globs []devicelimit.Glob
+	bytes int
+}
+
 // newConsumerSet compiles the globs of Limits.Consumers (validated).
 func newConsumerSet(l Limits) *consumerSet {
-	cs := &consumerSet{bytes: l.ConsumerWriteBuffer, wake: make(chan struct{}, 1)}
-	if cs.bytes == 0 {
-		cs.bytes = DefaultConsumerWriteBuffer
+	cs := &consumerSet{wake: make(chan struct{}, 1)}
+	cs.setRules(l)
+	return cs
+}
+
+// setRules puts the globs and spool size of l (validated) in force for
+// the connections that come after.
+func (cs *consumerSet) setRules(l Limits) {
+	r := &consumerRules{bytes: l.ConsumerWriteBuffer}
+	if r.bytes == 0 {
+		r.bytes = DefaultConsumerWriteBuffer
 	}
 	for _, p := range l.Consumers {
 		g, _ := devicelimit.CompileGlob(p)
-		cs.globs = append(cs.globs, g)
+		r.globs = append(r.globs, g)
 	}
-	return cs
+	cs.rules.Store(r)
 }
 
 // attach gives an admitted client a spool when its client ID is a
 // consumer's.
 func (cs *consumerSet) attach(cl *mqtt.Client) {
+	r := cs.rules.Load()
 	pc, ok := cl.Net.Conn.(*protoConn)
-	if !ok || !cs.matches(cl.ID) {
+	if !ok || !r.matches(cl.ID) {
 		return
 	}
 	c := &consumer{queue: reflect.ValueOf(&cl.State).Elem().FieldByIndex(outboundField)}
-	c.spool = pc.startSpool(cs.bytes, cs.notify, func() { cs.remove(c) })
+	c.spool = pc.startSpool(r.bytes, cs.notify, func() { cs.remove(c) })
 	cs.spooled.Add(1)
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -137,8 +155,8 @@ func (cs *consumerSet) attach(cl *mqtt.Client) {
 	cs.online.Store(&next)
 }
 
-func (cs *consumerSet) matches(id string) bool {
-	for _, g := range cs.globs {
+func (r *consumerRules) matches(id string) bool {
+	for _, g := range r.globs {
 		if g.Match(id) {
 			return true
 		}

@@ -35,14 +35,14 @@ func newAuthHook(srv *mqtt.Server, opts Options, log *slog.Logger, logs *logLimi
 	h := &authHook{srv: srv, opts: opts.Auth, limits: opts.Limits, table: opts.Table, identity: opts.Identity,
 		clock: opts.Clock, log: log, logs: logs, conns: conns, blocks: blocked, pending: newPendingGate(opts.Limits.MaxPendingConnections, opts.Limits.MaxPendingPerAddress)}
 	h.creds.Store(opts.Auth.Credentials)
+	acl := opts.Auth.ACL
+	h.acl.Store(&acl)
 	h.ownClients = srv.Clients.Len()
-	if len(opts.Limits.Consumers) > 0 {
-		h.consumers = newConsumerSet(opts.Limits)
-	}
-	if opts.Limits.ConnectRate.Limit > 0 {
-		if h.rate, err = devicelimit.NewTable(auth.ConnectRateBuckets); err != nil {
-			return nil, fmt.Errorf("connect rate: %w", err)
-		}
+	h.consumers = newConsumerSet(opts.Limits)
+	h.connect.Store(&connectRate{quota: opts.Limits.ConnectRate, exempt: opts.Limits.ConnectRateExempt})
+	// Made even without a rate: a reload may set one.
+	if h.rate, err = devicelimit.NewTable(auth.ConnectRateBuckets); err != nil {
+		return nil, fmt.Errorf("connect rate: %w", err)
 	}
 	return h, nil
 }

@@ -35,8 +35,8 @@ const (
 // open TCP connections), which is what mochi's client knows them by when
 // the auth hook sees CONNECT. Safe for concurrent use.
 type pendingGate struct {
-	max, perAddress int
 	mu              sync.Mutex
+	max, perAddress int // g.mu
 	pending         map[string]*pendingConn
 	all             list.List             // *pendingConn, oldest first
 	byHost          map[string]*list.List // per source address, oldest first
@@ -111,6 +111,28 @@ func (g *pendingGate) release(remote string) bool {
 		g.drop(p)
 	}
 	return ok
+}
+
+// setBounds puts new bounds in force (0: the default). Connections
+// already pending beyond a lowered bound stay until they send CONNECT or
+// time out; each newcomer then closes one of them to make room.
+func (g *pendingGate) setBounds(max, perAddress int) {
+	if max <= 0 {
+		max = DefaultMaxPendingConnections
+	}
+	if perAddress <= 0 {
+		perAddress = DefaultMaxPendingPerAddress
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.max, g.perAddress = max, perAddress
+}
+
+// bounds returns the bounds in force.
+func (g *pendingGate) bounds() (max, perAddress int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.max, g.perAddress
 }
 
 // len returns the number of pending connections.

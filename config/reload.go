@@ -12,9 +12,11 @@ import (
 // Reloadable lists the keys a reload changes in a running gateway
 // (SIGHUP, POST /api/v1/reload, gateway reload): a key is reloadable
 // when it is one of these or under one ("limits.rules" covers
-// limits.rules[0].quota.limit). A change to any other key refuses the
-// reload as a whole (ReloadChanges). The configuration reference's
-// Reload column says the same (TestReloadColumn).
+// limits.rules[0].quota.limit); "[]" stands for any item of a list
+// ("forward[].rate" covers forward[2].rate, not forward[2] itself: an
+// entry added or removed needs a restart). A change to any other key
+// refuses the reload as a whole (ReloadChanges). The configuration
+// reference's Reload column says the same (TestReloadColumn).
 var Reloadable = []string{
 	"limits.default",
 	"limits.rules",
@@ -23,17 +25,53 @@ var Reloadable = []string{
 	"log.level",
 	"mqtt.tls.cert_file",
 	"mqtt.tls.key_file",
+	"mqtt.consumers",
+	"mqtt.connect_rate",
+	"mqtt.max_pending_connections",
+	"mqtt.max_pending_per_address",
+	"auth.acl",
+	"forward[].rate",
+	"forward[].max_age",
+	"forward[].max_bytes",
+	"forward[].username",
+	"forward[].password",
+	"forward[].password_file",
+	"forward[].password_env",
+	"forward[].creds_file",
+	"forward[].sasl",
+	"forward[].tls.cert_file",
+	"forward[].tls.key_file",
 }
 
 // IsReloadable reports whether a reload may change key, a full key such
-// as "limits.rules[0].quota.limit" (or a list key, "limits.rules[]").
+// as "limits.rules[0].quota.limit" or "forward[1].rate" (or a key of
+// the reference, "limits.rules[].quota.limit").
 func IsReloadable(key string) bool {
+	key = anyItem(key)
 	for _, r := range Reloadable {
 		if key == r || strings.HasPrefix(key, r+".") || strings.HasPrefix(key, r+"[") {
 			return true
 		}
 	}
 	return false
+}
+
+// anyItem returns key with every list index made "[]":
+// "forward[1].tls.cert_file" is "forward[].tls.cert_file".
+func anyItem(key string) string {
+	if !strings.Contains(key, "[") {
+		return key
+	}
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		b.WriteByte(key[i])
+		if key[i] == '[' {
+			for i+1 < len(key) && key[i+1] >= '0' && key[i+1] <= '9' {
+				i++
+			}
+		}
+	}
+	return b.String()
 }
 
 // Change is one key whose value a reload would change; Old or New is

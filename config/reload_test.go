@@ -42,6 +42,46 @@ func TestReloadChanges(t *testing.T) {
 	}
 }
 
+// TestReloadForwardKeys: a forward entry's rate, max_age, max_bytes
+// and credentials reload, its name and address do not, nor an entry
+// added; "[]" in Reloadable stands for any index, in keys of the
+// reference too; the password stays secret.
+func TestReloadForwardKeys(t *testing.T) {
+	a := Default()
+	a.Forward = []Forward{{Name: "up", To: "mqtt://upstream.example:1883", Topics: []string{"#"}, Username: "gw", Password: "old-secret"}}
+	b := a
+	b.Forward = []Forward{a.Forward[0]}
+	rate := 5.0
+	b.Forward[0].Rate, b.Forward[0].MaxBytes, b.Forward[0].Password = &rate, 1<<20, "new-secret"
+	b.Auth.ACL.Publish = "devices/{device}/up/#"
+	b.MQTT.ConnectRate.Limit = 3
+	b.MQTT.Consumers.ClientIDs = []string{"backend-*"}
+	changes, err := ReloadChanges(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range changes {
+		got = append(got, c.String())
+	}
+	want := `auth.acl.publish: "devices/{device}/#" -> "devices/{device}/up/#"; forward[0].max_bytes: "0B" -> "1MiB"; forward[0].password: "(secret)" -> "(secret)"; forward[0].rate: "" -> "5"; mqtt.connect_rate.limit: "100" -> "3"; mqtt.consumers.client_ids[0]: "" -> "backend-*"`
+	if strings.Join(got, "; ") != want {
+		t.Fatalf("changes:\n%s\nwant\n%s", strings.Join(got, "; "), want)
+	}
+	b.Forward[0].Name, b.Forward[0].To = "cloud", "mqtt://other.example:1883"
+	b.Forward = append(b.Forward, a.Forward[0])
+	_, err = ReloadChanges(a, b)
+	if fe := FieldErrors(err); len(fe) != 3 || fe[0].Key != "forward[0].name" || fe[1].Key != "forward[0].to" || fe[2].Key != "forward[1]" {
+		t.Fatalf("refusal: %v", err)
+	}
+	for key, want := range map[string]bool{"forward[].rate": true, "forward[12].tls.cert_file": true, "forward[3].tls.ca_file": false,
+		"forward[0]": false, "forward[1].topics[0]": false, "mqtt.connect_rate.exempt[2]": true, "mqtt.max_connections": false} {
+		if IsReloadable(key) != want {
+			t.Errorf("IsReloadable(%q) = %v, want %v", key, !want, want)
+		}
+	}
+}
+
 // TestReloadColumn: every table with a Key and a Reload column in the
 // configuration reference (docs/configuration.md) says of each key what
 // IsReloadable says.

@@ -125,6 +125,16 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Live is what of a connection's Config a running forwarder takes anew
+// (SetLive): Dial for the next connection attempt (the connection up
+// stays as it is), Rate, MaxAge and MaxBytes at once.
+type Live struct {
+	Dial     Dialer
+	Rate     float64
+	MaxAge   time.Duration
+	MaxBytes int64
+}
+
 // DefaultMaxBackoff is the longest wait between connection attempts by
 // default. A wait at the cap is drawn from its second half, so once the
 // destination is back the gateway reconnects at most that much later,
@@ -173,6 +183,10 @@ type Forwarder struct {
 	log      Log
 	slog     *slog.Logger
 	idPrefix string // of message IDs: "ORIGIN/NAME/" or "NAME/"
+
+	// live is Config's Dial, Rate, MaxAge and MaxBytes as in force:
+	// cfg's, or the latest SetLive's.
+	live atomic.Pointer[Live]
 
 	mu      sync.Mutex
 	next    uint64 // the next message's sequence number
@@ -295,7 +309,31 @@ func New(cfg Config, log Log, logger *slog.Logger) (*Forwarder, error) {
 	}
 	f.backlog.Store(int64(msgs))
 	f.backlogBytes.Store(bytes)
+	f.live.Store(&Live{Dial: cfg.Dial, Rate: cfg.Rate, MaxAge: cfg.MaxAge, MaxBytes: cfg.MaxBytes})
 	return f, nil
+}
+
+// Live returns the Live settings in force.
+func (f *Forwarder) Live() Live { return *f.live.Load() }
+
+// SetLive puts l in force: a new dialer (new credentials) for the next
+// connection attempt, the connection up keeping its own until it ends;
+// the rate from the next message sent; MaxAge from the next message
+// whose turn comes; MaxBytes from the next append (a lowered bound
+// trims the log at once under DropOldest). An invalid l changes nothing.
+func (f *Forwarder) SetLive(l Live) error {
+	switch {
+	case l.Dial == nil:
+		return fmt.Errorf("forward %s: no upstream to dial", f.cfg.Name)
+	case l.Rate < 0 || l.MaxAge < 0 || l.MaxBytes < 0:
+		return fmt.Errorf("forward %s: rate, max age and max bytes must be >= 0 (got %g, %s, %d)", f.cfg.Name, l.Rate, l.MaxAge, l.MaxBytes)
+	}
+	f.live.Store(&l)
+	select {
+	case f.wake <- struct{}{}: // the pump and Run's wait look again
+	default:
+	}
+	return nil
 }
 
 // Append stores a message for the upstream durably and returns once it
@@ -320,14 +358,15 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 		m.At = f.cfg.Now()
 	}
 	rec := appendRecord(nil, m)
+	maxBytes := f.live.Load().MaxBytes
 	f.mu.Lock()
-	if f.cfg.MaxBytes > 0 && f.cfg.Overflow == RefuseNew && f.backlogBytes.Load()+int64(len(rec)) > f.cfg.MaxBytes {
+	if maxBytes > 0 && f.cfg.Overflow == RefuseNew && f.backlogBytes.Load()+int64(len(rec)) > maxBytes {
 		f.mu.Unlock()
 		n := f.refused.Add(1)
 		// Logged like a full log under drop_oldest: at most once per 10 s.
 		now := time.Now().UnixNano()
 		if last := f.refusedLogged.Load(); now-last >= int64(10*time.Second) && f.refusedLogged.CompareAndSwap(last, now) {
-			f.slog.Warn("forward log full; new messages refused (overflow: refuse_new)", "refused_so_far", n, "max_bytes", f.cfg.MaxBytes)
+			f.slog.Warn("forward log full; new messages refused (overflow: refuse_new)", "refused_so_far", n, "max_bytes", maxBytes)
 		}
 		return nil, ErrFull
 	}

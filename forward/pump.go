@@ -22,11 +22,12 @@ func (f *Forwarder) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		f.attempts.Add(1)
 		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-		c, err := f.cfg.Dial.Dial(dctx)
+		dial := f.live.Load().Dial
+		c, err := dial.Dial(dctx)
 		cancel()
 		if err == nil {
 			f.setConnected(true, "")
-			f.slog.Info("upstream connected", "addr", f.cfg.Dial.Addr())
+			f.slog.Info("upstream connected", "addr", dial.Addr())
 			acked, since := f.forwarded.Load(), time.Now()
 			err = f.pump(ctx, c)
 			closeWithin(c, closeTimeout)
@@ -46,7 +47,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 		f.setConnected(false, err.Error())
 		if msg := err.Error(); msg != logged || time.Since(loggedAt) >= failureLogEvery {
 			logged, loggedAt = msg, time.Now()
-			f.slog.Warn("upstream unavailable; messages wait in the forward log", "addr", f.cfg.Dial.Addr(), "error", err,
+			f.slog.Warn("upstream unavailable; messages wait in the forward log", "addr", dial.Addr(), "error", err,
 				"backlog", f.backlog.Load(), "retry_in", backoff)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
@@ -168,7 +169,7 @@ func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint
 		err error
 	}
 	var bad []damaged
-	now := f.cfg.Now()
+	now, maxAge := f.cfg.Now(), f.live.Load().MaxAge
 	err := f.log.ReadForward(f.cfg.Name, from, func(seq uint64, rec []byte) bool {
 		read = seq
 		err := checkRecord(seq, rec)
@@ -182,7 +183,7 @@ func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint
 			bad = append(bad, damaged{seq, bytes.Clone(rec), err})
 			return true
 		}
-		if _, expired := expiryLeft(&m, now); expired || f.cfg.MaxAge > 0 && !m.At.IsZero() && now.Sub(m.At) > f.cfg.MaxAge {
+		if _, expired := expiryLeft(&m, now); expired || maxAge > 0 && !m.At.IsZero() && now.Sub(m.At) > maxAge {
 			drop = append(drop, seq)
 			dropBytes += int64(len(rec))
 			f.expired.Add(1)
@@ -229,7 +230,8 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 	var queue []queued
 	var read uint64         // the newest sequence number read on this connection
 	var headSince time.Time // when sent[0] became the oldest in flight
-	pace := newPacer(f.cfg.Rate)
+	live := f.live.Load()
+	pace := newPacer(live.Rate)
 	// A connection starts with one message in flight and opens its
 	// window once the destination acknowledged one: a destination that
 	// fails a window's first messages and stores later ones (a JetStream
@@ -238,6 +240,12 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 	// before its earlier ones, which are sent again after them.
 	window := 1
 	for {
+		if l := f.live.Load(); l != live {
+			if l.Rate != live.Rate {
+				pace = newPacer(l.Rate) // SetLive
+			}
+			live = l
+		}
 		if f.overBound() {
 			if err := del.flush(); err != nil {
 				return err
@@ -450,7 +458,8 @@ func (d *deleter) stop() error {
 // overBound reports whether the log holds more than MaxBytes under
 // DropOldest (trim has work).
 func (f *Forwarder) overBound() bool {
-	return f.cfg.MaxBytes > 0 && f.cfg.Overflow == DropOldest && f.backlogBytes.Load() > f.cfg.MaxBytes
+	maxBytes := f.live.Load().MaxBytes
+	return maxBytes > 0 && f.cfg.Overflow == DropOldest && f.backlogBytes.Load() > maxBytes
 }
 
 // remove deletes messages from the log and the backlog counts.
@@ -490,10 +499,11 @@ func isDone(a Ack) bool {
 // trim drops the oldest messages not in flight while the log holds more
 // than MaxBytes under DropOldest. Called from Run's goroutine only.
 func (f *Forwarder) trim(sent []inflight) {
-	if !f.overBound() {
+	maxBytes := f.live.Load().MaxBytes // one reading: SetLive may change it
+	over := f.backlogBytes.Load() - maxBytes
+	if maxBytes <= 0 || f.cfg.Overflow != DropOldest || over <= 0 {
 		return
 	}
-	over := f.backlogBytes.Load() - f.cfg.MaxBytes
 	busy := make(map[uint64]bool, len(sent))
 	for _, s := range sent {
 		busy[s.seq] = true
@@ -517,7 +527,7 @@ func (f *Forwarder) trim(sent []inflight) {
 	f.droppedOldest.Add(uint64(len(drop)))
 	if time.Since(f.fullLogged) >= 10*time.Second {
 		f.fullLogged = time.Now()
-		f.slog.Warn("forward log full; oldest messages dropped", "dropped_so_far", f.droppedOldest.Load(), "max_bytes", f.cfg.MaxBytes)
+		f.slog.Warn("forward log full; oldest messages dropped", "dropped_so_far", f.droppedOldest.Load(), "max_bytes", maxBytes)
 	}
 }
 

@@ -161,6 +161,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		ProtocolErrors:      as.ProtocolErrors,
 		ConsumerWaits:       as.ConsumerWaits,
 		ConsumerSpoolBytes:  as.ConsumerSpoolBytes,
+		ConsumersSpooled:    as.ConsumersSpooled,
 		Forward:             forwardStats(s.forward),
 
 		WouldRefuseByRule: st.WouldRefuseByRule,

@@ -28,63 +28,75 @@ import (
 	"github.com/devicegate/devicegate/persist"
 )
 
+// forwardConn is a forwarder of a forward: entry and how its dialer was
+// made (dialers), so that a reload can make it again.
+type forwardConn struct {
+	f        *forward.Forwarder
+	n        int
+	suffixed bool
+}
+
 // newForward builds the forwarders of every forward: upstream, each
 // connection over its forward log in the data file ("NAME/I"; Start runs
 // them); nil without any. A log left from a larger connections count
-// gets a forwarder that drains it.
+// gets a forwarder that drains it. conns lists the forwarders of each
+// entry.
 func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now func() time.Time,
-	deliver func(topic string, payload []byte, retain bool, qos byte) error) (*forward.Set, error) {
+	deliver func(topic string, payload []byte, retain bool, qos byte) error) (_ *forward.Set, conns [][]forwardConn, _ error) {
 	if len(cfg.Forward) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	host, _ := os.Hostname()
-	host = strings.NewReplacer("/", "-", "+", "-", "#", "-").Replace(host)
+	host := forwardHost()
 	logs, err := store.ForwardLogs()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	origin, err := store.Origin()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := stranded(cfg, store, logs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	routes := make([]forward.Route, 0, len(cfg.Forward))
 	for i, fc := range cfg.Forward {
 		key := fmt.Sprintf("forward[%d]", i)
 		dial, err := dialers(fc, host, deliver, log)
 		if err != nil {
-			return nil, fmt.Errorf("%s.%w", key, err)
+			return nil, nil, fmt.Errorf("%s.%w", key, err)
 		}
-		conns := max(fc.Connections, 1)
+		count := max(fc.Connections, 1)
 		route := forward.Route{Filters: fc.Topics}
+		conns = append(conns, nil)
 		var buildAs func(name string, n int, drain bool) (*forward.Forwarder, error)
 		build := func(n int, drain bool) (*forward.Forwarder, error) {
 			return buildAs(fc.Name+"/"+strconv.Itoa(n), n, drain)
 		}
 		buildAs = func(name string, n int, drain bool) (*forward.Forwarder, error) {
-			c := forward.Config{Name: name, Origin: origin, Upstream: fc.Name, Dial: dial(n, conns > 1 || drain),
+			suffixed := count > 1 || drain
+			l := forwardLive(fc, dial(n, suffixed))
+			c := forward.Config{Name: name, Origin: origin, Upstream: fc.Name, Dial: l.Dial,
 				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS), Window: fc.Inflight(),
-				MaxBytes: int64(fc.MaxBytes), Overflow: overflow(fc.Overflow), MaxAge: time.Duration(fc.MaxAge), MaxBackoff: time.Duration(fc.MaxBackoff), Now: now}
-			if fc.Rate != nil {
-				c.Rate = *fc.Rate
+				MaxBytes: l.MaxBytes, Overflow: overflow(fc.Overflow), MaxAge: l.MaxAge, Rate: l.Rate, MaxBackoff: time.Duration(fc.MaxBackoff), Now: now}
+			f, err := forward.New(c, store, log)
+			if err == nil {
+				conns[len(conns)-1] = append(conns[len(conns)-1], forwardConn{f, n, suffixed})
 			}
-			return forward.New(c, store, log)
+			return f, err
 		}
-		for n := range conns {
+		for n := range count {
 			f, err := build(n, false)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			route.Conns = append(route.Conns, f)
 		}
 		for _, name := range logs {
 			rest, ok := strings.CutPrefix(name, fc.Name+"/")
-			if n, err := strconv.Atoi(rest); ok && err == nil && n >= conns {
+			if n, err := strconv.Atoi(rest); ok && err == nil && n >= count {
 				f, err := build(n, true)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				route.Drain = append(route.Drain, f)
 				log.Warn("forward log of a connection no longer configured: draining it", "upstream", fc.Name, "log", name)
@@ -96,17 +108,65 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 			}
 			// A connection of its own, numbered after this entry's
 			// (its MQTT client ID too).
-			f, err := buildAs(name, conns+len(route.Drain), true)
+			f, err := buildAs(name, count+len(route.Drain), true)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			route.Drain = append(route.Drain, f)
 			log.Warn("forward log of a former entry: sending it through this one", "upstream", fc.Name, "log", name)
 		}
 		routes = append(routes, route)
-		log.Info("forwarding upstream", "name", fc.Name, "to", fc.To, "topics", strings.Join(fc.Topics, ","), "connections", conns)
+		log.Info("forwarding upstream", "name", fc.Name, "to", fc.To, "topics", strings.Join(fc.Topics, ","), "connections", count)
 	}
-	return forward.NewSet(routes), nil
+	return forward.NewSet(routes), conns, nil
+}
+
+// forwardHost is the host name in upstream client IDs, made a topic
+// level.
+func forwardHost() string {
+	host, _ := os.Hostname()
+	return strings.NewReplacer("/", "-", "+", "-", "#", "-").Replace(host)
+}
+
+// forwardLive returns what a reload may change of fc's connections, with
+// dial, one of them's dialer.
+func forwardLive(fc config.Forward, dial forward.Dialer) forward.Live {
+	l := forward.Live{Dial: dial, MaxBytes: int64(fc.MaxBytes), MaxAge: time.Duration(fc.MaxAge)}
+	if fc.Rate != nil {
+		l.Rate = *fc.Rate
+	}
+	return l
+}
+
+// reloadForward builds, for a reload to next, each forwarder's
+// forward.Live: its destination's credentials read again (password
+// files, client certificates), the rate, max_age and max_bytes. Nothing
+// is applied: the caller applies them all (forward.Forwarder.SetLive)
+// once every part of the reload is built. The error names the key.
+func (g *Gateway) reloadForward(next config.Config) (func(), error) {
+	host := forwardHost()
+	type set struct {
+		f *forward.Forwarder
+		l forward.Live
+	}
+	var sets []set
+	for i, conns := range g.forwardConns {
+		fc := next.Forward[i] // a reload changes neither the entries nor their order
+		dial, err := dialers(fc, host, g.srv.Publish, g.log)
+		if err != nil {
+			return nil, fmt.Errorf("forward[%d].%w", i, err)
+		}
+		for _, c := range conns {
+			sets = append(sets, set{c.f, forwardLive(fc, dial(c.n, c.suffixed))})
+		}
+	}
+	return func() {
+		for _, s := range sets {
+			if err := s.f.SetLive(s.l); err != nil { // validated: cannot fail
+				g.log.Error("forward settings not reloaded", "log", s.f.Name(), "error", err)
+			}
+		}
+	}, nil
 }
 
 // adopts reports whether fc sends forward log name of a former entry.

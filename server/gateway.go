@@ -81,6 +81,8 @@ type Gateway struct {
 	admin    *admin.Server
 	cluster  *clusterParts // nil unless cluster.redis is configured
 	forward  *forward.Set  // nil without forward: upstreams
+	// forwardConns are the forwarders of each forward: entry (reload.go).
+	forwardConns [][]forwardConn
 
 	// started is set once Start has succeeded; prevUnclean when
 	// the previous run had not shut down cleanly. Close keeps the file
@@ -99,6 +101,7 @@ type Gateway struct {
 	load     func() (config.Config, error)
 	level    interface{ Set(slog.Level) }
 	cert     interface{ Store(*tls.Certificate) }
+	limits   broker.Limits // the broker's, as in force
 	reloads  *prometheus.CounterVec
 }
 
@@ -143,6 +146,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	if sec.cert != nil {
 		g.cert = sec.cert
 	}
+	g.limits = sec.limits
 	if usesRedis(cfg) {
 		routeRedisLog(log)
 	}
@@ -226,7 +230,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	}
 	// Commands from upstream are published once the broker runs: the
 	// forwarders start after it.
-	if g.forward, err = newForward(cfg, store, log, src.Wall, func(topic string, payload []byte, retain bool, qos byte) error {
+	if g.forward, g.forwardConns, err = newForward(cfg, store, log, src.Wall, func(topic string, payload []byte, retain bool, qos byte) error {
 		return g.srv.Publish(topic, payload, retain, qos)
 	}); err != nil {
 		return nil, err

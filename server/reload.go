@@ -14,6 +14,7 @@ import (
 
 	"github.com/devicegate/devicegate/admin"
 	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/broker"
 	"github.com/devicegate/devicegate/config"
 )
 
@@ -22,8 +23,9 @@ import (
 var ErrReloadRefused = admin.ErrReloadRefused
 
 // ErrReloadInvalid wraps a reload of a file that does not parse or
-// validate, or whose certificate or credentials file cannot be read;
-// nothing was changed.
+// validate, or whose certificate, credentials file or forward
+// destination's secrets (password file or variable, client
+// certificate) cannot be read; nothing was changed.
 var ErrReloadInvalid = errors.New("configuration not reloaded")
 
 // newReloadCounter counts reloads by result: ok, refused (a key that
@@ -61,8 +63,14 @@ func (g *Gateway) ReloadFromSource() ([]config.Change, error) {
 // the default quota, rules, classes and groups apply from each device's
 // next message, their windows keeping their counts; the log level
 // changes; the TLS certificate and key, and the credentials file, are
-// read again, for the connections and logins that come after. next must
-// have passed Validate. It returns the keys that changed.
+// read again, for the connections and logins that come after; the topic
+// ACL applies from the next publish, subscription and delivery; the
+// connection rate and the bounds of silent connections from the next
+// connection accepted; the consumers from the next CONNECT; each forward
+// destination's rate, max_age and max_bytes at once, its credentials
+// (read again, with its password file and client certificate) from its
+// next connection. next must have passed Validate. It returns the keys
+// that changed.
 func (g *Gateway) Reload(next config.Config) ([]config.Change, error) {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
@@ -89,8 +97,30 @@ func (g *Gateway) Reload(next config.Config) ([]config.Change, error) {
 			err = fmt.Errorf("auth.credentials_file: %w", err)
 		}
 	}
+	var acl auth.ACL
+	if err == nil && !next.AllowAll() {
+		acl, err = topicACL(next)
+	}
+	var limits broker.Limits
 	if err == nil {
-		err = g.resolver.Reconfigure(res)
+		limits, err = brokerLimits(next)
+	}
+	var setForward func()
+	if err == nil {
+		setForward, err = g.reloadForward(next)
+	}
+	// The broker's limits refuse what they would at start, changing
+	// nothing; the rules are put in force after them, and should they
+	// fail, the limits are put back.
+	if err == nil {
+		err = g.srv.SetLimits(limits)
+	}
+	if err == nil {
+		if err = g.resolver.Reconfigure(res); err != nil {
+			if lerr := g.srv.SetLimits(g.limits); lerr != nil {
+				err = errors.Join(err, lerr)
+			}
+		}
 	}
 	if err != nil {
 		g.reloads.WithLabelValues("invalid").Inc()
@@ -98,6 +128,11 @@ func (g *Gateway) Reload(next config.Config) ([]config.Change, error) {
 		return nil, fmt.Errorf("%w: %w", ErrReloadInvalid, err)
 	}
 	conns := g.srv.Reconfigure()
+	g.limits = limits
+	if err := g.srv.SetACL(acl); err != nil {
+		log.Error("topic ACL not reloaded; the ACL loaded before stays in force", "error", err) // built from a valid auth.acl: not seen
+	}
+	setForward()
 	if g.level != nil {
 		g.level.Set(next.Log.Level)
 	}
@@ -118,6 +153,10 @@ func (g *Gateway) Reload(next config.Config) ([]config.Change, error) {
 	args := []any{"changes", len(changes), "connections", conns}
 	if creds != nil {
 		args = append(args, "accounts", creds.Len())
+	}
+	if n := len(g.forwardConns); n > 0 {
+		// Their credentials were read again whether a key changed or not.
+		args = append(args, "forward_upstreams", n)
 	}
 	if len(keys) > 0 {
 		args = append(args, "changed", strings.Join(keys, "; "))

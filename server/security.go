@@ -44,9 +44,9 @@ func loadSecurity(cfg config.Config) (security, error) {
 		s.cert = cert
 	}
 	if !cfg.AllowAll() {
-		acl, err := auth.NewACL(cfg.Auth.ACL.Publish, cfg.Auth.ACL.Subscribe)
+		acl, err := topicACL(cfg)
 		if err != nil {
-			return security{}, fmt.Errorf("auth.acl: %w", err)
+			return security{}, err
 		}
 		field, err := auth.ParseCertField(cfg.Auth.CertificateIdentity)
 		if err != nil {
@@ -59,11 +59,21 @@ func loadSecurity(cfg config.Config) (security, error) {
 			}
 		}
 	}
-	exempt, err := cfg.ConnectRateExempt()
-	if err != nil {
+	var err error
+	if s.limits, err = brokerLimits(cfg); err != nil {
 		return security{}, err
 	}
-	s.limits = broker.Limits{
+	return s, nil
+}
+
+// brokerLimits returns the broker's limits of cfg's resource keys.
+func brokerLimits(cfg config.Config) (broker.Limits, error) {
+	m := cfg.MQTT
+	exempt, err := cfg.ConnectRateExempt()
+	if err != nil {
+		return broker.Limits{}, err
+	}
+	l := broker.Limits{
 		ConnectRateExempt:     exempt,
 		MaxPacketSize:         uint32(m.MaxPacketSize),
 		MaxClientIDLength:     m.MaxClientIDLength,
@@ -81,9 +91,18 @@ func loadSecurity(cfg config.Config) (security, error) {
 		TopicAliasMaximum:     m.TopicAliasMaximum,
 	}
 	if m.TopicAliasMaximum == 0 {
-		s.limits.TopicAliasMaximum = -1 // none; broker.Limits' 0 is its default
+		l.TopicAliasMaximum = -1 // none; broker.Limits' 0 is its default
 	}
-	return s, nil
+	return l, nil
+}
+
+// topicACL returns cfg's topic ACL (auth.acl).
+func topicACL(cfg config.Config) (auth.ACL, error) {
+	acl, err := auth.NewACL(cfg.Auth.ACL.Publish, cfg.Auth.ACL.Subscribe)
+	if err != nil {
+		return auth.ACL{}, fmt.Errorf("auth.acl: %w", err)
+	}
+	return acl, nil
 }
 
 // logSecurity says at start-up which auth mode is on; allow-all gets a

@@ -51,6 +51,7 @@ type Server struct {
 	Addr string
 	conf string
 	acl  string
+	pw   string // the password file, with Users
 	proc *proctest.Proc
 	t    testing.TB
 }
@@ -80,6 +81,7 @@ func StartWith(t testing.TB, o Options) *Server {
 	switch {
 	case len(o.Users) > 0:
 		pw := filepath.Join(dir, "passwd")
+		s.pw = pw
 		for user, pass := range o.Users {
 			args := []string{"-b", pw, user, pass}
 			if _, err := os.Stat(pw); err != nil {
@@ -151,6 +153,15 @@ func (s *Server) SetACL(acl string) {
 		s.t.Fatal(err)
 	}
 	s.proc.Hangup()
+}
+
+// SetPassword sets user's password in the password file (the broker was
+// started with Users). A running broker reads it at its next Restart.
+func (s *Server) SetPassword(user, password string) {
+	s.t.Helper()
+	if out, err := exec.Command(proctest.Tool(s.t, "mosquitto_passwd"), "-b", s.pw, user, password).CombinedOutput(); err != nil {
+		s.t.Fatalf("mosquitto_passwd: %v: %s", err, out)
+	}
 }
 
 // Resume continues a paused broker.

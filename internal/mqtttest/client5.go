@@ -31,6 +31,12 @@ type Client5 struct {
 // disconnects it.
 func Dial5(t *testing.T, addr, id string) *Client5 {
 	t.Helper()
+	return DialLogin5(t, addr, id, "", "")
+}
+
+// DialLogin5 is Dial5 with a username and password (none when "").
+func DialLogin5(t *testing.T, addr, id, username, password string) *Client5 {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
@@ -45,7 +51,14 @@ func Dial5(t *testing.T, addr, id string) *Client5 {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := cl.c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+	cp := &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}
+	if username != "" {
+		cp.Username, cp.UsernameFlag = username, true
+	}
+	if password != "" {
+		cp.Password, cp.PasswordFlag = []byte(password), true
+	}
+	if _, err := cl.c.Connect(ctx, cp); err != nil {
 		conn.Close()
 		t.Fatalf("connect %s to %s: %v", id, addr, err)
 	}
