@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // keptCommands counts the kept sessions and the commands queued in them
@@ -119,4 +121,22 @@ func TestKeptSessionCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the kept session removed", func() bool { s, _ := keptCommands(t, store); return s == 0 })
+}
+
+// TestKeptSessionHookAllocatesNothing: the session hook's calls on
+// every QoS 1 and 2 flow (a device's publish, a delivery that is no
+// command) allocate nothing, with commands queued for other clients.
+func TestKeptSessionHookAllocatesNothing(t *testing.T) {
+	h := newSessionHook(nil, nil, nil, discardLogger)
+	h.queued[commandKey{"other", 7}] = struct{}{}
+	h.nq.Store(1)
+	cl := &mqtt.Client{ID: "dev-1"}
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 7}
+	pub := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 7, Origin: "dev-2"}
+	if n := testing.AllocsPerRun(1000, func() {
+		h.OnQosPublish(cl, pub, 0, 0)
+		h.OnQosComplete(cl, ack)
+	}); n != 0 {
+		t.Fatalf("%v allocations per flow, want 0", n)
+	}
 }
