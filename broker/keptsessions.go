@@ -162,19 +162,23 @@ func (h *sessionHook) record(cl *mqtt.Client, s *session) []byte {
 func (h *sessionHook) save(cl *mqtt.Client) {
 	s := h.conns.session(cl)
 	rec := h.record(cl, s)
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
 	e := h.kept[cl.ID]
+	h.mu.RUnlock()
 	if e != nil && bytes.Equal(e.rec, rec) {
 		return
 	}
+	// Written unlocked: devices connecting together share a transaction
+	// (a client's own calls come one at a time, from its goroutine).
 	if h.store != nil {
 		if err := h.store.PutSession(cl.ID, rec); err != nil {
 			h.log.Error("kept session not stored: lost if the gateway stops", "client", cl.ID, "error", err)
 			return
 		}
 	}
+	h.mu.Lock()
 	h.kept[cl.ID] = &keptEntry{rec: rec, auth: s}
+	h.mu.Unlock()
 }
 
 // forget removes the kept session of id and its queued commands.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -37,18 +38,26 @@ func commandPrefix(clientID string) []byte {
 
 // PutSession stores rec as clientID's kept session, replacing the one
 // before and keeping the commands queued in it; durable when it
-// returns nil.
+// returns nil. Sessions stored at once (devices connecting together)
+// share a transaction and its fsync (bbolt's Batch).
 func (s *Store) PutSession(clientID string, rec []byte) error {
 	if clientID == "" || len(clientID) > 0xffff {
 		return fmt.Errorf("kept session: a client ID of %d bytes", len(clientID))
 	}
-	return s.update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketSessions)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(clientID), rec)
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	err := guard(func() error {
+		return closedErr(s.db.Batch(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists(bucketSessions)
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte(clientID), rec) // again if Batch runs it again: the same
+		}))
 	})
+	s.health.note(err, unknownSize, time.Now, s.log, s.path)
+	return err
 }
 
 // DeleteSession removes clientID's kept session and the commands queued
