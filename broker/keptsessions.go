@@ -93,7 +93,7 @@ type sessionHook struct {
 	kept   map[string]*keptEntry   // client ID -> kept session
 	queued map[commandKey]struct{} // commands stored
 	nq     atomic.Int64            // len(queued): OnQosComplete's fast path
-	failed error                   // a command not stored; PublishCommand reads it under cmdMu
+	failed error                   // a command not stored; Publish reads it under cmdMu
 
 	// restored at Start, for mochi's readStore
 	clients  []storage.Client
