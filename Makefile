@@ -128,6 +128,13 @@ bench-density: tools
 .PHONY: test-forward-outage
 test-forward-outage: tools
 	DEVICEGATE_FORWARD_OUTAGE=30s $(GO) test -count=1 -run '^TestForward(Stream)?OutageProcess$$' -v ./cmd/gateway
+# test-forward-refused: issue 29's acceptance runs, 20 devices publishing
+# for 20 s through a real gateway while each destination (Mosquitto over
+# MQTT 5, Redis, NATS JetStream, Kafka) refuses one device's messages
+# for good; make test runs 5 s.
+.PHONY: test-forward-refused
+test-forward-refused: tools
+	DEVICEGATE_REFUSED_RUN=20s $(GO) test -count=1 -run '^TestForwardRefusedProcess$$' -v ./cmd/gateway
 # bench-forward: the gateway without forwarding, forwarding to Mosquitto,
 # and Mosquitto's bridge side by side, then a 1,000,000-message backlog's
 # drain with the gateway's anonymous memory (bench/harness -mode forward).

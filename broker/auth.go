@@ -258,8 +258,9 @@ type authHook struct {
 	identity devicelimit.Identity
 	clock    devicelimit.Clock
 	log      *slog.Logger
-	logs     *logLimiter // one log line per key per refusalLogWindow
-	blocks   *blocks     // devices blocked (automatic blocking)
+	logs     *logLimiter  // one log line per key per refusalLogWindow
+	blocks   *blocks      // devices blocked (automatic blocking)
+	kept     *sessionHook // what authentication made of kept sessions whose clients are away
 
 	// conns is the broker's registry of connections: OnConnect records
 	// an authenticated client's session there, the ACL reads it; the
@@ -520,7 +521,14 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return true
 	}
 	var ok bool
-	if s := h.conns.session(cl); s != nil {
+	s := h.conns.session(cl)
+	if s == nil && !write && cl.Closed() && h.kept != nil {
+		// A delivery to a kept session whose client is away (or was
+		// restored at start): authorized as its client was when it
+		// connected.
+		s = h.kept.authOf(cl.ID)
+	}
+	if s != nil {
 		switch acl := h.acl.Load(); {
 		case s.role == auth.RoleConsumer:
 			ok = !write

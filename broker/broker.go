@@ -51,6 +51,10 @@ type Options struct {
 	// Blocks stores automatic blocks (quotas with a Block); without it
 	// blocks last until the process ends.
 	Blocks BlockStore
+	// Sessions stores the sessions of clients that keep one and the
+	// commands (Publish) queued in them, restored at Start; without it
+	// they last until the process ends.
+	Sessions SessionStore
 	// Throttled, when not nil, records every refused publish (dropped,
 	// disconnected, or refused by a full or failed deferral) by device
 	// at its decision instant. Admitted and deferred publishes are not
@@ -126,6 +130,10 @@ type Server struct {
 	// releaser is the inline client that publishes released messages
 	// as their device. Only release rounds use it, one at a time.
 	releaser *mqtt.Client
+	// sessions keeps the kept sessions (keptsessions.go); commander is the
+	// inline client that publishes commands.
+	sessions  *sessionHook
+	commander *mqtt.Client
 
 	auth *authHook
 	mlog *mochiLimits // what mochi's log handler counts and holds back
@@ -229,7 +237,13 @@ func New(opts Options) (*Server, error) {
 	if err := srv.AddHook(&willHook{t: h}, nil); err != nil {
 		return nil, fmt.Errorf("add will hook: %w", err)
 	}
-	s := &Server{opts: opts, mqtt: srv, hook: h, auth: ah, mlog: mlog, closed: make(chan struct{})}
+	sh := newSessionHook(srv, opts.Sessions, h.conns, log)
+	ah.kept = sh
+	if err := srv.AddHook(sh, nil); err != nil {
+		return nil, fmt.Errorf("add sessions hook: %w", err)
+	}
+	s := &Server{opts: opts, mqtt: srv, hook: h, auth: ah, mlog: mlog, closed: make(chan struct{}), sessions: sh,
+		commander: srv.NewClient(nil, commandListener, commandOrigin, true)}
 	if opts.Defer != nil {
 		s.def = newDeferrer(opts.Defer, opts.DeferLimits, h)
 		s.def.publish = s.publishDeferred
@@ -258,16 +272,33 @@ func (s *Server) publishDeferred(device string, m *deferredMsg, expiry uint32) e
 	return nil
 }
 
-// Publish publishes a message as the server itself (mochi's inline
-// client) to the local subscribers: a command from upstream (forward's
-// subscribe:). It is counted against no quota and not forwarded
-// upstream again. It waits at the consumers' gate like a device's
-// publish (consumers.go).
+// Publish publishes a command from upstream (forward's subscribe:) to
+// the local subscribers, as the server itself (an inline client). It is
+// counted against no quota and not forwarded upstream again. It waits
+// at the consumers' gate like a device's publish (consumers.go).
+//
+// When it returns nil, every session the command reached that is kept
+// (a client away, or connected, that keeps its session) holds it
+// durably when Options.Sessions is set (keptsessions.go), until the client
+// acknowledges it; a clean session got it on its connection. An error
+// wrapping ErrCommandNotKept means a kept session could not store it:
+// the caller should not acknowledge it upstream.
 func (s *Server) Publish(topic string, payload []byte, retain bool, qos byte) error {
 	if s.hook.consumers.acquire() {
 		defer s.hook.consumers.done()
 	}
-	return s.mqtt.Publish(topic, payload, retain, qos)
+	s.sessions.cmdMu.Lock() // one command at a time (sessions.failed is the one in progress's), none during a takeover
+	defer s.sessions.cmdMu.Unlock()
+	s.sessions.takeFailed()
+	err := s.mqtt.InjectPacket(s.commander, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Retain: retain},
+		TopicName: topic, Payload: payload, PacketID: uint16(qos)}) // a packet ID for mochi's checks, as its own Publish
+	if err != nil {
+		return fmt.Errorf("publish command on %q: %w", topic, err)
+	}
+	if err := s.sessions.takeFailed(); err != nil {
+		return fmt.Errorf("%w: %v", ErrCommandNotKept, err)
+	}
+	return nil
 }
 
 // releaseTick runs one release round at now; see deferrer.releaseTick.
@@ -302,6 +333,12 @@ func (s *Server) Start() error {
 		if msgs > 0 {
 			s.logger().Info("deferred messages restored", "messages", msgs, "devices", devices)
 		}
+	}
+	if err := s.sessions.load(); err != nil {
+		return err
+	}
+	if n, m := s.sessions.restored(); n > 0 {
+		s.logger().Info("kept sessions restored", "sessions", n, "commands", m)
 	}
 	if err := s.startListeners(); err != nil {
 		return err

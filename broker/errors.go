@@ -18,6 +18,10 @@ var (
 	// decoded: Start fails with it, naming the device and sequence
 	// number, rather than lose or mangle the message.
 	ErrBadDeferred = errors.New("invalid deferred message record")
+	// ErrCommandNotKept reports a command (Server.Publish) that a kept
+	// session it reached could not store durably: the caller does not
+	// acknowledge it upstream, so that the upstream sends it again.
+	ErrCommandNotKept = errors.New("command not stored in a kept session")
 )
 
 // ListenError is a listener that could not bind its address (in use,

@@ -48,8 +48,15 @@ type MQTT struct {
 	// devices).
 	Subscribe []string
 	Map       Map
-	Deliver   func(topic string, payload []byte, retain bool, qos byte) error
-	// OnDeliverError is told about a command Deliver refused.
+	// Deliver publishes a command locally. A command is acknowledged
+	// upstream only once Deliver returned nil (the broker then holds it
+	// durably where it must, see broker.Server.Publish). An error means
+	// it could not be kept: it is not acknowledged and the connection
+	// ends, so that the upstream sends it again on the next one (with
+	// Persistent). Deliver reports a command it cannot publish at all
+	// itself, and returns nil for it.
+	Deliver func(topic string, payload []byte, retain bool, qos byte) error
+	// OnDeliverError is told about a command Deliver could not keep.
 	OnDeliverError func(topic string, err error)
 }
 
@@ -99,20 +106,25 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 	if d.Username != "" {
 		opts.SetUsername(d.Username).SetPassword(d.Password)
 	}
+	commands := len(d.Subscribe) > 0 && d.Deliver != nil
+	// A command is acknowledged once delivered (handler), not when it
+	// arrives.
+	opts.SetAutoAckDisabled(commands)
 	c, err := mqtt3.Connect(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
 	conn.c = c
-	if len(d.Subscribe) > 0 && d.Deliver != nil {
+	if commands {
 		filters := make(map[string]byte, len(d.Subscribe))
 		for _, s := range d.Subscribe {
 			filters[s] = 1
 		}
+		// paho calls the handler on one goroutine, in arrival order, and
+		// sends each PUBACK when Ack is called.
 		tok := c.SubscribeMultiple(filters, func(_ mqtt.Client, m mqtt.Message) {
-			topic := d.Map.Down(m.Topic())
-			if err := d.Deliver(topic, m.Payload(), m.Retained(), m.Qos()); err != nil && d.OnDeliverError != nil {
-				d.OnDeliverError(topic, err)
+			if d.deliver(m.Topic(), m.Payload(), m.Retained(), m.Qos(), conn.Ending) {
+				m.Ack()
 			}
 		})
 		if !tok.WaitTimeout(timeout) || tok.Error() != nil {
@@ -121,6 +133,22 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 		}
 	}
 	return conn, nil
+}
+
+// deliver hands a command from upstream to Deliver and reports whether
+// to acknowledge it; when Deliver could not keep it, it ends the
+// connection e, so that the upstream sends the command again.
+func (d *MQTT) deliver(upTopic string, payload []byte, retain bool, qos byte, e *Ending) bool {
+	topic := d.Map.Down(upTopic)
+	err := d.Deliver(topic, payload, retain, qos)
+	if err == nil {
+		return true
+	}
+	if d.OnDeliverError != nil {
+		d.OnDeliverError(topic, err)
+	}
+	e.EndWith(fmt.Errorf("command on %s not kept, not acknowledged: %w", upTopic, err))
+	return false
 }
 
 // DefaultWriteTimeout is MQTT.WriteTimeout's default: a write that

@@ -36,10 +36,14 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 			conn.EndWith(fmt.Errorf("the upstream disconnected, reason code 0x%02x%s", dc.ReasonCode, why))
 		}}
 	if len(d.Subscribe) > 0 && d.Deliver != nil {
+		// A command is acknowledged once delivered, not when it arrives:
+		// paho.golang then sends the acknowledgements in arrival order
+		// (every 50 ms), holding back one acknowledged before an earlier
+		// one that is not.
+		cfg.EnableManualAcknowledgment = true
 		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-			topic := d.Map.Down(pr.Packet.Topic)
-			if err := d.Deliver(topic, pr.Packet.Payload, pr.Packet.Retain, pr.Packet.QoS); err != nil && d.OnDeliverError != nil {
-				d.OnDeliverError(topic, err)
+			if d.deliver(pr.Packet.Topic, pr.Packet.Payload, pr.Packet.Retain, pr.Packet.QoS, conn.Ending) {
+				return true, pr.Client.Ack(pr.Packet)
 			}
 			return true, nil
 		}}

@@ -260,7 +260,7 @@ func dialers(fc config.Forward, host string, deliver func(topic string, payload 
 		KeepAlive: time.Duration(fc.KeepAlive), Persistent: fc.PersistentSession,
 		Subscribe: fc.Subscribe, Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, Deliver: deliver,
 		OnDeliverError: func(topic string, err error) {
-			log.Error("command from upstream not delivered", "upstream", fc.Name, "topic", topic, "error", err)
+			log.Error("command from upstream not kept; not acknowledged, the connection ends", "upstream", fc.Name, "topic", topic, "error", err)
 		}}
 	if d.ClientID == "" {
 		d.ClientID = "devicegate-" + host + "-" + fc.Name

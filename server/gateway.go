@@ -231,7 +231,13 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	// Commands from upstream are published once the broker runs: the
 	// forwarders start after it.
 	if g.forward, g.forwardConns, err = newForward(cfg, store, log, src.Wall, func(topic string, payload []byte, retain bool, qos byte) error {
-		return g.srv.Publish(topic, payload, retain, qos)
+		err := g.srv.Publish(topic, payload, retain, qos)
+		if err != nil && !errors.Is(err, broker.ErrCommandNotKept) {
+			// Published nowhere, and would not be on a second try.
+			log.Error("command from upstream not delivered", "topic", topic, "error", err)
+			return nil
+		}
+		return err // not kept: not acknowledged, sent again
 	}); err != nil {
 		return nil, err
 	}
@@ -248,6 +254,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Logger:    log,
 		Defer:     store,
 		Blocks:    g.blockStore(store),
+		Sessions:  store,
 		DeferLimits: broker.DeferLimits{
 			MaxMessagesPerDevice: cfg.Limits.Defer.MaxMessagesPerDevice,
 			MaxBytesPerDevice:    int64(cfg.Limits.Defer.MaxBytesPerDevice),

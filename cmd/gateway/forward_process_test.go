@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -29,13 +30,19 @@ import (
 // in `make test`; the issue's 30 s with DEVICEGATE_FORWARD_OUTAGE=30s
 // (`make test-forward-outage`).
 func forwardOutage(t *testing.T) time.Duration {
-	v := os.Getenv("DEVICEGATE_FORWARD_OUTAGE")
+	return envDuration(t, "DEVICEGATE_FORWARD_OUTAGE", 5*time.Second)
+}
+
+// envDuration is the duration in the environment variable key, or def
+// when it is not set.
+func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
+	v := os.Getenv(key)
 	if v == "" {
-		return 5 * time.Second
+		return def
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < time.Second {
-		t.Fatalf("DEVICEGATE_FORWARD_OUTAGE=%q: want a duration of 1s or more", v)
+		t.Fatalf("%s=%q: want a duration of 1s or more", key, v)
 	}
 	return d
 }
@@ -48,10 +55,27 @@ type upstreamLog struct {
 }
 
 func (u *upstreamLog) add(topic string, payload []byte) {
-	n, _ := strconv.Atoi(string(payload))
+	n := payloadNumber(payload)
 	u.mu.Lock()
 	u.got[topic] = append(u.got[topic], n)
 	u.mu.Unlock()
+}
+
+// set replaces the arrivals with got, read again from the destination.
+func (u *upstreamLog) set(got map[string][]int) {
+	u.mu.Lock()
+	u.got = got
+	u.mu.Unlock()
+}
+
+// payloadNumber is the sequence number of a fleet's message: its
+// payload up to a ':' (padding may follow).
+func payloadNumber(p []byte) int {
+	if i := bytes.IndexByte(p, ':'); i >= 0 {
+		p = p[:i]
+	}
+	n, _ := strconv.Atoi(string(p))
+	return n
 }
 
 // check reports, per device, whether every acknowledged sequence number
@@ -116,16 +140,33 @@ type fleet struct {
 }
 
 func startFleet(addr string, devices int, every time.Duration) *fleet {
-	f := &fleet{acked: make([]atomic.Int64, devices), stop: make(chan struct{})}
-	for i := range devices {
-		id := fmt.Sprintf("dev-%02d", i)
+	return startFleetOf(addr, fleetIDs(devices), every, nil)
+}
+
+// fleetIDs are the client IDs dev-00 to dev-(n-1).
+func fleetIDs(n int) []string {
+	var ids []string
+	for i := range n {
+		ids = append(ids, fmt.Sprintf("dev-%02d", i))
+	}
+	return ids
+}
+
+// startFleetOf starts a device per ID; payload, when not nil, makes
+// device id's message n (whose payload must begin with n and ':').
+func startFleetOf(addr string, ids []string, every time.Duration, payload func(id string, n int) []byte) *fleet {
+	f := &fleet{acked: make([]atomic.Int64, len(ids)), stop: make(chan struct{})}
+	if payload == nil {
+		payload = func(_ string, n int) []byte { return []byte(strconv.Itoa(n)) }
+	}
+	for i, id := range ids {
 		f.topics = append(f.topics, "devices/"+id+"/t")
-		f.wg.Go(func() { f.device(addr, id, &f.acked[i], every) })
+		f.wg.Go(func() { f.device(addr, id, &f.acked[i], every, payload) })
 	}
 	return f
 }
 
-func (f *fleet) device(addr, id string, acked *atomic.Int64, every time.Duration) {
+func (f *fleet) device(addr, id string, acked *atomic.Int64, every time.Duration, payload func(string, int) []byte) {
 	var c *paho.Client
 	defer func() {
 		if c != nil {
@@ -149,7 +190,7 @@ func (f *fleet) device(addr, id string, acked *atomic.Int64, every time.Duration
 		}
 		f.sent.Add(1)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := c.Publish(ctx, &paho.Publish{Topic: "devices/" + id + "/t", QoS: 1, Payload: []byte(strconv.Itoa(n))})
+		resp, err := c.Publish(ctx, &paho.Publish{Topic: "devices/" + id + "/t", QoS: 1, Payload: payload(id, n)})
 		cancel()
 		switch {
 		case err == nil:
@@ -280,9 +321,7 @@ func redisDest(t *testing.T, devices int) outageDest {
 				got[topic] = append(got[topic], n)
 			}
 		}
-		d.log.mu.Lock()
-		d.log.got = got
-		d.log.mu.Unlock()
+		d.log.set(got)
 	}
 	return d
 }
@@ -342,9 +381,7 @@ func kafkaDest(t *testing.T, _ int) outageDest {
 			topic := string(r.Headers[1].Value)
 			got[topic] = append(got[topic], n)
 		}
-		d.log.mu.Lock()
-		d.log.got = got
-		d.log.mu.Unlock()
+		d.log.set(got)
 	}
 	return d
 }
