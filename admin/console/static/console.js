@@ -472,12 +472,14 @@ async function groups(page) {
 async function rules(page) {
   const list = await api("GET", "/api/v1/rules");
   show(page, el("h1", {}, "Rules"),
-    el("p", { class: "muted" }, "A rule in shadow mode decides and counts as if enforcing, and lets every message through. A switch holds until the gateway restarts."),
+    el("p", { class: "muted" }, "A rule in shadow mode decides and counts as if enforcing, and lets every message through. A switch covers the rule's own quota and its topic classes, not its group, and holds until the gateway restarts."),
     list.rules.length === 0 ? el("p", { class: "muted" }, "No rules configured (limits.rules): every device has the default quota.") :
-      el("table", { id: "rules" }, el("tr", {}, el("th", {}, "rule"), el("th", {}, "mode"), el("th", { class: "num" }, "would refuse"), el("th", {}, "")),
+      el("table", { id: "rules" }, el("tr", {}, el("th", {}, "rule"), el("th", {}, "mode"), el("th", {}, "classes"), el("th", {}, "group (not switched)"), el("th", { class: "num" }, "would refuse"), el("th", {}, "")),
         list.rules.map(x => el("tr", {},
           el("td", {}, x.rule),
           el("td", { class: x.enforce ? "ok" : "bad" }, x.enforce ? "enforcing" : "shadow"),
+          el("td", {}, (x.classes || []).map(c => c.name + (c.enforce ? "" : " (shadow)")).join(", ") || "—"),
+          el("td", {}, x.group ? x.group.name + (x.group.enforce ? "" : " (shadow)") : "—"),
           el("td", { class: "num" }, x.would_refuse === undefined ? "—" : x.would_refuse),
           el("td", {}, el("button", { type: "button", class: "rule-switch", onclick: async () => {
             await api("PUT", "/api/v1/rules/" + enc(x.rule) + "/enforce", { enforce: !x.enforce }); await route();
