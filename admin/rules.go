@@ -151,10 +151,22 @@ func enforceOut(q devicelimit.Quota) *bool {
 	return nil
 }
 
-// BlockJSON is a device's block.
+// BlockJSON is a device's block: until when, since when and why (both
+// omitted when the gateway does not know them).
 type BlockJSON struct {
 	Device string `json:"device"`
 	Until  string `json:"until"`
+	Since  string `json:"since,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// blockOf is a block in the API's terms.
+func blockOf(b BlockedDevice) BlockJSON {
+	out := BlockJSON{Device: b.Device, Until: formatTick(b.Until), Reason: b.Reason}
+	if b.Since != 0 {
+		out.Since = formatTick(b.Since)
+	}
+	return out
 }
 
 // BlocksJSON answers GET /api/v1/blocks.
@@ -172,7 +184,7 @@ func (s *Server) listBlocks(w http.ResponseWriter, _ *http.Request) {
 	out := BlocksJSON{Blocks: []BlockJSON{}}
 	if s.opts.Blocks != nil {
 		for _, b := range s.opts.Blocks.Blocked() {
-			out.Blocks = append(out.Blocks, BlockJSON{Device: b.Device, Until: formatTick(b.Until)})
+			out.Blocks = append(out.Blocks, blockOf(b))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

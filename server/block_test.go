@@ -49,17 +49,25 @@ func TestAutomaticBlocking(t *testing.T) {
 	other.MustPublish(t, "devices/fine-1/t", "ok", mqtttest.CodeSuccess)
 
 	var blocks struct {
-		Blocks []struct{ Device, Until string }
+		Blocks []struct{ Device, Until, Since, Reason string }
 	}
 	if body := httpGet(t, admin+"/api/v1/blocks", "test-token"); json.Unmarshal([]byte(body), &blocks) != nil || len(blocks.Blocks) != 1 || blocks.Blocks[0].Device != "flood-1" {
 		t.Fatalf("blocks: %s", body)
+	}
+	// The block says why, from when to when (10 minutes on the clock).
+	why := "3 refusals over quota within 1m0s (quota: 2 messages per 1h0m0s)"
+	b := blocks.Blocks[0]
+	since, err1 := time.Parse(time.RFC3339Nano, b.Since)
+	until, err2 := time.Parse(time.RFC3339Nano, b.Until)
+	if b.Reason != why || err1 != nil || err2 != nil || until.Sub(since) != 10*time.Minute {
+		t.Fatalf("block %+v, want the reason %q, from since to until 10m", b, why)
 	}
 	if m := httpGet(t, admin+"/metrics", ""); !strings.Contains(m, "devicegate_blocks_total 1\n") || !strings.Contains(m, "devicegate_devices_blocked 1\n") ||
 		!strings.Contains(m, `devicegate_connects_refused_total{reason="blocked"} 2`) {
 		t.Fatalf("metrics:\n%s", grepLines(m, "block"))
 	}
-	if body := httpGet(t, admin+"/api/v1/devices/flood-1", "test-token"); !strings.Contains(body, `"blocked_until"`) {
-		t.Fatalf("device status lacks blocked_until: %s", body)
+	if body := httpGet(t, admin+"/api/v1/devices/flood-1", "test-token"); !strings.Contains(body, `"blocked_until":"`+b.Until+`","blocked_since":"`+b.Since+`","block_reason":"`+why+`"`) {
+		t.Fatalf("device status lacks the block's end, start and reason: %s", body)
 	}
 	other.Close()
 	closeGateway(t, g)

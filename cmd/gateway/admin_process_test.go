@@ -735,8 +735,8 @@ func TestShadowCLIProcess(t *testing.T) {
 
 // TestBlockCLIProcess: a gateway process blocks a device its quota
 // refused twice within a minute; `gateway quota blocks` lists it, the
-// block survives a restart (its CONNECT refused), and `gateway quota
-// unblock` lifts it.
+// block survives a restart (its CONNECT refused) with its start and
+// reason (`blocks`, `get`), and `gateway quota unblock` lifts it.
 func TestBlockCLIProcess(t *testing.T) {
 	t.Setenv("GATEWAY_ADMIN_TOKEN", "")
 	t.Setenv("GATEWAY_ADMIN_ADDR", "")
@@ -770,6 +770,15 @@ func TestBlockCLIProcess(t *testing.T) {
 	defer g.stop()
 	if code, reason := connectCode(t, g.mqtt, "flood-1"); code != 0x8A || !strings.Contains(reason, "blocked") {
 		t.Fatalf("CONNECT after the restart: 0x%02x %q; want 0x8A banned", code, reason)
+	}
+	// Its start and reason survived the restart too.
+	why := `2 refusals over quota within 1m0s \(quota: 1 messages per 1h0m0s\)`
+	if _, out, _ := cli("blocks"); !regexp.MustCompile(`(?m)^flood-1 +\d{4}-\S+ +\d{4}-\S+ +` + why + `$`).MatchString(out) {
+		t.Fatalf("blocks after the restart:\n%s", out)
+	}
+	if _, out, _ := cli("get", "flood-1"); !regexp.MustCompile(`(?m)^block reason +`+why+`$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^blocked since +\d{4}-`).MatchString(out) {
+		t.Fatalf("get after the restart:\n%s", out)
 	}
 	if code, out, errOut := cli("unblock", "flood-1"); code != 0 || out != "device flood-1: unblocked\n" {
 		t.Fatalf("unblock: exit %d, %q, %q", code, out, errOut)

@@ -234,9 +234,9 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		v, raw, err := c.api.Blocks(ctx)
 		return c.print(sub, raw, err, func() {
 			tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "DEVICE\tBLOCKED UNTIL")
+			fmt.Fprintln(tw, "DEVICE\tBLOCKED UNTIL\tSINCE\tREASON")
 			for _, b := range v.Blocks {
-				fmt.Fprintf(tw, "%s\t%s\n", orDash(b.Device), b.Until)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", orDash(b.Device), b.Until, orDash(b.Since), orDash(b.Reason))
 			}
 			tw.Flush()
 		})
@@ -407,6 +407,12 @@ func (c *quotaClient) get(ctx context.Context, id string) error {
 		row("deferred", v.Deferred)
 		if v.BlockedUntil != "" {
 			row("blocked until", v.BlockedUntil+" (CONNECTs refused; gateway quota unblock "+v.Device+" lifts it)")
+			if v.BlockedSince != "" {
+				row("blocked since", v.BlockedSince)
+			}
+			if v.BlockReason != "" {
+				row("block reason", v.BlockReason)
+			}
 		}
 		row("connected", v.Connected)
 		lastSeen := "-"
