@@ -135,3 +135,28 @@ func TestRuleSwitchCoversClasses(t *testing.T) {
 	httpDo(t, "PUT", admin+"/api/v1/rules/meters/enforce", "test-token", `{"enforce":false}`, 200)
 	dev.MustPublish(t, "alarms/1", "a", mqtttest.CodeSuccess)
 }
+
+// TestWouldRefuseOfReloadedRules: a rule a reload adds counts its
+// would-refuse messages from the reload on, for a device connected
+// before it; GET /api/v1/rules lists it with its count.
+func TestWouldRefuseOfReloadedRules(t *testing.T) {
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Admin.Token = "test-token"
+	next := cfg
+	g := mustStart(t, cfg, Deps{Load: func() (config.Config, error) { return next, nil }})
+	admin := "http://" + g.AdminAddr().String()
+	dev := mqtttest.Dial5(t, g.Addr().String(), "trial-1")
+	off := false
+	next.Limits.Rules = []config.Rule{{Name: "trial", Match: config.Match{ClientID: "trial-*"},
+		Quota: config.Quota{Limit: 1, Window: config.Duration(time.Hour), Enforce: &off}}}
+	if err := next.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	httpDo(t, "POST", admin+"/api/v1/reload", "test-token", "", 200)
+	for range 3 { // 1 within the quota, 2 it would refuse
+		dev.MustPublish(t, "devices/trial-1/t", "x", mqtttest.CodeSuccess)
+	}
+	if body := httpGet(t, admin+"/api/v1/rules", "test-token"); body != `{"rules":[{"rule":"trial","enforce":false,"would_refuse":2}]}`+"\n" {
+		t.Fatalf("rules after the reload: %s, want trial would refuse 2", body)
+	}
+}
