@@ -169,3 +169,26 @@ func waitLost(t *testing.T, c *mqtttest.Client5, what string) {
 		t.Fatal(what)
 	}
 }
+
+// TestClassBlockReason: a block a topic class's quota made names the
+// class and its quota as its reason.
+func TestClassBlockReason(t *testing.T) {
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Admin.Token = "test-token"
+	hour := config.Duration(time.Hour)
+	cfg.Limits.Rules = []config.Rule{{Name: "meters", Match: config.Match{ClientID: "meter-*"}, Quota: config.Quota{Limit: 100, Window: hour},
+		Classes: []config.Class{{Name: "alarms", Topics: []string{"alarms/#"},
+			Quota: config.Quota{Limit: 1, Window: hour, Block: &config.Block{After: 1, Within: config.Duration(time.Minute), For: hour}}}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+	dev.MustPublish(t, "alarms/1", "a", mqtttest.CodeSuccess)
+	_, _, _ = dev.PublishReason("alarms/1", "a") // refused: blocked
+	waitLost(t, dev, "the blocked device's connection did not end")
+	want := `"reason":"1 refusals over quota within 1m0s (topic class alarms: 1 messages per 1h0m0s)"`
+	if body := httpGet(t, "http://"+g.AdminAddr().String()+"/api/v1/blocks", "test-token"); !strings.Contains(body, want) {
+		t.Fatalf("blocks: %s, want %s", body, want)
+	}
+}
