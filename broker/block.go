@@ -131,8 +131,8 @@ func (b *blocks) until(device string, now devicelimit.Tick) (devicelimit.Tick, b
 
 // get returns device's block in force at now as this gateway knows it:
 // its own, whose end the shared blocks (cluster mode) correct while
-// they answer; a block made by another gateway has no start or reason
-// here.
+// they answer; a block made by another gateway (another end than this
+// gateway's) has no start or reason here.
 func (b *blocks) get(device string, now devicelimit.Tick) (Blocked, bool) {
 	u, ok := b.until(device, now)
 	if !ok {
@@ -142,7 +142,7 @@ func (b *blocks) get(device string, now devicelimit.Tick) (Blocked, bool) {
 	x, mine := b.m[device]
 	b.mu.Unlock()
 	out := Blocked{Device: device, Until: u}
-	if mine {
+	if mine && x.until == u {
 		out.Since, out.Reason = x.since, x.reason
 	}
 	return out, true
