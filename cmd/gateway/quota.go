@@ -108,9 +108,10 @@ override (kept in the data directory, so it survives restarts); delete
 removes it, restoring the configured quota; list shows every override;
 reset empties a device's window; throttled lists the devices refused
 most in the last one to two minutes; rules lists the configured rules
-and whether each is enforced; enforce switches a rule between enforcing
-and shadow mode until the gateway stops; blocks lists the devices
-blocked by automatic blocking; unblock lifts a device's block. groups
+and whether each is enforced; enforce switches a rule (its own quota
+and its topic classes, not its group) between enforcing and shadow mode
+until the gateway stops; blocks lists the devices blocked by automatic
+blocking, with when and why; unblock lifts a device's block. groups
 lists the groups (tenants) the gateway knows, group shows a group's
 windows, shared by all its devices; set-group overrides a group's
 quota, delete-group removes that override.
