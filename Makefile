@@ -179,7 +179,8 @@ report-png:
 	./scripts/report-png.sh $(REPORT) $(REPORT:.html=.png)
 
 # console-shots: run the console's browser test and keep its screenshots
-# of every page in console-shots/ (gitignored; see docs/console.md).
+# of every page, and the overview's page text, in console-shots/
+# (gitignored; see docs/console.md).
 .PHONY: console-shots
 console-shots: tools
 	DEVICEGATE_CONSOLE_SHOTS=$(CURDIR)/console-shots $(GO) test -count=1 -run '^TestConsoleInBrowser$$' -v ./admin/console

@@ -123,18 +123,29 @@ type Options struct {
 	// ErrReloadRefused (a key that needs a restart changed) or another
 	// (the file is bad); nil: the route answers 404.
 	Reload func() ([]ReloadChange, error)
+	// Deferred returns the first n of a device's deferred messages, in
+	// the order they were deferred, and how many it has (GET
+	// /api/v1/devices/{id}/deferred); nil: none.
+	Deferred func(device string, n int) ([]DeferredMessage, int)
 }
 
-// Blocks lists the devices blocked now and lifts a block.
+// Blocks lists the devices blocked now, reads one device's block and
+// lifts a block.
 type Blocks interface {
 	Blocked() []BlockedDevice
+	Block(device string) (BlockedDevice, bool)
 	Unblock(device string) (bool, error)
 }
 
-// BlockedDevice is a device's block, in force until Until.
+// BlockedDevice is a device's block, in force from Since until Until,
+// for Reason; Since is 0 and Reason "" when the gateway does not know
+// them (a block stored by an earlier version, or made by another
+// gateway of a cluster).
 type BlockedDevice struct {
 	Device string
 	Until  devicelimit.Tick
+	Since  devicelimit.Tick
+	Reason string
 }
 
 // Server is the admin HTTP server. Create it with New; Handler serves

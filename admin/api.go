@@ -64,8 +64,12 @@ type DeviceJSON struct {
 	RetryAfter        string    `json:"retry_after"`
 	Deferred          int       `json:"deferred"`
 	BlockedUntil      string    `json:"blocked_until,omitempty"`
-	Connected         bool      `json:"connected"`
-	LastSeen          *string   `json:"last_seen"`
+	// BlockedSince and BlockReason are the block's start and why it was
+	// made; omitted when not blocked or not known (BlockedDevice).
+	BlockedSince string  `json:"blocked_since,omitempty"`
+	BlockReason  string  `json:"block_reason,omitempty"`
+	Connected    bool    `json:"connected"`
+	LastSeen     *string `json:"last_seen"`
 	// Group is the group the device is in by its rule; "" for none.
 	Group string `json:"group,omitempty"`
 	// Classes are the device's topic classes (its override's, else its

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 )
 
@@ -63,14 +62,9 @@ const defaultDead, maxDead = 100, 10000
 
 func (s *Server) listDead(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	n := defaultDead
-	if vs, ok := r.URL.Query()["limit"]; ok {
-		v, err := strconv.Atoi(vs[0])
-		if len(vs) != 1 || err != nil || v < 1 || v > maxDead {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be an integer between 1 and %d, given once (got %q)", maxDead, vs))
-			return
-		}
-		n = v
+	n, ok := limitParam(w, r, defaultDead, maxDead)
+	if !ok {
+		return
 	}
 	total, list, err := s.deadLetters().DeadLetters(name, n)
 	if !s.deadOK(w, name, "list dead letters", err) {

@@ -50,6 +50,7 @@ var routes = []route{
 	{http.MethodPut, "/api/v1/rules/{name}/enforce", true, (*Server).putRuleEnforce},
 	{http.MethodGet, "/api/v1/blocks", true, (*Server).listBlocks},
 	{http.MethodDelete, "/api/v1/devices/{id}/block", true, (*Server).deleteBlock},
+	{http.MethodGet, "/api/v1/devices/{id}/deferred", true, (*Server).listDeferred},
 	{http.MethodGet, "/api/v1/groups", true, (*Server).listGroups},
 	{http.MethodGet, "/api/v1/groups/{name}", true, (*Server).getGroup},
 	{http.MethodPut, "/api/v1/groups/{name}/quota", true, (*Server).putGroupQuota},
@@ -244,6 +245,12 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 	out.Group = member.Name
 	if st.BlockedUntil != 0 {
 		out.BlockedUntil = formatTick(st.BlockedUntil)
+		if s.opts.Blocks != nil {
+			if b, ok := s.opts.Blocks.Block(id); ok {
+				j := blockOf(b)
+				out.BlockedSince, out.BlockReason = j.Since, j.Reason
+			}
+		}
 	}
 	if st.LastSeen != 0 {
 		ls := formatTick(st.LastSeen)

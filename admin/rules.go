@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // RuleJSON is a configured rule's runtime state: whether its own quota
-// is enforced or in shadow mode.
+// and its topic classes are enforced or in shadow mode, and its group's
+// mode, which a switch of the rule leaves alone.
 type RuleJSON struct {
 	Rule    string `json:"rule"`
 	Enforce bool   `json:"enforce"`
@@ -20,6 +22,44 @@ type RuleJSON struct {
 	// devices matching the rule that a quota in shadow mode let through
 	// and would have refused.
 	WouldRefuse *uint64 `json:"would_refuse,omitempty"`
+	// Classes are the rule's topic classes and whether each is enforced.
+	Classes []RuleClassJSON `json:"classes,omitempty"`
+	// Group is the rule's group, never switched with the rule.
+	Group *RuleGroupJSON `json:"group,omitempty"`
+	// Switched, in the answer of PUT /api/v1/rules/{name}/enforce, names
+	// what the switch put in its mode: "quota" (the rule's own) and
+	// "class NAME" for each of its topic classes.
+	Switched []string `json:"switched,omitempty"`
+}
+
+// RuleClassJSON is a rule's topic class in RuleJSON.
+type RuleClassJSON struct {
+	Name    string `json:"name"`
+	Enforce bool   `json:"enforce"`
+}
+
+// RuleGroupJSON is a rule's group in RuleJSON: its name (the
+// template), whether its configured quota is enforced (an override of
+// one group may say otherwise), that a switch of the rule does not
+// switch it (always false), and the other rules whose devices count in
+// the same groups.
+type RuleGroupJSON struct {
+	Name       string   `json:"name"`
+	Enforce    bool     `json:"enforce"`
+	Switched   bool     `json:"switched"`
+	SharedWith []string `json:"shared_with,omitempty"`
+}
+
+// ruleOut is the named rule's state in the API's terms.
+func ruleOut(name string, st devicelimit.RuleState) RuleJSON {
+	r := RuleJSON{Rule: name, Enforce: st.Enforce}
+	for _, c := range st.Classes {
+		r.Classes = append(r.Classes, RuleClassJSON{Name: c.Name, Enforce: c.Enforce})
+	}
+	if st.Group != "" {
+		r.Group = &RuleGroupJSON{Name: st.Group, Enforce: st.GroupEnforce, SharedWith: st.GroupShared}
+	}
+	return r
 }
 
 // RulesJSON answers GET /api/v1/rules.
@@ -39,8 +79,8 @@ func (s *Server) listRules(w http.ResponseWriter, _ *http.Request) {
 		would = s.opts.Stats.MetricsSnapshot().WouldRefuseByRule
 	}
 	for _, name := range s.opts.Resolver.RuleNames() {
-		enforce, _ := s.opts.Resolver.RuleEnforce(name)
-		r := RuleJSON{Rule: name, Enforce: enforce}
+		st, _ := s.opts.Resolver.RuleState(name)
+		r := ruleOut(name, st)
 		if would != nil {
 			n := would[name]
 			r.WouldRefuse = &n
@@ -50,8 +90,10 @@ func (s *Server) listRules(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// putRuleEnforce switches a rule's own quota between enforcing and
-// shadow mode, from its devices' next message, until the gateway stops.
+// putRuleEnforce switches a rule (its own quota and its topic classes,
+// not its group) between enforcing and shadow mode, from its devices'
+// next message, until the gateway stops; the answer names what it
+// switched and what it did not.
 func (s *Server) putRuleEnforce(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if _, ok := s.opts.Resolver.RuleEnforce(name); !ok {
@@ -89,8 +131,14 @@ func (s *Server) putRuleEnforce(w http.ResponseWriter, r *http.Request) {
 	if !*b.Enforce {
 		mode = "shadow mode"
 	}
-	s.log.Info("rule switched at runtime", "rule", name, "mode", mode)
-	writeJSON(w, http.StatusOK, RuleJSON{Rule: name, Enforce: *b.Enforce})
+	st, _ := s.opts.Resolver.RuleState(name)
+	out := ruleOut(name, st)
+	out.Switched = []string{"quota"}
+	for _, c := range st.Classes {
+		out.Switched = append(out.Switched, "class "+c.Name)
+	}
+	s.log.Info("rule switched at runtime", "rule", name, "mode", mode, "switched", strings.Join(out.Switched, ", "), "group", st.Group)
+	writeJSON(w, http.StatusOK, out)
 }
 
 // enforceOut is a quota's enforce field in the API: false in shadow
@@ -103,10 +151,22 @@ func enforceOut(q devicelimit.Quota) *bool {
 	return nil
 }
 
-// BlockJSON is a device's block.
+// BlockJSON is a device's block: until when, since when and why (both
+// omitted when the gateway does not know them).
 type BlockJSON struct {
 	Device string `json:"device"`
 	Until  string `json:"until"`
+	Since  string `json:"since,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// blockOf is a block in the API's terms.
+func blockOf(b BlockedDevice) BlockJSON {
+	out := BlockJSON{Device: b.Device, Until: formatTick(b.Until), Reason: b.Reason}
+	if b.Since != 0 {
+		out.Since = formatTick(b.Since)
+	}
+	return out
 }
 
 // BlocksJSON answers GET /api/v1/blocks.
@@ -124,7 +184,7 @@ func (s *Server) listBlocks(w http.ResponseWriter, _ *http.Request) {
 	out := BlocksJSON{Blocks: []BlockJSON{}}
 	if s.opts.Blocks != nil {
 		for _, b := range s.opts.Blocks.Blocked() {
-			out.Blocks = append(out.Blocks, BlockJSON{Device: b.Device, Until: formatTick(b.Until)})
+			out.Blocks = append(out.Blocks, blockOf(b))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

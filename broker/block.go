@@ -20,11 +20,14 @@ import (
 // until the block's end. Blocks persist in a BlockStore when there is
 // one, expire by themselves, and can be lifted (Server.Unblock).
 
-// BlockStore keeps blocks durably (a *persist.Store is one).
+// BlockStore keeps blocks durably (a *persist.Store is one): each
+// with its start, its end and its reason.
 type BlockStore interface {
-	SetBlock(device string, until devicelimit.Tick) error
+	SetBlock(device string, since, until devicelimit.Tick, reason string) error
 	DeleteBlock(device string) error
-	LoadBlocks(fn func(device string, until devicelimit.Tick) error) error
+	// LoadBlocks calls fn for each stored block; since is 0 and reason
+	// "" for a block stored without them.
+	LoadBlocks(fn func(device string, since, until devicelimit.Tick, reason string) error) error
 }
 
 // SharedBlocks, when a BlockStore also implements it, are the blocks
@@ -38,10 +41,21 @@ type SharedBlocks interface {
 	BlockedUntil(device string) (until devicelimit.Tick, ok bool, err error)
 }
 
-// Blocked is a device's block: in force until Until.
+// Blocked is a device's block: in force from Since until Until, for
+// Reason ("3 refusals over quota within 1m0s (quota: 10 messages per
+// 1m0s)"). Since is 0 and Reason "" for a block stored by a gateway
+// that did not record them.
 type Blocked struct {
 	Device string
 	Until  devicelimit.Tick
+	Since  devicelimit.Tick
+	Reason string
+}
+
+// block is a block in force: its start, end and reason.
+type block struct {
+	since, until devicelimit.Tick
+	reason       string
 }
 
 // refusalsClass is the class under which a device's refusals are
@@ -51,7 +65,7 @@ const refusalsClass = "\x00refusals"
 
 type blocks struct {
 	mu     sync.Mutex
-	m      map[string]devicelimit.Tick
+	m      map[string]block
 	n      atomic.Int64 // len(m), so the common case takes no lock
 	store  BlockStore   // nil: blocks last until the process ends
 	shared SharedBlocks // the store's, in cluster mode; else nil
@@ -64,7 +78,7 @@ type blocks struct {
 }
 
 func newBlocks(store BlockStore, mayBlock func() bool, log *slog.Logger) *blocks {
-	b := &blocks{m: make(map[string]devicelimit.Tick), store: store, mayBlock: mayBlock, log: log}
+	b := &blocks{m: make(map[string]block), store: store, mayBlock: mayBlock, log: log}
 	b.shared, _ = store.(SharedBlocks)
 	return b
 }
@@ -75,13 +89,13 @@ func (b *blocks) load(now devicelimit.Tick) error {
 		return nil
 	}
 	var gone []string
-	err := b.store.LoadBlocks(func(device string, until devicelimit.Tick) error {
+	err := b.store.LoadBlocks(func(device string, since, until devicelimit.Tick, reason string) error {
 		if until <= now {
 			gone = append(gone, strings.Clone(device))
 			return nil
 		}
 		b.mu.Lock()
-		b.m[strings.Clone(device)] = until
+		b.m[strings.Clone(device)] = block{since: since, until: until, reason: strings.Clone(reason)}
 		b.n.Store(int64(len(b.m)))
 		b.mu.Unlock()
 		return nil
@@ -110,15 +124,34 @@ func (b *blocks) until(device string, now devicelimit.Tick) (devicelimit.Tick, b
 		return 0, false
 	}
 	b.mu.Lock()
-	u, ok := b.m[device]
+	x, ok := b.m[device]
 	b.mu.Unlock()
-	return u, ok && now < u
+	return x.until, ok && now < x.until
 }
 
-// block blocks device until until and reports whether it is a new
-// block (false: it was blocked already). The block is stored before it
-// is reported.
-func (b *blocks) block(device string, until devicelimit.Tick, now devicelimit.Tick) (bool, error) {
+// get returns device's block in force at now as this gateway knows it:
+// its own, whose end the shared blocks (cluster mode) correct while
+// they answer; a block made by another gateway (another end than this
+// gateway's) has no start or reason here.
+func (b *blocks) get(device string, now devicelimit.Tick) (Blocked, bool) {
+	u, ok := b.until(device, now)
+	if !ok {
+		return Blocked{}, false
+	}
+	b.mu.Lock()
+	x, mine := b.m[device]
+	b.mu.Unlock()
+	out := Blocked{Device: device, Until: u}
+	if mine && x.until == u {
+		out.Since, out.Reason = x.since, x.reason
+	}
+	return out, true
+}
+
+// block blocks device from now until until for reason and reports
+// whether it is a new block (false: it was blocked already). The block
+// is stored before it is reported.
+func (b *blocks) block(device string, until devicelimit.Tick, reason string, now devicelimit.Tick) (bool, error) {
 	// In a cluster the shared blocks are the truth while they answer: a
 	// block of this gateway's that another gateway lifted is no block.
 	liftedElsewhere := false
@@ -127,16 +160,16 @@ func (b *blocks) block(device string, until devicelimit.Tick, now devicelimit.Ti
 		liftedElsewhere = err == nil && (!sok || su <= now)
 	}
 	b.mu.Lock()
-	if u, ok := b.m[device]; ok && now < u && !liftedElsewhere {
+	if x, ok := b.m[device]; ok && now < x.until && !liftedElsewhere {
 		b.mu.Unlock()
 		return false, nil
 	}
-	b.m[device] = until
+	b.m[device] = block{since: now, until: until, reason: reason}
 	b.n.Store(int64(len(b.m)))
 	b.mu.Unlock()
 	b.made.Add(1)
 	if b.store != nil {
-		if err := b.store.SetBlock(device, until); err != nil {
+		if err := b.store.SetBlock(device, now, until, reason); err != nil {
 			return true, fmt.Errorf("store the block of %q: %w", device, err)
 		}
 	}
@@ -146,7 +179,8 @@ func (b *blocks) block(device string, until devicelimit.Tick, now devicelimit.Ti
 // lift ends device's block, reporting whether it had one in force.
 func (b *blocks) lift(device string, now devicelimit.Tick) (bool, error) {
 	b.mu.Lock()
-	u, ok := b.m[device]
+	x, ok := b.m[device]
+	u := x.until
 	delete(b.m, device)
 	b.n.Store(int64(len(b.m)))
 	b.mu.Unlock()
@@ -178,8 +212,8 @@ func (b *blocks) expire(now devicelimit.Tick) {
 	}
 	var over []string
 	b.mu.Lock()
-	for d, u := range b.m {
-		if u <= now {
+	for d, x := range b.m {
+		if x.until <= now {
 			over = append(over, d)
 			delete(b.m, d)
 		}
@@ -200,9 +234,9 @@ func (b *blocks) expire(now devicelimit.Tick) {
 func (b *blocks) list(now devicelimit.Tick) []Blocked {
 	b.mu.Lock()
 	out := make([]Blocked, 0, len(b.m))
-	for d, u := range b.m {
-		if now < u {
-			out = append(out, Blocked{Device: d, Until: u})
+	for d, x := range b.m {
+		if now < x.until {
+			out = append(out, Blocked{Device: d, Until: x.until, Since: x.since, Reason: x.reason})
 		}
 	}
 	b.mu.Unlock()
@@ -239,19 +273,31 @@ func (h *throttle) forgetRefusals(device string) error {
 	return nil
 }
 
-// blockNow blocks the device for q.Block.For, logs it once, and
-// disconnects the connection (MQTT 5: DISCONNECT 0x98, administrative
-// action, with a reason string; 3.1.1 has no server DISCONNECT: the
-// connection ends).
-func (h *throttle) blockNow(cl *mqtt.Client, c *connInfo, q devicelimit.Quota, now devicelimit.Tick) error {
+// blockReason is why a device the quota q (of topic class class, ""
+// for the device's own) refused is blocked: "3 refusals over quota
+// within 1m0s (quota: 10 messages per 1m0s)".
+func blockReason(q devicelimit.Quota, class string) string {
+	of := "quota"
+	if class != "" {
+		of = "topic class " + class
+	}
+	return fmt.Sprintf("%d refusals over quota within %s (%s: %s)", q.Block.After, q.Block.Within, of, q.Describe())
+}
+
+// blockNow blocks the device for q.Block.For (q the quota of class that
+// refused it), logs it once, and disconnects the connection (MQTT 5:
+// DISCONNECT 0x98, administrative action, with a reason string; 3.1.1
+// has no server DISCONNECT: the connection ends).
+func (h *throttle) blockNow(cl *mqtt.Client, c *connInfo, q devicelimit.Quota, class string, now devicelimit.Tick) error {
 	until := now.Add(q.Block.For)
+	why := blockReason(q, class)
 	reason := fmt.Sprintf("blocked for %s: %d refusals over quota within %s", q.Block.For, q.Block.After, q.Block.Within)
-	fresh, err := h.blocks.block(c.device, until, now)
+	fresh, err := h.blocks.block(c.device, until, why, now)
 	if err != nil {
 		h.log.Error("block not stored: it lasts until the gateway stops", "device", c.device, "error", err)
 	}
 	if fresh {
-		h.log.Warn("device blocked", "device", c.device, "client", cl.ID, "until", until.Time().UTC().Format(time.RFC3339), "reason", reason)
+		h.log.Warn("device blocked", "device", c.device, "client", cl.ID, "until", until.Time().UTC().Format(time.RFC3339), "reason", why)
 	}
 	return h.disconnect(cl, c, packets.ErrAdministrativeAction.Code, reason)
 }

@@ -450,6 +450,12 @@ func (s *Server) DeviceStatus(device string) DeviceStatus {
 // Blocks returns the devices blocked now (automatic blocking), by ID.
 func (s *Server) Blocks() []Blocked { return s.hook.blocks.list(s.opts.Clock.Now()) }
 
+// Block returns device's block in force now, with its start and reason
+// when this gateway made it (or restored it from its data file).
+func (s *Server) Block(device string) (Blocked, bool) {
+	return s.hook.blocks.get(device, s.opts.Clock.Now())
+}
+
 // Unblock lifts device's block and reports whether it had one in
 // force; its CONNECTs are accepted again at once. Lifting a block also
 // forgets the refusals counted toward it: the device is blocked again

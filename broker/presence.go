@@ -110,12 +110,14 @@ type ruleView struct {
 	ruleName string              // the rule's name; "" for the default
 	classes  []devicelimit.Class // the rule's (or default's) topic classes
 	group    groupOf             // the device's group; zero for none
+	// wouldRefuse counts the rule's would-refuse messages.
+	wouldRefuse *atomic.Uint64
 }
 
 // ruleView looks up the rule, classes and group of a client.
 func (h *throttle) ruleView(clientID, username string) *ruleView {
 	q, classes, src, m := h.resolver.RuleGroup(clientID, username)
-	return &ruleView{rule: q, ruleName: src.Rule, classes: classes, group: h.joinGroup(m)}
+	return &ruleView{rule: q, ruleName: src.Rule, classes: classes, group: h.joinGroup(m), wouldRefuse: h.wouldRefuseOf(src.Rule)}
 }
 
 // rules returns what the configuration gives the connection's device

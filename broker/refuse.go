@@ -73,7 +73,7 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 	// A refusal by the group is the tenant's, not the device's doing:
 	// it does not count towards the device's block.
 	if q.Block.After > 0 && !byGroup && h.countRefusal(c, q.Block, now) {
-		return h.blockNow(cl, c, q, now)
+		return h.blockNow(cl, c, q, class, now)
 	}
 
 	if q.Policy == devicelimit.PolicyDisconnect {

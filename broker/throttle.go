@@ -146,7 +146,10 @@ type throttle struct {
 	// through that it would have refused.
 	wouldRefuse atomic.Uint64
 	// wouldRefuseByRule splits wouldRefuse by the rule the device
-	// matched ("" for the default quota); fixed at New.
+	// matched ("" for the default quota): the rules configured at New,
+	// and those a reload added from the reload on (wouldRefuseOf).
+	// Guarded by wouldRefuseMu; a connection holds its rule's counter.
+	wouldRefuseMu     sync.Mutex
 	wouldRefuseByRule map[string]*atomic.Uint64
 	// blocks are the devices blocked for their refusals.
 	blocks *blocks
@@ -247,13 +250,25 @@ func (h *throttle) decide(cl *mqtt.Client, c *connInfo, class string, q, gq *dev
 		// Shadow mode: refused as an enforcing quota would (so not
 		// counted in its windows), let through all the same.
 		h.wouldRefuse.Add(1)
-		if r := h.wouldRefuseByRule[c.rules().ruleName]; r != nil {
-			r.Add(1)
-		}
+		c.rules().wouldRefuse.Add(1)
 		h.logThrottled(cl, c, class, refusing(*q, *gq, byGroup), d, byGroup, now)
 		d.Allowed = true
 	}
 	return d, byGroup
+}
+
+// wouldRefuseOf returns the would-refuse counter of the rule named rule
+// ("" for the default quota), made on first use: a rule a reload added
+// counts from then on. Called once per connection and per reload.
+func (h *throttle) wouldRefuseOf(rule string) *atomic.Uint64 {
+	h.wouldRefuseMu.Lock()
+	defer h.wouldRefuseMu.Unlock()
+	r := h.wouldRefuseByRule[rule]
+	if r == nil {
+		r = new(atomic.Uint64)
+		h.wouldRefuseByRule[rule] = r
+	}
+	return r
 }
 
 // OnPublish counts the publish against its device's window and applies
@@ -462,10 +477,12 @@ func (h *throttle) stats() Stats {
 	for class, r := range h.refusals {
 		st.Refusals[class] = [3]uint64{r[0].Load(), r[1].Load(), r[2].Load()}
 	}
+	h.wouldRefuseMu.Lock()
 	st.WouldRefuseByRule = make(map[string]uint64, len(h.wouldRefuseByRule))
 	for rule, r := range h.wouldRefuseByRule {
 		st.WouldRefuseByRule[rule] = r.Load()
 	}
+	h.wouldRefuseMu.Unlock()
 	st.Groups = make(map[string][3]uint64, len(h.groups))
 	for label, g := range h.groups {
 		st.Groups[label] = [3]uint64{g[0].Load(), g[1].Load(), g[2].Load()}

@@ -2,6 +2,7 @@ package devicelimit
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 )
 
@@ -264,8 +265,14 @@ func (r *Resolver) Default() Quota { return r.set.Load().def }
 // username, or the default. It does not consult overrides: callers cache
 // it per connection, since neither input changes while connected.
 func (r *Resolver) Rule(clientID, username string) (Quota, Source) {
-	q, _, src := r.RuleClasses(clientID, username)
-	return q, src
+	s := r.set.Load()
+	i := s.ruleFor(clientID, username)
+	if i < 0 {
+		return s.def, Source{Kind: SourceDefault}
+	}
+	q := s.rules[i].Quota
+	q.Shadow = s.ruleShadow(i, q.Shadow)
+	return q, Source{Kind: SourceRule, Rule: s.rules[i].Name}
 }
 
 // RuleClasses is Rule with the rule's (or the default's) topic classes.
@@ -296,14 +303,22 @@ func (s *ruleSet) ruleFor(clientID, username string) int {
 }
 
 // ruleClasses returns the quota, classes and source of rule i (-1: the
-// default), under the rule's runtime enforce switch.
+// default), under the rule's runtime enforce switch, which switches its
+// classes too (a copy of them, then).
 func (s *ruleSet) ruleClasses(i int) (Quota, []Class, Source) {
 	if i < 0 {
 		return s.def, s.classes, Source{Kind: SourceDefault}
 	}
 	q := s.rules[i].Quota
 	q.Shadow = s.ruleShadow(i, q.Shadow)
-	return q, s.rules[i].Classes, Source{Kind: SourceRule, Rule: s.rules[i].Name}
+	cs := s.rules[i].Classes
+	if s.switched.Load() && s.modes[i].Load() != modeConfigured && len(cs) > 0 {
+		cs = slices.Clone(cs)
+		for j := range cs {
+			cs[j].Quota.Shadow = s.ruleShadow(i, cs[j].Quota.Shadow)
+		}
+	}
+	return q, cs, Source{Kind: SourceRule, Rule: s.rules[i].Name}
 }
 
 // ClassNames returns the names of every topic class, the default's and
@@ -378,24 +393,32 @@ func (r *Resolver) ClassQuotaAt(device, class string, recorded Quota, now Tick) 
 // override's, when that has classes, else ruleClasses, resolved once at
 // connect) whose filter matches, else "" and QuotaAt's quota; rule is
 // the quota of the device's rule ruleName ("" for the default), under
-// its runtime enforce switch (SetRuleEnforce).
+// its runtime enforce switch (SetRuleEnforce), which switches the rule's
+// classes too (not an override's).
 func (r *Resolver) ClassAt(device string, rule Quota, ruleName string, ruleClasses []Class, topic string, now Tick) (string, Quota) {
 	s := r.set.Load()
 	q, classes := rule, ruleClasses
+	ri := -1 // the switched rule whose classes these are
 	if ruleName != "" && s.switched.Load() {
 		if i, ok := s.ruleIdx[ruleName]; ok {
+			ri = i
 			q.Shadow = s.ruleShadow(i, s.rules[i].Quota.Shadow)
 		}
 	}
 	if o, ok := r.Override(device, now); ok {
 		q = o.Quota
 		if len(o.Classes) > 0 {
-			classes = o.Classes
+			classes, ri = o.Classes, -1
 		}
 	}
 	if len(classes) > 0 {
 		if c, ok := MatchClass(classes, topic); ok {
-			return c.Name, c.Quota
+			if ri < 0 {
+				return c.Name, c.Quota
+			}
+			cq := c.Quota
+			cq.Shadow = s.ruleShadow(ri, cq.Shadow)
+			return c.Name, cq
 		}
 	}
 	return "", q

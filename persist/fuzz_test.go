@@ -124,3 +124,28 @@ func FuzzDecodeDeferredKey(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeBlock: a block record of any bytes decodes or fails with an
+// error; what decodes as version 2 encodes back to the same bytes, and
+// a version 1 record is its end alone.
+func FuzzDecodeBlock(f *testing.F) {
+	f.Add(encodeBlock(t0, t0.Add(time.Hour), "3 refusals over quota within 1m0s (quota: 10 messages per 1m0s)"))
+	f.Add(encodeBlock(0, 1, ""))
+	f.Add([]byte(blockV1))
+	f.Add([]byte{2, 1, 2})
+	f.Fuzz(func(t *testing.T, v []byte) {
+		since, until, reason, err := decodeBlock(v)
+		if err != nil {
+			return
+		}
+		if len(v) == 8 {
+			if since != 0 || reason != "" || !bytes.Equal(encodeBlock(0, until, "")[1:9], v) {
+				t.Fatalf("version 1 record % x decoded to %d %d %q", v, since, until, reason)
+			}
+			return
+		}
+		if len(reason) <= maxBlockReason && !bytes.Equal(encodeBlock(since, until, reason), v) {
+			t.Fatalf("record % x decoded to %d %d %q, which encodes otherwise", v, since, until, reason)
+		}
+	})
+}

@@ -24,6 +24,16 @@ func (d brokerDevices) Status(device string) admin.DeviceStatus {
 	return admin.DeviceStatus(d.srv.DeviceStatus(device))
 }
 
+// Deferred lists the first n of a device's deferred messages.
+func (d brokerDevices) Deferred(device string, n int) ([]admin.DeferredMessage, int) {
+	list, total := d.srv.Deferred(device, n)
+	out := make([]admin.DeferredMessage, len(list))
+	for i, m := range list {
+		out[i] = admin.DeferredMessage(m)
+	}
+	return out, total
+}
+
 // brokerGroups lists the groups of the devices connected.
 type brokerGroups struct{ srv *broker.Server }
 
@@ -41,9 +51,14 @@ type brokerBlocks struct{ srv *broker.Server }
 func (b brokerBlocks) Blocked() []admin.BlockedDevice {
 	var out []admin.BlockedDevice
 	for _, x := range b.srv.Blocks() {
-		out = append(out, admin.BlockedDevice{Device: x.Device, Until: x.Until})
+		out = append(out, admin.BlockedDevice(x))
 	}
 	return out
+}
+
+func (b brokerBlocks) Block(device string) (admin.BlockedDevice, bool) {
+	x, ok := b.srv.Block(device)
+	return admin.BlockedDevice(x), ok
 }
 
 func (b brokerBlocks) Unblock(device string) (bool, error) { return b.srv.Unblock(device) }

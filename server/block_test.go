@@ -49,17 +49,25 @@ func TestAutomaticBlocking(t *testing.T) {
 	other.MustPublish(t, "devices/fine-1/t", "ok", mqtttest.CodeSuccess)
 
 	var blocks struct {
-		Blocks []struct{ Device, Until string }
+		Blocks []struct{ Device, Until, Since, Reason string }
 	}
 	if body := httpGet(t, admin+"/api/v1/blocks", "test-token"); json.Unmarshal([]byte(body), &blocks) != nil || len(blocks.Blocks) != 1 || blocks.Blocks[0].Device != "flood-1" {
 		t.Fatalf("blocks: %s", body)
+	}
+	// The block says why, from when to when (10 minutes on the clock).
+	why := "3 refusals over quota within 1m0s (quota: 2 messages per 1h0m0s)"
+	b := blocks.Blocks[0]
+	since, err1 := time.Parse(time.RFC3339Nano, b.Since)
+	until, err2 := time.Parse(time.RFC3339Nano, b.Until)
+	if b.Reason != why || err1 != nil || err2 != nil || until.Sub(since) != 10*time.Minute {
+		t.Fatalf("block %+v, want the reason %q, from since to until 10m", b, why)
 	}
 	if m := httpGet(t, admin+"/metrics", ""); !strings.Contains(m, "devicegate_blocks_total 1\n") || !strings.Contains(m, "devicegate_devices_blocked 1\n") ||
 		!strings.Contains(m, `devicegate_connects_refused_total{reason="blocked"} 2`) {
 		t.Fatalf("metrics:\n%s", grepLines(m, "block"))
 	}
-	if body := httpGet(t, admin+"/api/v1/devices/flood-1", "test-token"); !strings.Contains(body, `"blocked_until"`) {
-		t.Fatalf("device status lacks blocked_until: %s", body)
+	if body := httpGet(t, admin+"/api/v1/devices/flood-1", "test-token"); !strings.Contains(body, `"blocked_until":"`+b.Until+`","blocked_since":"`+b.Since+`","block_reason":"`+why+`"`) {
+		t.Fatalf("device status lacks the block's end, start and reason: %s", body)
 	}
 	other.Close()
 	closeGateway(t, g)
@@ -159,5 +167,28 @@ func waitLost(t *testing.T, c *mqtttest.Client5, what string) {
 	case <-c.Lost():
 	case <-time.After(10 * time.Second):
 		t.Fatal(what)
+	}
+}
+
+// TestClassBlockReason: a block a topic class's quota made names the
+// class and its quota as its reason.
+func TestClassBlockReason(t *testing.T) {
+	cfg := testConfig(t.TempDir(), 1000, time.Hour)
+	cfg.Admin.Token = "test-token"
+	hour := config.Duration(time.Hour)
+	cfg.Limits.Rules = []config.Rule{{Name: "meters", Match: config.Match{ClientID: "meter-*"}, Quota: config.Quota{Limit: 100, Window: hour},
+		Classes: []config.Class{{Name: "alarms", Topics: []string{"alarms/#"},
+			Quota: config.Quota{Limit: 1, Window: hour, Block: &config.Block{After: 1, Within: config.Duration(time.Minute), For: hour}}}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := mustStart(t, cfg, Deps{})
+	dev := mqtttest.Dial5(t, g.Addr().String(), "meter-1")
+	dev.MustPublish(t, "alarms/1", "a", mqtttest.CodeSuccess)
+	_, _, _ = dev.PublishReason("alarms/1", "a") // refused: blocked
+	waitLost(t, dev, "the blocked device's connection did not end")
+	want := `"reason":"1 refusals over quota within 1m0s (topic class alarms: 1 messages per 1h0m0s)"`
+	if body := httpGet(t, "http://"+g.AdminAddr().String()+"/api/v1/blocks", "test-token"); !strings.Contains(body, want) {
+		t.Fatalf("blocks: %s, want %s", body, want)
 	}
 }

@@ -247,11 +247,11 @@ type sharedBlockStore struct {
 	}
 }
 
-func (s sharedBlockStore) SetBlock(device string, until devicelimit.Tick) error {
+func (s sharedBlockStore) SetBlock(device string, since, until devicelimit.Tick, reason string) error {
 	if err := s.shared.Set(device, until, s.clock.Now()); err != nil {
 		s.log.Error("block not shared with the other gateways", "device", device, "error", err)
 	}
-	return s.Store.SetBlock(device, until)
+	return s.Store.SetBlock(device, since, until, reason)
 }
 
 func (s sharedBlockStore) DeleteBlock(device string) error {

@@ -337,9 +337,10 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Forward: func() []admin.ForwardStats {
 			return forwardStats(g.forward)
 		},
-		Dead:   deadLetters{g.forward},
-		Backup: g.snap.Backup,
-		Reload: g.adminReload,
+		Dead:     deadLetters{g.forward},
+		Backup:   g.snap.Backup,
+		Reload:   g.adminReload,
+		Deferred: brokerDevices{srv}.Deferred,
 
 		TLSCertFile: cfg.Admin.TLS.CertFile,
 		TLSKeyFile:  cfg.Admin.TLS.KeyFile,

@@ -94,9 +94,13 @@ func TestAdminAnswersMatchOpenAPI(t *testing.T) {
 		{"PUT", "/api/v1/groups/not-a-tenant/quota", "/api/v1/groups/{name}/quota", `{"limit": 20, "window": "1h"}`, 200}, // {tenant} can be anything
 
 		{"PUT", "/api/v1/rules/trial/enforce", "/api/v1/rules/{name}/enforce", `{"enforce": false}`, 200},
+		{"PUT", "/api/v1/rules/tenants/enforce", "/api/v1/rules/{name}/enforce", `{"enforce": true}`, 200}, // classes and a group
 		{"PUT", "/api/v1/rules/nosuch/enforce", "/api/v1/rules/{name}/enforce", `{"enforce": true}`, 404},
 		{"GET", "/api/v1/devices/t-acme-1", "/api/v1/devices/{id}", "", 200},
 		{"GET", "/api/v1/devices/sensor-1", "/api/v1/devices/{id}", "", 200},
+		{"GET", "/api/v1/devices/sensor-1/deferred", "/api/v1/devices/{id}/deferred", "", 200},
+		{"GET", "/api/v1/devices/t-acme-1/deferred?limit=5", "/api/v1/devices/{id}/deferred", "", 200},
+		{"GET", "/api/v1/devices/sensor-1/deferred?limit=0", "/api/v1/devices/{id}/deferred", "", 400},
 		{"GET", "/api/v1/devices/trial-1", "/api/v1/devices/{id}", "", 200},
 		{"GET", "/api/v1/devices/dev-7", "/api/v1/devices/{id}", "", 200},
 		{"GET", "/api/v1/devices/dev-8", "/api/v1/devices/{id}", "", 200},

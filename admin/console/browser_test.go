@@ -16,8 +16,9 @@ import (
 )
 
 // ShotsEnv names a directory the browser tests write their screenshots
-// to (kept after the test; never commit them); unset, they go to the
-// test's temporary directory and are deleted with it.
+// (and the overview's page text) to, kept after the test (never commit
+// the screenshots); unset, they go to the test's temporary directory
+// and are deleted with it.
 const ShotsEnv = "DEVICEGATE_CONSOLE_SHOTS"
 
 // browser is a headless Chromium driving one tab, with what the tab
@@ -141,6 +142,18 @@ func (b *browser) shot(name string) {
 		b.t.Fatal(err)
 	}
 	b.t.Logf("screenshot %s", path)
+}
+
+// text saves the page's text (what a reader sees, document.body's
+// innerText) as name.txt beside the screenshots.
+func (b *browser) text(name string) {
+	b.t.Helper()
+	txt := eval[string](b, `document.body.innerText`)
+	path := filepath.Join(b.shots, name+".txt")
+	if err := os.WriteFile(path, []byte(txt), 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("page text %s", path)
 }
 
 // requests returns the URLs requested so far and the bytes received.

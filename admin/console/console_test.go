@@ -30,7 +30,8 @@ const xssID = `<img src=x onerror=alert(1)>`
 // startGateway starts a gateway whose devices get 3 messages an hour
 // (dropped above); "bad-*" devices 1 an hour, blocked for an hour after
 // 2 refusals; "fwd-*" 1000 an hour in group fleet (5000 an hour), their
-// fwd/# messages forwarded to upstream.
+// fwd/# messages forwarded to upstream; "slow-*" 1 an hour, deferred
+// above.
 func startGateway(t *testing.T, upstream string, console bool) *server.Gateway {
 	t.Helper()
 	hour := config.Duration(time.Hour)
@@ -47,6 +48,7 @@ func startGateway(t *testing.T, upstream string, console bool) *server.Gateway {
 			Quota: config.Quota{Limit: 1, Window: hour, Block: &config.Block{After: 2, Within: config.Duration(time.Minute), For: hour}}},
 		{Name: "forwarders", Match: config.Match{ClientID: "fwd-*"}, Quota: config.Quota{Limit: 1000, Window: hour},
 			Group: &config.Group{Name: "fleet", Quota: config.Quota{Limit: 5000, Window: hour}}},
+		{Name: "slow", Match: config.Match{ClientID: "slow-*"}, Quota: config.Quota{Limit: 1, Window: hour, Policy: devicelimit.PolicyDefer}},
 	}
 	if upstream != "" {
 		cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + upstream, Topics: []string{"fwd/#"}, MaxQoS: 1}}
@@ -104,7 +106,9 @@ func request(t *testing.T, method, url, tok string) (*http.Response, string) {
 // wrong token refused), find a flooding device among the throttled, see
 // its full window and retry-after, set an override through the form (a
 // bad one first, its field marked) and see the device judged by it,
-// lift a block from Blocks and see the device connect again, see the
+// see a block's reason on Blocks and on the device's page, lift it from
+// Blocks and see the device connect again, see a device's deferred
+// messages listed on its page, see the
 // forwarding backlog grow and the error while the upstream is down,
 // switch a rule to shadow mode and see its would-refuse count;
 // a device ID made of HTML shows as text. Every page is screenshot;
@@ -222,6 +226,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.do("blocks", chromedp.Navigate(base+"/ui/#/blocks"))
 	b.waitFor("bad-1 listed", `[...document.querySelectorAll(".block-select")].some(x => x.value === "bad-1")`)
 	b.shot("blocks")
+	// The block says why, on Blocks and on the device's page.
+	const why = "2 refusals over quota within 1m0s (quota: 1 messages per 1h0m0s)"
+	if got := eval[string](b, `document.querySelector("#blocks .block-row .block-reason").textContent`); got != why {
+		t.Fatalf("the block's reason on Blocks: %q, want %q", got, why)
+	}
+	b.do("bad-1's page", chromedp.Navigate(base+"/ui/#/device/bad-1"))
+	b.waitFor("its block's reason", `document.getElementById("block-reason") !== null`)
+	if got := eval[string](b, `document.getElementById("block-reason").textContent`); got != "why: "+why {
+		t.Fatalf("the block's reason on bad-1's page: %q, want why: %q", got, why)
+	}
+	b.shot("device-blocked")
+	b.do("blocks again", chromedp.Navigate(base+"/ui/#/blocks"))
+	b.waitFor("bad-1 listed", `[...document.querySelectorAll(".block-select")].some(x => x.value === "bad-1")`)
 	b.do("lift bad-1", chromedp.Click(chromedp.CSS(`.block-select[value="bad-1"]`)), chromedp.Click(chromedp.CSS(`#page button.danger`)))
 	b.waitFor("the confirmation", `document.querySelector(".confirm-yes") !== null`)
 	b.do("confirm", chromedp.Click(chromedp.CSS(`.confirm-yes`)))
@@ -229,6 +246,22 @@ func TestConsoleInBrowser(t *testing.T) {
 	if code, reason := mqtttest.ConnectCode(t, addr, "bad-1"); code != 0 {
 		t.Fatalf("bad-1 after the lift: CONNACK 0x%02x %s, want accepted", code, reason)
 	}
+
+	// A deferring device's page lists its queue, oldest first.
+	slow := mqtttest.Dial5(t, addr, "slow-1")
+	slow.MustPublish(t, "devices/slow-1/t", "admitted", mqtttest.CodeSuccess)
+	for i := range 3 {
+		slow.MustPublish(t, "devices/slow-1/q"+strconv.Itoa(i), strings.Repeat("x", 10+i), mqtttest.CodeSuccess) // deferred
+	}
+	b.do("slow-1's page", chromedp.Navigate(base+"/ui/#/device/slow-1"))
+	b.waitFor("its deferred messages", `document.querySelectorAll("#deferred-list .deferred-row").length === 3`)
+	if got := eval[string](b, `[...document.querySelector("#deferred-list .deferred-row").cells].slice(0, 3).map(c => c.textContent).join(" ")`); got != "devices/slow-1/q0  10 B" {
+		t.Fatalf("slow-1's first deferred message: %q, want its topic, no class, 10 B", got)
+	}
+	if got := eval[string](b, `document.getElementById("deferred-count").textContent`); got != "3, oldest first" {
+		t.Fatalf("slow-1's deferred count: %q", got)
+	}
+	b.shot("device-deferred")
 
 	// The upstream stops: the backlog grows and the error shows.
 	poll.Until(t, 10*time.Second, "fwd/1 forwarded", func() bool { return strings.Contains(apiGet(t, base, "/api/v1/forward"), `"forwarded":1`) })
@@ -251,7 +284,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Groups and rules pages render; a rule switches to shadow mode.
 	b.do("rules", chromedp.Navigate(base+"/ui/#/rules"))
-	b.waitFor("the rules", `document.querySelectorAll("#rules .rule-switch").length === 2`)
+	b.waitFor("the rules", `document.querySelectorAll("#rules .rule-switch").length === 3`)
 	b.do("switch bad to shadow", chromedp.Click(chromedp.CSS(`#rules .rule-switch`)))
 	b.waitFor("bad in shadow mode", `document.querySelector("#rules td.bad") && document.querySelector("#rules td.bad").textContent === "shadow"`)
 	var rules struct {
@@ -290,6 +323,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	t.Logf("overview: %.0f bytes over the wire in %d requests", bytes, len(urls))
 	b.shot("overview-final")
+	b.text("overview-final")
 
 	for _, u := range b.allRequests() {
 		if !strings.HasPrefix(u, base+"/") && u != "about:blank" {

@@ -672,7 +672,20 @@ func TestShadowCLIProcess(t *testing.T) {
 	t.Setenv("GATEWAY_ADMIN_ADDR", "")
 	dir := t.TempDir()
 	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
-	yaml := "limits:\n  rules:\n    - {name: meters, match: {client_id: \"meter-*\"}, quota: {limit: 1, window: 1h, enforce: false}}\n"
+	// meters in shadow mode, its class alarms too, its group fleet
+	// (shared with pumps) too.
+	yaml := `limits:
+  rules:
+    - name: meters
+      match: {client_id: "meter-*"}
+      quota: {limit: 1, window: 1h, enforce: false}
+      classes: [{name: alarms, topics: ["alarms/#"], quota: {limit: 1, window: 1h, enforce: false}}]
+      group: {name: fleet, quota: {limit: 100, window: 1h, enforce: false}}
+    - name: pumps
+      match: {client_id: "pump-*"}
+      quota: {limit: 1, window: 1h}
+      group: {name: fleet, quota: {limit: 100, window: 1h, enforce: false}}
+`
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -684,14 +697,19 @@ func TestShadowCLIProcess(t *testing.T) {
 	c := dial5(t, g.mqtt, "meter-1")
 	c.mustPublish(t, "devices/meter-1/t", "1", codeSuccess)
 	c.mustPublish(t, "devices/meter-1/t", "2", codeSuccess) // would be refused: let through
-	if code, out, errOut := cli("enforce", "meters", "true"); code != 0 || out != "rule meters: enforced until the gateway stops\n" {
-		t.Fatalf("enforce: exit %d, %q, %q", code, out, errOut)
+	c.mustPublish(t, "alarms/1", "1", codeSuccess)
+	c.mustPublish(t, "alarms/1", "2", codeSuccess) // the class's, let through too
+	want := "rule meters: enforced until the gateway stops: its own quota and its topic classes alarms\n" +
+		"group fleet: not switched, keeps its own mode (shadow mode as configured, shared with rules pumps; gateway quota set-group NAME ... [--shadow] changes one group)\n"
+	if code, out, errOut := cli("enforce", "meters", "true"); code != 0 || out != want {
+		t.Fatalf("enforce: exit %d, %q, %q, want %q", code, out, errOut, want)
 	}
 	c.mustPublish(t, "devices/meter-1/t", "3", codeQuotaExceeded)
-	if _, out, _ := cli("rules"); !regexp.MustCompile(`(?m)^meters +true$`).MatchString(out) {
+	c.mustPublish(t, "alarms/1", "3", codeQuotaExceeded) // the class enforced with its rule
+	if _, out, _ := cli("rules"); !regexp.MustCompile(`(?m)^meters +true +alarms: true +fleet: false \(not switched with the rule\)$`).MatchString(out) {
 		t.Errorf("rules:\n%s", out)
 	}
-	if code, _, errOut := cli("enforce", "pumps", "true"); code == 0 || !strings.Contains(errOut, `no rule named "pumps"`) {
+	if code, _, errOut := cli("enforce", "valves", "true"); code == 0 || !strings.Contains(errOut, `no rule named "valves"`) {
 		t.Errorf("enforce of an unknown rule: exit %d, %q", code, errOut)
 	}
 	if code, _, errOut := cli("enforce", "meters", "sometimes"); code != 2 || !strings.Contains(errOut, `"sometimes" is not true or false`) {
@@ -717,8 +735,8 @@ func TestShadowCLIProcess(t *testing.T) {
 
 // TestBlockCLIProcess: a gateway process blocks a device its quota
 // refused twice within a minute; `gateway quota blocks` lists it, the
-// block survives a restart (its CONNECT refused), and `gateway quota
-// unblock` lifts it.
+// block survives a restart (its CONNECT refused) with its start and
+// reason (`blocks`, `get`), and `gateway quota unblock` lifts it.
 func TestBlockCLIProcess(t *testing.T) {
 	t.Setenv("GATEWAY_ADMIN_TOKEN", "")
 	t.Setenv("GATEWAY_ADMIN_ADDR", "")
@@ -752,6 +770,15 @@ func TestBlockCLIProcess(t *testing.T) {
 	defer g.stop()
 	if code, reason := connectCode(t, g.mqtt, "flood-1"); code != 0x8A || !strings.Contains(reason, "blocked") {
 		t.Fatalf("CONNECT after the restart: 0x%02x %q; want 0x8A banned", code, reason)
+	}
+	// Its start and reason survived the restart too.
+	why := `2 refusals over quota within 1m0s \(quota: 1 messages per 1h0m0s\)`
+	if _, out, _ := cli("blocks"); !regexp.MustCompile(`(?m)^flood-1 +\d{4}-\S+ +\d{4}-\S+ +` + why + `$`).MatchString(out) {
+		t.Fatalf("blocks after the restart:\n%s", out)
+	}
+	if _, out, _ := cli("get", "flood-1"); !regexp.MustCompile(`(?m)^block reason +`+why+`$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^blocked since +\d{4}-`).MatchString(out) {
+		t.Fatalf("get after the restart:\n%s", out)
 	}
 	if code, out, errOut := cli("unblock", "flood-1"); code != 0 || out != "device flood-1: unblocked\n" {
 		t.Fatalf("unblock: exit %d, %q, %q", code, out, errOut)

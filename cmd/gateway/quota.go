@@ -108,9 +108,10 @@ override (kept in the data directory, so it survives restarts); delete
 removes it, restoring the configured quota; list shows every override;
 reset empties a device's window; throttled lists the devices refused
 most in the last one to two minutes; rules lists the configured rules
-and whether each is enforced; enforce switches a rule between enforcing
-and shadow mode until the gateway stops; blocks lists the devices
-blocked by automatic blocking; unblock lifts a device's block. groups
+and whether each is enforced; enforce switches a rule (its own quota
+and its topic classes, not its group) between enforcing and shadow mode
+until the gateway stops; blocks lists the devices blocked by automatic
+blocking, with when and why; unblock lifts a device's block. groups
 lists the groups (tenants) the gateway knows, group shows a group's
 windows, shared by all its devices; set-group overrides a group's
 quota, delete-group removes that override.
@@ -234,9 +235,9 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		v, raw, err := c.api.Blocks(ctx)
 		return c.print(sub, raw, err, func() {
 			tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "DEVICE\tBLOCKED UNTIL")
+			fmt.Fprintln(tw, "DEVICE\tBLOCKED UNTIL\tSINCE\tREASON")
 			for _, b := range v.Blocks {
-				fmt.Fprintf(tw, "%s\t%s\n", orDash(b.Device), b.Until)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", orDash(b.Device), b.Until, orDash(b.Since), orDash(b.Reason))
 			}
 			tw.Flush()
 		})
@@ -251,9 +252,14 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 		v, raw, err := c.api.Rules(ctx)
 		return c.print(sub, raw, err, func() {
 			tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "RULE\tENFORCE")
+			fmt.Fprintln(tw, "RULE\tENFORCE\tCLASSES\tGROUP")
 			for _, r := range v.Rules {
-				fmt.Fprintf(tw, "%s\t%v\n", r.Rule, r.Enforce)
+				classes := joinNames(r.Classes, func(c admin.RuleClassJSON) string { return fmt.Sprintf("%s: %v", c.Name, c.Enforce) }, ", ")
+				group := "-"
+				if r.Group != nil {
+					group = fmt.Sprintf("%s: %v (not switched with the rule)", r.Group.Name, r.Group.Enforce)
+				}
+				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\n", r.Rule, r.Enforce, orDash(classes), group)
 			}
 			tw.Flush()
 		})
@@ -263,13 +269,7 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 			return usagef("quota enforce: %q is not true or false", pos[1])
 		}
 		v, raw, err := c.api.SetRuleEnforce(ctx, pos[0], enforce)
-		return c.print(sub, raw, err, func() {
-			mode := "enforced"
-			if !v.Enforce {
-				mode = "in shadow mode (decided and counted, let through)"
-			}
-			fmt.Fprintf(c.out, "rule %s: %s until the gateway stops\n", v.Rule, mode)
-		})
+		return c.print(sub, raw, err, func() { printRuleSwitch(c.out, v) })
 	}
 	return nil
 }
@@ -408,6 +408,12 @@ func (c *quotaClient) get(ctx context.Context, id string) error {
 		row("deferred", v.Deferred)
 		if v.BlockedUntil != "" {
 			row("blocked until", v.BlockedUntil+" (CONNECTs refused; gateway quota unblock "+v.Device+" lifts it)")
+			if v.BlockedSince != "" {
+				row("blocked since", v.BlockedSince)
+			}
+			if v.BlockReason != "" {
+				row("block reason", v.BlockReason)
+			}
 		}
 		row("connected", v.Connected)
 		lastSeen := "-"
@@ -450,14 +456,7 @@ func (c *quotaClient) list(ctx context.Context) error {
 			if o.Enforce != nil && !*o.Enforce {
 				enforce = "false (shadow)"
 			}
-			classes := "-"
-			if len(o.Classes) > 0 {
-				names := make([]string, len(o.Classes))
-				for i, cl := range o.Classes {
-					names[i] = cl.Name
-				}
-				classes = strings.Join(names, ",")
-			}
+			classes := orDash(joinNames(o.Classes, func(c admin.ClassJSON) string { return c.Name }, ","))
 			if len(o.Windows) > 0 {
 				fmt.Fprintf(tw, "%s\t-\t%s\t%s\t%s\t%s\t%s\n", orDash(o.Device), describeWindows(o.Windows), orDash(o.Policy), enforce, orDash(o.ExpiresAt), classes)
 				continue
@@ -570,4 +569,38 @@ func windowState(w admin.WindowJSON) string {
 		s += fmt.Sprintf(": used %d, remaining %d, retry after %s", *w.Used, *w.Remaining, orDash(w.RetryAfter))
 	}
 	return s
+}
+
+// printRuleSwitch says what a rule switch switched (the rule's quota
+// and its topic classes) and what it did not (its group).
+func printRuleSwitch(out io.Writer, v admin.RuleJSON) {
+	mode := "enforced"
+	if !v.Enforce {
+		mode = "in shadow mode (decided and counted, let through)"
+	}
+	what := "its own quota"
+	if len(v.Classes) > 0 {
+		what += " and its topic classes " + joinNames(v.Classes, func(c admin.RuleClassJSON) string { return c.Name }, ", ")
+	}
+	fmt.Fprintf(out, "rule %s: %s until the gateway stops: %s\n", v.Rule, mode, what)
+	if g := v.Group; g != nil {
+		gm := "enforcing"
+		if !g.Enforce {
+			gm = "shadow mode"
+		}
+		shared := ""
+		if len(g.SharedWith) > 0 {
+			shared = ", shared with rules " + strings.Join(g.SharedWith, ", ")
+		}
+		fmt.Fprintf(out, "group %s: not switched, keeps its own mode (%s as configured%s; gateway quota set-group NAME ... [--shadow] changes one group)\n", g.Name, gm, shared)
+	}
+}
+
+// joinNames joins the names of xs with sep.
+func joinNames[T any](xs []T, name func(T) string, sep string) string {
+	names := make([]string, len(xs))
+	for i, x := range xs {
+		names[i] = name(x)
+	}
+	return strings.Join(names, sep)
 }

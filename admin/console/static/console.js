@@ -342,6 +342,7 @@ async function device(page, r) {
   if (d.group) {
     try { group = await api("GET", "/api/v1/groups/" + enc(d.group)); } catch (e) { group = null; }
   }
+  const queue = d.deferred > 0 ? await api("GET", devicePath(id) + "/deferred?limit=" + DEFERRED_SHOWN) : null;
   const reload = () => route();
   const q = d.quota;
   const ws = windowsOf(q, d);
@@ -375,8 +376,9 @@ async function device(page, r) {
       fact("policy", (q.policy || "") + (q.enforce === false ? ", shadow mode (decided, not enforced)" : ", enforcing"), "policy"),
       fact("group", d.group ? el("a", { href: "#/groups" }, d.group) : "none"),
       fact("deferred", d.deferred + " messages queued", "deferred"),
-      fact("block", d.blocked_until ? el("span", { class: "bad" }, "blocked until " + fmtTime(d.blocked_until) +
-        (q.block ? ` (refused ${q.block.after} times within ${q.block.within}: blocked for ${q.block.for})` : "")) : "not blocked", "block"),
+      fact("block", d.blocked_until ? [el("span", { class: "bad" }, "blocked until " + fmtTime(d.blocked_until)),
+        d.blocked_since ? " since " + fmtTime(d.blocked_since) : "",
+        el("div", { id: "block-reason" }, d.block_reason ? "why: " + d.block_reason : "why: not recorded")] : "not blocked", "block"),
       fact("next message", d.remaining > 0 ? "admitted" : "refused, retry after " + d.retry_after, "retry-after")),
     el("h2", {}, "Windows"),
     windowTable("device-windows", ws),
@@ -384,6 +386,8 @@ async function device(page, r) {
       el("h3", {}, c.name + " ", el("span", { class: "muted" }, c.topics.join(", "))),
       windowTable("class-" + c.name, windowsOf(c.quota))])] : "",
     group ? [el("h2", {}, "Group " + group.group + " windows"), windowTable("group-windows", windowsOf(group.quota))] : "",
+    el("h2", {}, "Deferred messages"),
+    deferredTable(queue),
     el("h2", {}, "Actions"),
     actions,
     el("h2", {}, "Quota override"),
@@ -394,6 +398,24 @@ async function device(page, r) {
       d.refusals.map(x => el("tr", {}, el("td", {}, fmtTime(x.at)), el("td", {}, x.topic), el("td", {}, x.class || ""), el("td", {}, x.reason))))
       : el("p", { class: "muted", id: "refusals" }, "none since the gateway started tracking it"),
   );
+}
+
+// DEFERRED_SHOWN is how many of a device's deferred messages its page
+// lists (the first, in the order they will be released).
+const DEFERRED_SHOWN = 20;
+
+// deferredTable lists a device's deferred messages: topic, class, size
+// and age, the first DEFERRED_SHOWN with the total.
+function deferredTable(queue) {
+  if (!queue || queue.total === 0) return el("p", { class: "muted", id: "deferred-list" }, "none queued");
+  return [
+    el("p", { id: "deferred-count" }, queue.messages.length < queue.total ?
+      `the first ${queue.messages.length} of ${queue.total}, oldest first` : `${queue.total}, oldest first`),
+    el("table", { id: "deferred-list" },
+      el("tr", {}, el("th", {}, "topic"), el("th", {}, "class"), el("th", { class: "num" }, "size"), el("th", { class: "num" }, "QoS"), el("th", {}, "deferred at"), el("th", { class: "num" }, "age")),
+      queue.messages.map(m => el("tr", { class: "deferred-row" },
+        el("td", {}, m.topic), el("td", {}, m.class || ""), el("td", { class: "num" }, fmtBytes(m.size)),
+        el("td", { class: "num" }, m.qos), el("td", {}, fmtTime(m.deferred_at)), el("td", { class: "num" }, m.age_seconds.toFixed(1) + " s"))))];
 }
 
 // overrideForm sets a device's (or a group's) override; the API's
@@ -472,12 +494,14 @@ async function groups(page) {
 async function rules(page) {
   const list = await api("GET", "/api/v1/rules");
   show(page, el("h1", {}, "Rules"),
-    el("p", { class: "muted" }, "A rule in shadow mode decides and counts as if enforcing, and lets every message through. A switch holds until the gateway restarts."),
+    el("p", { class: "muted" }, "A rule in shadow mode decides and counts as if enforcing, and lets every message through. A switch covers the rule's own quota and its topic classes, not its group, and holds until the gateway restarts."),
     list.rules.length === 0 ? el("p", { class: "muted" }, "No rules configured (limits.rules): every device has the default quota.") :
-      el("table", { id: "rules" }, el("tr", {}, el("th", {}, "rule"), el("th", {}, "mode"), el("th", { class: "num" }, "would refuse"), el("th", {}, "")),
+      el("table", { id: "rules" }, el("tr", {}, el("th", {}, "rule"), el("th", {}, "mode"), el("th", {}, "classes"), el("th", {}, "group (not switched)"), el("th", { class: "num" }, "would refuse"), el("th", {}, "")),
         list.rules.map(x => el("tr", {},
           el("td", {}, x.rule),
           el("td", { class: x.enforce ? "ok" : "bad" }, x.enforce ? "enforcing" : "shadow"),
+          el("td", {}, (x.classes || []).map(c => c.name + (c.enforce ? "" : " (shadow)")).join(", ") || "—"),
+          el("td", {}, x.group ? x.group.name + (x.group.enforce ? "" : " (shadow)") : "—"),
           el("td", { class: "num" }, x.would_refuse === undefined ? "—" : x.would_refuse),
           el("td", {}, el("button", { type: "button", class: "rule-switch", onclick: async () => {
             await api("PUT", "/api/v1/rules/" + enc(x.rule) + "/enforce", { enforce: !x.enforce }); await route();
@@ -518,9 +542,10 @@ async function blocks(page) {
       el("table", { id: "blocks" },
         el("tr", {}, el("th", {}, el("input", { type: "checkbox", id: "select-all", title: "select all", onchange: (ev) => {
           for (const x of boxes) x.checked = ev.target.checked;
-        } })), el("th", {}, "device"), el("th", {}, "blocked until")),
-        list.blocks.map((b, i) => el("tr", {}, el("td", {}, boxes[i]),
-          el("td", {}, el("a", { href: deviceHash(b.device) }, b.device)), el("td", {}, fmtTime(b.until))))),
+        } })), el("th", {}, "device"), el("th", {}, "blocked until"), el("th", {}, "since"), el("th", {}, "reason")),
+        list.blocks.map((b, i) => el("tr", { class: "block-row" }, el("td", {}, boxes[i]),
+          el("td", {}, el("a", { href: deviceHash(b.device) }, b.device)), el("td", {}, fmtTime(b.until)),
+          el("td", {}, fmtTime(b.since)), el("td", { class: "block-reason" }, b.reason || "not recorded")))),
       el("p", {}, confirmButton("Lift selected", "Lift the blocks of the devices selected?", async () => {
         const chosen = boxes.filter(x => x.checked).map(x => x.value);
         const failed = [];
