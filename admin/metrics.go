@@ -15,6 +15,7 @@ type Snapshot struct {
 	Blocked                                              int    // devices blocked now
 	Released, Expired                                    uint64 // deferred messages released / expired
 	QueueMessages, QueueBytes                            int64  // deferred queue depth
+	DeferredDamaged                                      int64  // deferred messages set aside as damaged
 	DevicesTracked                                       int    // windows in the table
 	ConnectedClients                                     int64
 	Subscriptions                                        int64   // held by the broker, of connected clients and kept sessions
@@ -100,6 +101,7 @@ var (
 	descExpired       = prometheus.NewDesc("devicegate_deferred_expired_total", "Deferred messages discarded after their maximum age.", nil, nil)
 	descQueueMessages = prometheus.NewDesc("devicegate_deferred_queue_messages", "Messages in the deferral queue.", nil, nil)
 	descQueueBytes    = prometheus.NewDesc("devicegate_deferred_queue_bytes", "Bytes in the deferral queue.", nil, nil)
+	descDeferDamaged  = prometheus.NewDesc("devicegate_deferred_damaged", "Deferred messages set aside in the data file as damaged (checksum mismatch, or a record that does not decode), never released.", nil, nil)
 	descTracked       = prometheus.NewDesc("devicegate_devices_tracked", "Live rate windows: one per device with one window, more for a device with several windows or topic classes.", nil, nil)
 	descConnected     = prometheus.NewDesc("devicegate_connected_clients", "Connected MQTT clients.", nil, nil)
 	descSubscriptions = prometheus.NewDesc("devicegate_subscriptions", "Subscriptions held by the broker (of connected clients and kept sessions).", nil, nil)
@@ -139,7 +141,7 @@ type collector struct{ src StatsSource }
 func NewCollector(src StatsSource) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes,
+	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes, descDeferDamaged,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descLeaseWrites, descLeaseRecords, descRollbacks,
 		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descFwdDead, descFwdDeadHeld, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool} {
 		ch <- d
@@ -166,6 +168,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descExpired, s.Expired)
 	gauge(descQueueMessages, float64(s.QueueMessages))
 	gauge(descQueueBytes, float64(s.QueueBytes))
+	gauge(descDeferDamaged, float64(s.DeferredDamaged))
 	gauge(descTracked, float64(s.DevicesTracked))
 	gauge(descConnected, float64(s.ConnectedClients))
 	gauge(descSubscriptions, float64(s.Subscriptions))

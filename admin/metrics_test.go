@@ -12,7 +12,7 @@ import (
 func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
 		Allowed: 10, Dropped: 2, Disconnected: 1, WouldRefuse: 31, Blocks: 32, Blocked: 2, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
-		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20, ConsumerWaits: 43, ConsumerSpoolBytes: 44,
+		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20, ConsumerWaits: 43, ConsumerSpoolBytes: 44, DeferredDamaged: 45,
 		Forward: []ForwardStats{{Upstream: "cloud", Connections: 2, Connected: 1, Forwarded: 21, Backlog: 22, BacklogBytes: 2300,
 			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5, DeadLetters: 2, DeadByReason: map[string]uint64{"too_large": 6}, DeadDropped: 1}},
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, LeaseWrites: 5, LeaseRecords: 50, ClockRollbacks: 1,
@@ -46,6 +46,9 @@ devicegate_consumer_spool_bytes 44
 # HELP devicegate_consumer_waits_total Publishes that waited for a backend consumer (mqtt.consumers) whose write queue was more than half full to catch up.
 # TYPE devicegate_consumer_waits_total counter
 devicegate_consumer_waits_total 43
+# HELP devicegate_deferred_damaged Deferred messages set aside in the data file as damaged (checksum mismatch, or a record that does not decode), never released.
+# TYPE devicegate_deferred_damaged gauge
+devicegate_deferred_damaged 45
 # HELP devicegate_deferred_expired_total Deferred messages discarded after their maximum age.
 # TYPE devicegate_deferred_expired_total counter
 devicegate_deferred_expired_total 6
@@ -140,8 +143,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 45 {
-		t.Fatalf("%d series, want 45", n)
+	if n := testutil.CollectAndCount(c); n != 46 {
+		t.Fatalf("%d series, want 46", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

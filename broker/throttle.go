@@ -67,6 +67,10 @@ type Stats struct {
 	// QueueMessages and QueueBytes are the deferral queue's current
 	// size: messages, and bytes of their stored records.
 	QueueMessages, QueueBytes int64
+	// DeferredDamaged is how many deferred messages the store holds set
+	// aside as damaged (a checksum that does not match, a record that
+	// does not decode): never released.
+	DeferredDamaged int64
 	// Inline counts server-injected publishes, passed through uncounted;
 	// released deferred messages are in Released, not here.
 	Inline uint64
@@ -477,6 +481,7 @@ func (h *throttle) stats() Stats {
 		st.Expired = d.expired.Load()
 		st.QueueMessages = d.queueMsgs.Load()
 		st.QueueBytes = d.queueBytes.Load()
+		st.DeferredDamaged = d.damaged.Load()
 	}
 	return st
 }
