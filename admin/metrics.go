@@ -78,6 +78,9 @@ type ForwardStats struct {
 	// DroppedOldest, Refused and Expired count the messages that never
 	// went: dropped for room, refused when full, too old (max_age).
 	DroppedOldest, Refused, Expired uint64
+	// LowSpace counts those of DroppedOldest and Refused that went
+	// because the data file's disk was at its free-space floor.
+	LowSpace uint64
 	// DeadLetters is how many messages the dead-letter logs hold;
 	// DeadByReason counts those moved there since start, by reason;
 	// DeadDropped those dropped from a full dead-letter log.
@@ -120,6 +123,7 @@ var (
 	descFwdConnected  = prometheus.NewDesc("devicegate_forward_connected", "The upstream's connections that are up.", []string{"upstream"}, nil)
 	descFwdDead       = prometheus.NewDesc("devicegate_forward_dead_letters_total", "Messages the upstream refused for good, moved to its dead-letter log, by reason.", []string{"upstream", "reason"}, nil)
 	descFwdDeadHeld   = prometheus.NewDesc("devicegate_forward_dead_letters", "Messages in the upstream's dead-letter logs.", []string{"upstream"}, nil)
+	descFwdLowSpace   = prometheus.NewDesc("devicegate_forward_low_space_total", "Messages refused (overflow refuse_new) or the oldest dropped (drop_oldest) because the data file's disk was at its free-space floor (persist.min_free_bytes); counted in devicegate_forward_dropped_total too.", []string{"upstream"}, nil)
 	descFwdOldest     = prometheus.NewDesc("devicegate_forward_oldest_age_seconds", "How long the oldest message in the upstream's forward logs has waited; 0 when none waits.", []string{"upstream"}, nil)
 	descFwdForwarded  = prometheus.NewDesc("devicegate_forward_forwarded_total", "Messages the upstream acknowledged.", []string{"upstream"}, nil)
 	descFwdBacklog    = prometheus.NewDesc("devicegate_forward_backlog_messages", "Messages in the upstream's forward log, not yet acknowledged upstream.", []string{"upstream"}, nil)
@@ -143,7 +147,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes, descDeferDamaged,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descLeaseWrites, descLeaseRecords, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descFwdDead, descFwdDeadHeld, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdLowSpace, descFwdOldest, descFwdDead, descFwdDeadHeld, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool} {
 		ch <- d
 	}
 }
@@ -200,6 +204,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descFwdDropped, f.Refused, f.Upstream, "refused")
 		counter(descFwdDropped, f.Expired, f.Upstream, "expired")
 		counter(descFwdDropped, f.DeadDropped, f.Upstream, "dead_letters_full")
+		counter(descFwdLowSpace, f.LowSpace, f.Upstream)
 		for reason, n := range f.DeadByReason {
 			counter(descFwdDead, n, f.Upstream, reason)
 		}

@@ -48,7 +48,8 @@ type upstreamLog struct {
 }
 
 func (u *upstreamLog) add(topic string, payload []byte) {
-	n, _ := strconv.Atoi(string(payload))
+	num, _, _ := strings.Cut(string(payload), " ") // the number, then a fleet's padding
+	n, _ := strconv.Atoi(num)
 	u.mu.Lock()
 	u.got[topic] = append(u.got[topic], n)
 	u.mu.Unlock()
@@ -113,10 +114,20 @@ type fleet struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	topics  []string
+	pad     string // after each message's number and a space, when set
 }
 
 func startFleet(addr string, devices int, every time.Duration) *fleet {
+	return startFleetPadded(addr, devices, every, 0)
+}
+
+// startFleetPadded is startFleet with payloads of the number, a space
+// and pad bytes.
+func startFleetPadded(addr string, devices int, every time.Duration, pad int) *fleet {
 	f := &fleet{acked: make([]atomic.Int64, devices), stop: make(chan struct{})}
+	if pad > 0 {
+		f.pad = " " + strings.Repeat("p", pad)
+	}
 	for i := range devices {
 		id := fmt.Sprintf("dev-%02d", i)
 		f.topics = append(f.topics, "devices/"+id+"/t")
@@ -149,7 +160,7 @@ func (f *fleet) device(addr, id string, acked *atomic.Int64, every time.Duration
 		}
 		f.sent.Add(1)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := c.Publish(ctx, &paho.Publish{Topic: "devices/" + id + "/t", QoS: 1, Payload: []byte(strconv.Itoa(n))})
+		resp, err := c.Publish(ctx, &paho.Publish{Topic: "devices/" + id + "/t", QoS: 1, Payload: []byte(strconv.Itoa(n) + f.pad)})
 		cancel()
 		switch {
 		case err == nil:
