@@ -16,9 +16,22 @@ var bucketDeferredDamaged = []byte("deferred-damaged")
 // deferral queue to the damaged ones, durably, in one transaction: each
 // is then in one or the other, never in both nor in neither. Keys not
 // stored are not an error. held is how many damaged messages the file
-// holds after the move, these and those set aside before.
+// holds after the move, these and those set aside before; with no keys
+// nothing is written, and held is counted.
 func (s *Store) SetAsideDeferred(keys []DeferredKey) (held int, err error) {
-	err = s.update(func(tx *bolt.Tx) error {
+	write := s.update
+	if len(keys) == 0 {
+		// Only the count: no write at start-up, where the disk may be
+		// full.
+		write = s.view
+	}
+	err = write(func(tx *bolt.Tx) error {
+		if len(keys) == 0 {
+			if b := tx.Bucket(bucketDeferredDamaged); b != nil {
+				held = b.Stats().KeyN
+			}
+			return nil
+		}
 		aside, err := tx.CreateBucketIfNotExists(bucketDeferredDamaged)
 		if err != nil {
 			return err
