@@ -124,3 +124,14 @@ func TestNoFloor(t *testing.T) {
 		t.Fatalf("without a floor: %v, low %v, health %+v", err, s.SpaceLow(), s.Health())
 	}
 }
+
+// TestFloorAtOpen: a store opened on a disk already below its floor
+// reports it at once, before any append.
+func TestFloorAtOpen(t *testing.T) {
+	var free, now atomic.Int64
+	free.Store(1 << 20)
+	s := floorStore(t, 8<<20, &free, &now)
+	if h := s.Health(); !s.SpaceLow() || !h.Failing || !strings.Contains(h.Err, "min_free_bytes") {
+		t.Fatalf("opened below the floor: low %v, health %+v", s.SpaceLow(), h)
+	}
+}

@@ -191,6 +191,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		freeInFile: func() int64 { return int64(db.Stats().FreeAlloc) }}
 	s.commit = newCommitter(db, func(err error, size int) { s.health.note(err, size, time.Now, s.log, s.path) })
 	s.commit.space = s.space
+	s.space.check(0) // a disk below the floor shows at once, before any append
 	return s, nil
 }
 

@@ -140,6 +140,14 @@ func TestDiskFloorProcess(t *testing.T) {
 		!strings.Contains(string(m), `devicegate_forward_low_space_total{upstream="cloud"}`) {
 		t.Fatal("metrics at the floor: want devicegate_persist_failing 1 and devicegate_forward_low_space_total")
 	}
+	code, out, errOut := runBinary(t, "forward", "status", "--admin-addr", g.admin, "--token", g.token)
+	if code != 0 || !strings.Contains(out, "refused or dropped since start: the data file's disk at its free-space floor") {
+		t.Fatalf("forward status at the floor: exit %d\n%s%s", code, out, errOut)
+	}
+	code, body := g.raw(t, "", "GET", "/healthz", "")
+	if code != 503 || !strings.Contains(string(body), "below persist.min_free_bytes 4194304") {
+		t.Fatalf("/healthz at the floor: %d %s, want 503 naming the floor", code, body)
+	}
 	upAt := time.Now()
 	dest.up()
 	poll.Until(t, 60*time.Second, "the backlog drained", func() bool { return upstream()["backlog_messages"].(float64) < 50 })
