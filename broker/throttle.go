@@ -371,7 +371,11 @@ func (h *throttle) admitFailed(cl *mqtt.Client, pk *packets.Packet, err error) e
 		// QoS 1/2 publish gets no ack (acked would say it will get
 		// upstream), and a QoS 0 one is dropped.
 		if wantsRefusal(cl, *pk) {
-			return h.quotaExceeded(cl, *pk, "forward log full: the upstream is away; retry later")
+			reason := "forward log full: the upstream is away; retry later"
+			if errors.Is(err, forward.ErrLowSpace) {
+				reason = "the gateway's disk is at its free-space floor: retry later"
+			}
+			return h.quotaExceeded(cl, *pk, reason)
 		}
 		if pk.FixedHeader.Qos == 0 {
 			return errIgnore

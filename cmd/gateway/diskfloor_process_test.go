@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	"golang.org/x/sys/unix"
 
 	"github.com/devicegate/devicegate/internal/freeport"
@@ -139,6 +141,17 @@ func TestDiskFloorProcess(t *testing.T) {
 	if _, m := g.raw(t, "", "GET", "/metrics", ""); !strings.Contains(string(m), "\ndevicegate_persist_failing 1\n") ||
 		!strings.Contains(string(m), `devicegate_forward_low_space_total{upstream="cloud"}`) {
 		t.Fatal("metrics at the floor: want devicegate_persist_failing 1 and devicegate_forward_low_space_total")
+	}
+	probe := connect5(addr, "probe")
+	if probe == nil {
+		t.Fatal("an MQTT 5 device cannot connect at the floor")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	resp, err := probe.Publish(ctx, &paho.Publish{Topic: "devices/probe/t", QoS: 1, Payload: []byte("1")})
+	cancel()
+	_ = probe.Disconnect(&paho.Disconnect{})
+	if resp == nil || resp.ReasonCode != 0x97 || resp.Properties == nil || !strings.Contains(resp.Properties.ReasonString, "free-space floor") {
+		t.Fatalf("a publish at the floor: %+v, %v; want 0x97 saying the disk is at its free-space floor", resp, err)
 	}
 	code, out, errOut := runBinary(t, "forward", "status", "--admin-addr", g.admin, "--token", g.token)
 	if code != 0 || !strings.Contains(out, "refused or dropped since start: the data file's disk at its free-space floor") {
