@@ -184,6 +184,9 @@ type UpstreamJSON struct {
 	DroppedOldest    uint64  `json:"dropped_oldest"`
 	Refused          uint64  `json:"refused"`
 	Expired          uint64  `json:"expired"`
+	// LowSpace counts those of dropped_oldest and refused that went
+	// because the data file's disk was at its free-space floor.
+	LowSpace uint64 `json:"low_space"`
 	// DeadLetters is how many messages the upstream's dead-letter logs
 	// hold; DeadLettersByReason counts those moved there since start.
 	DeadLetters         int               `json:"dead_letters"`

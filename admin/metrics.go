@@ -15,6 +15,7 @@ type Snapshot struct {
 	Blocked                                              int    // devices blocked now
 	Released, Expired                                    uint64 // deferred messages released / expired
 	QueueMessages, QueueBytes                            int64  // deferred queue depth
+	DeferredDamaged                                      int64  // deferred messages set aside as damaged
 	DevicesTracked                                       int    // windows in the table
 	ConnectedClients                                     int64
 	Subscriptions                                        int64   // held by the broker, of connected clients and kept sessions
@@ -80,6 +81,9 @@ type ForwardStats struct {
 	// DroppedOldest, Refused and Expired count the messages that never
 	// went: dropped for room, refused when full, too old (max_age).
 	DroppedOldest, Refused, Expired uint64
+	// LowSpace counts those of DroppedOldest and Refused that went
+	// because the data file's disk was at its free-space floor.
+	LowSpace uint64
 	// DeadLetters is how many messages the dead-letter logs hold;
 	// DeadByReason counts those moved there since start, by reason;
 	// DeadDropped those dropped from a full dead-letter log.
@@ -131,6 +135,8 @@ var (
 	descConsumerSpool    = prometheus.NewDesc("devicegate_consumer_spool_bytes", "Bytes written for the connected backend consumers (mqtt.consumers) and not yet sent to their sockets.", nil, nil)
 	descConsumersSpooled = prometheus.NewDesc("devicegate_consumers_spooled_total", "Connections of backend consumers (mqtt.consumers, matched at CONNECT) given a write spool.", nil, nil)
 	descPersistErrs      = prometheus.NewDesc("devicegate_persist_write_failures_total", "Failed writes to the data file.", nil, nil)
+	descDeferDamaged     = prometheus.NewDesc("devicegate_deferred_damaged", "Deferred messages set aside in the data file as damaged (checksum mismatch, or a record that does not decode), never released.", nil, nil)
+	descFwdLowSpace      = prometheus.NewDesc("devicegate_forward_low_space_total", "Messages refused (overflow refuse_new) or the oldest dropped (drop_oldest) because the data file's disk was at its free-space floor (persist.min_free_bytes); counted in devicegate_forward_dropped_total too.", []string{"upstream"}, nil)
 )
 
 // collector reads a StatsSource at each scrape, so the domain types
@@ -143,9 +149,9 @@ type collector struct{ src StatsSource }
 func NewCollector(src StatsSource) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes,
+	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes, descDeferDamaged,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descLeaseWrites, descLeaseRecords, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdOldest, descFwdDead, descFwdDeadHeld, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool, descConsumersSpooled} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdLowSpace, descFwdOldest, descFwdDead, descFwdDeadHeld, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool, descConsumersSpooled} {
 		ch <- d
 	}
 }
@@ -170,6 +176,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descExpired, s.Expired)
 	gauge(descQueueMessages, float64(s.QueueMessages))
 	gauge(descQueueBytes, float64(s.QueueBytes))
+	gauge(descDeferDamaged, float64(s.DeferredDamaged))
 	gauge(descTracked, float64(s.DevicesTracked))
 	gauge(descConnected, float64(s.ConnectedClients))
 	gauge(descSubscriptions, float64(s.Subscriptions))
@@ -202,6 +209,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descFwdDropped, f.Refused, f.Upstream, "refused")
 		counter(descFwdDropped, f.Expired, f.Upstream, "expired")
 		counter(descFwdDropped, f.DeadDropped, f.Upstream, "dead_letters_full")
+		counter(descFwdLowSpace, f.LowSpace, f.Upstream)
 		for reason, n := range f.DeadByReason {
 			counter(descFwdDead, n, f.Upstream, reason)
 		}

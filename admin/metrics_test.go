@@ -12,9 +12,9 @@ import (
 func TestCollector(t *testing.T) {
 	src := fixedStats{Snapshot{
 		Allowed: 10, Dropped: 2, Disconnected: 1, WouldRefuse: 31, Blocks: 32, Blocked: 2, Deferred: 3, Overflowed: 4, Released: 5, Expired: 6,
-		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20, ConsumerWaits: 43, ConsumerSpoolBytes: 44, ConsumersSpooled: 45,
+		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20, ConsumerWaits: 43, ConsumerSpoolBytes: 44, ConsumersSpooled: 45, DeferredDamaged: 46,
 		Forward: []ForwardStats{{Upstream: "cloud", Connections: 2, Connected: 1, Forwarded: 21, Backlog: 22, BacklogBytes: 2300,
-			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5, DeadLetters: 2, DeadByReason: map[string]uint64{"too_large": 6}, DeadDropped: 1}},
+			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5, LowSpace: 2, DeadLetters: 2, DeadByReason: map[string]uint64{"too_large": 6}, DeadDropped: 1}},
 		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, LeaseWrites: 5, LeaseRecords: 50, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 		Groups: map[string][3]uint64{"{tenant}": {40, 41, 42}},
@@ -49,6 +49,9 @@ devicegate_consumer_waits_total 43
 # HELP devicegate_consumers_spooled_total Connections of backend consumers (mqtt.consumers, matched at CONNECT) given a write spool.
 # TYPE devicegate_consumers_spooled_total counter
 devicegate_consumers_spooled_total 45
+# HELP devicegate_deferred_damaged Deferred messages set aside in the data file as damaged (checksum mismatch, or a record that does not decode), never released.
+# TYPE devicegate_deferred_damaged gauge
+devicegate_deferred_damaged 46
 # HELP devicegate_deferred_expired_total Deferred messages discarded after their maximum age.
 # TYPE devicegate_deferred_expired_total counter
 devicegate_deferred_expired_total 6
@@ -102,6 +105,9 @@ devicegate_forward_dropped_total{reason="refused",upstream="cloud"} 4
 # HELP devicegate_forward_forwarded_total Messages the upstream acknowledged.
 # TYPE devicegate_forward_forwarded_total counter
 devicegate_forward_forwarded_total{upstream="cloud"} 21
+# HELP devicegate_forward_low_space_total Messages refused (overflow refuse_new) or the oldest dropped (drop_oldest) because the data file's disk was at its free-space floor (persist.min_free_bytes); counted in devicegate_forward_dropped_total too.
+# TYPE devicegate_forward_low_space_total counter
+devicegate_forward_low_space_total{upstream="cloud"} 2
 # HELP devicegate_forward_oldest_age_seconds How long the oldest message in the upstream's forward logs has waited; 0 when none waits.
 # TYPE devicegate_forward_oldest_age_seconds gauge
 devicegate_forward_oldest_age_seconds{upstream="cloud"} 1.5
@@ -143,8 +149,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 46 {
-		t.Fatalf("%d series, want 46", n)
+	if n := testutil.CollectAndCount(c); n != 48 {
+		t.Fatalf("%d series, want 48", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

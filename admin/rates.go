@@ -47,7 +47,10 @@ type RatesJSON struct {
 	Blocked          int        `json:"blocked"`
 	DevicesTracked   int        `json:"devices_tracked"`
 	DeferredMessages int64      `json:"deferred_messages"`
-	PersistFailing   bool       `json:"persist_failing"`
+	// DeferredDamaged is how many deferred messages the data file holds
+	// set aside as damaged, never released.
+	DeferredDamaged int64 `json:"deferred_damaged"`
+	PersistFailing  bool  `json:"persist_failing"`
 }
 
 // rateRing keeps the rates of the last RateSpan. Safe for concurrent
@@ -112,6 +115,7 @@ func (s *Server) rates(w http.ResponseWriter, _ *http.Request) {
 		st := s.opts.Stats.MetricsSnapshot()
 		out.Connected, out.Blocked, out.DevicesTracked = st.ConnectedClients, st.Blocked, st.DevicesTracked
 		out.DeferredMessages, out.PersistFailing = st.QueueMessages, st.PersistFailing
+		out.DeferredDamaged = st.DeferredDamaged
 	}
 	writeJSON(w, http.StatusOK, out)
 }

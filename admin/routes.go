@@ -462,7 +462,7 @@ func (s *Server) forward(w http.ResponseWriter, _ *http.Request) {
 		for _, f := range s.opts.Forward() {
 			out.Upstreams = append(out.Upstreams, UpstreamJSON{Name: f.Upstream, Connections: f.Connections, Connected: f.Connected,
 				LastError: f.LastError, RetryInSeconds: f.RetryIn.Seconds(), Forwarded: f.Forwarded, BacklogMessages: f.Backlog, BacklogBytes: f.BacklogBytes,
-				OldestAgeSeconds: f.OldestAge.Seconds(), DroppedOldest: f.DroppedOldest, Refused: f.Refused, Expired: f.Expired,
+				OldestAgeSeconds: f.OldestAge.Seconds(), DroppedOldest: f.DroppedOldest, Refused: f.Refused, Expired: f.Expired, LowSpace: f.LowSpace,
 				DeadLetters: f.DeadLetters, DeadLettersByReason: f.DeadByReason})
 		}
 	}

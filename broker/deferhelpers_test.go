@@ -32,6 +32,24 @@ func openStore(t *testing.T, dir string) persistDefer {
 	return persistDefer{s}
 }
 
+// deferSome starts a server on the store in dir, publishes
+// payloads("m", n) as dev-1 on t/a (under rules, the first n the window
+// admits go through and the rest are deferred), and closes the server,
+// not the store.
+func deferSome(t *testing.T, dir string, clock *devicelimit.ManualClock, rules []devicelimit.Rule, n int) (*fixture, persistDefer) {
+	t.Helper()
+	s := openStore(t, dir)
+	f := start(t, fixtureOpts{rules: rules, store: s, clock: clock})
+	p := f.connect(t, 5, "dev-1", "")
+	for _, m := range payloads("m", n) {
+		if code := publish5(t, p, &paho.Publish{Topic: "t/a", QoS: 1, Payload: []byte(m)}); code != 0 {
+			t.Fatalf("publish %s: 0x%02x", m, code)
+		}
+	}
+	closeNow(t, f.srv)
+	return f, s
+}
+
 // stored is one message read back from a store.
 type stored struct {
 	device string
@@ -44,7 +62,10 @@ func storedMsgs(t *testing.T, s DeferStore) []stored {
 	t.Helper()
 	var out []stored
 	err := s.LoadDeferred(func(device string, seq uint64, rec []byte) error {
-		m, err := decodeDeferred(rec)
+		if err := checkDeferred(rec, device, seq); err != nil {
+			return err
+		}
+		m, err := decodeDeferred(deferredBody(rec))
 		if err != nil {
 			return err
 		}

@@ -30,6 +30,10 @@ type DeferStore interface {
 	// and in increasing seq within a device; rec is valid only during
 	// the call.
 	LoadDeferred(fn func(device string, seq uint64, rec []byte) error) error
+	// SetAsideDeferred moves damaged messages out of the queue, durably,
+	// kept in the store but never loaded again; held is how many
+	// damaged messages the store holds after the move.
+	SetAsideDeferred(keys []DeferredKey) (held int, err error)
 }
 
 // DeferredKey names one stored deferred message. It aliases an unnamed
@@ -158,6 +162,7 @@ type deferrer struct {
 	failures               atomic.Int64 // store and release failures since the last log line
 	deferred, released     atomic.Uint64
 	expired, overflowed    atomic.Uint64
+	damaged                atomic.Int64  // messages set aside as damaged, held in the store
 	rounds, visited, wakes atomic.Uint64 // for tests: release rounds, devices popped, loop wake-ups
 
 	heapMu sync.Mutex
@@ -314,9 +319,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device, cla
 	sh.mu.Unlock()
 
 	m := deferredFromPacket(pk, cl.Properties.ProtocolVersion, now, rec)
-	// Exactly sized: the queue holds its records in memory, and
-	// MaxTotalBytes is meant to bound that memory.
-	record := appendDeferred(make([]byte, 0, sizeDeferred(&m)), &m)
+	record := deferredRecord(&m)
 	n := int64(len(record))
 
 	sh.mu.Lock()
@@ -334,6 +337,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device, cla
 	seq := d.seq.Add(1)
 	sh.mu.Unlock()
 
+	sealDeferred(record, key, seq)
 	err := d.store.Enqueue(key, seq, record)
 
 	sh.mu.Lock()
@@ -418,10 +422,20 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 		buckets  = d.table.Buckets()
 		fallback = d.resolver.Default()
 	)
+	var damaged []DeferredKey
 	err = d.store.LoadDeferred(func(key string, seq uint64, rec []byte) error {
-		m, err := decodeDeferred(rec)
+		err := checkDeferred(rec, key, seq)
+		var m deferredMsg
+		if err == nil {
+			m, err = decodeDeferred(deferredBody(rec))
+		}
 		if err != nil {
-			return fmt.Errorf("deferred message %d of device %q: %w", seq, key, err)
+			// Never released as if sound: set aside below, counted and
+			// named. The queue's later messages go on.
+			d.log.Error("deferred message damaged: set aside, not released", "device", key, "seq", seq, "err", err)
+			damaged = append(damaged, DeferredKey{Device: key, Seq: seq})
+			maxSeq = max(maxSeq, seq)
+			return nil
 		}
 		if cur == nil || cur.key != key {
 			device, class := splitQueueKey(key)
@@ -444,6 +458,14 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("restore deferred messages: %w", err)
+	}
+	held, err := d.store.SetAsideDeferred(damaged)
+	if err != nil {
+		return 0, 0, fmt.Errorf("restore deferred messages: %w", err)
+	}
+	d.damaged.Store(int64(held))
+	if len(damaged) > 0 || held > 0 {
+		d.log.Error("damaged deferred messages set aside in the data file", "set_aside_now", len(damaged), "held", held)
 	}
 	if invalid > 0 {
 		d.log.Warn("deferred messages restored under the default quota: their quota is invalid for the configured bucket count",

@@ -3,7 +3,6 @@ package broker
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -223,7 +222,7 @@ func TestDeferQueueFull(t *testing.T) {
 // them.
 func TestDeferByteLimits(t *testing.T) {
 	payload := strings.Repeat("x", 100)
-	recSize := int64(len(appendDeferred(nil, &deferredMsg{Enqueued: t0, Quota: deferRule("", 1, time.Second).Quota,
+	recSize := int64(len(deferredRecord(&deferredMsg{Enqueued: t0, Quota: deferRule("", 1, time.Second).Quota,
 		Version: 5, QoS: 1, Topic: "t/a", Payload: []byte(payload)})))
 	for _, tc := range []struct {
 		name   string
@@ -395,29 +394,6 @@ func TestDeferSurvivesRestart(t *testing.T) {
 	if n := len(storedMsgs(t, s2)); n != 0 {
 		t.Fatalf("%d messages stored after all were released", n)
 	}
-}
-
-// A record the store holds that does not decode stops Start with an
-// error naming the device and sequence number.
-func TestDeferCorruptRecordStopsStart(t *testing.T) {
-	store := openStore(t, t.TempDir())
-	if err := store.Enqueue("dev-1", 7, []byte{1, 2, 3}); err != nil {
-		t.Fatal(err)
-	}
-	o := validOptions(t)
-	o.Defer = store
-	s, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s.Start()
-	if !errors.Is(err, ErrBadDeferred) || !strings.Contains(err.Error(), `7 of device "dev-1"`) {
-		t.Fatalf("start: %v, want ErrBadDeferred naming message 7 of dev-1", err)
-	}
-	if s.Addr() != nil {
-		t.Fatal("listening after a failed start")
-	}
-	closeNow(t, s)
 }
 
 // When the store fails, a deferral is refused like a full queue, and the
@@ -618,15 +594,7 @@ func TestDeferRestoreDelay(t *testing.T) {
 	clock := devicelimit.NewManualClock(t0)
 	rules := []devicelimit.Rule{deferRule("dev-*", 1, time.Second)}
 
-	s1 := openStore(t, dir)
-	f1 := start(t, fixtureOpts{rules: rules, store: s1, clock: clock})
-	p := f1.connect(t, 5, "dev-1", "")
-	for _, m := range payloads("m", 3) { // m-0 through, m-1 and m-2 queued
-		if code := publish5(t, p, &paho.Publish{Topic: "t/a", QoS: 1, Payload: []byte(m)}); code != 0 {
-			t.Fatalf("publish %s: 0x%02x", m, code)
-		}
-	}
-	closeNow(t, f1.srv)
+	_, s1 := deferSome(t, dir, clock, rules, 3) // m-0 through, m-1 and m-2 queued
 	if err := s1.Close(); err != nil {
 		t.Fatal(err)
 	}

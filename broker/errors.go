@@ -15,13 +15,18 @@ var (
 	// ErrClosed reports a Start after Close.
 	ErrClosed = errors.New("broker closed")
 	// ErrBadDeferred reports a stored deferred message that cannot be
-	// decoded: Start fails with it, naming the device and sequence
-	// number, rather than lose or mangle the message.
+	// decoded: Start sets it aside as damaged (DeferStore.
+	// SetAsideDeferred), logged with the device and sequence number,
+	// rather than lose or mangle the message.
 	ErrBadDeferred = errors.New("invalid deferred message record")
 	// ErrCommandNotKept reports a command (Server.Publish) that a kept
 	// session it reached could not store durably: the caller does not
 	// acknowledge it upstream, so that the upstream sends it again.
 	ErrCommandNotKept = errors.New("command not stored in a kept session")
+	// ErrDamagedDeferred reports a stored deferred message whose
+	// checksum does not match: Start sets it aside, counted and named,
+	// and never releases it.
+	ErrDamagedDeferred = errors.New("damaged deferred message record")
 )
 
 // ListenError is a listener that could not bind its address (in use,

@@ -9,6 +9,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/recsum"
 	"github.com/devicegate/devicegate/internal/varint"
 )
 
@@ -41,10 +42,13 @@ type deferredMsg struct {
 }
 
 // deferredVersion is the record format version, its first byte;
-// deferredWindows that of a record whose quota has several windows.
+// deferredWindows that of a record whose quota has several windows;
+// deferredSealed that of a checksummed record (sealDeferred), which
+// holds a record of version 1 or 2.
 const (
 	deferredVersion = 1
 	deferredWindows = 2
+	deferredSealed  = 3
 )
 
 // Record flag bits.
@@ -169,6 +173,42 @@ func appendDeferred(dst []byte, m *deferredMsg) []byte {
 		dst = appendBytes(dst, u.Val)
 	}
 	return appendBytes(dst, m.Payload)
+}
+
+// deferredRecord returns m's record as the queue stores it, exactly
+// sized (the queue holds its records in memory, and MaxTotalBytes is
+// meant to bound that memory): version 3, room for a checksum, then m's
+// record of version 1 or 2 (appendDeferred). sealDeferred writes the
+// checksum once the record's queue key and sequence number are known.
+func deferredRecord(m *deferredMsg) []byte {
+	rec := append(make([]byte, 0, recsum.Header+sizeDeferred(m)), deferredSealed, 0, 0, 0, 0)
+	return appendDeferred(rec, m)
+}
+
+// sealDeferred writes the checksum of rec (deferredRecord), stored under
+// the queue key key and sequence number seq (internal/recsum: the
+// CRC-32C of the key, seq as 8 bytes big-endian and the record after
+// the checksum). A damaged byte in the record or its key fails
+// checkDeferred.
+func sealDeferred(rec []byte, key string, seq uint64) { recsum.Seal(rec, key, seq) }
+
+// checkDeferred verifies the checksum of rec, stored under the queue
+// key key and sequence number seq. A record of version 1 or 2, written
+// before records had checksums, has none and passes.
+func checkDeferred(rec []byte, key string, seq uint64) error {
+	if len(rec) > 0 && rec[0] == deferredSealed && !recsum.Check(rec, key, seq) {
+		return fmt.Errorf("%w: its checksum does not match", ErrDamagedDeferred)
+	}
+	return nil
+}
+
+// deferredBody is the record of version 1 or 2 a stored record holds:
+// rec itself, or what follows a checksummed record's header.
+func deferredBody(rec []byte) []byte {
+	if len(rec) > 0 && rec[0] == deferredSealed {
+		return rec[min(recsum.Header, len(rec)):]
+	}
+	return rec
 }
 
 // sizeDeferred returns the length of m's encoding.

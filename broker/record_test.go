@@ -181,3 +181,35 @@ func TestDeferredRecordBeforeSeveralWindows(t *testing.T) {
 		t.Fatalf("the earlier record reads as %+v, %v; want %+v", got, err, m)
 	}
 }
+
+// TestDeferredRecordChecksum: a sealed record passes its check under
+// the key and number it was sealed for, and fails it with any byte
+// changed, under another device or class key, or under another number;
+// its body is the record appendDeferred writes.
+func TestDeferredRecordChecksum(t *testing.T) {
+	for i, m := range sampleMsgs() {
+		rec := deferredRecord(&m)
+		sealDeferred(rec, "dev-1\x00class", 42)
+		if err := checkDeferred(rec, "dev-1\x00class", 42); err != nil {
+			t.Fatalf("sample %d: %v", i, err)
+		}
+		if !bytes.Equal(deferredBody(rec), appendDeferred(nil, &m)) || cap(rec) != len(rec) {
+			t.Fatalf("sample %d: body differs from the record, or not exactly sized", i)
+		}
+		for _, tc := range []struct {
+			key string
+			seq uint64
+		}{{"dev-1", 42}, {"dev-1\x00clasS", 42}, {"dev-1\x00class", 43}} {
+			if err := checkDeferred(rec, tc.key, tc.seq); !errors.Is(err, ErrDamagedDeferred) {
+				t.Fatalf("sample %d under %q/%d: %v, want ErrDamagedDeferred", i, tc.key, tc.seq, err)
+			}
+		}
+		for j := 1; j < len(rec); j++ {
+			rec[j] ^= 0x10
+			if err := checkDeferred(rec, "dev-1\x00class", 42); !errors.Is(err, ErrDamagedDeferred) {
+				t.Fatalf("sample %d, byte %d changed: %v, want ErrDamagedDeferred", i, j, err)
+			}
+			rec[j] ^= 0x10
+		}
+	}
+}

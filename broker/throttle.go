@@ -67,6 +67,10 @@ type Stats struct {
 	// QueueMessages and QueueBytes are the deferral queue's current
 	// size: messages, and bytes of their stored records.
 	QueueMessages, QueueBytes int64
+	// DeferredDamaged is how many deferred messages the store holds set
+	// aside as damaged (a checksum that does not match, a record that
+	// does not decode): never released.
+	DeferredDamaged int64
 	// Inline counts server-injected publishes, passed through uncounted;
 	// released deferred messages are in Released, not here.
 	Inline uint64
@@ -382,7 +386,11 @@ func (h *throttle) admitFailed(cl *mqtt.Client, pk *packets.Packet, err error) e
 		// QoS 1/2 publish gets no ack (acked would say it will get
 		// upstream), and a QoS 0 one is dropped.
 		if wantsRefusal(cl, *pk) {
-			return h.quotaExceeded(cl, *pk, "forward log full: the upstream is away; retry later")
+			reason := "forward log full: the upstream is away; retry later"
+			if errors.Is(err, forward.ErrLowSpace) {
+				reason = "the gateway's disk is at its free-space floor: retry later"
+			}
+			return h.quotaExceeded(cl, *pk, reason)
 		}
 		if pk.FixedHeader.Qos == 0 {
 			return errIgnore
@@ -494,6 +502,7 @@ func (h *throttle) stats() Stats {
 		st.Expired = d.expired.Load()
 		st.QueueMessages = d.queueMsgs.Load()
 		st.QueueBytes = d.queueBytes.Load()
+		st.DeferredDamaged = d.damaged.Load()
 	}
 	return st
 }

@@ -45,6 +45,7 @@
 //	  check_on_start: always       # the data file's consistency check: always, after_crash or never
 //	  after_crash: charge          # charge (the quota holds across crashes) or forgive
 //	  lease: {share: 0.1, min: 1, max: 1000} # what a crash may cost a window: a share of its limit
+//	  min_free_bytes: 64MiB        # free-space floor: appends stop before the disk is full; 0: none
 //	limits:
 //	  default: {limit: 100, window: 10s, policy: drop}
 //	  buckets: 20                  # buckets per window, 1..1000
@@ -211,6 +212,12 @@ type Persist struct {
 	// admission is acted on only once a lease covering it is durable,
 	// and a crash charges a window at most its open lease.
 	Lease Lease `yaml:"lease"`
+	// MinFreeBytes is the free-space floor of the data directory's
+	// filesystem (persist.Options.MinFreeBytes): below it, counting the
+	// data file's free pages, appends (forwarded messages, deferrals)
+	// are refused or make room as forward overflow says, and /healthz
+	// fails, before the disk is full. 0: no floor.
+	MinFreeBytes Size `yaml:"min_free_bytes"`
 }
 
 // Lease is the size of a window's lease (devicelimit.LeasePolicy):
@@ -226,6 +233,11 @@ type Lease struct {
 func (l Lease) Policy() devicelimit.LeasePolicy {
 	return devicelimit.LeasePolicy{Share: l.Share, Min: l.Min, Max: l.Max}
 }
+
+// DefaultMinFreeBytes is persist.min_free_bytes by default: room for
+// a few of the store's largest transactions (16 MiB of records each,
+// about twice that on disk) when the floor is reached.
+const DefaultMinFreeBytes = 64 << 20
 
 // MaxSnapshotInterval is the longest persist.snapshot_interval: beyond
 // it a crash could hand devices most of an hour of extra quota.
@@ -374,7 +386,7 @@ func Default() Config {
 		MQTT:    MQTT{TCP: ":1883"},
 		Admin:   Admin{Addr: "127.0.0.1:8080", Console: true},
 		DataDir: "./data",
-		Persist: Persist{SnapshotInterval: Duration(persist.DefaultInterval), CheckOnStart: "always", AfterCrash: "charge",
+		Persist: Persist{SnapshotInterval: Duration(persist.DefaultInterval), CheckOnStart: "always", AfterCrash: "charge", MinFreeBytes: DefaultMinFreeBytes,
 			Lease: Lease{Share: devicelimit.DefaultLeasePolicy.Share, Min: devicelimit.DefaultLeasePolicy.Min, Max: devicelimit.DefaultLeasePolicy.Max}},
 		Limits: Limits{
 			Default:  Quota{Limit: 100, Window: Duration(10 * time.Second), Policy: devicelimit.PolicyDrop},

@@ -48,6 +48,9 @@ func (c Config) Validate() error {
 			v.add("persist.lease", err.Error())
 		}
 	}
+	if c.Persist.MinFreeBytes < 0 {
+		v.add("persist.min_free_bytes", fmt.Sprintf("must be >= 0, 0 for no floor (got %d)", c.Persist.MinFreeBytes))
+	}
 	switch c.Persist.CheckOnStart {
 	case "always", "after_crash", "never":
 	default:

@@ -37,6 +37,9 @@ type Log interface {
 	ReadDead(log string, fn func(seq uint64, entry []byte) bool) error
 	DeleteDead(log string, seqs []uint64) error
 	DeadCount(log string) (int, error)
+	// SpaceLow reports that the data file's disk is at its free-space
+	// floor: appends would be refused (floor.go).
+	SpaceLow() bool
 }
 
 // Conn is one connection to an upstream, as a forwarder drives it.
@@ -216,7 +219,11 @@ type Forwarder struct {
 	droppedOldest, refused, expired atomic.Uint64
 	fullLogged                      time.Time    // Run's goroutine: the last "log full" line
 	refusedLogged                   atomic.Int64 // Unix nanoseconds of the last "new messages refused" line
-	dead                            deadCounts
+	// lowSpace counts the messages refused or dropped for room because
+	// the disk was at its floor; floorBound is, while it is under
+	// DropOldest, the most record bytes the log may hold (0: none).
+	lowSpace, floorBound atomic.Int64
+	dead                 deadCounts
 }
 
 // Stats is a forwarder's state for metrics and the admin API.
@@ -237,6 +244,10 @@ type Stats struct {
 	// DroppedOldest, Refused and Expired count the messages that never
 	// went: the oldest dropped for room, the new refused, the too old.
 	DroppedOldest, Refused, Expired uint64
+	// LowSpace counts those of DroppedOldest and Refused that went
+	// because the data file's disk was at its free-space floor
+	// (persist.min_free_bytes).
+	LowSpace uint64
 	// DeadLetters is how many messages the dead-letter logs hold;
 	// DeadByReason counts those moved there since start, by reason;
 	// DeadDropped those dropped from a full dead-letter log.
@@ -252,7 +263,7 @@ func (f *Forwarder) Stats() Stats {
 	f.mu.Unlock()
 	s := Stats{Upstream: f.cfg.Upstream, Connections: 1, LastError: lastErr, Forwarded: f.forwarded.Load(),
 		Backlog: f.backlog.Load(), BacklogBytes: f.backlogBytes.Load(),
-		DroppedOldest: f.droppedOldest.Load(), Refused: f.refused.Load(), Expired: f.expired.Load()}
+		DroppedOldest: f.droppedOldest.Load(), Refused: f.refused.Load(), Expired: f.expired.Load(), LowSpace: uint64(f.lowSpace.Load())}
 	f.dead.mu.Lock()
 	s.DeadLetters, s.DeadDropped = f.dead.held, f.dead.dropped
 	for r, n := range f.dead.byReason {
@@ -357,6 +368,9 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 	if m.At.IsZero() {
 		m.At = f.cfg.Now()
 	}
+	if err := f.atFloor(); err != nil {
+		return nil, err
+	}
 	rec := appendRecord(nil, m)
 	maxBytes := f.live.Load().MaxBytes
 	f.mu.Lock()
@@ -389,7 +403,7 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 	return func() error {
 		if err := durable(); err != nil {
 			f.backlogBytes.Add(-int64(len(rec)))
-			return err
+			return f.appendFailed(err)
 		}
 		f.backlog.Add(1)
 		select {

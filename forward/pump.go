@@ -455,11 +455,15 @@ func (d *deleter) stop() error {
 	return err
 }
 
-// overBound reports whether the log holds more than MaxBytes under
-// DropOldest (trim has work).
+// overBound reports whether the log holds more than its bound under
+// DropOldest (trim has work): MaxBytes, or less while the disk is at
+// its free-space floor (bound).
 func (f *Forwarder) overBound() bool {
-	maxBytes := f.live.Load().MaxBytes
-	return maxBytes > 0 && f.cfg.Overflow == DropOldest && f.backlogBytes.Load() > maxBytes
+	if f.cfg.Overflow != DropOldest {
+		return false
+	}
+	b, _ := f.bound()
+	return b > 0 && f.backlogBytes.Load() > b
 }
 
 // remove deletes messages from the log and the backlog counts.
@@ -497,11 +501,14 @@ func isDone(a Ack) bool {
 }
 
 // trim drops the oldest messages not in flight while the log holds more
-// than MaxBytes under DropOldest. Called from Run's goroutine only.
+// than its bound under DropOldest. Called from Run's goroutine only.
 func (f *Forwarder) trim(sent []inflight) {
-	maxBytes := f.live.Load().MaxBytes // one reading: SetLive may change it
-	over := f.backlogBytes.Load() - maxBytes
-	if maxBytes <= 0 || f.cfg.Overflow != DropOldest || over <= 0 {
+	if f.cfg.Overflow != DropOldest {
+		return
+	}
+	bound, floor := f.bound()
+	over := f.backlogBytes.Load() - bound
+	if bound <= 0 || over <= 0 {
 		return
 	}
 	busy := make(map[uint64]bool, len(sent))
@@ -525,9 +532,12 @@ func (f *Forwarder) trim(sent []inflight) {
 		return
 	}
 	f.droppedOldest.Add(uint64(len(drop)))
+	if floor {
+		f.lowSpace.Add(int64(len(drop)))
+	}
 	if time.Since(f.fullLogged) >= 10*time.Second {
 		f.fullLogged = time.Now()
-		f.slog.Warn("forward log full; oldest messages dropped", "dropped_so_far", f.droppedOldest.Load(), "max_bytes", maxBytes)
+		f.slog.Warn("forward log full; oldest messages dropped", "dropped_so_far", f.droppedOldest.Load(), "max_bytes", f.live.Load().MaxBytes)
 	}
 }
 

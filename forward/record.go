@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"time"
+
+	"github.com/devicegate/devicegate/internal/recsum"
 )
 
 // Message is one device message on its way upstream.
@@ -50,15 +51,16 @@ type UserProperty struct{ Key, Value string }
 //
 // Version 3 is version 2 with a checksum: version (3), the CRC-32C
 // (Castagnoli) of the record's sequence number in its log (8 bytes,
-// big-endian) followed by the rest of the record, 4 bytes big-endian,
-// then version 2's fields from the flags on. A damaged byte anywhere,
+// big-endian) followed by the rest of the record, 4 bytes big-endian
+// (internal/recsum, with no name), then version 2's fields from the
+// flags on. A damaged byte anywhere,
 // in the record or in its key, fails the check (checkRecord).
 const (
 	recordV1 = 1
 	recordV2 = 2
 	recordV3 = 3
 
-	crcLen = 4
+	crcLen = recsum.Len
 
 	maxMillis = 253402300799999 // 9999-12-31T23:59:59.999Z
 
@@ -141,19 +143,9 @@ func (r *recordReader) bytes(what string) []byte {
 	return v
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // seal writes the checksum of rec, a record of version 3 (appendRecord)
 // numbered seq in its log.
-func seal(rec []byte, seq uint64) {
-	binary.BigEndian.PutUint32(rec[1:1+crcLen], recordCRC(rec, seq))
-}
-
-func recordCRC(rec []byte, seq uint64) uint32 {
-	var k [8]byte
-	binary.BigEndian.PutUint64(k[:], seq)
-	return crc32.Update(crc32.Checksum(k[:], castagnoli), castagnoli, rec[1+crcLen:])
-}
+func seal(rec []byte, seq uint64) { recsum.Seal(rec, "", seq) }
 
 // errDamaged is checkRecord's error: the record is not what was
 // written.
@@ -165,10 +157,7 @@ func checkRecord(seq uint64, rec []byte) error {
 	if len(rec) == 0 || rec[0] != recordV3 {
 		return nil
 	}
-	if len(rec) < 2+crcLen {
-		return errDamaged
-	}
-	if binary.BigEndian.Uint32(rec[1:1+crcLen]) != recordCRC(rec, seq) {
+	if len(rec) < 2+crcLen || !recsum.Check(rec, "", seq) {
 		return errDamaged
 	}
 	return nil

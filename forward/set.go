@@ -158,6 +158,7 @@ func (a Stats) add(b Stats) Stats {
 	a.OldestAge = max(a.OldestAge, b.OldestAge)
 	a.DroppedOldest += b.DroppedOldest
 	a.Refused += b.Refused
+	a.LowSpace += b.LowSpace
 	a.Expired += b.Expired
 	a.DeadLetters += b.DeadLetters
 	a.DeadDropped += b.DeadDropped

@@ -59,7 +59,11 @@ func TestGracefulCloseNoStall(t *testing.T) {
 		}
 		took := time.Since(stopped)
 		worst = max(worst, took)
-		if took > ackTimeout {
+		// The promise is the acknowledgement timeout: a close the
+		// connection does not report is noticed when it fires. The next
+		// attempt comes after a backoff (50 ms at most here) and the
+		// scheduler's delay on a loaded machine, which the margin allows.
+		if took > ackTimeout+250*time.Millisecond {
 			stalls++
 		}
 		up.Restart()
@@ -68,7 +72,7 @@ func TestGracefulCloseNoStall(t *testing.T) {
 	wg.Wait()
 	poll.Until(t, 30*time.Second, "the backlog drained", func() bool { return logLen(t, st) == 0 })
 	if stalls > 0 {
-		t.Fatalf("%d of %d graceful stops stalled the forwarder longer than the acknowledgement timeout %s (worst %s)", stalls, stops, ackTimeout, worst)
+		t.Fatalf("%d of %d graceful stops stalled the forwarder longer than the acknowledgement timeout %s and 250ms (worst %s)", stalls, stops, ackTimeout, worst)
 	}
 	t.Logf("%d graceful stops under load (%d messages): worst time to notice %s, %d forwarded", stops, appended.Load(), worst, f.Forwarded())
 	_ = sub

@@ -45,6 +45,8 @@ type committer struct {
 	pending atomic.Int64
 	// note records each transaction's outcome in the store's health.
 	note func(err error, size int)
+	// space is the free-space floor puts must keep above; nil: none.
+	space *space
 }
 
 // request is one queued operation: a put of rec under key, or the
@@ -192,6 +194,7 @@ func (c *committer) commit(reqs []*request) {
 		c.turn.Broadcast()
 		c.mu.Unlock()
 	}()
+	reqs = c.keepFloor(reqs)
 	for len(reqs) > 0 {
 		failed := -1
 		err := guard(func() error {
@@ -239,6 +242,38 @@ func (c *committer) commit(reqs []*request) {
 		}
 		return
 	}
+}
+
+// keepFloor answers the puts of reqs with ErrLowSpace, and returns the
+// other requests, when writing them would leave the data file less room
+// than the floor: twice their bytes, for bbolt's page headers, half-full
+// pages and branch pages. Deletions and leases always go.
+func (c *committer) keepFloor(reqs []*request) []*request {
+	if c.space == nil || c.space.floor <= 0 {
+		return reqs
+	}
+	var puts int64
+	for _, r := range reqs {
+		if r.fn == nil && r.dels == nil {
+			puts += int64(len(r.key) + len(r.rec))
+		}
+	}
+	if puts == 0 {
+		return reqs
+	}
+	if !c.space.check(2 * puts) {
+		return reqs
+	}
+	err := c.space.err()
+	kept := reqs[:0]
+	for _, r := range reqs {
+		if r.fn == nil && r.dels == nil {
+			c.answer(r, err)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	return kept
 }
 
 func (c *committer) answer(r *request, err error) {

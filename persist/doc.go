@@ -78,5 +78,16 @@
 // and the usual encoding; they are persisted and restored like any
 // other. Files from before them lack these buckets until the first such
 // write. Messages of IDs longer than MaxDeferredDevice (32750 bytes)
-// still cannot be deferred.
+// still cannot be deferred. "deferred-damaged" holds, under the same
+// keys and with the same records, the deferred messages the broker set
+// aside as damaged (SetAsideDeferred); "forward" and "forward-dead" a
+// bucket per forward log and its dead letters.
+//
+// # Free space
+//
+// With Options.MinFreeBytes, appends (forward log records, deferred
+// messages) are refused with ErrLowSpace, and Health fails, while the
+// room left for the file (its filesystem's free space, by statfs, plus
+// the file's free pages) less what they may take is below that floor:
+// the disk never fills with them (see space.go).
 package persist

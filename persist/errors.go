@@ -17,4 +17,7 @@ var (
 	ErrNewerSchema = errors.New("data file has a newer schema")
 	// ErrClosed reports an operation on a closed Store or Snapshotter.
 	ErrClosed = errors.New("store closed")
+	// ErrLowSpace reports an append refused because the room left for
+	// the data file is below Options.MinFreeBytes.
+	ErrLowSpace = errors.New("data file's disk below its free-space floor")
 )

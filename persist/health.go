@@ -11,7 +11,8 @@ import (
 // Health is whether the store can still write, as its writes found it.
 type Health struct {
 	// Failing reports that the last write (a snapshot, a deferred
-	// message, an override, a delete) failed.
+	// message, an override, a delete) failed, or that appends are
+	// refused for the free-space floor (Options.MinFreeBytes).
 	Failing bool
 	// Err is the last failure's message while Failing.
 	Err string
@@ -86,4 +87,17 @@ func (h *health) get() Health {
 
 // Health returns whether the store's writes are failing, since when and
 // why. The gateway reports it on /healthz and in its metrics.
-func (s *Store) Health() Health { return s.health.get() }
+//
+// While the room left for the data file is below Options.MinFreeBytes
+// (SpaceLow), Health is failing too, with the room in Err: appends are
+// refused then.
+func (s *Store) Health() Health {
+	h := s.health.get()
+	if s.space.isLow() {
+		if !h.Failing {
+			h.Failing, h.Since = true, s.space.lowSince()
+		}
+		h.Err = s.space.err().Error()
+	}
+	return h
+}

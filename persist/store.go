@@ -51,6 +51,16 @@ type Options struct {
 	// Check says when Open runs the consistency check (Store.Check) on
 	// an existing file; the zero value checks at every Open.
 	Check CheckMode
+	// MinFreeBytes is the free-space floor: appends (forward log
+	// records, deferred messages) are refused with ErrLowSpace, and
+	// Health fails, while the free space of the data directory's
+	// filesystem plus the file's free pages, less what the append may
+	// take, is below it. 0: no floor. Not enforced where the free space
+	// cannot be known (statfs: Linux, macOS, FreeBSD only).
+	MinFreeBytes int64
+	// DiskFree, when set, replaces the filesystem's answer (statfs) of
+	// how many bytes are free in dir: tests fill a disk with it.
+	DiskFree func(dir string) (free int64, ok bool)
 }
 
 // Meta is the store's meta data as read by Open.
@@ -85,6 +95,7 @@ type Store struct {
 	delChunk   int        // the most keys DeleteDeferred deletes per transaction
 	closed     atomic.Bool
 	health     health
+	space      *space
 	closeOnce  sync.Once
 	closeErr   error
 }
@@ -176,7 +187,11 @@ func Open(dir string, opts Options) (*Store, error) {
 			}
 		}
 	}
+	s.space = &space{dir: dir, floor: max(opts.MinFreeBytes, 0), log: log, now: time.Now, free: opts.DiskFree,
+		freeInFile: func() int64 { return int64(db.Stats().FreeAlloc) }}
 	s.commit = newCommitter(db, func(err error, size int) { s.health.note(err, size, time.Now, s.log, s.path) })
+	s.commit.space = s.space
+	s.space.check(0) // a disk below the floor shows at once, before any append
 	return s, nil
 }
 

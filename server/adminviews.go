@@ -155,6 +155,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		Expired:          st.Expired,
 		QueueMessages:    st.QueueMessages,
 		QueueBytes:       st.QueueBytes,
+		DeferredDamaged:  st.DeferredDamaged,
 		DevicesTracked:   s.table.Len(),
 		ConnectedClients: st.ConnectedClients,
 		Subscriptions:    st.Subscriptions,

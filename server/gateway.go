@@ -164,7 +164,8 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("persist.check_on_start: %w", err)
 	}
-	store, err := persist.Open(cfg.DataDir, persist.Options{LockTimeout: lockTimeout, Logger: log, Check: check})
+	store, err := persist.Open(cfg.DataDir, persist.Options{LockTimeout: lockTimeout, Logger: log, Check: check,
+		MinFreeBytes: int64(cfg.Persist.MinFreeBytes)})
 	if err != nil {
 		return nil, storeError(cfg.DataDir, err)
 	}

@@ -94,6 +94,9 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			case u.LastError != "":
 				fmt.Fprintf(c.out, "%s: %s\n", u.Name, u.LastError)
 			}
+			if u.LowSpace > 0 {
+				fmt.Fprintf(c.out, "%s: %d messages refused or dropped since start: the data file's disk at its free-space floor (persist.min_free_bytes)\n", u.Name, u.LowSpace)
+			}
 			if len(u.DeadLettersByReason) > 0 {
 				reasons := make([]string, 0, len(u.DeadLettersByReason))
 				for r, n := range u.DeadLettersByReason {

@@ -143,6 +143,13 @@ func startFleet(addr string, devices int, every time.Duration) *fleet {
 	return startFleetOf(addr, fleetIDs(devices), every, nil)
 }
 
+// startFleetPadded is startFleet with payloads of the number, ':' and
+// pad bytes.
+func startFleetPadded(addr string, devices int, every time.Duration, pad int) *fleet {
+	padding := ":" + strings.Repeat("p", pad)
+	return startFleetOf(addr, fleetIDs(devices), every, func(_ string, n int) []byte { return []byte(strconv.Itoa(n) + padding) })
+}
+
 // fleetIDs are the client IDs dev-00 to dev-(n-1).
 func fleetIDs(n int) []string {
 	var ids []string
