@@ -9,7 +9,8 @@ package broker
 
 import (
 	"bytes"
-	"sync/atomic"
+	"strings"
+	"unsafe"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -17,10 +18,11 @@ import (
 	"github.com/devicegate/devicegate/devicelimit"
 )
 
-// feedbackState is an MQTT 5 connection's feedback. Apart from pending,
-// it is touched by OnPublish and by the encode of the CONNACK and of
-// the acks mochi writes in OnPublish's wake: one goroutine at a time
-// (mochi's read loop, after the CONNACK's write).
+// feedbackState is an MQTT 5 connection's feedback. It is touched only
+// from the connection's read loop: OnPublish, and the encode of the
+// CONNACK and of the acks written there (mochi's, and quotaExceeded's).
+// The forward acker writes its acks from a goroutine of its own, with
+// properties copied out at OnPublish (ackerOrigin marks them).
 type feedbackState struct {
 	// What the last RateLimit-Policy was made of: the resolver's
 	// generation, the rule view, and when an override in it expires
@@ -34,18 +36,22 @@ type feedbackState struct {
 	// announce is a changed contract the next ack carries.
 	announce bool
 	standing devicelimit.Standing
-	buf      []byte
-	// pending is the user properties of the ack of one packet ID, for
-	// the encode that writes it (the forward acker writes its acks from
-	// a goroutine of its own, with properties taken from here).
-	pending atomic.Pointer[ackFeedback]
+	buf      []byte // contract's scratch
+	rl       []byte // the RateLimit of the pending ack
+	// The user properties the ack of packet ackID carries, when ackN >
+	// 0: their strings are views of rl and policy, valid until the next
+	// publish (the ack is encoded before mochi reads it).
+	ackID uint16
+	ackN  int
+	props [2]packets.UserProperty
 }
 
-// ackFeedback is the user properties an ack of packet id carries.
-type ackFeedback struct {
-	id    uint16
-	props []packets.UserProperty
-}
+// ackerOrigin marks the acks the forward acker writes (forwardack.go):
+// their properties are their own, set when they were queued.
+const ackerOrigin = "devicegate-acker"
+
+// view returns b as a string without copying: valid while b is.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // feedbackOn reports whether a device under q in a group under gq (a
 // group's feedback counts only when it sets one) is told anything.
@@ -92,10 +98,11 @@ func feedbackRefused(d *devicelimit.Decision) bool {
 // prepareFeedback makes the user properties of the ack of a QoS 1 or 2
 // publish of an MQTT 5 device, decided as d in class under q (gq its
 // group's quota, when it has a group): RateLimit when its feedback
-// mode asks, RateLimit-Policy when its contract changed. They wait in
-// f.pending for the ack's encode.
+// mode asks, RateLimit-Policy when its contract changed. They wait in f
+// for the ack's encode (takeFeedback). It allocates nothing once its
+// buffers have grown.
 func (h *throttle) prepareFeedback(c *connInfo, f *feedbackState, class string, q, gq *devicelimit.Quota, size int, id uint16, d *devicelimit.Decision, now devicelimit.Tick) {
-	f.pending.Store(nil)
+	f.ackN = 0
 	if h.contractChanged(c, f, now) {
 		if p := h.contract(c, f, now); !bytes.Equal(p, f.policy) {
 			f.policy = append(f.policy[:0], p...)
@@ -109,44 +116,60 @@ func (h *throttle) prepareFeedback(c *connInfo, f *feedbackState, class string, 
 	if !grouped || gf.Mode == devicelimit.FeedbackDefault {
 		gf = devicelimit.Feedback{Mode: devicelimit.FeedbackOff}
 	}
-	var props []packets.UserProperty
+	n := 0
 	if q.Feedback.Looks(refused) || gf.Looks(refused) {
 		s := &f.standing
 		h.limiter.StandingAt(c.device, class, *q, v.group.Key, *gq, size, refused, now, s)
 		if s.N > 0 && (q.Feedback.Wants(refused, s) || gf.Wants(refused, s)) {
-			f.buf = s.AppendRateLimit(f.buf[:0])
-			props = append(props, packets.UserProperty{Key: devicelimit.RateLimitProperty, Val: string(f.buf)})
+			f.rl = s.AppendRateLimit(f.rl[:0])
+			f.props[n] = packets.UserProperty{Key: devicelimit.RateLimitProperty, Val: view(f.rl)}
+			n++
 		}
 	}
 	if f.announce {
 		f.announce = false
-		props = append(props, packets.UserProperty{Key: devicelimit.PolicyProperty, Val: string(f.policy)})
+		f.props[n] = packets.UserProperty{Key: devicelimit.PolicyProperty, Val: view(f.policy)}
+		n++
 	}
-	if props != nil {
-		f.pending.Store(&ackFeedback{id: id, props: props})
-	}
+	f.ackID, f.ackN = id, n
 }
 
 // takeFeedback returns the user properties waiting for the ack of
-// packet id, and forgets them.
+// packet id, and forgets them; they are views valid until the next
+// publish.
 func (f *feedbackState) takeFeedback(id uint16) []packets.UserProperty {
-	p := f.pending.Load()
-	if p == nil || p.id != id || !f.pending.CompareAndSwap(p, nil) {
+	if f.ackN == 0 || f.ackID != id {
 		return nil
 	}
-	return p.props
+	n := f.ackN
+	f.ackN = 0
+	return f.props[:n]
+}
+
+// copyFeedback is takeFeedback for an ack written later, elsewhere:
+// the properties copied.
+func (f *feedbackState) copyFeedback(id uint16) []packets.UserProperty {
+	props := f.takeFeedback(id)
+	if props == nil {
+		return nil
+	}
+	out := make([]packets.UserProperty, len(props))
+	for i, p := range props {
+		out[i] = packets.UserProperty{Key: p.Key, Val: strings.Clone(p.Val)}
+	}
+	return out
 }
 
 // OnPacketEncode adds the device's feedback to its MQTT 5 CONNACK
 // (RateLimit-Policy) and to the PUBACK or PUBREC of a publish
-// (prepareFeedback's properties), after any the ack inherits.
+// (prepareFeedback's properties).
 func (h *throttle) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	switch pk.FixedHeader.Type {
 	case packets.Connack, packets.Puback, packets.Pubrec:
 	default:
 		return pk
 	}
-	if cl.Properties.ProtocolVersion != 5 {
+	if cl.Properties.ProtocolVersion != 5 || pk.Origin == ackerOrigin {
 		return pk
 	}
 	c := h.conns.info(cl)
@@ -161,14 +184,17 @@ func (h *throttle) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Pa
 		f := c.fb
 		if p := h.contract(c, f, h.clock.Now()); p != nil {
 			f.policy = append(f.policy[:0], p...)
-			props = []packets.UserProperty{{Key: devicelimit.PolicyProperty, Val: string(p)}}
+			f.props[0] = packets.UserProperty{Key: devicelimit.PolicyProperty, Val: view(f.policy)}
+			props = f.props[:1]
 		}
 	} else if props = c.fb.takeFeedback(pk.PacketID); props == nil {
 		return pk
 	}
-	// A new slice: the ack may share the publish's properties.
-	user := make([]packets.UserProperty, 0, len(pk.Properties.User)+len(props))
-	pk.Properties.User = append(append(user, pk.Properties.User...), props...)
+	if len(pk.Properties.User) > 0 {
+		// A new slice: the ack may share the publish's properties.
+		props = append(append(make([]packets.UserProperty, 0, len(pk.Properties.User)+len(props)), pk.Properties.User...), props...)
+	}
+	pk.Properties.User = props
 	if pk.FixedHeader.Type == packets.Puback && pk.ReasonCode == packets.CodeGrantedQos1.Code {
 		// mochi acks QoS 1 with its "granted QoS 1" code, 0x01, which
 		// it writes only when the ack has properties: no PUBACK reason

@@ -9,6 +9,7 @@ import (
 
 	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
+	mochipk "github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/devicegate/devicegate/devicelimit"
 )
@@ -253,5 +254,24 @@ func TestFeedbackPubrec(t *testing.T) {
 				t.Fatalf("pubcomp %d: %v %v", i, rp, err)
 			}
 		}
+	}
+}
+
+// TestFeedbackAllocatesNothing: feedback always, a publish and the
+// encode of its PUBACK allocate nothing once the buffers have grown.
+func TestFeedbackAllocatesNothing(t *testing.T) {
+	s, cl, pk := newHookClient(t, devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Second, Feedback: fbAlways})
+	ack := mochipk.Packet{FixedHeader: mochipk.FixedHeader{Type: mochipk.Puback}, PacketID: pk.PacketID, ReasonCode: mochipk.CodeGrantedQos1.Code}
+	step := func() {
+		if _, err := s.hook.OnPublish(cl, pk); err != nil {
+			t.Fatal(err)
+		}
+		if out := s.hook.OnPacketEncode(cl, ack); len(out.Properties.User) == 0 || out.Properties.User[0].Key != devicelimit.RateLimitProperty || out.ReasonCode != 0 {
+			t.Fatalf("PUBACK %+v", out)
+		}
+	}
+	step()
+	if n := testing.AllocsPerRun(1000, step); n != 0 {
+		t.Fatalf("%v allocations per publish with feedback always, want 0", n)
 	}
 }

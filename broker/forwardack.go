@@ -108,7 +108,8 @@ func (h *throttle) finishForwarded(cl *mqtt.Client, pk packets.Packet, props []p
 		return
 	}
 	h.allowed.Add(1)
-	_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID, Properties: packets.Properties{User: props}})
+	_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID,
+		Properties: packets.Properties{User: props}, Origin: ackerOrigin})
 	h.publishLocal(cl, pk)
 }
 

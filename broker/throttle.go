@@ -400,7 +400,7 @@ func (h *throttle) admitQueued(cl *mqtt.Client, c *connInfo, pk *packets.Packet)
 	if err == nil && wait != nil {
 		p := &pendingAck{pk: *pk, wait: wait}
 		if c.fb != nil {
-			p.props = c.fb.takeFeedback(pk.PacketID)
+			p.props = c.fb.copyFeedback(pk.PacketID)
 		}
 		if h.ackerOf(cl, c).push(p) {
 			return errReject // the acker acks and publishes

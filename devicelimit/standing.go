@@ -119,34 +119,50 @@ func (t *Table) standingOf(stem, class string, ls []Limit, size int, refused boo
 }
 
 // standing returns r and t of the window under key (s.mu held) for a
-// message counting n, decided on a copy of the window (a read changes
-// nothing).
+// message counting n. A read changes nothing: a window of another
+// length is re-cut on a copy (PeekAt's), any other is read in place.
 func (s *shard) standing(key string, l Limit, n int, refused bool, now Tick) (int, time.Duration) {
-	r, ok := s.peekCopy(key, hashString(key), l.N)
-	if !ok {
+	h := hashString(key)
+	i := s.index.find(key, h)
+	if i < 0 {
 		return l.N, 0
 	}
-	tooLarge := n > l.N // no retry admits it: say when room frees
-	if tooLarge || !refused {
-		n = 1
+	if r := s.rec(s.index.slots[i].ref()); r.length() == l.Window {
+		return r.look(l, now, &s.cut, n, refused)
 	}
-	d := r.decideN(l, now, &s.cut, n, false)
-	left := max(l.N-d.Count, 0)
-	if refused && !tooLarge && d.RetryAfter > 0 {
-		return left, d.RetryAfter
-	}
-	return left, r.nextFree(&s.cut, l.Window, now)
+	r, _ := s.peekCopy(key, h, l.N)
+	r.decideN(l, now, &s.cut, 1, false) // re-cut and advanced: the copy's
+	return r.look(l, now, &s.cut, n, refused)
 }
 
-// nextFree returns how long until the oldest count of r, advanced to
-// now, expires: 0 when r holds none.
-func (r rec) nextFree(c *cut, window time.Duration, now Tick) time.Duration {
-	total := r.total()
-	if total == 0 {
-		return 0
+// look returns r and t of window r of length l.Window at now, changing
+// nothing: the counts of the buckets a decision at now would count
+// (window.go's decideN, without its advance), and when the oldest of
+// them that must expire does: for a refused message counting n, the
+// one whose expiry leaves room for it (decideN's RetryAfter), else the
+// oldest holding a count.
+func (r rec) look(l Limit, now Tick, c *cut, n int, refused bool) (int, time.Duration) {
+	slots := int64(c.buckets + 1)
+	head := r.head()
+	nb := max(c.bucketOf(now, l.Window), head) // a tick behind the head decides as of it
+	first := max(nb-int64(c.buckets), head-int64(c.buckets), 0)
+	total := 0
+	for k := first; k <= head; k++ {
+		total += r.count(int(k % slots))
 	}
-	slots := c.buckets + 1
-	nb := r.head()
-	k := nb - int64(c.buckets) + int64(r.slotsToAdmit(int(nb%int64(slots)), slots, 0, total))
-	return max(c.bucketStart(k+int64(slots), window).Sub(now), 0)
+	left := max(l.N-total, 0)
+	if total == 0 {
+		return left, 0
+	}
+	excess := 0 // the walk stops where more than excess has expired
+	if refused && n <= l.N && total+n > l.N {
+		excess = total + n - l.N - 1
+	}
+	prefix := 0
+	for k := first; k <= head; k++ {
+		if prefix += r.count(int(k % slots)); prefix > excess {
+			return left, max(c.bucketStart(k+slots, l.Window).Sub(now), 0)
+		}
+	}
+	return left, 0 // not reached: excess < total
 }
