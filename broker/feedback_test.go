@@ -275,3 +275,31 @@ func TestFeedbackAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per publish with feedback always, want 0", n)
 	}
 }
+
+// TestFeedbackReloadNoticed: a reload that changes the device's rule
+// reaches it with its next acknowledgement, once.
+func TestFeedbackReloadNoticed(t *testing.T) {
+	f := feedbackFixture(t, fbAlways, false)
+	c, _, err := f.tryDial5(t, "dev-1", "", nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, policy := fbPublish(t, c, "d/x", 1); policy != "" {
+		t.Fatalf("RateLimit-Policy before any change: %s", policy)
+	}
+	n, err := devicelimit.NewResolver(generous, []devicelimit.Rule{{Name: "devs", ClientID: "dev-*",
+		Quota: devicelimit.Quota{Limit: 7, Window: time.Minute, Feedback: fbAlways}}}, testBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.resolver.Reconfigure(n); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Reconfigure()
+	if _, _, _, policy := fbPublish(t, c, "d/x", 1); policy != `"1m";q=7;w=60` {
+		t.Fatalf("after a reload: RateLimit-Policy %q", policy)
+	}
+	if _, _, _, policy := fbPublish(t, c, "d/x", 1); policy != "" {
+		t.Fatalf("the contract again on the next ack: %s", policy)
+	}
+}
