@@ -303,3 +303,21 @@ func TestFeedbackReloadNoticed(t *testing.T) {
 		t.Fatalf("the contract again on the next ack: %s", policy)
 	}
 }
+
+// TestFeedbackDeferred: under policy defer, the PUBACK of an admitted
+// message and of a deferred one (stored, 0x00) carry RateLimit; the
+// deferred one is told as a refusal: r=0 and t its retry-after.
+func TestFeedbackDeferred(t *testing.T) {
+	r := deferRule("dev-*", 1, time.Minute)
+	r.Quota.Feedback = fbAlways
+	f := start(t, fixtureOpts{rules: []devicelimit.Rule{r}, store: openStore(t, t.TempDir())})
+	c, _, err := f.tryDial5(t, "dev-1", "", nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{`"1m";r=0;t=66`, `"1m";r=0;t=66`} {
+		if code, _, rl, _ := fbPublish(t, c, "d/x", 1); code != 0 || rl != want {
+			t.Fatalf("publish %d: 0x%02x RateLimit %q, want 0x00 and %s", i, code, rl, want)
+		}
+	}
+}

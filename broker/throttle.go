@@ -429,6 +429,12 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 		rec = q // the class's quota
 	}
 	out, d := h.def.deferPublish(cl, pk, c.device, class, rec, q, now)
+	if c.fb != nil && pk.FixedHeader.Qos > 0 && q.Feedback.Mode != devicelimit.FeedbackOff {
+		// Deferred (stored, acked 0x00) or refused, it is not admitted
+		// now: told so, as a refusal.
+		var gq devicelimit.Quota
+		h.prepareFeedback(c, c.fb, class, &q, &gq, len(pk.Payload), pk.PacketID, &d, now)
+	}
 	if !d.Allowed && d.Limit > 0 { // the window refused it (else it queued behind others)
 		h.logThrottled(cl, c, class, q, d, false, now)
 	}
