@@ -16,6 +16,9 @@ type QuotaJSON struct {
 	Enforce *bool `json:"enforce,omitempty"`
 	// Block is the quota's automatic blocking, when it has one.
 	Block *BlockSpecJSON `json:"block,omitempty"`
+	// Feedback is the quota's feedback mode ("off", "refusals",
+	// "always", "below 25%"), omitted when the quota sets none.
+	Feedback string `json:"feedback,omitempty"`
 	// Windows are a quota's windows when it has several (then Limit and
 	// Window are omitted).
 	Windows []WindowJSON `json:"windows,omitempty"`
@@ -96,6 +99,8 @@ type OverrideJSON struct {
 	Policy    string `json:"policy"`
 	Enforce   *bool  `json:"enforce,omitempty"` // false: shadow mode
 	ExpiresAt string `json:"expires_at,omitempty"`
+	// Feedback is the override's feedback mode, as in QuotaJSON.
+	Feedback string `json:"feedback,omitempty"`
 	// Windows are an override's windows when it has several (then
 	// Limit and Window are omitted).
 	Windows []WindowJSON `json:"windows,omitempty"`
@@ -142,6 +147,9 @@ type SetQuotaJSON struct {
 	Policy    string       `json:"policy,omitempty"`     // the server's default (drop) when empty
 	Enforce   *bool        `json:"enforce,omitempty"`    // false: shadow mode
 	ExpiresAt string       `json:"expires_at,omitempty"` // RFC 3339; none when empty
+	// Feedback is off, refusals, always or "below N%"; the default when
+	// empty (docs/device-feedback.md).
+	Feedback string `json:"feedback,omitempty"`
 	// Classes are topic classes that replace the device's rule's.
 	Classes []SetClassJSON `json:"classes,omitempty"`
 }
