@@ -21,6 +21,12 @@ type Limiter interface {
 	// windows (class, q) and its group's (groupKey, gq) together,
 	// devicelimit.Table's contract.
 	AllowGroupAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.GroupDecision
+	// StandingAt fills s with the standing of the windows that bound a
+	// message of size bytes of device in class under q, and of its
+	// group's (groupKey, gq) when groupKey is not "": what its
+	// acknowledgement tells it (devicelimit.Table's contract). refused
+	// says the message was refused, or would have been in shadow mode.
+	StandingAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, refused bool, now devicelimit.Tick, s *devicelimit.Standing)
 	// Buckets returns the number of buckets per window, which quotas
 	// are validated against.
 	Buckets() int

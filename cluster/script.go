@@ -50,7 +50,10 @@ import "github.com/redis/go-redis/v9"
 // earlier, so a Redis clock stepped back cannot empty a window. The key
 // expires when its newest bucket leaves the window: idle devices cost
 // nothing.
-const windowLua = `
+const windowLua = windowFuncsLua + windowMainLua
+
+// windowFuncsLua reads the clock and defines the window functions.
+const windowFuncsLua = `
 local nk = #KEYS
 local clock
 if ARGV[6 * nk + 1] ~= nil and ARGV[6 * nk + 1] ~= '' then
@@ -252,6 +255,11 @@ local function retryOf(st)
   return bucketStart(st.head - st.B + pos + S, st.B, st.T)
 end
 
+`
+
+// windowMainLua is windowLua's main part, after the functions it
+// shares with standingLua (standing.go).
+const windowMainLua = `
 -- One decision is a run of keys with the same group value: the windows
 -- of one message, which counts in all of them or in none. A negative
 -- group value is conditional: its run is decided only when the run

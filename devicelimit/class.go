@@ -30,6 +30,9 @@ func ValidateClasses(cs []Class, buckets int) error {
 		if c.Name == "" || len(c.Name) > MaxClassName || strings.ContainsRune(c.Name, 0) {
 			return &FieldError{Field: key + ".name", Msg: fmt.Sprintf("must be 1 to %d bytes without NUL (got %q)", MaxClassName, c.Name), Err: ErrInvalidQuota}
 		}
+		if c.Name == GroupPolicy {
+			return &FieldError{Field: key + ".name", Msg: fmt.Sprintf("%q names the group's windows in the RateLimit fields; choose another name", c.Name), Err: ErrInvalidQuota}
+		}
 		if j, dup := seen[c.Name]; dup {
 			return &FieldError{Field: key + ".name", Msg: fmt.Sprintf("%q is also the name of classes[%d]", c.Name, j), Err: ErrInvalidQuota}
 		}

@@ -81,9 +81,12 @@ func (p *Policy) UnmarshalText(b []byte) error {
 // (limits.go), Limit and Window then unused. A value, comparable with
 // ==. The zero value is not a valid quota.
 type Quota struct {
-	Limit    int
-	Window   time.Duration
-	Policy   Policy
+	Limit  int
+	Window time.Duration
+	Policy Policy
+	// Feedback says when the device's acknowledgements carry its
+	// standing (feedback.go); the zero value is DefaultFeedback's.
+	Feedback Feedback
 	Windows  [MaxWindows]Limit
 	NWindows int
 	// Shadow is shadow mode ("enforce: false"): messages are decided
@@ -206,6 +209,9 @@ func (q Quota) Validate(buckets int) error {
 		return err
 	}
 	if err := q.Block.validate(buckets); err != nil {
+		return err
+	}
+	if err := q.Feedback.validate(); err != nil {
 		return err
 	}
 	bad := func(field, format string, args ...any) error {
