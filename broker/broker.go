@@ -229,6 +229,9 @@ func New(opts Options) (*Server, error) {
 	if err := srv.AddHook(&willHook{t: h}, nil); err != nil {
 		return nil, fmt.Errorf("add will hook: %w", err)
 	}
+	if err := srv.AddHook(newStatusHook(h), nil); err != nil {
+		return nil, fmt.Errorf("add status hook: %w", err)
+	}
 	s := &Server{opts: opts, mqtt: srv, hook: h, auth: ah, mlog: mlog, closed: make(chan struct{})}
 	if opts.Defer != nil {
 		s.def = newDeferrer(opts.Defer, opts.DeferLimits, h)
