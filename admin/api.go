@@ -16,6 +16,9 @@ type QuotaJSON struct {
 	Enforce *bool `json:"enforce,omitempty"`
 	// Block is the quota's automatic blocking, when it has one.
 	Block *BlockSpecJSON `json:"block,omitempty"`
+	// Feedback is the quota's feedback mode ("off", "refusals",
+	// "always", "below 25%"), omitted when the quota sets none.
+	Feedback string `json:"feedback,omitempty"`
 	// Windows are a quota's windows when it has several (then Limit and
 	// Window are omitted).
 	Windows []WindowJSON `json:"windows,omitempty"`
@@ -92,6 +95,8 @@ type OverrideJSON struct {
 	Policy    string `json:"policy"`
 	Enforce   *bool  `json:"enforce,omitempty"` // false: shadow mode
 	ExpiresAt string `json:"expires_at,omitempty"`
+	// Feedback is the override's feedback mode, as in QuotaJSON.
+	Feedback string `json:"feedback,omitempty"`
 	// Windows are an override's windows when it has several (then
 	// Limit and Window are omitted).
 	Windows []WindowJSON `json:"windows,omitempty"`

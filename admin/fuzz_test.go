@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ func FuzzQuotaBody(f *testing.F) {
 		`[`, ``, `null`, `{"limit":-1e400}`,
 		`{"windows":[{"messages":10,"window":"1m"},{"bytes":5242880,"window":"24h"}],"policy":"disconnect"}`,
 		`{"windows":[{"messages":10,"bytes":1,"window":"1m"}]}`, `{"windows":[]}`, `{"limit":1,"windows":[{"messages":1,"window":"1s"}]}`,
+		`{"limit":5,"window":"10s","feedback":"always"}`, `{"limit":5,"window":"10s","feedback":{"below":"10%"}}`,
+		`{"limit":5,"window":"10s","feedback":{"below":0}}`, `{"limit":5,"window":"10s","feedback":"sometimes"}`,
 	} {
 		f.Add([]byte(s), 20)
 	}
@@ -53,6 +56,9 @@ func FuzzQuotaBody(f *testing.F) {
 		if out.ExpiresAt != "" {
 			again["expires_at"] = out.ExpiresAt
 		}
+		if out.Feedback != "" {
+			again["feedback"] = out.Feedback
+		}
 		b, err := json.Marshal(again)
 		if err != nil {
 			t.Fatal(err)
@@ -68,4 +74,36 @@ func FuzzQuotaBody(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+func TestQuotaBodyFeedback(t *testing.T) {
+	for body, want := range map[string]devicelimit.Feedback{
+		`{"limit":5,"window":"10s"}`:                            {},
+		`{"limit":5,"window":"10s","feedback":"off"}`:           {Mode: devicelimit.FeedbackOff},
+		`{"limit":5,"window":"10s","feedback":"always"}`:        {Mode: devicelimit.FeedbackAlways},
+		`{"limit":5,"window":"10s","feedback":{"below":"10%"}}`: {Mode: devicelimit.FeedbackBelow, Below: 10},
+		`{"limit":5,"window":"10s","feedback":{"below":10}}`:    {Mode: devicelimit.FeedbackBelow, Below: 10},
+		`{"limit":5,"window":"10s","feedback":"below 10%"}`:     {Mode: devicelimit.FeedbackBelow, Below: 10},
+	} {
+		o, err := parseQuotaBody([]byte(body), 20, t0)
+		if err != nil || o.Quota.Feedback != want {
+			t.Errorf("%s: %v %v, want %v", body, o.Quota.Feedback, err, want)
+		}
+	}
+	o, err := parseQuotaBody([]byte(`{"limit":5,"window":"10s","feedback":"refusals","classes":[
+		{"name":"a","topics":["a/#"],"quota":{"limit":1,"window":"1s"}},
+		{"name":"b","topics":["b/#"],"quota":{"limit":1,"window":"1s","feedback":"off"}}]}`), 20, t0)
+	if err != nil || o.Classes[0].Quota.Feedback.Mode != devicelimit.FeedbackRefusals || o.Classes[1].Quota.Feedback.Mode != devicelimit.FeedbackOff {
+		t.Fatalf("classes: %+v %v", o.Classes, err)
+	}
+	for _, body := range []string{
+		`{"limit":5,"window":"10s","feedback":"sometimes"}`,
+		`{"limit":5,"window":"10s","feedback":{"below":"0%"}}`,
+		`{"limit":5,"window":"10s","feedback":{"below":"10%","x":1}}`,
+		`{"limit":5,"window":"10s","feedback":7}`,
+	} {
+		if _, err := parseQuotaBody([]byte(body), 20, t0); err == nil || !strings.HasPrefix(err.Error(), "feedback: must be") {
+			t.Errorf("%s: %v, want an error naming feedback", body, err)
+		}
+	}
 }

@@ -40,6 +40,39 @@ type quotaPart struct {
 	Policy  *string         `json:"policy,omitempty"`  // default drop
 	Enforce *bool           `json:"enforce,omitempty"` // false: shadow mode
 	Block   *blockBody      `json:"block,omitempty"`   // automatic blocking
+	// Feedback is "off", "refusals", "always" or {"below": "25%"};
+	// absent: the default (a class: the override's).
+	Feedback json.RawMessage `json:"feedback,omitempty"`
+}
+
+// parseFeedback reads a quota body's feedback.
+func parseFeedback(raw json.RawMessage) (devicelimit.Feedback, error) {
+	bad := fmt.Errorf(`feedback: must be "off", "refusals", "always" or {"below": "N%%"} with N from 1 to 100 (got %s)`, clipField(string(raw)))
+	var mode string
+	if json.Unmarshal(raw, &mode) == nil {
+		f, err := devicelimit.ParseFeedback(mode) // "below 25%" too, as answers write it
+		if err != nil {
+			return f, bad
+		}
+		return f, nil
+	}
+	var below struct {
+		Below json.RawMessage `json:"below"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if dec.Decode(&below) != nil || below.Below == nil {
+		return devicelimit.Feedback{}, bad
+	}
+	share := string(below.Below)
+	if json.Unmarshal(below.Below, &mode) == nil {
+		share = mode
+	}
+	f, err := devicelimit.ParseFeedbackBelow(share)
+	if err != nil {
+		return f, bad
+	}
+	return f, nil
 }
 
 // blockBody is automatic blocking in a quota body.
@@ -132,6 +165,11 @@ func parseQuotaBody(body []byte, buckets int, now devicelimit.Tick) (devicelimit
 	if o.Classes, err = parseClasses(b.Classes, buckets); err != nil {
 		return devicelimit.Override{}, err
 	}
+	for i := range o.Classes {
+		if o.Classes[i].Quota.Feedback == (devicelimit.Feedback{}) {
+			o.Classes[i].Quota.Feedback = q.Feedback // a class's is the override's unless it says
+		}
+	}
 	if b.ExpiresAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, *b.ExpiresAt)
 		if err != nil {
@@ -203,6 +241,11 @@ func (b quotaPart) quota(prefix string, buckets int) (devicelimit.Quota, error) 
 		}
 	}
 	q.Shadow = b.Enforce != nil && !*b.Enforce
+	if len(b.Feedback) > 0 && string(b.Feedback) != "null" {
+		if q.Feedback, err = parseFeedback(b.Feedback); err != nil {
+			return bad("%v", err)
+		}
+	}
 	if b.Block != nil {
 		within, err1 := time.ParseDuration(b.Block.Within)
 		dur, err2 := time.ParseDuration(b.Block.For)

@@ -274,7 +274,7 @@ func (s *Server) peekWindows(device, class string, q devicelimit.Quota, now devi
 // windows with their state.
 func quotaOut(q devicelimit.Quota, windows []WindowJSON) QuotaJSON {
 	if q.NWindows == 0 {
-		out := QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String(), Enforce: enforceOut(q), Block: blockOut(q)}
+		out := QuotaJSON{Limit: q.Limit, Window: q.Window.String(), Policy: q.Policy.String(), Enforce: enforceOut(q), Block: blockOut(q), Feedback: q.Feedback.String()}
 		if len(windows) == 1 { // a class's one window, with its state
 			out.Used, out.Remaining, out.RetryAfter = windows[0].Used, windows[0].Remaining, windows[0].RetryAfter
 		}
@@ -283,7 +283,7 @@ func quotaOut(q devicelimit.Quota, windows []WindowJSON) QuotaJSON {
 	if windows == nil {
 		windows = WindowsJSON(q.Limits())
 	}
-	return QuotaJSON{Policy: q.Policy.String(), Windows: windows, Enforce: enforceOut(q), Block: blockOut(q)}
+	return QuotaJSON{Policy: q.Policy.String(), Windows: windows, Enforce: enforceOut(q), Block: blockOut(q), Feedback: q.Feedback.String()}
 }
 
 // WindowsJSON writes windows in the API's terms.
@@ -301,7 +301,7 @@ func WindowsJSON(ls []devicelimit.Limit) []WindowJSON {
 }
 
 func overrideOut(device string, o devicelimit.Override) OverrideJSON {
-	out := OverrideJSON{Device: device, Limit: o.Quota.Limit, Window: o.Quota.Window.String(), Policy: o.Quota.Policy.String(), Enforce: enforceOut(o.Quota)}
+	out := OverrideJSON{Device: device, Limit: o.Quota.Limit, Window: o.Quota.Window.String(), Policy: o.Quota.Policy.String(), Enforce: enforceOut(o.Quota), Feedback: o.Quota.Feedback.String()}
 	if o.Quota.NWindows > 0 {
 		out.Limit, out.Window, out.Windows = 0, "", WindowsJSON(o.Quota.Limits())
 	}

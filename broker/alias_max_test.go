@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"testing"
+
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestTopicAliasMaximum: the MQTT 5 CONNACK announces the topic alias
@@ -23,7 +25,10 @@ func TestTopicAliasMaximum(t *testing.T) {
 		{"three", 3, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := start(t, fixtureOpts{options: func(o *Options) { o.Limits.TopicAliasMaximum = tc.limit }})
+			// Feedback off: a RateLimit-Policy's quotes are 0x22 bytes too.
+			quiet := generous
+			quiet.Feedback.Mode = devicelimit.FeedbackOff
+			f := start(t, fixtureOpts{def: quiet, options: func(o *Options) { o.Limits.TopicAliasMaximum = tc.limit }})
 			conn := dialTCP(t, f.addr)
 			defer conn.Close()
 			r := bufio.NewReader(conn)

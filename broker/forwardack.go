@@ -40,8 +40,9 @@ type acker struct {
 }
 
 type pendingAck struct {
-	pk   packets.Packet
-	wait func() error // returns when the message is durable
+	pk    packets.Packet
+	wait  func() error           // returns when the message is durable
+	props []packets.UserProperty // the device's feedback (feedback.go)
 }
 
 // ackerOf returns c's acker, started on first use. Called from OnPublish
@@ -89,7 +90,7 @@ func (a *acker) close() {
 
 func (h *throttle) runAcker(cl *mqtt.Client, a *acker) {
 	for p := range a.q {
-		h.finishForwarded(cl, p.pk, p.wait())
+		h.finishForwarded(cl, p.pk, p.props, p.wait())
 		a.pending.Done()
 	}
 }
@@ -98,7 +99,7 @@ func (h *throttle) runAcker(cl *mqtt.Client, a *acker) {
 // acknowledged (if the connection is still there; it is forwarded
 // upstream either way) and published locally; otherwise counted dropped
 // and not acknowledged, so the device sends it again.
-func (h *throttle) finishForwarded(cl *mqtt.Client, pk packets.Packet, err error) {
+func (h *throttle) finishForwarded(cl *mqtt.Client, pk packets.Packet, props []packets.UserProperty, err error) {
 	if err != nil {
 		h.dropped.Add(1)
 		if h.logs.allow(logForward, "", refusalLogWindow) {
@@ -107,7 +108,7 @@ func (h *throttle) finishForwarded(cl *mqtt.Client, pk packets.Packet, err error
 		return
 	}
 	h.allowed.Add(1)
-	_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID})
+	_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID, Properties: packets.Properties{User: props}})
 	h.publishLocal(cl, pk)
 }
 

@@ -101,6 +101,9 @@ func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {
 	c := &connInfo{device: h.identity.Of(cl.ID, username), clientID: cl.ID, username: username,
 		remote: cl.Net.Remote, protocol: cl.Properties.ProtocolVersion, since: h.clock.Now()}
 	c.rv.Store(h.ruleView(cl.ID, username))
+	if c.protocol == 5 {
+		c.fb = new(feedbackState)
+	}
 	return c
 }
 

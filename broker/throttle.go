@@ -198,6 +198,9 @@ type connInfo struct {
 	// ack acknowledges forwarded QoS 1 publishes once durable
 	// (forwardack.go); nil until the first.
 	ack *acker
+	// fb is the device's feedback on its acks (feedback.go); nil
+	// unless the connection is MQTT 5.
+	fb *feedbackState
 }
 
 // ID returns the hook's ID.
@@ -206,7 +209,7 @@ func (h *throttle) ID() string { return "devicegate-throttle" }
 // Provides reports the hook methods the throttle implements.
 func (h *throttle) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnPublish:
+	case mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnPublish, mqtt.OnPacketEncode:
 		return true
 	}
 	return false
@@ -323,6 +326,9 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	} else {
 		d, byGroup = h.decide(cl, c, class, &q, &gq, len(pk.Payload), now)
 	}
+	if c.fb != nil && pk.FixedHeader.Qos > 0 && (q.Feedback.Mode != devicelimit.FeedbackOff || v.group.Key != "") {
+		h.prepareFeedback(c, c.fb, class, &q, &gq, len(pk.Payload), pk.PacketID, &d, now)
+	}
 	if d.Allowed {
 		if !leased(h.table, d.Lease) {
 			c.ack.barrier()
@@ -392,7 +398,11 @@ func (h *throttle) admitFailed(cl *mqtt.Client, pk *packets.Packet, err error) e
 func (h *throttle) admitQueued(cl *mqtt.Client, c *connInfo, pk *packets.Packet) error {
 	wait, err := h.fwd.ForwardAsync(forwardMessage(c.device, pk))
 	if err == nil && wait != nil {
-		if h.ackerOf(cl, c).push(&pendingAck{pk: *pk, wait: wait}) {
+		p := &pendingAck{pk: *pk, wait: wait}
+		if c.fb != nil {
+			p.props = c.fb.takeFeedback(pk.PacketID)
+		}
+		if h.ackerOf(cl, c).push(p) {
 			return errReject // the acker acks and publishes
 		}
 		err = wait() // the connection is gone: wait here

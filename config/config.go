@@ -294,6 +294,9 @@ type Quota struct {
 	// Block blocks a device the quota refused After times within
 	// Within, for For (devicelimit.Block).
 	Block *Block `yaml:"block,omitempty"`
+	// Feedback says when the quota's devices are told their standing
+	// on MQTT 5 acknowledgements; nil: devicelimit.DefaultFeedback.
+	Feedback *Feedback `yaml:"feedback,omitempty"`
 }
 
 // Block is automatic blocking in YAML: {after: 1000, within: 1m, for: 10m}.
@@ -416,8 +419,12 @@ func (q Quota) Quota() devicelimit.Quota {
 	if q.Block != nil {
 		block = devicelimit.Block{After: q.Block.After, Within: time.Duration(q.Block.Within), For: time.Duration(q.Block.For)}
 	}
+	var fb devicelimit.Feedback
+	if q.Feedback != nil {
+		fb = q.Feedback.Feedback
+	}
 	if len(q.Windows) == 0 {
-		return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: q.Policy, Shadow: shadow, Block: block}
+		return devicelimit.Quota{Limit: q.Limit, Window: time.Duration(q.Window), Policy: q.Policy, Shadow: shadow, Block: block, Feedback: fb}
 	}
 	ls := make([]devicelimit.Limit, len(q.Windows))
 	for i, w := range q.Windows {
@@ -427,7 +434,7 @@ func (q Quota) Quota() devicelimit.Quota {
 		}
 	}
 	dq := devicelimit.WithWindows(q.Policy, ls...)
-	dq.Shadow, dq.Block = shadow, block
+	dq.Shadow, dq.Block, dq.Feedback = shadow, block, fb
 	if len(ls) > devicelimit.MaxWindows {
 		dq.NWindows = len(ls) // refused by Validate, naming the count
 	}

@@ -107,6 +107,11 @@ func Parse(r io.Reader) (Config, error) {
 		mixed(fmt.Sprintf("limits.rules[%d].group.quota.", i))
 	}
 	mixed("limits.group.quota.")
+	for i := range cfg.Limits.Classes {
+		if c := &cfg.Limits.Classes[i].Quota; c.Feedback == nil {
+			c.Feedback = cfg.Limits.Default.Feedback
+		}
+	}
 	// A rule's quota keys that are absent come from limits.default:
 	// its limit and window, or its windows, when the rule gives neither.
 	for i := range cfg.Limits.Rules {
@@ -126,6 +131,15 @@ func Parse(r io.Reader) (Config, error) {
 		}
 		if !w.present[p+"policy"] {
 			q.Policy = cfg.Limits.Default.Policy
+		}
+		if !w.present[p+"feedback"] {
+			q.Feedback = cfg.Limits.Default.Feedback
+		}
+		// A topic class's feedback is its rule's unless it says.
+		for j := range cfg.Limits.Rules[i].Classes {
+			if c := &cfg.Limits.Rules[i].Classes[j].Quota; c.Feedback == nil {
+				c.Feedback = q.Feedback
+			}
 		}
 	}
 	if len(cfg.Limits.Rules) == 0 {
@@ -172,6 +186,7 @@ type walker struct {
 var (
 	durationType = reflect.TypeFor[Duration]()
 	sizeType     = reflect.TypeFor[Size]()
+	feedbackType = reflect.TypeFor[Feedback]()
 )
 
 // names are the fields written as one of a few names, each with its
@@ -210,6 +225,12 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 	}
 	if t == sizeType {
 		if _, msg := parseSize(n); msg != "" {
+			w.fail(n, path, "%s", msg)
+		}
+		return
+	}
+	if t == feedbackType {
+		if _, msg := parseFeedback(n); msg != "" {
 			w.fail(n, path, "%s", msg)
 		}
 		return

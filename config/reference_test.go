@@ -23,7 +23,7 @@ func schemaKeys(t reflect.Type, path string, out map[string]reflect.Type) {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if _, named := names[t]; t == durationType || t == sizeType || named {
+	if _, named := names[t]; t == durationType || t == sizeType || t == feedbackType || named {
 		out[path] = t
 		return
 	}

@@ -190,6 +190,8 @@ func (v *validator) classes(key string, cs []Class, buckets int) {
 			v.add(k+".name", fmt.Sprintf("%q is also the name of %s[%d]", c.Name, key, j))
 		} else if c.Name == broker.OverrideClass {
 			v.add(k+".name", fmt.Sprintf("%q is reserved: the metrics count the classes only overrides name under it", c.Name))
+		} else if c.Name == devicelimit.GroupPolicy {
+			v.add(k+".name", fmt.Sprintf("%q names the group's windows in the RateLimit fields; choose another name", c.Name))
 		}
 		names[c.Name] = i
 		if len(c.Topics) == 0 {

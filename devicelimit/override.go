@@ -87,6 +87,7 @@ func (r *Resolver) SetOverride(device string, o Override) error {
 	}
 	s.m[device] = o
 	s.mu.Unlock()
+	r.gen.Add(1)
 	return nil
 }
 
@@ -99,6 +100,7 @@ func (r *Resolver) DeleteOverride(device string) bool {
 	if ok {
 		delete(s.m, device)
 		r.count.Add(-1)
+		r.gen.Add(1)
 	}
 	s.mu.Unlock()
 	return ok
@@ -137,6 +139,7 @@ func (r *Resolver) Prune(now Tick) []string {
 			if o.Expired(now) {
 				delete(s.m, d)
 				r.count.Add(-1)
+				r.gen.Add(1)
 				gone = append(gone, d)
 			}
 		}

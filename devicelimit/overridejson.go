@@ -13,9 +13,9 @@ import (
 // their older, compact encodings.
 
 // NeedsJSON reports whether o is stored in its JSON form: it has topic
-// classes, or a quota in shadow mode or with a block.
+// classes, or a quota in shadow mode, with a block or a feedback mode.
 func (o Override) NeedsJSON() bool {
-	return len(o.Classes) > 0 || o.Quota.Shadow || o.Quota.Block != (Block{})
+	return len(o.Classes) > 0 || o.Quota.Shadow || o.Quota.Block != (Block{}) || o.Quota.Feedback != (Feedback{})
 }
 
 type quotaRecord struct {
@@ -25,6 +25,8 @@ type quotaRecord struct {
 	Policy  Policy        `json:"policy"`
 	Shadow  bool          `json:"shadow,omitempty"`
 	Block   *blockRecord  `json:"block,omitempty"`
+	// Feedback is Feedback.String's form; absent for the default.
+	Feedback string `json:"feedback,omitempty"`
 }
 
 type blockRecord struct {
@@ -67,9 +69,9 @@ type overrideRecord struct {
 
 func quotaToRecord(q Quota) quotaRecord {
 	if q.NWindows == 0 {
-		return quotaRecord{Limit: q.Limit, Window: q.Window, Policy: q.Policy, Shadow: q.Shadow, Block: blockToRecord(q.Block)}
+		return quotaRecord{Limit: q.Limit, Window: q.Window, Policy: q.Policy, Shadow: q.Shadow, Block: blockToRecord(q.Block), Feedback: q.Feedback.String()}
 	}
-	r := quotaRecord{Policy: q.Policy, Shadow: q.Shadow, Block: blockToRecord(q.Block)}
+	r := quotaRecord{Policy: q.Policy, Shadow: q.Shadow, Block: blockToRecord(q.Block), Feedback: q.Feedback.String()}
 	for _, l := range q.Limits() {
 		r.Windows = append(r.Windows, limitRecord{Bytes: l.Unit == Bytes, N: l.N, Window: l.Window})
 	}
@@ -77,8 +79,15 @@ func quotaToRecord(q Quota) quotaRecord {
 }
 
 func (r quotaRecord) quota() (Quota, error) {
+	var fb Feedback
+	if r.Feedback != "" {
+		var err error
+		if fb, err = ParseFeedback(r.Feedback); err != nil {
+			return Quota{}, err
+		}
+	}
 	if len(r.Windows) == 0 {
-		return Quota{Limit: r.Limit, Window: r.Window, Policy: r.Policy, Shadow: r.Shadow, Block: r.Block.block()}, nil
+		return Quota{Limit: r.Limit, Window: r.Window, Policy: r.Policy, Shadow: r.Shadow, Block: r.Block.block(), Feedback: fb}, nil
 	}
 	if r.Limit != 0 || r.Window != 0 || len(r.Windows) > MaxWindows {
 		return Quota{}, fmt.Errorf("a quota of limit and window, or of 1 to %d windows", MaxWindows)
@@ -91,7 +100,7 @@ func (r quotaRecord) quota() (Quota, error) {
 		}
 	}
 	q := WithWindows(r.Policy, ls...)
-	q.Shadow, q.Block = r.Shadow, r.Block.block()
+	q.Shadow, q.Block, q.Feedback = r.Shadow, r.Block.block(), fb
 	return q, nil
 }
 

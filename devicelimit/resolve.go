@@ -79,7 +79,18 @@ type Resolver struct {
 	// blocking is set once any quota, configured or an override's, has
 	// a block: until then no device can be blocked (MayBlock).
 	blocking atomic.Bool
+
+	// gen counts the changes of what a device may be told of its
+	// quotas (Generation).
+	gen atomic.Uint64
 }
+
+// Generation returns a number that changes whenever a quota may have
+// changed: an override set, deleted or pruned, a reconfiguration, a
+// rule's enforce switch. (An override that expires changes nothing
+// here until Prune: a caller keeps its ExpiresAt.) A device's feedback
+// compares it to notice a new contract cheaply.
+func (r *Resolver) Generation() uint64 { return r.gen.Load() }
 
 // ruleSet is a configuration's default quota, classes, group and rules.
 type ruleSet struct {
@@ -192,6 +203,7 @@ func (r *Resolver) Reconfigure(n *Resolver) error {
 		return fmt.Errorf("%w: the bucket count cannot change (%d, now %d)", ErrInvalidQuota, r.buckets, n.buckets)
 	}
 	r.set.Store(n.set.Load())
+	r.gen.Add(1)
 	if n.blocking.Load() {
 		r.blocking.Store(true)
 	}
@@ -215,6 +227,7 @@ func (r *Resolver) SetRuleEnforce(name string, enforce bool) error {
 	}
 	s.modes[i].Store(mode)
 	s.switched.Store(true)
+	r.gen.Add(1)
 	return nil
 }
 
@@ -373,13 +386,12 @@ func (r *Resolver) ClassQuotaAt(device, class string, recorded Quota, now Tick) 
 	return recorded
 }
 
-// ClassAt returns the topic class and quota a message on topic of the
-// device is counted under at now: the first of its classes (its
-// override's, when that has classes, else ruleClasses, resolved once at
-// connect) whose filter matches, else "" and QuotaAt's quota; rule is
-// the quota of the device's rule ruleName ("" for the default), under
-// its runtime enforce switch (SetRuleEnforce).
-func (r *Resolver) ClassAt(device string, rule Quota, ruleName string, ruleClasses []Class, topic string, now Tick) (string, Quota) {
+// ContractAt returns the quota and topic classes device is under at
+// now: its override's, when it has one (the override's classes, when it
+// has any, else ruleClasses), else rule and ruleClasses, as ClassAt
+// resolves them; and the instant its override expires (0: none, or no
+// override).
+func (r *Resolver) ContractAt(device string, rule Quota, ruleName string, ruleClasses []Class, now Tick) (Quota, []Class, Tick) {
 	s := r.set.Load()
 	q, classes := rule, ruleClasses
 	if ruleName != "" && s.switched.Load() {
@@ -392,7 +404,19 @@ func (r *Resolver) ClassAt(device string, rule Quota, ruleName string, ruleClass
 		if len(o.Classes) > 0 {
 			classes = o.Classes
 		}
+		return q, classes, o.ExpiresAt
 	}
+	return q, classes, 0
+}
+
+// ClassAt returns the topic class and quota a message on topic of the
+// device is counted under at now: the first of its classes (its
+// override's, when that has classes, else ruleClasses, resolved once at
+// connect) whose filter matches, else "" and QuotaAt's quota; rule is
+// the quota of the device's rule ruleName ("" for the default), under
+// its runtime enforce switch (SetRuleEnforce).
+func (r *Resolver) ClassAt(device string, rule Quota, ruleName string, ruleClasses []Class, topic string, now Tick) (string, Quota) {
+	q, classes, _ := r.ContractAt(device, rule, ruleName, ruleClasses, now)
 	if len(classes) > 0 {
 		if c, ok := MatchClass(classes, topic); ok {
 			return c.Name, c.Quota
