@@ -73,7 +73,7 @@ func (h *throttle) deviceStatus(cl *mqtt.Client, now devicelimit.Tick) (deviceSt
 	if v.group.Key != "" {
 		gq = h.resolver.GroupQuotaAt(v.group.Membership, now)
 	}
-	st := deviceStatus{Shadow: q.Shadow, on: q.Feedback.On(), Policies: []statusPolicy{}, Remaining: []statusRemaining{}}
+	st := deviceStatus{Shadow: q.Shadow, on: feedbackOn(&q, &gq, v.group.Key != ""), Policies: []statusPolicy{}, Remaining: []statusRemaining{}}
 	if c.dev != nil {
 		st.refusals = c.dev.history.refusals.Load()
 	}

@@ -15,22 +15,14 @@ import (
 func TestRunClientMix(t *testing.T) {
 	q := devicelimit.Quota{Limit: 5, Window: time.Second, Policy: devicelimit.PolicyDrop}
 	addr := startGateway(t, q)
-	rep, err := Run(context.Background(), Config{
+	rep, summary := runMix(t, Config{
 		Addr: addr, Devices: 4, Rate: 10, QoS: 1, PayloadSize: 100, Client: "50%:paho,50%:lean",
 		Duration: 2 * time.Second, Drain: time.Second, Quota: q, Tolerance: 150 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	if err := rep.WriteSummary(&b); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("\n%s", b.String())
 	if len(rep.Clients) != 2 || rep.Clients[0].Client != ClientPaho || rep.Clients[1].Client != ClientLean {
 		t.Fatalf("clients: %+v", rep.Clients)
 	}
-	if !strings.Contains(b.String(), "per client:") {
+	if !strings.Contains(summary, "per client:") {
 		t.Fatal("the summary lacks the per-client table")
 	}
 	sent := 0
@@ -52,6 +44,21 @@ func TestRunClientMix(t *testing.T) {
 	if sent != rep.Result.Totals.Sent {
 		t.Fatalf("clients sent %d, totals %d", sent, rep.Result.Totals.Sent)
 	}
+}
+
+// runMix runs cfg and logs its summary, which it returns with the report.
+func runMix(t *testing.T, cfg Config) (*Report, string) {
+	t.Helper()
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := rep.WriteSummary(&b); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", b.String())
+	return rep, b.String()
 }
 
 // TestQuotaRate: the tightest window per path, a byte window's in
