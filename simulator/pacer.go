@@ -14,11 +14,13 @@ import (
 // The rule, per window named in an acknowledgement's RateLimit (the
 // windows that bound the message: its topic class's or the device's
 // own, and the group's): with r messages left and t seconds until the
-// window frees room, the window's next message may go t/r after the
-// acknowledgement (pace to r/t); with room for no message (r = 0, or
-// fewer bytes left than the message's size) it may go after t, which
-// after a refusal is the retry-after; t = 0 (the window is empty)
-// holds nothing back. A message may go when every window that bounded
+// window frees room, the window's next message may go t/(r+1) after
+// the acknowledgement: pacing to r/t, the r messages it has room for
+// spread over t and one more when the window frees room at t (t/r
+// would leave the window a message short every t, as t is rounded up);
+// with room for no message (r = 0, or fewer bytes left than the
+// message's size) it may go after t, which after a refusal is the
+// retry-after; t = 0 (the window is empty) holds nothing back. A message may go when every window that bounded
 // the last message on its path allows it. An acknowledgement without
 // RateLimit (feedback off, or above the feedback threshold) holds
 // nothing back.
@@ -73,7 +75,7 @@ func (p *pacer) observe(path string, items []RateRemaining, size int, now time.T
 		case it.T == 0:
 			at = now
 		default:
-			at = now.Add(it.T / time.Duration(room))
+			at = now.Add(it.T / time.Duration(room+1))
 		}
 		p.notBefore[it.Name] = at
 	}

@@ -26,21 +26,22 @@ func TestPacer(t *testing.T) {
 	}{
 		// Nothing known yet: every path may go.
 		{0, "", "", 100, map[string]time.Duration{"": -1, "alarms": -1}},
-		// 59 left in 60 s: one per 60/59 s; bytes 5900 left, 59 messages
-		// of 100 bytes: the same; the group leaves room for more.
+		// 59 left, room freed in 60 s: 60 messages in 60 s, one a
+		// second; bytes 5900 left, 59 messages of 100 bytes: the same;
+		// the group leaves room for more.
 		{0, "", `"1m";r=59;t=60, "1m-bytes";r=5900;t=60, "group/1m";r=999;t=60`, 100,
-			map[string]time.Duration{"": 60 * time.Second / 59, "alarms": -1}},
+			map[string]time.Duration{"": time.Second, "alarms": -1}},
 		// The byte window is the tighter now: 10 messages of 100 bytes
-		// in 50 s, one every 5 s.
+		// and one more in 50 s.
 		{time.Second, "", `"1m-bytes";r=1000;t=50, "1m";r=58;t=50, "group/1m";r=998;t=59`, 100,
-			map[string]time.Duration{"": 6 * time.Second, "alarms": -1}},
+			map[string]time.Duration{"": time.Second + 50*time.Second/11, "alarms": -1}},
 		// A class's message is bounded by the class and the group only.
 		{2 * time.Second, "alarms", `"alarms/10s";r=1;t=10, "group/1m";r=997;t=58`, 100,
-			map[string]time.Duration{"": 6 * time.Second, "alarms": 12 * time.Second}},
+			map[string]time.Duration{"": time.Second + 50*time.Second/11, "alarms": 7 * time.Second}},
 		// Refused in the class: wait the retry-after; the device's own
 		// path keeps its pace but the group is shared.
 		{3 * time.Second, "alarms", `"alarms/10s";r=0;t=9, "group/1m";r=997;t=57`, 100,
-			map[string]time.Duration{"": 6 * time.Second, "alarms": 12 * time.Second}},
+			map[string]time.Duration{"": time.Second + 50*time.Second/11, "alarms": 12 * time.Second}},
 		// Fewer bytes left than the message weighs: no room, wait t.
 		{6 * time.Second, "", `"1m-bytes";r=50;t=4, "1m";r=57;t=54`, 100,
 			map[string]time.Duration{"": 10 * time.Second, "alarms": 12 * time.Second}},
@@ -79,7 +80,7 @@ func TestPacerBytesByName(t *testing.T) {
 	p := newPacer()
 	t0 := time.Unix(0, 0)
 	p.observe("", []RateRemaining{{Name: "10s-bytes", R: 300, T: 3 * time.Second}}, 100, t0)
-	if got, want := p.ready(""), t0.Add(time.Second); !got.Equal(want) {
+	if got, want := p.ready(""), t0.Add(750*time.Millisecond); !got.Equal(want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }
