@@ -25,7 +25,7 @@ SHELL       := bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 .PHONY: test build bench fuzz tools vet hostile
-.PHONY: bench-e2e
+.PHONY: bench-e2e bench-feedback
 
 # test: vet, every test with the race detector, the property tests and
 # the timed device listing in full without it (the detector makes them
@@ -108,6 +108,11 @@ fuzz:
 BENCH_E2E_FLAGS ?=
 bench-e2e: tools
 	$(GO) run ./bench/harness $(BENCH_E2E_FLAGS)
+# bench-feedback: server CPU per message of two gateways under one MQTT 5
+# QoS 1 load, device feedback off and always (bench/harness -mode
+# feedback), and the ratio. BENCH_E2E_FLAGS passes options.
+bench-feedback: tools
+	$(GO) run ./bench/harness -mode feedback $(BENCH_E2E_FLAGS)
 # bench-density: memory per idle connection of the gateway (at its
 # defaults), plain mochi and Mosquitto, 10,000 connections each
 # (bench/harness -mode density). BENCH_DENSITY_FLAGS passes options,

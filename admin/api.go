@@ -143,6 +143,9 @@ type SetQuotaJSON struct {
 	Policy    string       `json:"policy,omitempty"`     // the server's default (drop) when empty
 	Enforce   *bool        `json:"enforce,omitempty"`    // false: shadow mode
 	ExpiresAt string       `json:"expires_at,omitempty"` // RFC 3339; none when empty
+	// Feedback is off, refusals, always or "below N%"; the default when
+	// empty (docs/device-feedback.md).
+	Feedback string `json:"feedback,omitempty"`
 	// Classes are topic classes that replace the device's rule's.
 	Classes []SetClassJSON `json:"classes,omitempty"`
 }

@@ -88,8 +88,12 @@ func checkAllowedPublishAllocs(t *testing.T, s *Server, cl *mqtt.Client, pk pack
 	}
 }
 
+// quiet is feedback off: the benchmarks of the decision path measure it
+// without the device feedback (BenchmarkOnPublishFeedback has that).
+var quiet = devicelimit.Feedback{Mode: devicelimit.FeedbackOff}
+
 func BenchmarkOnPublishAllowed(b *testing.B) {
-	s, cl, pk := newHookClient(b, devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Second})
+	s, cl, pk := newHookClient(b, devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Second, Feedback: quiet})
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := s.hook.OnPublish(cl, pk); err != nil {
@@ -100,7 +104,7 @@ func BenchmarkOnPublishAllowed(b *testing.B) {
 
 // Over the limit, QoS 0: the refusal path without a connection to write to.
 func BenchmarkOnPublishDropped(b *testing.B) {
-	s, cl, pk := newHookClient(b, devicelimit.Quota{Limit: 1, Window: time.Second})
+	s, cl, pk := newHookClient(b, devicelimit.Quota{Limit: 1, Window: time.Second, Feedback: quiet})
 	pk.FixedHeader.Qos = 0
 	b.ReportAllocs()
 	for b.Loop() {

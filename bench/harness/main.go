@@ -84,7 +84,7 @@ func mainErr(args []string) error {
 	fs.IntVar(&o.inflight, "inflight", 32, "unacknowledged QoS 1 publishes per publisher")
 	fs.StringVar(&o.profile, "profile", "", "write CPU and allocation profiles of the gateway under load to `dir`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, server logs)")
-	fs.StringVar(&o.mode, "mode", "e2e", "e2e (gateway, plain mochi, Mosquitto), forward (make bench-forward) or density (make bench-density)")
+	fs.StringVar(&o.mode, "mode", "e2e", "e2e (gateway, plain mochi, Mosquitto), forward (make bench-forward), density (make bench-density) or feedback (make bench-feedback)")
 	var do densityOptions
 	fs.IntVar(&do.conns, "conns", 10_000, "density mode: idle connections per server")
 	fs.StringVar(&do.targets, "density-targets", "gateway,mochi,mosquitto", "density mode: the servers measured, in order")
@@ -137,9 +137,11 @@ func mainErr(args []string) error {
 	switch o.mode {
 	case "forward":
 		return forwardBench(ctx, dir, o, fo, mosquitto)
+	case "feedback":
+		return feedbackBench(ctx, dir, o)
 	case "e2e":
 	default:
-		return fmt.Errorf("-mode %q: want e2e or forward", o.mode)
+		return fmt.Errorf("-mode %q: want e2e, forward, density or feedback", o.mode)
 	}
 
 	gw, pprofAddr, err := startGateway(dir, o.profile != "")

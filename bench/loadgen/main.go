@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	paho5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
@@ -45,6 +46,7 @@ type config struct {
 	inflight                int
 	payload                 int
 	duration, quiet         time.Duration
+	v5                      bool // MQTT 5 publishers (v5.go)
 }
 
 // Result is the JSON line loadgen prints.
@@ -81,11 +83,12 @@ func run(args []string) error {
 	fs.IntVar(&c.payload, "payload", 64, "payload `bytes`")
 	fs.DurationVar(&c.duration, "duration", 3*time.Second, "how long to publish")
 	fs.DurationVar(&c.quiet, "quiet", 300*time.Millisecond, "end the round when no message has arrived for this long")
+	fs.BoolVar(&c.v5, "v5", false, "MQTT 5 publishers (eclipse/paho.golang), QoS 1 only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if qos > 1 || c.publishers < 1 || c.subscribers < 0 || c.inflight < 1 || c.hot > c.publishers {
-		return errors.New("need qos 0 or 1, publishers and inflight >= 1, subscribers >= 0, hot <= publishers")
+	if qos > 1 || c.publishers < 1 || c.subscribers < 0 || c.inflight < 1 || c.hot > c.publishers || c.v5 && qos != 1 {
+		return errors.New("need qos 0 or 1 (1 with -v5), publishers and inflight >= 1, subscribers >= 0, hot <= publishers")
 	}
 	if c.subAddr == "" {
 		c.subAddr = c.addr
@@ -137,10 +140,26 @@ func round(c config) (Result, error) {
 		}
 	}
 	pubs := make([]paho.Client, c.publishers)
+	pubs5 := make([]*paho5.Client, c.publishers)
+	defer func() {
+		for _, cl := range pubs5 {
+			if cl != nil {
+				_ = cl.Disconnect(&paho5.Disconnect{})
+			}
+		}
+	}()
 	for i := range pubs {
 		id := "pub-" + strconv.Itoa(i)
 		if i < c.hot {
 			id = "hot-" + strconv.Itoa(i)
+		}
+		if c.v5 {
+			cl, err := connect5(c.addr, id)
+			if err != nil {
+				return Result{}, err
+			}
+			pubs5[i] = cl
+			continue
 		}
 		cl, err := connect(c.addr, id)
 		if err != nil {
@@ -164,7 +183,11 @@ func round(c config) (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := publish(cl, i, c, payload, deadline, &published, &lat[i]); err != nil {
+			send := func() error { return publish(cl, i, c, payload, deadline, &published, &lat[i]) }
+			if c.v5 {
+				send = func() error { return publish5(pubs5[i], i, c, payload, deadline, &published, &lat[i]) }
+			}
+			if err := send(); err != nil {
 				errs <- err
 			}
 		}()

@@ -48,6 +48,7 @@ type quotaFlags struct {
 	windows   string
 	classes   classFlags
 	shadow    bool
+	feedback  string
 	policy    string
 	expiresAt string
 	forDur    durationValue
@@ -76,6 +77,7 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 		fs.Var(&f.classes, "class", "a topic `class` of the override, NAME:WINDOWS:FILTER (WINDOWS as --windows), e.g. alarms:2/1m:devices/+/alarm/#; repeat for more filters of a class (same NAME and WINDOWS) and for more classes; the override's classes replace the device's rule's; each class takes --policy")
 		fs.StringVar(&f.policy, "policy", "", "`policy` over the limit: drop, defer or disconnect (default: the API's)")
 		fs.BoolVar(&f.shadow, "shadow", false, "shadow mode: the override's quota is decided and counted, and what it would refuse is let through (counted as would-refuse)")
+		fs.StringVar(&f.feedback, "feedback", "", "when the device's MQTT 5 acks carry its standing: off, refusals, always or \"below N%\" (default: the API's, below 25%); its classes take it too")
 		fs.StringVar(&f.expiresAt, "expires-at", "", "the override lapses at this RFC 3339 `time`")
 		fs.Var(&f.forDur, "for", "the override lapses after this `duration` from now")
 	case "throttled":
@@ -87,7 +89,7 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 
 const quotaUsage = `Usage:
   gateway quota get ID [flags]
-  gateway quota set ID (--limit N --window D | --windows W) [--class C]... [--policy P] [--shadow] [--expires-at RFC3339 | --for D] [flags]
+  gateway quota set ID (--limit N --window D | --windows W) [--class C]... [--policy P] [--shadow] [--feedback F] [--expires-at RFC3339 | --for D] [flags]
   gateway quota delete ID [flags]
   gateway quota list [flags]
   gateway quota reset ID [flags]
@@ -208,6 +210,12 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		body.Policy = f.policy
+		if f.feedback != "" {
+			if _, err := devicelimit.ParseFeedback(f.feedback); err != nil {
+				return usagef("quota set: --feedback must be off, refusals, always or \"below N%%\" with N from 1 to 100 (got %q)", f.feedback)
+			}
+			body.Feedback = f.feedback
+		}
 		if body.Classes, err = f.classes.json(f.policy); err != nil {
 			return usagef("quota set: --class: %v", err)
 		}

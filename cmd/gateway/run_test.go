@@ -53,6 +53,7 @@ func TestRunArgs(t *testing.T) {
 		{args: []string{"quota", "list", "x", "--token", "t"}, code: 2, errMsg: `quota list: takes no arguments (got ["x"])`},
 		{args: []string{"quota", "set", "d", "--limit", "5", "--token", "t"}, code: 2, errMsg: "quota set: --limit and --window are required"},
 		{args: []string{"quota", "set", "d", "--token", "t", "--limit", "5", "--window", "1s", "--for", "1m", "--expires-at", "2030-01-01T00:00:00Z"}, code: 2, errMsg: "quota set: give --expires-at or --for, not both"},
+		{args: []string{"quota", "set", "d", "--token", "t", "--limit", "5", "--window", "1s", "--feedback", "sometimes"}, code: 2, errMsg: `quota set: --feedback must be off, refusals, always or "below N%" with N from 1 to 100 (got "sometimes")`},
 		{args: []string{"quota", "set", "d", "--limit", "five"}, code: 2, errMsg: `invalid value "five" for flag -limit: must be an integer`},
 		{args: []string{"quota", "get", "d", "--data-dir", "/nonexistent"}, code: 1, errMsg: "quota get: no token: give --token or GATEWAY_ADMIN_TOKEN, or --data-dir of the gateway"},
 		{args: []string{"quota", "get", "d", "--token", "t", "--admin-addr", "127.0.0.1:1"}, code: 1, errMsg: "quota get: cannot reach the admin API at 127.0.0.1:1"},
