@@ -20,22 +20,14 @@ import (
 const repoRoot = ".."
 
 // examples returns the docs' device examples by language: the code
-// blocks marked "<!-- runnable: TestDeviceExamples -->", in docs/*.md
-// or in a section waiting in docs/_merge/ to be folded into its page.
-// Each language must have exactly one.
+// blocks of docs/*.md marked "<!-- runnable: TestDeviceExamples -->"
+// (docs/device-feedback.md, "Device examples"). Each language must have
+// exactly one.
 func examples(t *testing.T) map[string]string {
 	t.Helper()
 	pages, err := doctest.Pages(repoRoot)
 	if err != nil {
 		t.Fatal(err)
-	}
-	merge, _ := filepath.Glob(filepath.Join(repoRoot, "docs", "_merge", "*.md"))
-	for _, name := range merge {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pages = append(pages, doctest.Page{Path: name, Text: string(b)})
 	}
 	out := map[string]string{}
 	for _, p := range pages {
