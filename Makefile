@@ -159,7 +159,7 @@ hostile:
 	DEVICEGATE_HOSTILE_IDS=100000 $(GO) test -count=1 -run '^TestHostileClients$$' -v ./broker
 # Simulator runs too long for `make test`; reports go to SIM_OUT (gitignored).
 SIM_OUT ?= sim-out
-.PHONY: sim-acceptance sim-10k sim-upstream report-png
+.PHONY: sim-acceptance sim-10k sim-upstream sim-feedback report-png
 
 # sim-acceptance: issue 6's acceptance run, 1000 devices on an embedded gateway.
 sim-acceptance: build
@@ -177,6 +177,17 @@ sim-upstream: build
 # sim-10k: 10,000 devices at 0.2/s for 60 s against a separate gateway, with CPU and memory of both.
 sim-10k: build
 	./scripts/sim-10k.sh $(SIM_OUT)
+
+# sim-feedback: issue 34's run, 1000 devices each wanting twice its quota
+# (two message windows, a byte window, a topic class) for 120 s, half
+# naive, half adaptive (pacing by RateLimit); the table in
+# docs/device-feedback.md comes from its summary.
+sim-feedback: build
+	mkdir -p $(SIM_OUT)
+	./gateway simulate --spawn --config scripts/sim-feedback.yaml --devices 1000 --ramp-up 200 \
+		--client 50%:lean,50%:adaptive --rate 80/m --payload-size 100 --duration 120s \
+		--windows 30/1m,400/10m,6KiB/1m --topic-class alarms:4 --drain 10s \
+		--json $(SIM_OUT)/feedback.json --report $(SIM_OUT)/feedback.html
 
 # report-png: render REPORT (default: the acceptance run's) to a PNG in headless Chromium.
 REPORT ?= $(SIM_OUT)/acceptance.html

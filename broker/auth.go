@@ -514,9 +514,17 @@ func tlsConn(c net.Conn) *tls.Conn {
 // OnACLCheck enforces the topic ACL: a device publishes within its
 // publish template and subscribes (and receives) within its subscribe
 // template; a consumer subscribes to anything and publishes nothing.
+// Under $devicegate/ statusACL decides, whatever the mode: a client
+// reads its own status topic only, and nobody publishes.
 // mochi calls it for every publish received (write), every subscription
 // filter and every delivery (read). It does not allocate.
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	if ok, decided := statusACL(cl, topic, write); decided { // status.go, in every mode
+		if !ok {
+			h.denied(write)
+		}
+		return ok
+	}
 	if h.opts.AllowAll() {
 		return true
 	}
@@ -539,13 +547,18 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		}
 	}
 	if !ok {
-		if write {
-			h.pubDenied.Add(1)
-		} else {
-			h.subDenied.Add(1)
-		}
+		h.denied(write)
 	}
 	return ok
+}
+
+// denied counts a publish (write) or subscription the ACL refused.
+func (h *authHook) denied(write bool) {
+	if write {
+		h.pubDenied.Add(1)
+	} else {
+		h.subDenied.Add(1)
+	}
 }
 
 // admitConn applies the per-address connection rate to a new connection.

@@ -237,6 +237,9 @@ func New(opts Options) (*Server, error) {
 	if err := srv.AddHook(&willHook{t: h}, nil); err != nil {
 		return nil, fmt.Errorf("add will hook: %w", err)
 	}
+	if err := srv.AddHook(newStatusHook(h), nil); err != nil {
+		return nil, fmt.Errorf("add status hook: %w", err)
+	}
 	sh := newSessionHook(srv, opts.Sessions, h.conns, log)
 	ah.kept = sh
 	if err := srv.AddHook(sh, nil); err != nil {

@@ -86,14 +86,29 @@ func refused4(err error) error {
 	return fmt.Errorf("connect: %w", err)
 }
 
-// dialConn opens the connection to addr, over TLS when a.TLS is set.
-func (a Auth) dialConn(ctx context.Context, addr string) (net.Conn, error) {
+// dialConn opens the connection to addr, over TLS when a.TLS is set,
+// counting the bytes on it into w (nil: not counted).
+func (a Auth) dialConn(ctx context.Context, addr string, w *wireCount) (net.Conn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second}
-	if a.TLS == nil {
-		return d.DialContext(ctx, "tcp", addr)
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
 	}
-	td := tls.Dialer{NetDialer: &d, Config: a.TLS}
-	return td.DialContext(ctx, "tcp", addr)
+	if a.TLS == nil {
+		return w.wrap(raw), nil
+	}
+	cfg := a.TLS.Clone()
+	if cfg.ServerName == "" { // as tls.Dialer does
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	conn := tls.Client(w.wrap(raw), cfg)
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := conn.HandshakeContext(hctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // deviceReceiveMaximum is the Receive Maximum a simulated device

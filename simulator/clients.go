@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -41,8 +43,8 @@ type client5 struct {
 	disconnected chan struct{}
 }
 
-func dial5(ctx context.Context, addr, id string, qos byte, auth Auth) (*client5, error) {
-	conn, err := auth.dialConn(ctx, addr)
+func dial5(ctx context.Context, addr, id string, qos byte, auth Auth, w *wireCount) (*client5, error) {
+	conn, err := auth.dialConn(ctx, addr, w)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -115,7 +117,7 @@ type client4 struct {
 	qos byte
 }
 
-func dial4(ctx context.Context, addr, id string, qos byte, auth Auth) (*client4, error) {
+func dial4(ctx context.Context, addr, id string, qos byte, auth Auth, w *wireCount) (*client4, error) {
 	scheme := "tcp://"
 	if auth.TLS != nil {
 		scheme = "ssl://"
@@ -133,6 +135,11 @@ func dial4(ctx context.Context, addr, id string, qos byte, auth Auth) (*client4,
 	}
 	if auth.Username != "" {
 		opts.SetUsername(auth.Username).SetPassword(auth.Password)
+	}
+	if w != nil {
+		opts.SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) {
+			return auth.dialConn(ctx, addr, w)
+		})
 	}
 	c, err := mqtt3.Connect(ctx, opts)
 	if err != nil {

@@ -28,7 +28,7 @@ func TestDeviceClientHeap(t *testing.T) {
 	before := heap()
 	clients := make([]*client5, 0, n)
 	for i := range n {
-		c, err := dial5(context.Background(), addr, fmt.Sprintf("heap-%d", i), 1, Auth{})
+		c, err := dial5(context.Background(), addr, fmt.Sprintf("heap-%d", i), 1, Auth{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

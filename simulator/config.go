@@ -49,9 +49,13 @@ type Config struct {
 	// messages are recorded with AckNone, like QoS 0.
 	Protocol int `json:"protocol"`
 	// Client is the devices' MQTT client: ClientPaho (the default:
-	// paho.golang for MQTT 5, paho.mqtt.golang for 3.1.1), or ClientLean
-	// for runs at scale (MQTT 5 only; lean.go).
+	// paho.golang for MQTT 5, paho.mqtt.golang for 3.1.1), ClientLean
+	// for runs at scale (MQTT 5 only; lean.go), ClientAdaptive (the
+	// lean client obeying the gateway's feedback; pacer.go), or a mix
+	// of them, "50%:lean,50%:adaptive" (ParseClients, ClientOf).
 	Client string `json:"client,omitempty"`
+	// clients is Client parsed by validation.
+	clients []ClientShare
 	// PayloadSize pads payloads to this many bytes; the header is never
 	// cut.
 	PayloadSize int `json:"payload_size"`
@@ -221,10 +225,6 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("drain", c.Drain, "must be >= 0")
 	case len(c.Mix) == 0 && !quotaOK(c.Quota):
 		return bad("quota", c.Quota, "must have a limit and a window > 0")
-	case c.Client != "" && c.Client != ClientPaho && c.Client != ClientLean:
-		return bad("client", c.Client, "must be paho or lean")
-	case c.Client == ClientLean && c.Protocol != 5:
-		return bad("client", c.Client, errLeanProtocol.Error())
 	case c.Flood < 0 || c.Flood > c.Devices:
 		return bad("flood", c.Flood, fmt.Sprintf("must be between 0 and the fleet's %d devices", c.Devices))
 	case c.Flood > 0 && !(c.FloodRate > 0):
@@ -267,6 +267,9 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("auth.sub_password", "(hidden)", "needs a sub_username")
 	}
 	if err := c.Faults.validate(c.Duration); err != nil {
+		return c, err
+	}
+	if err := c.validateClients(); err != nil {
 		return c, err
 	}
 	switch c.Pattern {

@@ -37,18 +37,59 @@ type clientLean struct {
 	// rather than on the goroutine's stack: a packets.Packet is 800
 	// bytes, and the device's goroutine should stay small while idle.
 	out, in mpackets.Packet
+	// feedback, when not nil, holds what the gateway told the device
+	// about its quota.
+	feedback *leanFeedback
+}
+
+// leanFeedback is the gateway's feedback as a lean client last read it.
+type leanFeedback struct {
+	// policy is the last RateLimit-Policy (CONNACK's, or a later
+	// acknowledgement's after the quota changed); policyChanged is set
+	// when it was read, for the device to clear.
+	policy        string
+	policyChanged bool
+	// rateLimit is the last acknowledgement's RateLimit, "" for none.
+	rateLimit string
+}
+
+// take records the feedback of the acknowledgement in pk.
+func (f *leanFeedback) take(pk *mpackets.Packet) {
+	if f == nil {
+		return
+	}
+	f.rateLimit = userProperty(pk, PropRateLimit)
+	if p := userProperty(pk, PropRateLimitPolicy); p != "" {
+		f.policy, f.policyChanged = p, true
+	}
+}
+
+// userProperty returns the value of pk's user property key, "" for none.
+func userProperty(pk *mpackets.Packet, key string) string {
+	for _, u := range pk.Properties.User {
+		if u.Key == key {
+			return u.Val
+		}
+	}
+	return ""
 }
 
 // leanReadBuffer is the read buffer of a lean client: acks are a few
 // bytes.
 const leanReadBuffer = 256
 
-func dialLean(ctx context.Context, addr, id string, qos byte, auth Auth) (*clientLean, error) {
-	conn, err := auth.dialConn(ctx, addr)
+// dialLean connects a lean client; with feedback, it keeps the
+// gateway's RateLimit-Policy and each acknowledgement's RateLimit
+// (clientLean.feedback).
+func dialLean(ctx context.Context, addr, id string, qos byte, auth Auth, w *wireCount, feedback bool) (*clientLean, error) {
+	conn, err := auth.dialConn(ctx, addr, w)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	c := &clientLean{conn: conn, r: bufio.NewReaderSize(conn, leanReadBuffer), qos: qos}
+	if feedback {
+		c.feedback = new(leanFeedback)
+	}
 	pk := &c.out
 	pk.FixedHeader.Type = mpackets.Connect
 	pk.ProtocolVersion = 5
@@ -69,6 +110,9 @@ func dialLean(ctx context.Context, addr, id string, qos byte, auth Auth) (*clien
 	if ca.ReasonCode >= 0x80 {
 		conn.Close()
 		return nil, refusedLean(ca)
+	}
+	if c.feedback != nil {
+		c.feedback.policy, c.feedback.policyChanged = userProperty(ca, PropRateLimitPolicy), true
 	}
 	if ca.Properties.ServerKeepAliveFlag {
 		c.keepalive = time.Duration(ca.Properties.ServerKeepAlive) * time.Second
@@ -215,6 +259,7 @@ func (c *clientLean) publish(_ context.Context, topic string, payload []byte) (A
 	if err := c.roundTrip(pk.PublishEncode, want, c.id); err != nil {
 		return AckNone, 0, err
 	}
+	c.feedback.take(&c.in)
 	if code := c.in.ReasonCode; code >= 0x80 {
 		return AckRefused, code, nil
 	}

@@ -3,7 +3,6 @@ package simulator
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"github.com/devicegate/devicegate/devicelimit"
@@ -41,12 +40,11 @@ func ParseMix(s string, def devicelimit.Policy) ([]Class, error) {
 		if len(fields) < 2 || len(fields) > 3 {
 			return bad("want 2 or 3 fields separated by ':'")
 		}
-		pct, ok := strings.CutSuffix(fields[0], "%")
-		if !ok {
+		if !strings.HasSuffix(fields[0], "%") {
 			return bad("the share must end in %")
 		}
-		share, err := strconv.ParseFloat(pct, 64)
-		if err != nil || !(share > 0) || share > 100 {
+		share, ok := parseShare(fields[0])
+		if !ok {
 			return bad("the share must be a number in (0, 100]")
 		}
 		ls, err := devicelimit.ParseLimits(fields[1], "+")
@@ -97,14 +95,7 @@ func (c Config) ClassOf(i int) int {
 	if len(c.Mix) == 0 {
 		return -1
 	}
-	cum := 0.0
-	for k, cl := range c.Mix {
-		cum += cl.Share
-		if float64(i) < math.Round(cum/100*float64(c.Devices)) {
-			return k
-		}
-	}
-	return len(c.Mix) - 1
+	return shareIndex(i, c.Devices, func(k int) float64 { return c.Mix[k].Share }, len(c.Mix))
 }
 
 // QuotaOf returns the quota device i is judged against: its class's

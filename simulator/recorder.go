@@ -48,6 +48,8 @@ type Report struct {
 	// Errors holds the first few distinct error messages seen.
 	Errors []string `json:"errors,omitempty"`
 	Result Result   `json:"result"`
+	// Clients sums the run per client of Config.Client (clientreport.go).
+	Clients []ClientResult `json:"clients,omitempty"`
 	// Simulator is what this process used during the run (resources.go).
 	Simulator Resources `json:"simulator"`
 	// Verdict is Decide's on Result, and not OK when SubscriberLost.

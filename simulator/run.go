@@ -32,7 +32,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{cfg: cfg, rec: rec, sub: sub, gate: &gate{}}
+	f := &fleet{cfg: cfg, rec: rec, sub: sub, gate: &gate{}, clients: make(map[string]*clientCount)}
+	for _, c := range cfg.clients {
+		f.clients[c.Client] = new(clientCount)
+	}
 	defer func() { f.sub.close() }()
 
 	rep := &Report{Config: cfg, Started: time.Now()}
@@ -103,6 +106,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		opts.Groups = map[string]devicelimit.Quota{cfg.Group.Name: cfg.Group.Quota}
 	}
 	rep.Result = Check(logs, opts)
+	rep.Clients = clientResults(cfg, logs, rep.Result, f.clients, rep.Started.Add(cfg.Duration))
 	rep.Availability = availability(logs, rep.Restarts)
 	rep.Simulator = selfUsage()
 	rep.Simulator.CPU -= cpu0
@@ -144,6 +148,9 @@ type fleet struct {
 	sub     *subscriber // replaced by a restart
 	gate    *gate
 	started time.Time
+	// clients counts, per client of Config.Client, what is not in the
+	// devices' logs; the map is read-only during the run.
+	clients map[string]*clientCount
 }
 
 // report calls cfg.Progress every ProgressEvery until done is closed.
@@ -191,7 +198,7 @@ func (s *subscriber) close() {
 
 func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, error) {
 	addr := cfg.Addr
-	dial := cfg.Auth.dialConn
+	dial := func(ctx context.Context, addr string) (net.Conn, error) { return cfg.Auth.dialConn(ctx, addr, nil) }
 	user, password := cfg.Auth.subCredentials()
 	if cfg.SubAddr != "" {
 		// The upstream the gateway forwards to: plain TCP, no login.
@@ -297,30 +304,9 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 		return
 	}
 	gen := f.gate.generation()
-	var p publisher
-	var err error
-	for attempt := 0; ; attempt++ {
-		if p, err = f.dial(ctx, id); err == nil {
-			break
-		}
-		// Thousands of connects at once can meet refusals and
-		// timeouts on a busy machine: try again a few times; but a
-		// gateway that refuses the device's credentials or client ID
-		// will refuse it again.
-		if errors.Is(err, ErrBlocked) {
-			rec.blockedDevice(id)
-			return
-		}
-		refused := errors.Is(err, ErrConnectRefused)
-		if refused || ctx.Err() != nil || attempt == connectAttempts-1 || !sleepUntil(ctx, time.Now().Add(backoff(attempt))) {
-			if ctx.Err() == nil {
-				rec.fail(fmt.Errorf("device %s: %w", id, err), true)
-			}
-			if refused {
-				rec.refusedAtConnect()
-			}
-			return
-		}
+	p := f.firstConnect(ctx, i, id)
+	if p == nil {
+		return
 	}
 	rec.connection(1, false)
 	defer func() {
@@ -329,6 +315,11 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 			rec.connection(-1, false)
 		}
 	}()
+	if lc, ok := p.(*clientLean); ok && lc.feedback != nil {
+		f.adaptive(ctx, i, id, lc)
+		return
+	}
+	var err error
 	topics := map[string]string{cfg.Topic: fmt.Sprintf(cfg.Topic, id)}
 	for _, tc := range cfg.TopicClasses {
 		topics[tc.Topic] = fmt.Sprintf(tc.Topic, id)
@@ -351,7 +342,7 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 				return false
 			}
 			gen = f.gate.generation()
-			if p, err = f.dial(ctx, id); err == nil {
+			if p, err = f.dial(ctx, i, id); err == nil {
 				rec.connection(1, true)
 				// Slots missed while away are skipped, not sent in a burst.
 				for start.Add(off).Before(time.Now()) {
@@ -417,6 +408,35 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 	}
 }
 
+// firstConnect connects device i; nil when it could not, recorded.
+func (f *fleet) firstConnect(ctx context.Context, i int, id string) publisher {
+	rec := f.rec
+	for attempt := 0; ; attempt++ {
+		p, err := f.dial(ctx, i, id)
+		if err == nil {
+			return p
+		}
+		// Thousands of connects at once can meet refusals and
+		// timeouts on a busy machine: try again a few times; but a
+		// gateway that refuses the device's credentials or client ID
+		// will refuse it again.
+		if errors.Is(err, ErrBlocked) {
+			rec.blockedDevice(id)
+			return nil
+		}
+		refused := errors.Is(err, ErrConnectRefused)
+		if refused || ctx.Err() != nil || attempt == connectAttempts-1 || !sleepUntil(ctx, time.Now().Add(backoff(attempt))) {
+			if ctx.Err() == nil {
+				rec.fail(fmt.Errorf("device %s: %w", id, err), true)
+			}
+			if refused {
+				rec.refusedAtConnect()
+			}
+			return nil
+		}
+	}
+}
+
 // pinger is a publisher that must show the broker it is alive between
 // messages: the lean client under a broker's keepalive (paho clients
 // ping on their own).
@@ -455,24 +475,30 @@ func backoff(attempt int) time.Duration {
 	return min(50*time.Millisecond<<min(attempt, 8), 2*time.Second)
 }
 
-// dial connects device id with the configured protocol.
-func (f *fleet) dial(ctx context.Context, id string) (publisher, error) {
+// dial connects device id with the configured protocol and its client,
+// counting the bytes on its connection into its client's wire count.
+func (f *fleet) dial(ctx context.Context, i int, id string) (publisher, error) {
+	client := f.cfg.ClientOf(i)
+	var w *wireCount
+	if cc := f.clients[client]; cc != nil {
+		w = &cc.wire
+	}
 	// A failed dial returns a nil interface, not a nil *client.
 	if f.cfg.Protocol == 4 {
-		c, err := dial4(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth)
+		c, err := dial4(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth, w)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
-	if f.cfg.Client == ClientLean {
-		c, err := dialLean(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth)
+	if client == ClientLean || client == ClientAdaptive {
+		c, err := dialLean(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth, w, client == ClientAdaptive)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
-	c, err := dial5(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth)
+	c, err := dial5(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth, w)
 	if err != nil {
 		return nil, err
 	}

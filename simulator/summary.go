@@ -79,6 +79,11 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	if r.SubscriberLost {
 		fmt.Fprintf(w, "the subscriber lost its connection: arrivals after that were not seen\n")
 	}
+	if len(r.Clients) > 1 || len(r.Clients) == 1 && r.Clients[0].Client == ClientAdaptive {
+		if err := writeClients(w, r.Clients); err != nil {
+			return err
+		}
+	}
 	worst := Worst(r.Result, 10)
 	if len(worst) == 0 {
 		return nil

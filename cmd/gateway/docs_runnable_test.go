@@ -16,8 +16,9 @@ import (
 // (so that any failing command fails the test) in a copy of the
 // checkout, one after the other. A block marked "<!-- runnable: TestX
 // -->" is run by the test TestX in a way of its own (the README's Try
-// it compares its output; the NATS stream block needs a nats-server):
-// that test must exist. The blocks use the gateway's default ports, so
+// it compares its output; the NATS stream block needs a nats-server;
+// the device examples in JavaScript, Python and Go): that test must
+// exist. The blocks use the gateway's default ports, so
 // the test fails if something else holds them.
 func TestDocsRunnableBlocks(t *testing.T) {
 	root := filepath.Join(sourceDir, "..", "..")
@@ -32,12 +33,12 @@ func TestDocsRunnableBlocks(t *testing.T) {
 			switch {
 			case b.Runnable == "":
 				continue
-			case b.Lang != "sh":
-				t.Errorf("%s:%d: a runnable block must be sh (got %q)", p.Path, b.Line, b.Lang)
-			case b.Runnable != "-":
+			case b.Runnable != "-": // in any language: TestX knows how to run it
 				if !tests[b.Runnable] {
 					t.Errorf("%s:%d: the block is run by %s, which is no test of the repository", p.Path, b.Line, b.Runnable)
 				}
+			case b.Lang != "sh":
+				t.Errorf("%s:%d: a runnable block must be sh (got %q)", p.Path, b.Line, b.Lang)
 			default:
 				run++
 				runBlock(t, root, p.Path, b)

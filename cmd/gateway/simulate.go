@@ -82,7 +82,7 @@ func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
 	fs.StringVar(&f.windows, "windows", "", `quota of several `+"`windows`"+` the run is judged against, instead of --limit/--window: N/DURATION (messages) or SIZE/DURATION (payload bytes, SIZE with a unit), comma-separated, e.g. "10/1s,2KiB/10s"`)
 	fs.StringVar(&f.topicClass, "topic-class", "", `with --embedded or --spawn: send every EVERY-th message of each device in the gateway's topic class NAME (limits.classes), judged by the class's quota; "`+"`NAME:EVERY`"+`,...", e.g. "alarms:10"`)
 	fs.StringVar(&f.group, "group", "", `the gateway's group (a tenant) all devices are in, judged together against its windows too: "`+"`NAME:WINDOWS`"+`", WINDOWS as --windows, e.g. "acme:100/10s"`)
-	fs.StringVar(&f.client, "client", "paho", "the devices' MQTT `client`: paho (paho.golang; paho.mqtt.golang for --protocol 4), or lean (MQTT 5 on mochi's packet codec, no goroutine of its own: for runs of many devices)")
+	fs.StringVar(&f.client, "client", "paho", `the devices' MQTT `+"`client`"+`: paho (paho.golang; paho.mqtt.golang for --protocol 4), lean (MQTT 5 on mochi's packet codec, no goroutine of its own: for runs of many devices), adaptive (lean, pacing itself by the gateway's RateLimit feedback), or a mix such as "50%:lean,50%:adaptive"`)
 	fs.StringVar(&f.flood, "flood", "", `the first N devices flood at RATE messages per second instead of --rate: "`+"`N:RATE`"+`", e.g. "1:200"`)
 	fs.StringVar(&f.policy, "policy", "drop", "quota `policy` the gateway applies: drop, defer or disconnect")
 	fs.Var(&f.tolerance, "tolerance", "slack in `duration` allowed to the checker's window edges (default 50ms)")

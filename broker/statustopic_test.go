@@ -1,0 +1,188 @@
+package broker
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/devicegate/devicegate/devicelimit"
+)
+
+// statusJSON is the status message as a device decodes it.
+type statusJSON struct {
+	Policies []struct {
+		Name string `json:"name"`
+		Q    int    `json:"q"`
+		W    int    `json:"w"`
+		Unit string `json:"unit"`
+	} `json:"policies"`
+	Remaining []struct {
+		Name string `json:"name"`
+		R    int    `json:"r"`
+		T    int    `json:"t"`
+	} `json:"remaining"`
+	Shadow       bool   `json:"shadow"`
+	Blocked      bool   `json:"blocked"`
+	BlockedUntil string `json:"blocked_until"`
+}
+
+// watchStatus connects an MQTT 3.1.1 device (paho.mqtt.golang) that
+// subscribes to its status topic at QoS 0; statuses come on the channel.
+func watchStatus(t *testing.T, f *fixture, id string) (mqtt3.Client, <-chan statusJSON) {
+	t.Helper()
+	c, err := f.dial3(t, id, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan statusJSON, 16)
+	tok := c.Subscribe(StatusPrefix+id, 0, func(_ mqtt3.Client, m mqtt3.Message) {
+		var st statusJSON
+		if err := json.Unmarshal(m.Payload(), &st); err != nil {
+			t.Errorf("status %q: %v", m.Payload(), err)
+		}
+		if m.Qos() != 0 || m.Retained() || m.Topic() != StatusPrefix+id {
+			t.Errorf("status on %q, QoS %d, retained %v", m.Topic(), m.Qos(), m.Retained())
+		}
+		got <- st
+	})
+	if !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	if code := tok.(*mqtt3.SubscribeToken).Result()[StatusPrefix+id]; code != 0 {
+		t.Fatalf("own status topic: SUBACK 0x%02x, want 0", code)
+	}
+	return c, got
+}
+
+// noStatus checks that no status came: an UNSUBSCRIBE round trip
+// first, whose UNSUBACK comes after whatever the device's earlier
+// packets caused.
+func noStatus(t *testing.T, c mqtt3.Client, got <-chan statusJSON, what string) {
+	t.Helper()
+	if tok := c.Unsubscribe("devices/none"); !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
+		t.Fatalf("unsubscribe: %v", tok.Error())
+	}
+	select {
+	case st := <-got:
+		t.Fatalf("%s: unexpected status %+v", what, st)
+	default:
+	}
+}
+
+// matchesTable checks that a status's remaining are the table's standing
+// of the device's windows under q now, tightest first, t in whole
+// seconds rounded up.
+func matchesTable(t *testing.T, f *fixture, device string, q devicelimit.Quota, st statusJSON) {
+	t.Helper()
+	var s devicelimit.Standing
+	f.table.StandingAt(device, "", q, "", devicelimit.Quota{}, 0, false, f.clock.Now(), &s)
+	var want []string
+	for _, w := range s.Windows[:s.N] {
+		want = append(want, fmt.Sprintf("%s r=%d t=%d", devicelimit.AppendPolicyName(nil, w.Class, w.Group, w.Limit), w.Remaining, ceilSeconds(w.Reset)))
+	}
+	var got []string
+	for _, r := range st.Remaining {
+		got = append(got, fmt.Sprintf("%s r=%d t=%d", r.Name, r.R, r.T))
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("status remaining %v, table %v", got, want)
+	}
+}
+
+func publish3(t *testing.T, c mqtt3.Client, topic string, n int) {
+	t.Helper()
+	for i := range n {
+		tok := c.Publish(topic, 1, false, fmt.Sprintf("m%d", i))
+		if !tok.WaitTimeout(waitTimeout) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+}
+
+// TestStatusTopic: an MQTT 3.1.1 device reads its status when it
+// subscribes, when a window falls below the default feedback threshold
+// (a quarter left), and at its first refusal; at most one a second;
+// its values are the table's.
+func TestStatusTopic(t *testing.T) {
+	q := devicelimit.WithWindows(devicelimit.PolicyDrop,
+		devicelimit.Limit{N: 8, Window: time.Hour},
+		devicelimit.Limit{N: 1000, Window: 10 * time.Minute, Unit: devicelimit.Bytes})
+	f := start(t, fixtureOpts{def: q})
+	c, got := watchStatus(t, f, "meter-1")
+	st := receive(t, "status at subscribe", got)
+	want := `{[{1h 8 3600 messages} {10m-bytes 1000 600 bytes}] [{1h 8 0} {10m-bytes 1000 0}] false false }`
+	if s := fmt.Sprint(st); s != want {
+		t.Fatalf("status at subscribe:\n got %s\nwant %s", s, want)
+	}
+	// 5 messages of 2 bytes: 3 of 8 left (37 %), not below a quarter.
+	publish3(t, c, "devices/meter-1", 5)
+	noStatus(t, c, got, "above the threshold")
+	// The 7th leaves 1 of 8 (12 %): below; but within a second of the
+	// last status, so it waits for the next publish a second later.
+	publish3(t, c, "devices/meter-1", 2)
+	noStatus(t, c, got, "within a second")
+	f.clock.Advance(time.Second)
+	publish3(t, c, "devices/meter-1", 1) // the 8th: 0 left
+	st = receive(t, "status below the threshold", got)
+	matchesTable(t, f, "meter-1", q, st)
+	if st.Remaining[0].Name != "1h" || st.Remaining[0].R != 0 || st.Remaining[1].R != 1000-16 {
+		t.Fatalf("status below the threshold: %+v", st.Remaining)
+	}
+	// The 9th is refused (3.1.1: dropped in silence): a status, a second on.
+	f.clock.Advance(time.Second)
+	publish3(t, c, "devices/meter-1", 1)
+	st = receive(t, "status at the first refusal", got)
+	matchesTable(t, f, "meter-1", q, st)
+	if st.Remaining[0].R != 0 || st.Remaining[0].T == 0 {
+		t.Fatalf("status at the refusal: %+v", st.Remaining)
+	}
+	// Refused again: no status until an admission and a refusal again.
+	f.clock.Advance(time.Second)
+	publish3(t, c, "devices/meter-1", 3)
+	noStatus(t, c, got, "refused again")
+}
+
+// TestStatusTopicACL: nobody but the device subscribes to its status
+// topic (SUBACK 0x80 for MQTT 3.1.1, 0x87 for MQTT 5; wildcards and
+// shared subscriptions under $devicegate/ too), and nobody publishes
+// there, not even the device: MQTT 5 PUBACK 0x87.
+func TestStatusTopicACL(t *testing.T) {
+	f := start(t, fixtureOpts{})
+	c1, got := watchStatus(t, f, "meter-1")
+	receive(t, "status at subscribe", got)
+
+	other, err := f.dial3(t, "meter-2", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, filter := range []string{StatusPrefix + "meter-1", "$devicegate/#", "$devicegate/status/+", StatusPrefix + "meter-2/x"} {
+		tok := other.Subscribe(filter, 0, func(mqtt3.Client, mqtt3.Message) {})
+		if !tok.WaitTimeout(waitTimeout) {
+			t.Fatal("subscribe timed out")
+		}
+		if code := tok.(*mqtt3.SubscribeToken).Result()[filter]; code != 0x80 {
+			t.Errorf("3.1.1 meter-2 subscribes %q: SUBACK 0x%02x, want 0x80", filter, code)
+		}
+	}
+	p5 := &pub5{lostCh: make(chan struct{})}
+	p5.c = f.dial5(t, "meter-3", "", nil)
+	for _, filter := range []string{StatusPrefix + "meter-1", "$share/g/" + StatusPrefix + "meter-3", "$devicegate/status/#"} {
+		if code := p5.subscribe(t, filter); code != 0x87 {
+			t.Errorf("MQTT 5 meter-3 subscribes %q: SUBACK 0x%02x, want 0x87", filter, code)
+		}
+	}
+	if code := p5.subscribe(t, StatusPrefix+"meter-3"); code >= 0x80 {
+		t.Errorf("MQTT 5 meter-3 subscribes its own status: SUBACK 0x%02x", code)
+	}
+	for _, topic := range []string{StatusPrefix + "meter-1", StatusPrefix + "meter-3", "$devicegate/x"} {
+		a, err := p5.publish(t, topic, `{"blocked":true}`, 1)
+		if err != nil || a.code != 0x87 {
+			t.Errorf("publish to %q: PUBACK 0x%02x (%v), want 0x87", topic, a.code, err)
+		}
+	}
+	// meter-1 saw no forged status.
+	noStatus(t, c1, got, "after the forged publishes")
+}
