@@ -60,7 +60,7 @@ func (d *deferrer) list(device string, n int) ([]DeferredMessage, int) {
 	out := make([]DeferredMessage, 0, min(n, len(items)))
 	for _, it := range items[:min(n, len(items))] {
 		m := DeferredMessage{Class: it.class, Size: it.msg.size, Enqueued: it.msg.enqueued}
-		if rec, err := decodeDeferred(it.msg.rec); err == nil {
+		if rec, err := decodeStored(it.msg.rec); err == nil {
 			m.Topic, m.QoS = rec.Topic, rec.QoS
 		}
 		out = append(out, m)

@@ -427,7 +427,7 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 		err := checkDeferred(rec, key, seq)
 		var m deferredMsg
 		if err == nil {
-			m, err = decodeDeferred(deferredBody(rec))
+			m, err = decodeStored(rec)
 		}
 		if err != nil {
 			// Never released as if sound: set aside below, counted and

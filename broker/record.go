@@ -211,6 +211,11 @@ func deferredBody(rec []byte) []byte {
 	return rec
 }
 
+// decodeStored decodes a record as stored (deferredRecord): its body,
+// behind the checksum when it has one. It does not verify the checksum
+// (checkDeferred does, at start).
+func decodeStored(rec []byte) (deferredMsg, error) { return decodeDeferred(deferredBody(rec)) }
+
 // sizeDeferred returns the length of m's encoding.
 func sizeDeferred(m *deferredMsg) int {
 	quota := uvarintLen(uint64(m.Quota.Limit)) + uvarintLen(uint64(m.Quota.Window))

@@ -176,7 +176,7 @@ type batchItem struct {
 // release publishes m as its device at now. A message that cannot be
 // published (its record no longer decodes) is logged and dropped.
 func (d *deferrer) release(device string, m *queuedMsg, now devicelimit.Tick) {
-	msg, err := decodeDeferred(deferredBody(m.rec))
+	msg, err := decodeStored(m.rec)
 	if err == nil {
 		err = d.publish(device, &msg, remainingExpiry(m, now))
 	}
