@@ -1,7 +1,6 @@
 package interop
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -12,7 +11,7 @@ import (
 	"github.com/devicegate/devicegate/admin"
 	"github.com/devicegate/devicegate/config"
 	"github.com/devicegate/devicegate/devicelimit"
-	"github.com/devicegate/devicegate/server"
+	"github.com/devicegate/devicegate/internal/gatewaytest"
 )
 
 const token = "interop-token"
@@ -46,20 +45,7 @@ func startGateway(t *testing.T) gateway {
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.Admin.Token = token
 	cfg.DataDir = t.TempDir()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	g, err := server.Start(cfg, server.Deps{})
-	if err != nil {
-		t.Fatalf("start gateway: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), server.ShutdownTimeout)
-		defer cancel()
-		if err := g.Close(ctx); err != nil {
-			t.Errorf("close gateway: %v", err)
-		}
-	})
+	g := gatewaytest.Start(t, cfg)
 	return gateway{mqtt: g.Addr().String(), admin: g.AdminAddr().String()}
 }
 

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/devicegate/devicegate/config"
 	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/gatewaytest"
 	"github.com/devicegate/devicegate/internal/mosquittotest"
 	"github.com/devicegate/devicegate/internal/mqtttest"
 	"github.com/devicegate/devicegate/internal/poll"
@@ -53,21 +53,7 @@ func startGateway(t *testing.T, upstream string, console bool) *server.Gateway {
 	if upstream != "" {
 		cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + upstream, Topics: []string{"fwd/#"}, MaxQoS: 1}}
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	g, err := server.Start(cfg, server.Deps{})
-	if err != nil {
-		t.Fatalf("start gateway: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), server.ShutdownTimeout)
-		defer cancel()
-		if err := g.Close(ctx); err != nil {
-			t.Errorf("close gateway: %v", err)
-		}
-	})
-	return g
+	return gatewaytest.Start(t, cfg)
 }
 
 // apiGet GETs an admin API path with the token.

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/internal/gatewaytest"
 	"github.com/devicegate/devicegate/internal/mosquittotest"
 	"github.com/devicegate/devicegate/internal/poll"
-	"github.com/devicegate/devicegate/server"
 )
 
 // TestForwardStatus: gateway forward status shows the upstream, its
@@ -20,18 +20,7 @@ func TestForwardStatus(t *testing.T) {
 	cfg := config.Default()
 	cfg.MQTT.TCP, cfg.Admin.Addr, cfg.DataDir, cfg.Admin.Token = "127.0.0.1:0", "127.0.0.1:0", t.TempDir(), "forward-test-token"
 	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"}, MaxQoS: 1}}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	g, err := server.Start(cfg, server.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), server.ShutdownTimeout)
-		defer cancel()
-		_ = g.Close(ctx)
-	}()
+	g := gatewaytest.Start(t, cfg)
 	status := func(args ...string) string {
 		var out strings.Builder
 		all := append([]string{"forward", "status", "--admin-addr", g.AdminAddr().String(), "--token", cfg.Admin.Token}, args...)
