@@ -38,13 +38,19 @@ func (s *Store) MoveForwardDead(log string, seq uint64, entry []byte, max int) (
 		if err != nil {
 			return err
 		}
+		// Stats counts the keys of the committed pages, not this
+		// transaction's changes: counted before the Put, plus it.
+		held := d.Stats().KeyN
+		if d.Get(forwardKey(seq)) == nil {
+			held++
+		}
 		if err := d.Put(forwardKey(seq), entry); err != nil {
 			return err
 		}
-		if max <= 0 || d.Stats().KeyN <= max {
+		if max <= 0 || held <= max {
 			return nil
 		}
-		over := d.Stats().KeyN - max
+		over := held - max
 		c := d.Cursor()
 		for k, _ := c.First(); k != nil && dropped < over; k, _ = c.First() {
 			if err := c.Delete(); err != nil {
