@@ -62,8 +62,10 @@ type statusHook struct {
 	mqtt.HookBase
 	t *throttle
 	// n counts the entries of watch, read without mu.
-	n     atomic.Int64
-	mu    sync.Mutex
+	n atomic.Int64
+	// mu guards watch; every publish looks itself up while anyone
+	// watches, read-locked.
+	mu    sync.RWMutex
 	watch map[*mqtt.Client]*statusWatch
 }
 
@@ -153,8 +155,8 @@ func (h *statusHook) watching(cl *mqtt.Client) *statusWatch {
 	if h.n.Load() == 0 {
 		return nil
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	return h.watch[cl]
 }
 
