@@ -89,12 +89,6 @@ type sessionHook struct {
 	cmdMu     sync.Mutex
 	takeovers sync.Map // *mqtt.Client -> func() releasing cmdMu, once
 
-	// ioMu orders the data file's writes of commands and sessions
-	// ending with the changes of queued they record; mu guards the maps
-	// alone and is never held across a write, so a publish's QoS flow
-	// (OnQosComplete) and an ACL check of an away session (authOf) never
-	// wait for the disk.
-	ioMu   sync.Mutex
 	mu     sync.RWMutex
 	kept   map[string]*keptEntry   // client ID -> kept session
 	queued map[commandKey]struct{} // commands stored
@@ -189,21 +183,19 @@ func (h *sessionHook) save(cl *mqtt.Client) {
 
 // forget removes the kept session of id and its queued commands.
 func (h *sessionHook) forget(id string) {
-	h.ioMu.Lock()
-	defer h.ioMu.Unlock()
 	h.mu.Lock()
-	_, ok := h.kept[id]
-	if ok {
-		delete(h.kept, id)
-		for k := range h.queued {
-			if k.client == id {
-				delete(h.queued, k)
-			}
-		}
-		h.nq.Store(int64(len(h.queued)))
+	defer h.mu.Unlock()
+	if _, ok := h.kept[id]; !ok {
+		return
 	}
-	h.mu.Unlock()
-	if ok && h.store != nil {
+	delete(h.kept, id)
+	for k := range h.queued {
+		if k.client == id {
+			delete(h.queued, k)
+		}
+	}
+	h.nq.Store(int64(len(h.queued)))
+	if h.store != nil {
 		if err := h.store.DeleteSession(id); err != nil {
 			h.log.Error("ended session not removed from the data file: restored at the next start", "client", id, "error", err)
 		}
@@ -288,15 +280,14 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 	if pk.Origin != commandOrigin || pk.FixedHeader.Type != packets.Publish {
 		return
 	}
-	h.ioMu.Lock()
-	defer h.ioMu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	k := commandKey{cl.ID, pk.PacketID}
-	h.mu.RLock()
-	_, stored := h.queued[k]
-	_, kept := h.kept[cl.ID]
-	h.mu.RUnlock()
-	if stored || !kept {
-		return // sent again on a reconnect (stored already), or a clean session (it ends with its connection)
+	if _, ok := h.queued[k]; ok {
+		return // sent again on a reconnect: stored already
+	}
+	if _, ok := h.kept[cl.ID]; !ok {
+		return // a clean session: it ends with its connection
 	}
 	if h.store != nil {
 		m := storage.Message{Client: cl.ID, Origin: pk.Origin, TopicName: pk.TopicName, Payload: pk.Payload,
@@ -304,16 +295,12 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 			Created:     pk.Created, PacketID: pk.PacketID, Properties: storage.MessageProperties{MessageExpiryInterval: pk.Properties.MessageExpiryInterval}}
 		rec, _ := json.Marshal(m)
 		if err := h.store.PutCommand(cl.ID, pk.PacketID, rec); err != nil {
-			h.mu.Lock()
 			h.failed = errors.Join(h.failed, fmt.Errorf("queue for %q: %w", cl.ID, err))
-			h.mu.Unlock()
 			return
 		}
 	}
-	h.mu.Lock()
 	h.queued[k] = struct{}{}
 	h.nq.Store(int64(len(h.queued)))
-	h.mu.Unlock()
 }
 
 // OnQosComplete removes an acknowledged command. It is called for every
@@ -345,14 +332,14 @@ func (h *sessionHook) done(cl *mqtt.Client, id uint16) {
 	if !ok {
 		return
 	}
-	h.ioMu.Lock()
-	defer h.ioMu.Unlock()
 	h.mu.Lock()
-	_, ok = h.queued[k]
+	defer h.mu.Unlock()
+	if _, ok := h.queued[k]; !ok {
+		return
+	}
 	delete(h.queued, k)
 	h.nq.Store(int64(len(h.queued)))
-	h.mu.Unlock()
-	if ok && h.store != nil {
+	if h.store != nil {
 		if err := h.store.DeleteCommand(cl.ID, id); err != nil {
 			h.log.Error("acknowledged command not removed from the data file: sent again after a restart", "client", cl.ID, "error", err)
 		}
@@ -372,8 +359,8 @@ func (h *sessionHook) takeFailed() error {
 // authOf returns what authentication made of the kept session of id,
 // or nil.
 func (h *sessionHook) authOf(id string) *session {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if e := h.kept[id]; e != nil {
 		return e.auth
 	}
