@@ -111,6 +111,14 @@ fuzz:
 BENCH_E2E_FLAGS ?=
 bench-e2e: tools
 	$(GO) run ./bench/harness $(BENCH_E2E_FLAGS)
+# bench-compare: this build beside another (BASE, a commit or a gateway
+# binary) in the same rounds, end to end and forwarding, with the ratios
+# (bench/harness -baseline). BENCH_E2E_FLAGS and BENCH_FORWARD_FLAGS apply.
+BASE ?= HEAD~1
+.PHONY: bench-compare
+bench-compare: tools
+	$(GO) run ./bench/harness -baseline $(BASE) $(BENCH_E2E_FLAGS)
+	$(GO) run ./bench/harness -mode forward -baseline $(BASE) $(BENCH_FORWARD_FLAGS)
 # bench-feedback: server CPU per message of two gateways under one MQTT 5
 # QoS 1 load, device feedback off and always (bench/harness -mode
 # feedback), and the ratio. BENCH_E2E_FLAGS passes options.

@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -41,6 +40,9 @@ type options struct {
 	profile                 string
 	keep                    bool
 	mode                    string
+	// baseline is another build run beside this one (-baseline); label
+	// names it in the tables once built.
+	baseline, label string
 }
 
 // target is one broker configuration under test.
@@ -84,6 +86,7 @@ func mainErr(args []string) error {
 	fs.IntVar(&o.inflight, "inflight", 32, "unacknowledged QoS 1 publishes per publisher")
 	fs.StringVar(&o.profile, "profile", "", "write CPU and allocation profiles of the gateway under load to `dir`")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (binaries, configs, server logs)")
+	fs.StringVar(&o.baseline, "baseline", "", "e2e and forward modes: also run the gateway of `rev` (a commit of this repository, or a gateway binary's path) beside this one, in the same rounds, and give the ratios")
 	fs.StringVar(&o.mode, "mode", "e2e", "e2e (gateway, plain mochi, Mosquitto), forward (make bench-forward), density (make bench-density) or feedback (make bench-feedback)")
 	var do densityOptions
 	fs.IntVar(&do.conns, "conns", 10_000, "density mode: idle connections per server")
@@ -116,6 +119,15 @@ func mainErr(args []string) error {
 	}
 	if err := build(dir, o.profile != ""); err != nil {
 		return err
+	}
+	if o.baseline != "" {
+		if o.mode != "e2e" && o.mode != "forward" {
+			return fmt.Errorf("-baseline: only with -mode e2e or forward, not %q", o.mode)
+		}
+		if o.label, err = buildBaseline(dir, o.baseline, o.profile != ""); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "harness: baseline %s built\n", o.label)
 	}
 	if o.mode == "density" {
 		do.profile = o.profile
@@ -182,6 +194,18 @@ func mainErr(args []string) error {
 		{name: "plain mochi", addr: pmAddr, proc: pm},
 		{name: "mosquitto", addr: mqAddr, proc: mq},
 	}
+	if o.label != "" {
+		base, _, err := startGatewayOf(dir, "gateway-baseline", baselineBin(dir), false)
+		if base != nil {
+			procs = append(procs, base.p)
+		}
+		if err != nil {
+			return err
+		}
+		targets = append(targets,
+			target{name: "gateway @" + o.label + ", all admitted", addr: base.addr, proc: base.p},
+			target{name: "gateway @" + o.label + ", ~half refused", addr: base.addr, hot: o.publishers / 2, proc: base.p})
+	}
 	results := map[string][]result{} // by key(target, qos)
 	for r := range o.rounds {
 		for _, qos := range []int{0, 1} {
@@ -209,33 +233,16 @@ func key(name string, qos int) string { return name + "/" + strconv.Itoa(qos) }
 // build compiles the three programs into dir; with pprof, the gateway
 // also serves net/http/pprof (bench/harness/pprof).
 func build(dir string, pprof bool) error {
-	gw := []string{"build", "-o", dir + "/gateway"}
-	if pprof {
-		src, err := filepath.Abs("bench/harness/pprof/pprof.go")
-		if err != nil {
-			return err
-		}
-		dst, err := filepath.Abs("cmd/gateway/zz_benchpprof.go")
-		if err != nil {
-			return err
-		}
-		overlay := dir + "/overlay.json"
-		b, _ := json.Marshal(map[string]any{"Replace": map[string]string{dst: src}})
-		if err := os.WriteFile(overlay, b, 0o644); err != nil {
-			return err
-		}
-		gw = append(gw, "-tags", "benchpprof", "-overlay", overlay)
-	}
-	goCmd := os.Getenv("GO")
-	if goCmd == "" {
-		goCmd = "go"
+	gw, err := gatewayBuildArgs(dir, ".", dir+"/gateway", pprof)
+	if err != nil {
+		return err
 	}
 	for _, args := range [][]string{
-		append(gw, "./cmd/gateway"),
+		gw,
 		{"build", "-o", dir + "/plainmochi", "./bench/plainmochi"},
 		{"build", "-o", dir + "/loadgen", "./bench/loadgen"},
 	} {
-		if out, err := exec.Command(goCmd, args...).CombinedOutput(); err != nil {
+		if out, err := exec.Command(goCommand(), args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
 	}
@@ -260,8 +267,14 @@ limits:
 `
 
 func startGateway(dir string, pprof bool) (*gateway, string, error) {
-	conf := dir + "/gateway.yaml"
-	if err := os.WriteFile(conf, fmt.Appendf(nil, gatewayConfig, dir+"/data"), 0o644); err != nil {
+	return startGatewayOf(dir, "gateway", dir+"/gateway", pprof)
+}
+
+// startGatewayOf starts the gateway binary bin as name, with its
+// configuration and data under dir/name-*.
+func startGatewayOf(dir, name, bin string, pprof bool) (*gateway, string, error) {
+	conf := dir + "/" + name + ".yaml"
+	if err := os.WriteFile(conf, fmt.Appendf(nil, gatewayConfig, dir+"/"+name+"-data"), 0o644); err != nil {
 		return nil, "", err
 	}
 	var env []string
@@ -273,7 +286,7 @@ func startGateway(dir string, pprof bool) (*gateway, string, error) {
 		}
 		env = append(env, "BENCH_PPROF_ADDR="+pprofAddr)
 	}
-	p, err := start(dir, "gateway", env, dir+"/gateway", "serve", "--config", conf)
+	p, err := start(dir, name, env, bin, "serve", "--config", conf)
 	if err != nil {
 		return nil, "", err
 	}
