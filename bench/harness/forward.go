@@ -109,8 +109,11 @@ func forwardBench(ctx context.Context, dir string, o options, fo forwardOptions,
 	var fwdBase *forwardingGateway
 	if o.label != "" {
 		// The baseline's forwarders, to the same destinations, in the
-		// same rounds: "... @label" beside each setup of this build.
-		fwdBase, err = startForwardingGatewayOf(dir, "mqtt-baseline", baselineBin(dir), withKeys(fmt.Sprintf(`to: "mqtt://%s"`, upAddr)), false)
+		// same rounds: "... @label" beside each setup of this build. Its
+		// MQTT forwarder has a client ID of its own: with the default
+		// (host and entry name) the two would take over each other's
+		// session at the shared upstream.
+		fwdBase, err = startForwardingGatewayOf(dir, "mqtt-baseline", baselineBin(dir), withKeys(fmt.Sprintf(`to: "mqtt://%s", client_id: devicegate-bench-baseline`, upAddr)), false)
 		keep(fwdProc(fwdBase))
 		if err != nil {
 			return err

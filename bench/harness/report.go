@@ -163,7 +163,11 @@ func ratioCells(a, b []result, f func(result) float64, want float64, ceiling boo
 	for i := range n {
 		per[i] = f(a[i]) / f(b[i])
 	}
-	ratio := spreadOf(column(a, f)).med / spreadOf(column(b, f)).med
+	den := spreadOf(column(b, f)).med
+	if den == 0 {
+		return "— | — | no figure to divide by (the second measured 0)"
+	}
+	ratio := spreadOf(column(a, f)).med / den
 	p := spreadOf(per)
 	verdict := "—"
 	switch {
