@@ -218,8 +218,12 @@ type AuthStats struct {
 	ProtocolErrors uint64
 	// ConsumersSpooled counts the connections of backend consumers
 	// (Limits.Consumers) given a write spool; ConsumerWaits the
-	// publishes that waited for a consumer's writer (consumers.go).
-	ConsumersSpooled, ConsumerWaits uint64
+	// publishes that waited for a consumer's writer (consumers.go);
+	// ConsumerWaitsExpired those of them that went on after
+	// consumerWait without room (on a machine so loaded that the writer
+	// got no processor for that long): only they can cost a consumer a
+	// message.
+	ConsumersSpooled, ConsumerWaits, ConsumerWaitsExpired uint64
 	// ConsumerSpoolBytes is what the connected consumers' spools hold.
 	ConsumerSpoolBytes int64
 }
@@ -593,6 +597,7 @@ func (h *authHook) stats() AuthStats {
 	st := AuthStats{PublishDenied: h.pubDenied.Load(), SubscribeDenied: h.subDenied.Load(),
 		ConnectsRefused: make(map[string]uint64, refusedReasons), ProtocolErrors: h.protocolErrors.Load()}
 	st.ConsumersSpooled, st.ConsumerWaits = h.consumers.spooled.Load(), h.consumers.waits.Load()
+	st.ConsumerWaitsExpired = h.consumers.expired.Load()
 	st.ConsumerSpoolBytes = h.consumers.spoolBytes()
 	for i, name := range refusedNames {
 		st.ConnectsRefused[name] = h.refused[i].Load()

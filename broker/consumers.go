@@ -106,6 +106,7 @@ type consumerSet struct {
 
 	spooled atomic.Uint64 // connections given a spool
 	waits   atomic.Uint64 // publishes that waited at the gate
+	expired atomic.Uint64 // of them, those that went on at consumerWait
 }
 
 // consumerRules are the consumers' globs and each spool's limit.
@@ -246,6 +247,7 @@ func (cs *consumerSet) acquire() bool {
 		select {
 		case <-cs.wake:
 		case <-deadline.C:
+			cs.expired.Add(1)
 			cs.inflight.Add(1)
 			return true
 		}

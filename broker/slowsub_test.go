@@ -171,8 +171,13 @@ func TestConsumerQueueAccounting(t *testing.T) {
 			for {
 				drops := f.srv.Stats().SlowSubscriberDrops
 				if got+drops == want {
-					if tc.consumer && drops != 0 {
-						t.Fatalf("%d drops for a consumer with a write spool", drops)
+					// A consumer loses a message only to a publish that
+					// waited consumerWait at the gate and went on without
+					// room: on a machine so loaded that the consumer's
+					// writer got no processor for a second. The docs allow
+					// that; each such publish costs it one message at most.
+					if expired := f.srv.AuthStats().ConsumerWaitsExpired; tc.consumer && drops > expired {
+						t.Fatalf("%d drops for a consumer with a write spool, %d publishes past the gate's wait", drops, expired)
 					}
 					if !tc.consumer && drops == 0 {
 						t.Fatal("no drops at the default queue for a subscriber that read nothing during 10 MiB")
@@ -180,7 +185,7 @@ func TestConsumerQueueAccounting(t *testing.T) {
 					if spooled := f.srv.AuthStats().ConsumersSpooled; spooled != map[bool]uint64{true: 1}[tc.consumer] {
 						t.Fatalf("%d connections spooled", spooled)
 					}
-					t.Logf("received %d, dropped and counted %d, of %d", got, drops, want)
+					t.Logf("received %d, dropped and counted %d, of %d; %d publishes past the gate's wait", got, drops, want, f.srv.AuthStats().ConsumerWaitsExpired)
 					return
 				}
 				if got+drops > want {

@@ -75,8 +75,11 @@ func anyItem(key string) string {
 }
 
 // Change is one key whose value a reload would change; Old or New is
-// "" when the key is absent on that side (a list grew or shrank, an
-// optional block appeared).
+// "(none)" when the key is absent on that side (a list grew or shrank,
+// an optional block appeared). A list item's own value is "(item)", or
+// "(item name=NAME)" for an item with a name (a rule, a forward entry,
+// a group), so an added rule reads `limits.rules[1]: "(none)" ->
+// "(item name=meters)"`.
 type Change struct {
 	Key      string
 	Old, New string
@@ -107,7 +110,7 @@ func ReloadChanges(running, next Config) ([]Change, error) {
 		if a[k] == b[k] || inMissingItem(k, a) || inMissingItem(k, b) {
 			continue
 		}
-		c := Change{Key: k, Old: a[k], New: b[k]}
+		c := Change{Key: k, Old: valueOrNone(a, k), New: valueOrNone(b, k)}
 		if secret(k) {
 			c.Old, c.New = "(secret)", "(secret)"
 		}
@@ -164,12 +167,39 @@ func flatten(v reflect.Value, key string, out map[string]string) {
 	case reflect.Slice:
 		for i := range v.Len() {
 			item := fmt.Sprintf("%s[%d]", key, i)
-			out[item] = "(present)" // a scalar item's value replaces it
+			out[item] = itemLabel(v.Index(i)) // a scalar item's value replaces it
 			flatten(v.Index(i), item, out)
 		}
 	default:
 		out[key] = fmt.Sprint(v.Interface())
 	}
+}
+
+// valueOrNone returns side's value of key, or "(none)" when side lacks
+// the key.
+func valueOrNone(side map[string]string, key string) string {
+	if v, ok := side[key]; ok {
+		return v
+	}
+	return "(none)"
+}
+
+// itemLabel is a list item's value in a change: "(item name=NAME)" for
+// a struct with a non-empty name field, else "(item)".
+func itemLabel(v reflect.Value) string {
+	for v.Kind() == reflect.Pointer && !v.IsNil() {
+		v = v.Elem()
+	}
+	if v.Kind() == reflect.Struct {
+		t := v.Type()
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			if f := v.Field(i); name == "name" && f.Kind() == reflect.String && f.String() != "" {
+				return "(item name=" + f.String() + ")"
+			}
+		}
+	}
+	return "(item)"
 }
 
 // secret reports whether key holds a secret.

@@ -29,7 +29,7 @@ func TestReloadChanges(t *testing.T) {
 	if err != nil {
 		msg = err.Error()
 	}
-	for _, want := range []string{`mqtt.tcp: cannot change without a restart (running ":1883", file ":1884")`, `admin.token: cannot change without a restart (running "(secret)", file "(secret)")`, `forward[0]: cannot change without a restart (running "", file "(present)")`} {
+	for _, want := range []string{`mqtt.tcp: cannot change without a restart (running ":1883", file ":1884")`, `admin.token: cannot change without a restart (running "(secret)", file "(secret)")`, `forward[0]: cannot change without a restart (running "(none)", file "(item name=up)")`} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("refusal lacks %q:\n%s", want, msg)
 		}
@@ -138,5 +138,30 @@ func TestReloadColumn(t *testing.T) {
 	}
 	if rows < len(Flatten(Default()))/2 {
 		t.Fatalf("only %d rows with a Reload column in %v", rows, files)
+	}
+}
+
+// TestReloadChangesListItems: a rule added or removed is one change
+// that says so and names the rule, not `"" -> "(present)"`.
+func TestReloadChangesListItems(t *testing.T) {
+	a := Default()
+	rule := func(name string) Rule {
+		return Rule{Name: name, Match: Match{ClientID: name + "-*"}, Quota: Quota{Limit: 1, Window: a.Limits.Default.Window}}
+	}
+	a.Limits.Rules = []Rule{rule("meters")}
+	b := a
+	b.Limits.Rules = []Rule{rule("meters"), rule("pumps"), {Match: Match{ClientID: "x"}, Quota: Quota{Limit: 2, Window: a.Limits.Default.Window}}}
+	changes, err := ReloadChanges(a, b)
+	var got []string
+	for _, c := range changes {
+		got = append(got, c.String())
+	}
+	want := []string{`limits.rules[1]: "(none)" -> "(item name=pumps)"`, `limits.rules[2]: "(none)" -> "(item)"`}
+	if err != nil || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("added: %q, %v; want %q", got, err, want)
+	}
+	changes, _ = ReloadChanges(b, a)
+	if len(changes) != 2 || changes[0].String() != `limits.rules[1]: "(item name=pumps)" -> "(none)"` {
+		t.Fatalf("removed: %v", changes)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -162,7 +164,18 @@ func (g *Gateway) Reload(next config.Config) ([]config.Change, error) {
 		args = append(args, "changed", strings.Join(keys, "; "))
 	}
 	log.Info("configuration reloaded", args...)
+	warnIdleACL(log, next, changes)
 	return changes, nil
+}
+
+// warnIdleACL warns when a reload changed auth.acl while authentication
+// is off: allow-all applies no topic ACL, so the change does nothing.
+func warnIdleACL(log *slog.Logger, next config.Config, changes []config.Change) {
+	if !next.AllowAll() || !slices.ContainsFunc(changes, func(c config.Change) bool { return strings.HasPrefix(c.Key, "auth.acl.") }) {
+		return
+	}
+	log.Warn("auth.acl changed but applies to nothing: authentication is off (allow-all), and then no topic ACL is checked; set auth.credentials_file or mqtt.tls.client_ca_file",
+		"acl_publish", next.Auth.ACL.Publish, "acl_subscribe", next.Auth.ACL.Subscribe)
 }
 
 // reloadOnHangup reloads the configuration on every SIGHUP until ctx

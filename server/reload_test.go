@@ -2,12 +2,14 @@ package server
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/internal/logtest"
 	"github.com/devicegate/devicegate/internal/openapicheck"
 )
 
@@ -55,5 +57,31 @@ func TestReloadAnswersMatchOpenAPI(t *testing.T) {
 	post(400, "unexpected EOF")
 	if g.resolver.Default().Limit != 7 {
 		t.Fatalf("default quota %d after refused reloads, want 7", g.resolver.Default().Limit)
+	}
+}
+
+// TestReloadACLInAllowAllWarns: with authentication off no topic ACL is
+// checked, so a reload that changes auth.acl warns that the change
+// applies to nothing; a reload that changes other keys does not.
+func TestReloadACLInAllowAllWarns(t *testing.T) {
+	logs := new(logtest.Capture)
+	cfg := testConfig(t.TempDir(), 5, time.Hour)
+	g := mustStart(t, cfg, Deps{Logger: slog.New(logs)})
+	next := cfg
+	next.Limits.Default.Limit = 6
+	if _, err := g.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	const warning = "auth.acl changed but applies to nothing"
+	if rec := logs.Find(warning); rec != nil {
+		t.Fatalf("warned with auth.acl unchanged: %v", rec)
+	}
+	next.Auth.ACL.Publish = "sensors/{device}/#"
+	changes, err := g.Reload(next)
+	if err != nil || len(changes) != 1 || changes[0].Key != "auth.acl.publish" {
+		t.Fatalf("reload: %v, %v", changes, err)
+	}
+	if rec := logs.Find(warning); rec == nil || rec["level"] != "WARN" || rec["acl_publish"] != "sensors/{device}/#" {
+		t.Fatalf("no warning that auth.acl applies to nothing in allow-all:\n%s", logs)
 	}
 }

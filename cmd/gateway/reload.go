@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strings"
+
+	"github.com/devicegate/devicegate/admin"
 )
 
 const reloadUsage = `Usage: gateway reload [--admin-addr A] [--token T] [--data-dir D] [--json]
@@ -39,7 +43,10 @@ func reloadCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("reload: %w", err)
 	}
 	v, raw, err := c.api.Reload(ctx)
-	return c.print("reload", raw, err, func() {
+	if err != nil {
+		return reloadError(c, err)
+	}
+	return c.print("reload", raw, nil, func() {
 		if len(v.Changes) == 0 {
 			fmt.Fprintln(c.out, "reloaded: nothing changed")
 			return
@@ -49,4 +56,31 @@ func reloadCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(c.out, "  %s: %q -> %q\n", ch.Key, ch.Old, ch.New)
 		}
 	})
+}
+
+// reloadError is a failed reload's error, named "reload:"; with --json
+// it also prints the refusal as JSON on stdout, {"error": ..., "status":
+// HTTP status}, status 0 when the API could not be reached, so a script
+// reading stdout sees why.
+func reloadError(c *quotaClient, err error) error {
+	var te *admin.TransportError
+	if errors.As(err, &te) {
+		err = fmt.Errorf("cannot reach the admin API at %s (is the gateway running? --admin-addr or GATEWAY_ADMIN_ADDR): %w", c.api.Addr, te.Err)
+	}
+	if c.json {
+		v := struct {
+			Error  string `json:"error"`
+			Status int    `json:"status"`
+		}{Error: err.Error()}
+		var ae *admin.APIError
+		if errors.As(err, &ae) {
+			v.Error, v.Status = ae.Message, ae.Status
+		}
+		b, _ := json.MarshalIndent(v, "", "  ")
+		fmt.Fprintf(c.out, "%s\n", b)
+	}
+	if strings.HasPrefix(err.Error(), "reload ") {
+		return err // the API's "reload refused: ..." names the command already
+	}
+	return fmt.Errorf("reload: %w", err)
 }

@@ -104,10 +104,21 @@ func TestSimulateClockStepAcrossRestart(t *testing.T) {
 	if len(rep.Restarts) != 1 || rep.Restarts[0].Err != "" || rep.Reconnects != 20 {
 		t.Fatalf("restarts %+v, reconnects %d", rep.Restarts, rep.Reconnects)
 	}
-	// 15 of 10/s in a 10 s window: the devices are full at 1.5 s and
-	// stay refused after the restart; a reset window would admit 15 more.
-	if tot.Violations != 0 || tot.WithinBound != 0 || tot.Accepted != 20*15 {
+	// 15 of 10/s in a 10 s window: a device is full at 1.5 s and stays
+	// refused after the restart; a reset window would admit 15 more. How
+	// many a device sends before and after the restart depends on the
+	// machine's load (messages due during the restart are skipped), so
+	// the test does not count on every device filling its window: none
+	// is over it, and one refused had its 15 admitted, less those the
+	// restart cut off before their answer (unacked: the gateway may have
+	// counted them).
+	if tot.Violations != 0 || tot.WithinBound != 0 || tot.Refused == 0 {
 		t.Fatalf("totals %+v", tot)
+	}
+	for _, d := range rep.Result.Devices {
+		if d.Accepted > 15 || d.Refused > 0 && d.Accepted+d.Unacked < 15 {
+			t.Errorf("%s: %+v; want at most 15 accepted, and 15 accepted or unacked once refused", d.Device, d)
+		}
 	}
 	if !strings.Contains(stdout, "gateway restart (sigterm, wall clock -1h0m0s)") {
 		t.Errorf("summary:\n%s", stdout)

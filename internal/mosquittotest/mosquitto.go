@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devicegate/devicegate/internal/freeport"
 	"github.com/devicegate/devicegate/internal/proctest"
 )
 
@@ -50,6 +49,7 @@ type TLS struct {
 type Server struct {
 	Addr string
 	conf string
+	text []string // the configuration without its listener line
 	acl  string
 	pw   string // the password file, with Users
 	proc *proctest.Proc
@@ -68,16 +68,11 @@ func StartClosed(t testing.TB) *Server { return StartWith(t, Options{Closed: tru
 // test's cleanup stops it.
 func StartWith(t testing.TB, o Options) *Server {
 	t.Helper()
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(addr)
 	dir := t.TempDir()
-	s := &Server{Addr: addr, conf: filepath.Join(dir, "mosquitto.conf"), t: t}
+	s := &Server{conf: filepath.Join(dir, "mosquitto.conf"), t: t}
 	// No bound on the messages queued for a client: a test upstream
 	// must not lose what it accepted (Mosquitto's default keeps 1000).
-	conf := []string{"listener " + port + " 127.0.0.1", "log_dest stderr", "log_type error", "user root", fmt.Sprintf("max_queued_messages %d", o.MaxQueued)}
+	conf := []string{"log_dest stderr", "log_type error", "user root", fmt.Sprintf("max_queued_messages %d", o.MaxQueued)}
 	switch {
 	case len(o.Users) > 0:
 		pw := filepath.Join(dir, "passwd")
@@ -113,24 +108,38 @@ func StartWith(t testing.TB, o Options) *Server {
 	} else {
 		conf = append(conf, "persistence false")
 	}
-	if err := os.WriteFile(s.conf, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.run()
+	s.text = conf
+	s.proc = proctest.OnFreePort(t, func(addr string) { s.Addr = addr }, s.launch)
 	return s
 }
 
-// run starts the process and waits until it listens.
-func (s *Server) run() {
+// launch writes the configuration with the listener on s.Addr, starts
+// the process and waits until it listens there.
+func (s *Server) launch() (*proctest.Proc, error) {
 	s.t.Helper()
-	s.proc = proctest.Start(s.t, "mosquitto", "-c", s.conf)
-	s.proc.Ready("mosquitto on "+s.Addr, func() error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	conf := append([]string{"listener " + port + " 127.0.0.1"}, s.text...)
+	if err := os.WriteFile(s.conf, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	p := proctest.Start(s.t, "mosquitto", "-c", s.conf)
+	return p, p.Serve("mosquitto", s.Addr, func() error {
 		c, err := net.DialTimeout("tcp", s.Addr, time.Second)
 		if err == nil {
 			c.Close()
 		}
 		return err
 	})
+}
+
+// run starts the process on s.Addr again and waits until it listens.
+func (s *Server) run() {
+	s.t.Helper()
+	p, err := s.launch()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.proc = p
 }
 
 // Stop ends the broker (SIGTERM: with Persist, it saves its sessions)

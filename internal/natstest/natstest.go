@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/devicegate/devicegate/internal/freeport"
 	"github.com/devicegate/devicegate/internal/proctest"
 )
 
@@ -51,21 +50,16 @@ func StartTLS(t testing.TB, certFile, keyFile string, client *tls.Config) *Serve
 
 func start(t testing.TB, args []string, opts []nats.Option) *Server {
 	t.Helper()
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	s := &Server{t: t, Addr: addr, URL: "nats://" + addr, store: t.TempDir(), args: args, opts: opts}
-	s.Server = proctest.NewServer(t, s.start)
+	s := &Server{t: t, store: t.TempDir(), args: args, opts: opts}
+	s.Server = proctest.NewServerOnFreePort(t, func(addr string) { s.Addr, s.URL = addr, "nats://"+addr }, s.launch)
 	return s
 }
 
-func (s *Server) start() *proctest.Proc {
+func (s *Server) launch() (*proctest.Proc, error) {
 	s.t.Helper()
 	host, port, _ := net.SplitHostPort(s.Addr)
 	p := proctest.Start(s.t, "nats-server", append([]string{"-a", host, "-p", port, "-js", "-sd", s.store}, s.args...)...)
-	p.Ready("nats-server on "+s.Addr, s.ready)
-	return p
+	return p, p.Serve("nats-server", s.Addr, s.ready)
 }
 
 // ready reports whether JetStream answers on the server.

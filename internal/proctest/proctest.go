@@ -5,6 +5,7 @@
 package proctest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,14 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devicegate/devicegate/internal/freeport"
 	"github.com/devicegate/devicegate/internal/logtest"
 )
 
 // Proc is one run of a server process.
 type Proc struct {
-	t   testing.TB
-	cmd *exec.Cmd
-	out logtest.Buffer
+	t    testing.TB
+	cmd  *exec.Cmd
+	out  logtest.Buffer
+	done chan struct{} // closed when the process has ended and been reaped
 }
 
 // Tool returns the path of program name (PATH, then /usr/sbin and
@@ -47,25 +50,49 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // end.
 func Start(t testing.TB, name string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{t: t, cmd: exec.Command(Tool(t, name), args...)}
+	p := &Proc{t: t, cmd: exec.Command(Tool(t, name), args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(p.Kill)
 	return p
 }
 
+// ErrExited is Serve's error when the process ended before it served.
+var ErrExited = errors.New("process exited before it served")
+
 // Ready polls ready until it returns nil, failing the test (with the
-// process's output) after 10 s.
+// process's output) when the process ends first or after 10 s.
 func (p *Proc) Ready(what string, ready func() error) {
+	p.t.Helper()
+	if err := p.Serve(what, "", ready); err != nil {
+		p.t.Fatalf("%s: %v\n%s", what, err, p.Output())
+	}
+}
+
+// Serve polls ready until it returns nil and, when addr is not empty,
+// the process itself listens on addr's port: a ready check answered by
+// another process that holds the port does not count. It returns an
+// error wrapping ErrExited when the process ends first (a server that
+// found its port taken exits), and fails the test after 10 s.
+func (p *Proc) Serve(what, addr string, ready func() error) error {
 	p.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := ready()
+		if err == nil && addr != "" && !listens(p.cmd.Process.Pid, addr) {
+			err = fmt.Errorf("process %d does not listen on %s", p.cmd.Process.Pid, addr)
+		}
 		if err == nil {
-			return
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s on %s: %w (%v): %s", what, addr, ErrExited, p.cmd.ProcessState, strings.TrimSpace(p.Output()))
+		default:
 		}
 		if time.Now().After(deadline) {
 			p.Kill()
@@ -78,22 +105,26 @@ func (p *Proc) Ready(what string, ready func() error) {
 // Kill ends the process with SIGKILL (resuming it first, if paused) and
 // waits for it. Safe to call more than once.
 func (p *Proc) Kill() {
-	if p.cmd.ProcessState != nil {
+	select {
+	case <-p.done:
 		return
+	default:
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
+	<-p.done
 }
 
 // Term ends the process with SIGTERM, letting it save what it keeps,
 // and waits for it.
 func (p *Proc) Term() {
-	if p.cmd.ProcessState != nil {
+	select {
+	case <-p.done:
 		return
+	default:
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_ = p.cmd.Wait()
+	<-p.done
 }
 
 // Pause stops the process (SIGSTOP): its connections stay open and
@@ -146,6 +177,49 @@ type Server struct {
 func NewServer(t testing.TB, start func() *Proc) *Server {
 	t.Helper()
 	return &Server{t: t, start: start, proc: start()}
+}
+
+// NewServerOnFreePort runs a server on a loopback address picked by
+// freeport.Addr: setAddr stores the address that launch (and every
+// Restart) starts the process on; launch starts it and returns Serve's
+// result. A first launch whose process exits before it serves (another
+// process took the port between the pick and the bind) is tried again
+// on a new address, up to 5 times; a Restart keeps the address.
+func NewServerOnFreePort(t testing.TB, setAddr func(addr string), launch func() (*Proc, error)) *Server {
+	t.Helper()
+	start := func() *Proc {
+		t.Helper()
+		p, err := launch()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return &Server{t: t, start: start, proc: OnFreePort(t, setAddr, launch)}
+}
+
+// OnFreePort is NewServerOnFreePort's first start, for a server type of
+// its own: it returns the process that serves.
+func OnFreePort(t testing.TB, setAddr func(addr string), launch func() (*Proc, error)) *Proc {
+	t.Helper()
+	var errs []error
+	for range 5 {
+		addr, err := freeport.Addr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		setAddr(addr)
+		p, err := launch()
+		if err == nil {
+			return p
+		}
+		if !errors.Is(err, ErrExited) {
+			t.Fatal(err)
+		}
+		errs = append(errs, err)
+	}
+	t.Fatalf("no free port served in 5 tries: %v", errors.Join(errs...))
+	return nil
 }
 
 // Kill ends the process with SIGKILL and waits for it. Safe to call
