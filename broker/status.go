@@ -9,6 +9,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/devicegate/devicegate/auth"
 	"github.com/devicegate/devicegate/devicelimit"
 )
 
@@ -49,9 +50,12 @@ func statusACL(cl *mqtt.Client, topic string, write bool) (allowed, decided bool
 }
 
 // isStatusTopicOf reports whether topic is the status topic of client
-// ID id, without building it.
+// ID id, without building it. A client ID that is not one topic level
+// (auth.ValidDevice: empty, or holding '/', '+', '#' or NUL) has no
+// status topic: as a filter, "#" or "x/+" after StatusPrefix would be a
+// wildcard over other clients' status topics.
 func isStatusTopicOf(topic, id string) bool {
-	return id != "" && len(topic) == len(StatusPrefix)+len(id) &&
+	return auth.ValidDevice(id) && len(topic) == len(StatusPrefix)+len(id) &&
 		strings.HasPrefix(topic, StatusPrefix) && topic[len(StatusPrefix):] == id
 }
 

@@ -186,3 +186,33 @@ func TestStatusTopicACL(t *testing.T) {
 	// meter-1 saw no forged status.
 	noStatus(t, c1, got, "after the forged publishes")
 }
+
+// TestStatusTopicWildcardClientID: a client ID that is not one topic
+// level (with '#', '+' or '/') has no status topic: its SUBSCRIBE to
+// StatusPrefix + its ID, a wildcard over other clients' status topics,
+// is refused (3.1.1 0x80, MQTT 5 0x87), with the client ID as the device
+// identity and with the username as it. Before, client ID "#" was
+// granted $devicegate/status/#.
+func TestStatusTopicWildcardClientID(t *testing.T) {
+	for _, identity := range []devicelimit.Identity{devicelimit.IdentityClientID, devicelimit.IdentityUsername} {
+		f := start(t, fixtureOpts{identity: identity})
+		for _, id := range []string{"#", "+", "x/+", "x/#", "a/b"} {
+			r := dialRaw(t, f.addr)
+			r.send(rawConnect3(id, "meter-1", "pw"))
+			r.connack()
+			r.send(rawSubscribe(4, 1, StatusPrefix+id))
+			if code := reasonOf(r.must(9, "SUBACK")); code != 0x80 {
+				t.Errorf("identity %v, 3.1.1 client ID %q subscribes %q: SUBACK 0x%02x, want 0x80", identity, id, StatusPrefix+id, code)
+			}
+			r5 := dialRaw(t, f.addr)
+			r5.send(rawConnectFlags("MQTT", 5, 0x02|flagUsername|flagPassword, id))
+			if p := r5.must(2, "CONNACK"); p.body[1] != 0 {
+				t.Fatalf("MQTT 5 client ID %q: CONNACK 0x%02x", id, p.body[1])
+			}
+			r5.send(rawSubscribe(5, 1, StatusPrefix+id))
+			if code := reasonOf(r5.must(9, "SUBACK")); code != 0x87 {
+				t.Errorf("identity %v, MQTT 5 client ID %q subscribes %q: SUBACK 0x%02x, want 0x87", identity, id, StatusPrefix+id, code)
+			}
+		}
+	}
+}
