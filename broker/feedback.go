@@ -162,10 +162,13 @@ func (f *feedbackState) copyFeedback(id uint16) []packets.UserProperty {
 
 // OnPacketEncode adds the device's feedback to its MQTT 5 CONNACK
 // (RateLimit-Policy) and to the PUBACK or PUBREC of a publish
-// (prepareFeedback's properties).
+// (prepareFeedback's properties), and keeps a DISCONNECT from an MQTT
+// 3.1.1 client (silentDisconnect).
 func (h *throttle) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	switch pk.FixedHeader.Type {
 	case packets.Connack, packets.Puback, packets.Pubrec:
+	case packets.Disconnect:
+		return silentDisconnect(cl, pk)
 	default:
 		return pk
 	}
@@ -200,6 +203,20 @@ func (h *throttle) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Pa
 		// it writes only when the ack has properties: no PUBACK reason
 		// code of MQTT 5 (3.4.2.1). Success is 0x00.
 		pk.ReasonCode = packets.CodeSuccess.Code
+	}
+	return pk
+}
+
+// silentDisconnect keeps the server's DISCONNECT from an MQTT 3.1.1 (or
+// 3.1) client: those protocols have none (3.1.1 section 3.14: only the
+// client sends one), and mochi writes one before it closes the
+// connection on a session takeover, an ACL-refused QoS 1 or 2 publish
+// and a shutdown. A packet of no type fails mochi's encode, so
+// WritePacket writes nothing and mochi closes the connection as it
+// would have (docs/mqtt-conformance.md).
+func silentDisconnect(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if cl.Properties.ProtocolVersion < 5 {
+		pk.FixedHeader.Type = packets.Reserved
 	}
 	return pk
 }

@@ -9,6 +9,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/devicegate/devicegate/auth"
 	"github.com/devicegate/devicegate/devicelimit"
 )
 
@@ -18,8 +19,10 @@ import (
 // a JSON status (statusjson.go) at QoS 0, not retained: when it
 // subscribes, when one of its windows falls below its quota's feedback
 // threshold, and at its first refusal since it was last admitted; at
-// most one a second, and only after a publish of its own (or its
-// subscription), so status never outnumbers the traffic it describes.
+// most one a second, and never more than its own publishes: the first
+// SUBSCRIBE of a connection gets one, any later status needs a publish
+// of the device's since the last, so status never outnumbers the
+// traffic it describes (a SUBSCRIBE repeated 100 times gets one).
 // Nobody publishes under statusRoot, and nobody but the device
 // subscribes to its status (statusACL).
 const (
@@ -49,49 +52,53 @@ func statusACL(cl *mqtt.Client, topic string, write bool) (allowed, decided bool
 }
 
 // isStatusTopicOf reports whether topic is the status topic of client
-// ID id, without building it.
+// ID id, without building it. A client ID that is not one topic level
+// (auth.ValidDevice: empty, or holding '/', '+', '#' or NUL) has no
+// status topic: as a filter, "#" or "x/+" after StatusPrefix would be a
+// wildcard over other clients' status topics.
 func isStatusTopicOf(topic, id string) bool {
-	return id != "" && len(topic) == len(StatusPrefix)+len(id) &&
+	return auth.ValidDevice(id) && len(topic) == len(StatusPrefix)+len(id) &&
 		strings.HasPrefix(topic, StatusPrefix) && topic[len(StatusPrefix):] == id
 }
 
-// statusHook sends the status messages. Safe for concurrent use; it
-// costs a client that does not watch its status one atomic load per
-// packet sent or processed.
+// statusHook starts and stops a client's watch on its status and sends
+// the status that follows a SUBACK; the throttle sends those that
+// follow a publish (statusAfter). A watch lives on the connection's own
+// state (connInfo.status), so a publish finds it without a lookup.
 type statusHook struct {
 	mqtt.HookBase
 	t *throttle
-	// n counts the entries of watch, read without mu.
-	n atomic.Int64
-	// mu guards watch; every publish looks itself up while anyone
-	// watches, read-locked.
-	mu    sync.RWMutex
-	watch map[*mqtt.Client]*statusWatch
 }
 
-// statusWatch is a client subscribed to its status.
+// statusWatch is a connection that subscribed to its status topic; it
+// stays with the connection, through unsubscribes, so that the limits
+// hold across them.
 type statusWatch struct {
+	// on says the client is subscribed now.
+	on atomic.Bool
 	mu sync.Mutex
 	// suback is the packet ID of the SUBSCRIBE whose SUBACK is still to
-	// go; the first status follows it. 0 when none is awaited.
+	// go; the status it asks for follows it. 0 when none is awaited.
 	suback uint16
-	// last is when the last status went; sent says one did.
-	last devicelimit.Tick
-	sent bool
+	// last is when the last status went; sent says one did; published
+	// says the device published since.
+	last      devicelimit.Tick
+	sent      bool
+	published bool
 	// refusals is the device's refusal count at its last publish;
-	// refusing says that publish was refused; below that some window
-	// was under its threshold then.
+	// refusing says that publish was refused; below that a window of
+	// its message was under its quota's threshold then.
 	refusals uint64
 	refusing bool
 	below    bool
-	// due is a status held back by statusEvery, sent at the next
-	// publish after it.
+	// due is a status held back by the limits, sent at the next publish
+	// they allow.
 	due bool
+	// standing is statusAfter's scratch.
+	standing devicelimit.Standing
 }
 
-func newStatusHook(t *throttle) *statusHook {
-	return &statusHook{t: t, watch: make(map[*mqtt.Client]*statusWatch)}
-}
+func newStatusHook(t *throttle) *statusHook { return &statusHook{t: t} }
 
 // ID returns the hook's ID.
 func (h *statusHook) ID() string { return "devicegate-status" }
@@ -99,28 +106,30 @@ func (h *statusHook) ID() string { return "devicegate-status" }
 // Provides reports the hook methods statusHook implements.
 func (h *statusHook) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.OnPacketSent, mqtt.OnPacketProcessed, mqtt.OnDisconnect:
+	case mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.OnPacketSent:
 		return true
 	}
 	return false
 }
 
-// OnSubscribed starts watching a client granted its status topic; its
-// first status goes after the SUBACK (OnPacketSent).
+// OnSubscribed starts watching a client granted its status topic; the
+// status it asks for goes after the SUBACK (OnPacketSent).
 func (h *statusHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 	for i, f := range pk.Filters {
 		if i < len(codes) && codes[i] < 0x80 && isStatusTopicOf(f.Filter, cl.ID) {
-			h.mu.Lock()
-			w := h.watch[cl]
-			if w == nil {
-				w = new(statusWatch)
-				h.watch[cl] = w
-				h.n.Add(1)
+			c := h.t.conns.info(cl)
+			if c == nil {
+				return
 			}
-			h.mu.Unlock()
+			w := c.status.Load()
+			if w == nil {
+				c.status.CompareAndSwap(nil, new(statusWatch))
+				w = c.status.Load()
+			}
 			w.mu.Lock()
 			w.suback = pk.PacketID
 			w.mu.Unlock()
+			w.on.Store(true)
 			return
 		}
 	}
@@ -130,43 +139,28 @@ func (h *statusHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []by
 func (h *statusHook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	for _, f := range pk.Filters {
 		if isStatusTopicOf(f.Filter, cl.ID) {
-			h.forget(cl)
+			if c := h.t.conns.info(cl); c != nil {
+				if w := c.status.Load(); w != nil {
+					w.on.Store(false)
+				}
+			}
 		}
 	}
 }
 
-// OnDisconnect stops watching a client gone.
-func (h *statusHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
-	if h.n.Load() > 0 {
-		h.forget(cl)
-	}
-}
-
-func (h *statusHook) forget(cl *mqtt.Client) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, ok := h.watch[cl]; ok {
-		delete(h.watch, cl)
-		h.n.Add(-1)
-	}
-}
-
-func (h *statusHook) watching(cl *mqtt.Client) *statusWatch {
-	if h.n.Load() == 0 {
-		return nil
-	}
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.watch[cl]
-}
-
-// OnPacketSent sends a watching client its first status once the SUBACK
-// granting it went.
+// OnPacketSent sends a watching client its status once the SUBACK
+// granting it went: the first on the connection at once; a later one
+// only when the device published since the last status and a second
+// has passed, else with its next publish that the limits allow.
 func (h *statusHook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, _ []byte) {
 	if pk.FixedHeader.Type != packets.Suback {
 		return
 	}
-	w := h.watching(cl)
+	c := h.t.conns.info(cl)
+	if c == nil {
+		return
+	}
+	w := c.status.Load()
 	if w == nil {
 		return
 	}
@@ -177,45 +171,76 @@ func (h *statusHook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, _ []byte) 
 	}
 	w.suback = 0
 	now := h.t.clock.Now()
+	if w.sent && !w.allowed(now) {
+		w.due = true
+		return
+	}
 	st, ok := h.t.deviceStatus(cl, now)
 	if !ok {
 		return
 	}
 	w.refusals, w.below = st.refusals, st.below
-	h.send(cl, w, &st, now)
+	h.t.sendStatus(cl, w, &st, now)
 }
 
-// OnPacketProcessed looks at a watching client's standing after each of
-// its publishes, and sends a status when it crossed its threshold going
-// down or was refused for the first time since it was last admitted.
-func (h *statusHook) OnPacketProcessed(cl *mqtt.Client, pk packets.Packet, _ error) {
-	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline {
+// allowed reports whether a status may go at now after the last (w.mu
+// held): the device published since, a second ago or more.
+func (w *statusWatch) allowed(now devicelimit.Tick) bool {
+	return w.published && now.Sub(w.last) >= statusEvery
+}
+
+// statusAfter follows a publish of a device that watches its status
+// (the throttle's OnPublish, after its decision): a status when the
+// device was refused for the first time since it was last admitted, or
+// when a window that bounds its message (class, under q; its group's
+// under gq) fell below the quota's feedback threshold. Only then is the
+// status computed; otherwise it reads the message's windows once
+// (without allocating) and an atomic counter.
+func (h *throttle) statusAfter(cl *mqtt.Client, c *connInfo, w *statusWatch, class string, q, gq *devicelimit.Quota, now devicelimit.Tick) {
+	if !w.on.Load() {
 		return
 	}
-	w := h.watching(cl)
-	if w == nil {
-		return
-	}
-	now := h.t.clock.Now()
-	st, ok := h.t.deviceStatus(cl, now)
-	if !ok {
-		return
+	var refusals uint64
+	if c.dev != nil {
+		refusals = c.dev.history.refusals.Load()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	refused := st.refusals > w.refusals
-	if refused && !w.refusing || st.below && !w.below {
+	w.published = true
+	refused := refusals > w.refusals
+	w.refusals = refusals
+	below := false
+	if pct := statusThreshold(q.Feedback); pct > 0 {
+		h.limiter.StandingAt(c.device, class, *q, c.rules().group.Key, *gq, 0, false, now, &w.standing)
+		below = w.standing.Below(pct)
+	}
+	if refused && !w.refusing || below && !w.below {
 		w.due = true
 	}
-	w.refusals, w.refusing, w.below = st.refusals, refused, st.below
-	if w.due && (!w.sent || now.Sub(w.last) >= statusEvery) {
-		h.send(cl, w, &st, now)
+	w.refusing, w.below = refused, below
+	if !w.due || w.sent && now.Sub(w.last) < statusEvery {
+		return
+	}
+	if st, ok := h.deviceStatus(cl, now); ok {
+		h.sendStatus(cl, w, &st, now)
 	}
 }
 
-// send writes st to cl (w.mu held).
-func (h *statusHook) send(cl *mqtt.Client, w *statusWatch, st *deviceStatus, now devicelimit.Tick) {
-	w.due, w.sent, w.last = false, true, now
+// statusThreshold is the share of a window's quota (percent) under
+// which feedback f sends a status; 0 for none.
+func statusThreshold(f devicelimit.Feedback) int {
+	switch f = f.Effective(); f.Mode {
+	case devicelimit.FeedbackBelow:
+		return int(f.Below)
+	case devicelimit.FeedbackAlways:
+		return 100
+	}
+	return 0
+}
+
+// sendStatus writes st to cl (w.mu held).
+func (h *throttle) sendStatus(cl *mqtt.Client, w *statusWatch, st *deviceStatus, now devicelimit.Tick) {
+	w.due, w.sent, w.published, w.last = false, true, false, now
 	if !st.on {
 		return // feedback off: the device is told nothing
 	}
@@ -225,6 +250,6 @@ func (h *statusHook) send(cl *mqtt.Client, w *statusWatch, st *deviceStatus, now
 		Payload:     st.json(),
 	}
 	if err := cl.WritePacket(pk); err != nil {
-		h.t.log.Debug("status not sent", "client", cl.ID, "error", err)
+		h.log.Debug("status not sent", "client", cl.ID, "error", err)
 	}
 }

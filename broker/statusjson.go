@@ -107,11 +107,8 @@ func (st *deviceStatus) add(q devicelimit.Quota, class string, group bool, s *de
 			R:    w.Remaining, T: ceilSeconds(w.Reset), q: w.Limit.N,
 		})
 	}
-	switch fb := q.Feedback.Effective(); fb.Mode {
-	case devicelimit.FeedbackBelow:
-		st.below = st.below || s.Below(int(fb.Below))
-	case devicelimit.FeedbackAlways:
-		st.below = st.below || s.Below(100)
+	if pct := statusThreshold(q.Feedback); pct > 0 {
+		st.below = st.below || s.Below(pct)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+	mochipk "github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/devicegate/devicegate/devicelimit"
 )
@@ -185,4 +186,155 @@ func TestStatusTopicACL(t *testing.T) {
 	}
 	// meter-1 saw no forged status.
 	noStatus(t, c1, got, "after the forged publishes")
+}
+
+// TestStatusTopicWildcardClientID: a client ID that is not one topic
+// level (with '#', '+' or '/') has no status topic: its SUBSCRIBE to
+// StatusPrefix + its ID, a wildcard over other clients' status topics,
+// is refused (3.1.1 0x80, MQTT 5 0x87), with the client ID as the device
+// identity and with the username as it. Before, client ID "#" was
+// granted $devicegate/status/#.
+func TestStatusTopicWildcardClientID(t *testing.T) {
+	for _, identity := range []devicelimit.Identity{devicelimit.IdentityClientID, devicelimit.IdentityUsername} {
+		f := start(t, fixtureOpts{identity: identity})
+		for _, id := range []string{"#", "+", "x/+", "x/#", "a/b"} {
+			r := dialRaw(t, f.addr)
+			r.send(rawConnect3(id, "meter-1", "pw"))
+			r.connack()
+			r.send(rawSubscribe(4, 1, StatusPrefix+id))
+			if code := reasonOf(r.must(9, "SUBACK")); code != 0x80 {
+				t.Errorf("identity %v, 3.1.1 client ID %q subscribes %q: SUBACK 0x%02x, want 0x80", identity, id, StatusPrefix+id, code)
+			}
+			r5 := dialRaw(t, f.addr)
+			r5.send(rawConnectFlags("MQTT", 5, 0x02|flagUsername|flagPassword, id))
+			if p := r5.must(2, "CONNACK"); p.body[1] != 0 {
+				t.Fatalf("MQTT 5 client ID %q: CONNACK 0x%02x", id, p.body[1])
+			}
+			r5.send(rawSubscribe(5, 1, StatusPrefix+id))
+			if code := reasonOf(r5.must(9, "SUBACK")); code != 0x87 {
+				t.Errorf("identity %v, MQTT 5 client ID %q subscribes %q: SUBACK 0x%02x, want 0x87", identity, id, StatusPrefix+id, code)
+			}
+		}
+	}
+}
+
+// rawUnsubscribe is an UNSUBSCRIBE of filter, MQTT 5 (with empty
+// properties) or 3.1.1.
+func rawUnsubscribe(level byte, pid int, filter string) []byte {
+	body := u16(pid)
+	if level == 5 {
+		body = append(body, 0)
+	}
+	return packet(0xa2, append(body, mqttString(filter)...))
+}
+
+// TestStatusTopicSubscribeLimited: a SUBSCRIBE to one's status topic
+// gets a status only within the limits of every status: the first of
+// the connection at once, any later one only when the device published
+// since the last status and a second has passed, else with its next
+// publish that they allow. Raw MQTT 3.1.1 and MQTT 5 clients: 100
+// SUBSCRIBEs get one status (before: 100), an UNSUBSCRIBE between them
+// changes nothing.
+func TestStatusTopicSubscribeLimited(t *testing.T) {
+	f := start(t, fixtureOpts{})
+	for _, level := range []byte{4, 5} {
+		id := fmt.Sprintf("meter-v%d", level)
+		topic := StatusPrefix + id
+		r := dialRaw(t, f.addr)
+		if level == 4 {
+			r.send(rawConnect3(id, "", ""))
+		} else {
+			r.send(rawConnectV(5, id, []byte{0}, nil))
+		}
+		r.connack()
+		pid := 0
+		// statuses sends data, then a PINGREQ, and counts the statuses
+		// and SUBACKs before the PINGRESP.
+		statuses := func(what string, data ...[]byte) (n, subacks int) {
+			t.Helper()
+			r.send(append(data, rawPingreq)...)
+			for _, p := range r.until(13, what) {
+				switch p.typ >> 4 {
+				case 3:
+					if tp := publishTopic(p); tp != topic {
+						t.Fatalf("%s: publish on %q", what, tp)
+					}
+					n++
+				case 9:
+					if code := reasonOf(p); code >= 0x80 {
+						t.Fatalf("%s: SUBACK 0x%02x", what, code)
+					}
+					subacks++
+				}
+			}
+			return n, subacks
+		}
+		subscribes := func(k int, unsubscribe bool) [][]byte {
+			var out [][]byte
+			for range k {
+				if unsubscribe {
+					pid++
+					out = append(out, rawUnsubscribe(level, pid, topic))
+				}
+				pid++
+				out = append(out, rawSubscribe(level, pid, topic))
+			}
+			return out
+		}
+		if n, subacks := statuses("100 SUBSCRIBEs", subscribes(100, false)...); n != 1 || subacks != 100 {
+			t.Fatalf("MQTT level %d, 100 SUBSCRIBEs: %d statuses (%d SUBACKs), want 1", level, n, subacks)
+		}
+		f.clock.Advance(2 * statusEvery)
+		if n, _ := statuses("SUBSCRIBEs a while on, no publish", subscribes(20, true)...); n != 0 {
+			t.Fatalf("MQTT level %d: %d statuses without a publish since the last, want 0", level, n)
+		}
+		// The held status goes with the next publish.
+		pub := rawPublish("devices/"+id, []byte("1"))
+		if level == 5 {
+			pub = packet(0x30, append(append(mqttString("devices/"+id), 0), '1'))
+		}
+		if n, _ := statuses("a publish", pub); n != 1 {
+			t.Fatalf("MQTT level %d: %d statuses with the publish after the held one, want 1", level, n)
+		}
+		if n, _ := statuses("SUBSCRIBEs within the second", subscribes(50, false)...); n != 0 {
+			t.Fatalf("MQTT level %d: %d statuses within a second of the last, want 0", level, n)
+		}
+	}
+}
+
+// TestStatusWatcherAllocatesNothing: with the device watching its status
+// (feedback always, so every publish reads its windows against the
+// threshold), a publish and the encode of its PUBACK allocate nothing
+// once the buffers have grown and the status at the crossing went: the
+// watch is the connection's own, and the status is computed only when
+// one is due. (Before, every publish of a watching device looked itself
+// up in a map under a lock and computed its whole status: 8
+// allocations a publish.)
+func TestStatusWatcherAllocatesNothing(t *testing.T) {
+	s, cl, pk := newHookClient(t, devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Second, Feedback: fbAlways})
+	sh := newStatusHook(s.hook)
+	sub := mochipk.Packet{FixedHeader: mochipk.FixedHeader{Type: mochipk.Subscribe}, PacketID: 9,
+		Filters: mochipk.Subscriptions{{Filter: StatusPrefix + cl.ID}}}
+	sh.OnSubscribed(cl, sub, []byte{0})
+	sh.OnPacketSent(cl, mochipk.Packet{FixedHeader: mochipk.FixedHeader{Type: mochipk.Suback}, PacketID: 9}, nil)
+	w := s.hook.conns.info(cl).status.Load()
+	if w == nil || !w.on.Load() || !w.sent {
+		t.Fatalf("no watch, or no status at the SUBACK: %+v", w)
+	}
+	ack := mochipk.Packet{FixedHeader: mochipk.FixedHeader{Type: mochipk.Puback}, PacketID: pk.PacketID, ReasonCode: mochipk.CodeGrantedQos1.Code}
+	step := func() {
+		if _, err := s.hook.OnPublish(cl, pk); err != nil {
+			t.Fatal(err)
+		}
+		if out := s.hook.OnPacketEncode(cl, ack); len(out.Properties.User) == 0 {
+			t.Fatalf("PUBACK %+v", out)
+		}
+	}
+	step()
+	if !w.below || !w.published {
+		t.Fatalf("watch after a publish under feedback always: below %v, published %v", w.below, w.published)
+	}
+	if n := testing.AllocsPerRun(1000, step); n != 0 {
+		t.Fatalf("%v allocations per publish with a status watcher, want 0", n)
+	}
 }

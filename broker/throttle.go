@@ -208,6 +208,9 @@ type connInfo struct {
 	// fb is the device's feedback on its acks (feedback.go); nil
 	// unless the connection is MQTT 5.
 	fb *feedbackState
+	// status is the connection's watch on its status topic (status.go);
+	// nil until it first subscribes to it.
+	status atomic.Pointer[statusWatch]
 }
 
 // ID returns the hook's ID.
@@ -325,6 +328,10 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	}
 	v := c.rules()
 	class, q := h.resolver.ClassAt(c.device, v.rule, v.ruleName, v.classes, pk.TopicName, now)
+	var gq devicelimit.Quota
+	if w := c.status.Load(); w != nil {
+		defer h.statusAfter(cl, c, w, class, &q, &gq, now) // status.go
+	}
 	// A device in a group is never deferred: a deferred message would
 	// be released without its group's windows (policy defer drops).
 	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow && v.group.Key == "" {
@@ -336,7 +343,6 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		return pk, err
 	}
 	var d devicelimit.Decision
-	var gq devicelimit.Quota
 	byGroup := false
 	if v.group.Key == "" && !q.Shadow {
 		// decide's commonest case, without its call (measured 8 % of

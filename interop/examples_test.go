@@ -3,6 +3,7 @@ package interop
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,25 +123,87 @@ func exampleCommand(t *testing.T, ctx context.Context, lang, code, dir string) *
 // the QoS 2 one of MQTT.js and Python), 5 messages against a quota of 4
 // an hour, and the values match the admin API's status of the device
 // right after: the policies' q and w, and r (t within a second of the
-// retry-after) of the last acknowledgement, the refusal.
+// retry-after) of the last acknowledgement, the refusal; the example
+// waits for the refusing window's t. Then a byte-window refusal (each
+// example's "bulk" run).
 func TestDeviceExamples(t *testing.T) {
 	code := examples(t)
 	g := startGateway(t)
 	for _, lang := range []string{"js", "python", "go"} {
 		t.Run(lang, func(t *testing.T) {
 			id := "example-" + lang
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			cmd := exampleCommand(t, ctx, lang, code[lang], t.TempDir())
-			cmd.Env = append(cmd.Env, "DEVICEGATE_MQTT="+g.mqtt, "DEVICE_ID="+id, "TOPIC=devices/"+id+"/telemetry", "COUNT=5")
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("%s example: %v\n%s", lang, err, out.String())
-			}
-			t.Logf("%s example printed:\n%s", lang, out.String())
-			checkExampleOutput(t, lang, out.String(), g.device(t, id))
+			out := runExample(t, lang, code[lang], "DEVICEGATE_MQTT="+g.mqtt, "DEVICE_ID="+id, "TOPIC=devices/"+id+"/telemetry", "COUNT=5")
+			checkExampleOutput(t, lang, out, g.device(t, id))
 		})
+		t.Run(lang+" bulk", func(t *testing.T) {
+			id := "bulk-" + lang
+			out := runExample(t, lang, code[lang], "DEVICEGATE_MQTT="+g.mqtt, "DEVICE_ID="+id, "TOPIC=devices/"+id+"/bulk", "COUNT=5", "LAST_SIZE=1000")
+			checkByteRefusal(t, lang, out)
+		})
+	}
+}
+
+// runExample runs the example code of lang with the environment env
+// added and returns what it printed.
+func runExample(t *testing.T, lang, code string, env ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exampleCommand(t, ctx, lang, code, t.TempDir())
+	cmd.Env = append(cmd.Env, env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s example: %v\n%s", lang, err, out.String())
+	}
+	t.Logf("%s example printed:\n%s", lang, out.String())
+	return out.String()
+}
+
+// refusal returns the RateLimit of the last of an example's 5
+// acknowledgements, which must be a refusal, and the line the example
+// printed after it ("" when none).
+func refusal(t *testing.T, lang, out string) ([]simulator.RateRemaining, string) {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	var acks []int
+	for i, line := range lines {
+		if strings.HasPrefix(line, "PUBACK ") || strings.HasPrefix(line, "PUBREC ") {
+			acks = append(acks, i)
+		}
+	}
+	if len(acks) != 5 {
+		t.Fatalf("%d acknowledgements printed, want 5", len(acks))
+	}
+	last := lines[acks[4]]
+	wantAck := "PUBREC 0x97 RateLimit: "
+	if lang == "go" {
+		wantAck = "PUBACK 0x97 RateLimit: "
+	}
+	field, ok := strings.CutPrefix(last, wantAck)
+	if !ok {
+		t.Fatalf("last acknowledgement %q, want a refusal: %s...", last, wantAck)
+	}
+	rs, err := simulator.ParseRateRemaining(field)
+	if err != nil {
+		t.Fatalf("RateLimit of the refusal: %v", err)
+	}
+	return rs, lines[acks[4]+1]
+}
+
+// checkByteRefusal checks an example's bulk run: its fifth message, of
+// 1000 bytes, is refused by the byte window of the class "x,y;z", whose
+// RateLimit item comes after the class's message window, which has room
+// (r > 0); the example waits for the byte window's t.
+func checkByteRefusal(t *testing.T, lang, out string) {
+	t.Helper()
+	rs, after := refusal(t, lang, out)
+	const msgs, bytes = "x,y;z/20m", "x,y;z/1h30m-bytes"
+	if len(rs) != 2 || rs[0].Name != msgs || rs[0].R != 6 || rs[1].Name != bytes || rs[1].R != int64(1000-4*len("reading 0")) || rs[1].T <= rs[0].T {
+		t.Fatalf("refusal's RateLimit %+v: want %s with room first, then %s with 964 bytes left and the later t", rs, msgs, bytes)
+	}
+	if want := fmt.Sprintf("wait %ds (%s)", int64(rs[1].T/time.Second), bytes); after != want {
+		t.Fatalf("after the refusal the example printed %q, want %q", after, want)
 	}
 }
 
@@ -175,21 +238,9 @@ func checkExampleOutput(t *testing.T, lang, out string, d admin.DeviceJSON) {
 	if len(acks) != 5 {
 		t.Fatalf("%d acknowledgements printed, want 5", len(acks))
 	}
-	last := acks[4]
-	wantAck := "PUBREC 0x97 RateLimit: "
-	if lang == "go" {
-		wantAck = "PUBACK 0x97 RateLimit: "
-	}
-	field, ok := strings.CutPrefix(last, wantAck)
-	if !ok {
-		t.Fatalf("last acknowledgement %q, want a refusal: %s...", last, wantAck)
-	}
-	rs, err := simulator.ParseRateRemaining(field)
-	if err != nil {
-		t.Fatalf("RateLimit of the refusal: %v", err)
-	}
+	rs, after := refusal(t, lang, out)
 	if rs[0].Name != "1h" || rs[0].R != 0 {
-		t.Fatalf("refusal's RateLimit %q: want the full 1h window first", field)
+		t.Fatalf("refusal's RateLimit %+v: want the full 1h window first", rs)
 	}
 	for _, r := range rs {
 		w, ok := aw[r.Name]
@@ -200,11 +251,13 @@ func checkExampleOutput(t *testing.T, lang, out string, d admin.DeviceJSON) {
 			t.Fatalf("RateLimit %+v: t, admin retry after %s", r, w.retryAfter)
 		}
 	}
+	if want := fmt.Sprintf("wait %ds (1h)", int64(rs[0].T/time.Second)); after != want {
+		t.Fatalf("after the refusal the example printed %q, want %q", after, want)
+	}
 	// The admitted acknowledgements before it: r counts down.
 	for i, a := range acks[:4] {
 		if !strings.HasPrefix(a, "PUBACK 0x00 RateLimit: ") {
 			t.Fatalf("acknowledgement %d %q: want an admitted PUBACK", i+1, a)
 		}
 	}
-
 }

@@ -16,9 +16,12 @@ import (
 
 const token = "interop-token"
 
-// quotaYAML gives every device 4 messages and 1 KiB of payload an hour:
-// long windows, so that nothing expires while a test compares what a
-// client read with the admin API.
+// quotaYAML gives every device 4 messages and 1 KiB of payload an hour,
+// and the "bulk-*" devices' messages on devices/+/bulk a topic class
+// named "x,y;z" (a name a naive parser of the RateLimit fields splits)
+// of 10 messages in 20 minutes and 1000 bytes in 90: long windows, so
+// that nothing expires while a test compares what a client read with
+// the admin API.
 const quotaYAML = `
 limits:
   default:
@@ -26,6 +29,14 @@ limits:
     windows:
       - {messages: 4, window: 1h}
       - {bytes: 1KiB, window: 1h}
+  rules:
+    - name: bulk
+      match: {client_id: "bulk-*"}
+      quota: {policy: drop, windows: [{messages: 4, window: 1h}]}
+      classes:
+        - name: "x,y;z"
+          topics: ["devices/+/bulk"]
+          quota: {policy: drop, windows: [{messages: 10, window: 20m}, {bytes: 1000, window: 90m}]}
 `
 
 // gateway is a gateway running in the test process.

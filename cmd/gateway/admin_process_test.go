@@ -733,8 +733,9 @@ func TestShadowCLIProcess(t *testing.T) {
 	}
 }
 
-// TestBlockCLIProcess: a gateway process blocks a device its quota
-// refused twice within a minute; `gateway quota blocks` lists it, the
+// TestBlockCLIProcess: `gateway quota get` of a device never seen says
+// so and shows the default quota's block; a gateway process blocks a
+// device its quota refused twice within a minute; `gateway quota blocks` lists it, the
 // block survives a restart (its CONNECT refused) with its start and
 // reason (`blocks`, `get`), and `gateway quota unblock` lifts it.
 func TestBlockCLIProcess(t *testing.T) {
@@ -750,8 +751,19 @@ func TestBlockCLIProcess(t *testing.T) {
 		t.Helper()
 		return runBinary(t, append(append([]string{"quota"}, args...), "--admin-addr", g.admin, "--data-dir", g.dir)...)
 	}
+	// A device never seen says so, and the table shows the quota's
+	// block as --json does.
+	_, out, _ := cli("get", "never-1")
+	for _, re := range []string{`(?m)^last seen +never: `, `(?m)^block +after 2 refusals within 1m0s, for 1h0m0s$`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("get of a device never seen lacks %s:\n%s", re, out)
+		}
+	}
 	c := dial5(t, g.mqtt, "flood-1")
 	c.mustPublish(t, "devices/flood-1/t", "1", codeSuccess)
+	if _, out, _ := cli("get", "flood-1"); regexp.MustCompile(`(?m)^last seen +never`).MatchString(out) {
+		t.Errorf("get of a connected device says never seen:\n%s", out)
+	}
 	c.mustPublish(t, "devices/flood-1/t", "2", codeQuotaExceeded)
 	_, _, _ = c.PublishReason("devices/flood-1/t", "3") // the second refusal: blocked
 	select {

@@ -391,6 +391,9 @@ func (c *quotaClient) get(ctx context.Context, id string) error {
 			row("window", orDash(v.Quota.Window))
 		}
 		row("policy", orDash(v.Quota.Policy))
+		if b := v.Quota.Block; b != nil {
+			row("block", fmt.Sprintf("after %d refusals within %s, for %s", b.After, b.Within, b.For))
+		}
 		if v.Quota.Enforce != nil && !*v.Quota.Enforce {
 			row("enforce", "false (shadow mode: what it would refuse is let through)")
 		}
@@ -425,12 +428,22 @@ func (c *quotaClient) get(ctx context.Context, id string) error {
 		}
 		row("connected", v.Connected)
 		lastSeen := "-"
-		if v.LastSeen != nil {
+		switch {
+		case v.LastSeen != nil:
 			lastSeen = orDash(*v.LastSeen)
+		case neverSeen(v):
+			lastSeen = "never: this gateway knows nothing of the device (no connection in the last 24 hours, window, deferred message or block); the quota above is the one it would get"
 		}
 		row("last seen", lastSeen)
 		tw.Flush()
 	})
+}
+
+// neverSeen reports a device status that holds nothing of the device:
+// not connected, not seen in the last 24 hours, nothing counted,
+// deferred, refused or blocked.
+func neverSeen(v admin.DeviceJSON) bool {
+	return !v.Connected && v.LastSeen == nil && v.Used == 0 && v.Deferred == 0 && v.BlockedUntil == "" && len(v.Refusals) == 0
 }
 
 func (c *quotaClient) set(ctx context.Context, id string, body admin.SetQuotaJSON) error {
