@@ -265,8 +265,8 @@ func (s *Server) matches(d *DeviceSummary, dq deviceQuery, now devicelimit.Tick)
 			return false
 		}
 	}
-	if dq.rule != "" && res().src.String() != dq.rule {
-		return false // "rule:NAME", "default" or "override"
+	if dq.rule != "" && res().rule.String() != dq.rule && res().rule.String() != "rule:"+dq.rule {
+		return false // a rule's name, or "default": the device's rule, overridden or not
 	}
 	return dq.group == "" || res().member.Name == dq.group
 }
@@ -328,7 +328,8 @@ type resolved struct {
 	q       devicelimit.Quota
 	classes []devicelimit.Class
 	src     devicelimit.Source
-	expires devicelimit.Tick // the override's expiry, 0 for none
+	rule    devicelimit.Source // its rule's (or the default's), overridden or not
+	expires devicelimit.Tick   // the override's expiry, 0 for none
 	member  devicelimit.Membership
 }
 
@@ -348,7 +349,7 @@ func (s *Server) resolveDevice(device string, st DeviceStatus, now devicelimit.T
 	}
 	var r resolved
 	rq, classes, rsrc, member := s.opts.Resolver.RuleGroup(clientID, username)
-	r.classes, r.member = classes, member
+	r.classes, r.member, r.rule = classes, member, rsrc
 	if o, ok := s.opts.Resolver.Override(device, now); ok {
 		r.q, r.src, r.expires = o.Quota, devicelimit.Source{Kind: devicelimit.SourceOverride}, o.ExpiresAt
 		if len(o.Classes) > 0 {

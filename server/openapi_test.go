@@ -111,7 +111,7 @@ func TestAdminAnswersMatchOpenAPI(t *testing.T) {
 		{"GET", "/api/v1/devices?prefix=t-&group=acme&filter=override", "/api/v1/devices", "", 200},
 		{"GET", "/api/v1/devices?filter=shadow&sort=last_seen&offset=1", "/api/v1/devices", "", 200},
 		{"GET", "/api/v1/devices?sort=colour", "/api/v1/devices", "", 400},
-		{"GET", "/api/v1/devices?sort=rate&filter=connected&rule=rule:tenants", "/api/v1/devices", "", 200},
+		{"GET", "/api/v1/devices?sort=rate&filter=connected&rule=tenants", "/api/v1/devices", "", 200},
 		{"GET", "/api/v1/devices?sort=use&rule=default", "/api/v1/devices", "", 200},
 		{"GET", "/api/v1/devices/sensor-1/history", "/api/v1/devices/{id}/history", "", 200},
 		{"GET", "/api/v1/devices/never-seen/history", "/api/v1/devices/{id}/history", "", 200},

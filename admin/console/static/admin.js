@@ -45,7 +45,7 @@ pages.rules = { title: "Rules", render: async (ctx) => {
   update(ctx.s.list, list.rules.length === 0 ? el("p", { class: "muted" }, "No rules configured (limits.rules): every device has the default quota.") :
     el("table", { id: "rules" }, el("tr", {}, ["rule", "mode", "classes", "group (not switched)", "would refuse", ""].map((h, i) => el("th", { scope: "col", class: i === 4 ? "num" : "" }, h))),
       list.rules.map(x => el("tr", {},
-        el("td", {}, el("a", { href: "#/devices?rule=" + enc("rule:" + x.rule) }, x.rule)),
+        el("td", {}, el("a", { href: "#/devices?rule=" + enc(x.rule) }, x.rule)),
         el("td", { class: x.enforce ? "ok" : "bad" }, x.enforce ? "enforcing" : "shadow"),
         el("td", {}, (x.classes || []).map(c => c.name + (c.enforce ? "" : " (shadow)")).join(", ") || "—"),
         el("td", {}, x.group ? x.group.name + (x.group.enforce ? "" : " (shadow)") : "—"),

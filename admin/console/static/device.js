@@ -55,7 +55,7 @@ function nextText(n, group) {
 function overrideForm(prefix, d, path, group, done) {
   const f = quotaFields(prefix, d.quota, d.source === "override" ? d.override_expires_at : "");
   const err = el("p", { class: "error", id: prefix + "error", role: "alert" });
-  return el("form", { class: "stack", id: prefix + "form", onsubmit: async (ev) => {
+  return el("form", { class: "stack", id: prefix + "form", novalidate: true, onsubmit: async (ev) => {
     ev.preventDefault();
     err.textContent = "";
     markField(f, "");

@@ -81,8 +81,7 @@ pages.devices = { title: "Devices", render: async (ctx) => {
       el("label", {}, "ID or prefix ", el("input", { name: "prefix", id: "prefix", value: p.get("prefix") || "" })),
       el("fieldset", {}, el("legend", {}, "state"), FILTERS.map(([f, label]) => el("label", {}, el("input", { type: "checkbox", name: "filter", value: f, id: "filter-" + f, checked: p.getAll("filter").includes(f) }), " " + label))),
       el("label", {}, "rule ", el("select", { name: "rule", id: "rule" }, el("option", { value: "" }, "any"), el("option", { value: "default", selected: p.get("rule") === "default" }, "default quota"),
-        el("option", { value: "override", selected: p.get("rule") === "override" }, "override"),
-        rules.rules.map(x => el("option", { value: "rule:" + x.rule, selected: p.get("rule") === "rule:" + x.rule }, x.rule)))),
+        rules.rules.map(x => el("option", { value: x.rule, selected: p.get("rule") === x.rule }, x.rule)))),
       el("label", {}, "group ", el("input", { name: "group", id: "group", size: 10, value: p.get("group") || "" })),
       el("label", {}, "sort ", el("select", { name: "sort", id: "sort" },
         COLUMNS.filter(c => c[1]).map(([l, v]) => el("option", { value: v, selected: sort === v }, l)))),
@@ -91,7 +90,7 @@ pages.devices = { title: "Devices", render: async (ctx) => {
     const chosen = () => [...ctx.sel];
     const bulkErr = el("p", { class: "error", id: "bulk-error" });
     const bulk = el("details", { id: "bulk" }, el("summary", {}, "Act on the devices selected"),
-      el("form", { class: "stack", id: "bulk-form", onsubmit: (ev) => ev.preventDefault() },
+      el("form", { class: "stack", id: "bulk-form", novalidate: true, onsubmit: (ev) => ev.preventDefault() },
         el("label", {}, "limit (messages)", bf.limit), el("label", {}, "per window", bf.window), el("label", {}, "policy", bf.policy),
         el("label", {}, "shadow mode", bf.shadow), el("label", {}, "expires at", bf.expires_at), bulkErr),
       el("div", { class: "filters" },
