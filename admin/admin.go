@@ -127,6 +127,14 @@ type Options struct {
 	// the order they were deferred, and how many it has (GET
 	// /api/v1/devices/{id}/deferred); nil: none.
 	Deferred func(device string, n int) ([]DeferredMessage, int)
+	// Next judges a device's next message now, as the broker would,
+	// reading windows with peek (Windows.PeekAllAt); nil: the device
+	// status has no "next".
+	Next func(device string, peek func(device, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) (devicelimit.Verdict, error)) ([]NextMessage, error)
+	// History returns a device's recent outcomes, nil when none are
+	// kept; nil: no device history (GET /api/v1/devices/{id}/history
+	// answers 404).
+	History func(device string) (DeviceHistory, bool)
 }
 
 // Blocks lists the devices blocked now, reads one device's block and
@@ -158,7 +166,8 @@ type Server struct {
 
 	metricsHandler http.Handler
 
-	rateRing rateRing
+	rateRing   rateRing
+	fwdHistory fwdHistory
 
 	mu         sync.Mutex
 	srv        *http.Server

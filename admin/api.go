@@ -88,6 +88,9 @@ type DeviceJSON struct {
 	ConnectedSince string `json:"connected_since,omitempty"`
 	// Refusals are its latest refused publishes, latest first.
 	Refusals []RefusalJSON `json:"refusals,omitempty"`
+	// Next is what its next message would get now: for its own quota,
+	// then each topic class; only the block when blocked.
+	Next []NextJSON `json:"next,omitempty"`
 }
 
 // OverrideJSON is a device's quota override: the answer of PUT

@@ -26,6 +26,9 @@ type DeviceSummary struct {
 	// instant, 0 for none.
 	Refusals    uint64
 	LastRefused devicelimit.Tick
+	// Recent counts its messages admitted in the last 5 minutes; Use is
+	// the peak percent of its deciding window in use then.
+	Recent, Use uint32
 }
 
 // Refusal is one refused publish of a device.
@@ -64,6 +67,10 @@ type DeviceRowJSON struct {
 	Source string `json:"source"`
 	Shadow bool   `json:"shadow"`
 	Group  string `json:"group,omitempty"`
+	// Recent counts its messages admitted in the last 5 minutes;
+	// UsePercent is the peak share of its deciding window in use then.
+	Recent     uint32 `json:"recent"`
+	UsePercent uint32 `json:"use_percent"`
 }
 
 // DeviceListJSON answers GET /api/v1/devices.
@@ -88,14 +95,14 @@ type RefusalJSON struct {
 type deviceQuery struct {
 	prefix        string
 	filters       []string
-	group         string
+	group, rule   string
 	sort          string
 	offset, limit int
 }
 
 var (
-	deviceFilters = []string{"throttled", "blocked", "deferring", "shadow", "override"}
-	deviceSorts   = []string{"device", "refusals", "deferred", "last_seen"}
+	deviceFilters = []string{"throttled", "blocked", "deferring", "shadow", "override", "connected"}
+	deviceSorts   = []string{"device", "refusals", "deferred", "last_seen", "rate", "use"}
 )
 
 // parseDeviceQuery reads q, naming the parameter and the value in its
@@ -104,9 +111,9 @@ func parseDeviceQuery(q url.Values) (deviceQuery, error) {
 	out := deviceQuery{sort: "device", limit: defaultDevicePage}
 	for k := range q {
 		switch k {
-		case "prefix", "filter", "group", "sort", "offset", "limit":
+		case "prefix", "filter", "group", "rule", "sort", "offset", "limit":
 		default:
-			return out, fmt.Errorf("unknown parameter %q; known: prefix, filter, group, sort, offset, limit", k)
+			return out, fmt.Errorf("unknown parameter %q; known: prefix, filter, group, rule, sort, offset, limit", k)
 		}
 	}
 	one := func(k string) (string, bool, error) {
@@ -124,6 +131,9 @@ func parseDeviceQuery(q url.Values) (deviceQuery, error) {
 		return out, err
 	}
 	if out.group, _, err = one("group"); err != nil {
+		return out, err
+	}
+	if out.rule, _, err = one("rule"); err != nil {
 		return out, err
 	}
 	for _, f := range q["filter"] {
@@ -248,10 +258,15 @@ func (s *Server) matches(d *DeviceSummary, dq deviceQuery, now devicelimit.Tick)
 			ok = res().q.Shadow
 		case "override":
 			ok = res().src.Kind == devicelimit.SourceOverride
+		case "connected":
+			ok = d.Status.Connected
 		}
 		if !ok {
 			return false
 		}
+	}
+	if dq.rule != "" && res().rule.String() != dq.rule && res().rule.String() != "rule:"+dq.rule {
+		return false // a rule's name, or "default": the device's rule, overridden or not
 	}
 	return dq.group == "" || res().member.Name == dq.group
 }
@@ -268,6 +283,10 @@ func sortDevices(ds []*DeviceSummary, key string) {
 			c = cmp.Compare(b.Status.Deferred, a.Status.Deferred)
 		case "last_seen":
 			c = cmp.Compare(b.Status.LastSeen, a.Status.LastSeen)
+		case "rate":
+			c = cmp.Compare(b.Recent, a.Recent)
+		case "use":
+			c = cmp.Compare(b.Use, a.Use)
 		}
 		if c != 0 {
 			return c
@@ -278,7 +297,7 @@ func sortDevices(ds []*DeviceSummary, key string) {
 
 func deviceRow(d *DeviceSummary, r resolved) DeviceRowJSON {
 	row := DeviceRowJSON{Device: d.Device, Connected: d.Status.Connected, Refusals: d.Refusals, Deferred: d.Status.Deferred,
-		Source: r.src.String(), Shadow: r.q.Shadow, Group: r.member.Name}
+		Source: r.src.String(), Shadow: r.q.Shadow, Group: r.member.Name, Recent: d.Recent, UsePercent: d.Use}
 	if d.Status.LastSeen != 0 {
 		ls := formatTick(d.Status.LastSeen)
 		row.LastSeen = &ls
@@ -309,7 +328,8 @@ type resolved struct {
 	q       devicelimit.Quota
 	classes []devicelimit.Class
 	src     devicelimit.Source
-	expires devicelimit.Tick // the override's expiry, 0 for none
+	rule    devicelimit.Source // its rule's (or the default's), overridden or not
+	expires devicelimit.Tick   // the override's expiry, 0 for none
 	member  devicelimit.Membership
 }
 
@@ -329,7 +349,7 @@ func (s *Server) resolveDevice(device string, st DeviceStatus, now devicelimit.T
 	}
 	var r resolved
 	rq, classes, rsrc, member := s.opts.Resolver.RuleGroup(clientID, username)
-	r.classes, r.member = classes, member
+	r.classes, r.member, r.rule = classes, member, rsrc
 	if o, ok := s.opts.Resolver.Override(device, now); ok {
 		r.q, r.src, r.expires = o.Quota, devicelimit.Source{Kind: devicelimit.SourceOverride}, o.ExpiresAt
 		if len(o.Classes) > 0 {

@@ -106,7 +106,9 @@ func (s *Server) sampleRates(stop <-chan struct{}) {
 }
 
 func (s *Server) rateTick() {
-	s.rateRing.tick(s.opts.Clock.Now(), countersOf(s.opts.Stats.MetricsSnapshot()))
+	now := s.opts.Clock.Now()
+	s.rateRing.tick(now, countersOf(s.opts.Stats.MetricsSnapshot()))
+	s.fwdHistory.tick(now, s.forwardStats())
 }
 
 func (s *Server) rates(w http.ResponseWriter, _ *http.Request) {

@@ -43,6 +43,7 @@ var routes = []route{
 	{http.MethodPost, "/api/v1/devices/{id}/reset", true, (*Server).resetDevice},
 	{http.MethodGet, "/api/v1/throttled", true, (*Server).throttled},
 	{http.MethodGet, "/api/v1/forward", true, (*Server).forward},
+	{http.MethodGet, "/api/v1/forward/history", true, (*Server).forwardHistory},
 	{http.MethodGet, "/api/v1/forward/{name}/dead", true, (*Server).listDead},
 	{http.MethodDelete, "/api/v1/forward/{name}/dead", true, (*Server).dropDead},
 	{http.MethodPost, "/api/v1/forward/{name}/dead/replay", true, (*Server).replayDead},
@@ -51,6 +52,7 @@ var routes = []route{
 	{http.MethodGet, "/api/v1/blocks", true, (*Server).listBlocks},
 	{http.MethodDelete, "/api/v1/devices/{id}/block", true, (*Server).deleteBlock},
 	{http.MethodGet, "/api/v1/devices/{id}/deferred", true, (*Server).listDeferred},
+	{http.MethodGet, "/api/v1/devices/{id}/history", true, (*Server).deviceHistory},
 	{http.MethodGet, "/api/v1/groups", true, (*Server).listGroups},
 	{http.MethodGet, "/api/v1/groups/{name}", true, (*Server).getGroup},
 	{http.MethodPut, "/api/v1/groups/{name}/quota", true, (*Server).putGroupQuota},
@@ -257,6 +259,7 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 		out.LastSeen = &ls
 	}
 	s.addConsoleDetail(&out, id, st)
+	out.Next = s.nextOf(id, s.windows().PeekAllAt)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -458,8 +461,8 @@ func (s *Server) throttled(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) forward(w http.ResponseWriter, _ *http.Request) {
 	out := ForwardListJSON{Upstreams: []UpstreamJSON{}}
-	if s.opts.Forward != nil {
-		for _, f := range s.opts.Forward() {
+	{
+		for _, f := range s.forwardStats() {
 			out.Upstreams = append(out.Upstreams, UpstreamJSON{Name: f.Upstream, Connections: f.Connections, Connected: f.Connected,
 				LastError: f.LastError, RetryInSeconds: f.RetryIn.Seconds(), Forwarded: f.Forwarded, BacklogMessages: f.Backlog, BacklogBytes: f.BacklogBytes,
 				OldestAgeSeconds: f.OldestAge.Seconds(), DroppedOldest: f.DroppedOldest, Refused: f.Refused, Expired: f.Expired, LowSpace: f.LowSpace,

@@ -95,8 +95,7 @@ func (h *throttle) decideGroup(c *connInfo, class string, q devicelimit.Quota, s
 	if st := g.stats; st != nil && outcome >= 0 {
 		st[outcome].Add(1)
 	}
-	letThrough := !d.Allowed && (d.Group && gq.Shadow || !d.Group && q.Shadow)
-	return d.Decision, gq, d.Group && !d.Allowed, letThrough
+	return d.Decision, gq, d.Group && !d.Allowed, letThrough(d, &q, &gq)
 }
 
 // GroupMembers is a group a device joined since start: its name,

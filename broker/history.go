@@ -92,6 +92,7 @@ func (h *throttle) refused(c *connInfo, topic, class, reason string, now devicel
 	if c.dev != nil {
 		c.dev.history.record(Refusal{At: now, Topic: topic, Class: class, Reason: reason})
 	}
+	c.recordOutcome(SeriesRefused, 100, now)
 }
 
 // DeviceSummary is a line of the broker's device listing.
@@ -102,6 +103,9 @@ type DeviceSummary struct {
 	// began tracking it; LastRefused is the latest's instant, 0 for none.
 	Refusals    uint64
 	LastRefused devicelimit.Tick
+	// Recent counts its messages admitted in the last 5 minutes; Use is
+	// the peak percent of its deciding window in use then.
+	Recent, Use uint32
 }
 
 // Devices returns every device the broker tracks now: connected, or seen
@@ -111,7 +115,9 @@ func (s *Server) Devices() []DeviceSummary {
 	h := s.hook
 	h.devMu.Lock()
 	out := make([]DeviceSummary, 0, len(h.devices))
+	series := make([]*series, 0, len(h.devices))
 	for device, d := range h.devices {
+		series = append(series, d.series)
 		sum := DeviceSummary{Device: device, DeviceStatus: d.status(),
 			Refusals: d.history.refusals.Load(), LastRefused: devicelimit.Tick(d.history.lastRefused.Load())}
 		out = append(out, sum)
@@ -119,6 +125,9 @@ func (s *Server) Devices() []DeviceSummary {
 	h.devMu.Unlock()
 	now := s.opts.Clock.Now()
 	for i := range out {
+		if sr := series[i]; sr != nil {
+			out[i].Recent, out[i].Use = sr.recent(now)
+		}
 		if s.def != nil {
 			out[i].Deferred = s.def.queueLen(out[i].Device)
 		}

@@ -54,6 +54,8 @@ type devState struct {
 	// every publish without devMu.
 	lastSeen atomic.Int64
 	history  history
+	// series is its outcomes over time (series.go).
+	series *series
 }
 
 // status returns what d holds of the device's status; Deferred and
@@ -86,7 +88,7 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 	h.devMu.Lock()
 	d := h.devices[c.device]
 	if d == nil {
-		d = new(devState)
+		d = &devState{series: newSeries()}
 		h.devices[c.device] = d
 	}
 	d.live = append(d.live, c)

@@ -334,7 +334,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	}
 	// A device in a group is never deferred: a deferred message would
 	// be released without its group's windows (policy defer drops).
-	if q.Policy == devicelimit.PolicyDefer && h.def != nil && !q.Shadow && v.group.Key == "" {
+	if h.defers(&q, v) {
 		c.ack.barrier()
 		err := h.deferPublish(cl, &pk, c, class, q, now)
 		if err == nil {
@@ -367,6 +367,7 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 		}
 		if err == nil {
 			h.consumers.enter(cl) // mochi delivers it now (consumers.go)
+			c.recordOutcome(SeriesAdmitted, useOf(&d), now)
 		}
 		return pk, err
 	}
@@ -472,8 +473,13 @@ func (h *throttle) deferPublish(cl *mqtt.Client, pk *packets.Packet, c *connInfo
 		if !leased(h.table, d.Lease) {
 			return h.admitFailed(cl, pk, errLease)
 		}
-		return h.admit(cl, c.device, pk)
+		err := h.admit(cl, c.device, pk)
+		if err == nil {
+			c.recordOutcome(SeriesAdmitted, useOf(&d), now)
+		}
+		return err
 	case outDeferred:
+		c.recordOutcome(SeriesDeferred, 100, now)
 		return errIgnore // mochi acks 0x00 (PUBACK, or PUBREC for QoS 2)
 	}
 	h.refused(c, pk.TopicName, class, out.String(), now)

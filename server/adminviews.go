@@ -76,7 +76,8 @@ func (t trackedDevices) List() []admin.DeviceSummary {
 	out := make([]admin.DeviceSummary, len(bs), max(len(bs), t.table.Len()))
 	known := make(map[string]struct{}, len(bs))
 	for i, d := range bs {
-		out[i] = admin.DeviceSummary{Device: d.Device, Status: admin.DeviceStatus(d.DeviceStatus), Refusals: d.Refusals, LastRefused: d.LastRefused}
+		out[i] = admin.DeviceSummary{Device: d.Device, Status: admin.DeviceStatus(d.DeviceStatus), Refusals: d.Refusals, LastRefused: d.LastRefused,
+			Recent: d.Recent, Use: d.Use}
 		known[d.Device] = struct{}{}
 	}
 	t.table.Devices(func(device string) {
@@ -93,6 +94,26 @@ func (t trackedDevices) Refusals(device string) []admin.Refusal {
 		out = append(out, admin.Refusal(r))
 	}
 	return out
+}
+
+// History returns a device's outcomes by minute and by hour.
+func (d brokerDevices) History(device string) (admin.DeviceHistory, bool) {
+	spans, ok := d.srv.History(device)
+	var out admin.DeviceHistory
+	for i, sp := range spans {
+		out[i] = admin.HistorySpan(sp)
+	}
+	return out, ok
+}
+
+// Next judges a device's next message as the broker would.
+func (d brokerDevices) Next(device string, peek func(string, string, []devicelimit.Limit, int, devicelimit.Tick) (devicelimit.Verdict, error)) ([]admin.NextMessage, error) {
+	list, err := d.srv.NextMessages(device, peek)
+	out := make([]admin.NextMessage, len(list))
+	for i, n := range list {
+		out[i] = admin.NextMessage(n)
+	}
+	return out, err
 }
 
 // topThrottled lists the devices refused most, as of now.

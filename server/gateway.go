@@ -342,6 +342,8 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Backup:   g.snap.Backup,
 		Reload:   g.adminReload,
 		Deferred: brokerDevices{srv}.Deferred,
+		Next:     brokerDevices{srv}.Next,
+		History:  brokerDevices{srv}.History,
 
 		TLSCertFile: cfg.Admin.TLS.CertFile,
 		TLSKeyFile:  cfg.Admin.TLS.KeyFile,

@@ -6,12 +6,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
 
@@ -33,6 +37,7 @@ type browser struct {
 	urls     []string           // those since resetRequests
 	received map[string]float64 // bytes over the wire by request ID, since resetRequests
 	dialogs  []string           // JavaScript dialogs opened (alert...)
+	problems []string           // uncaught errors, console errors, failed requests
 }
 
 // startBrowser runs Debian's chromium with a fresh profile. A missing
@@ -65,6 +70,9 @@ func startBrowser(t *testing.T) *browser {
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
+	if _, err := chromedp.Call(ctx, log.Enable, cdp.Empty{}); err != nil {
+		t.Fatalf("chromium's log: %v", err)
+	}
 	b.ctx = ctx
 	return b
 }
@@ -82,6 +90,30 @@ func (b *browser) listen(ev any) {
 		b.received[string(ev.RequestID)] += ev.EncodedDataLength
 	case *page.EventJavascriptDialogOpening:
 		b.dialogs = append(b.dialogs, ev.Message)
+	case *runtime.EventExceptionThrown:
+		msg := ev.ExceptionDetails.Text
+		if ev.ExceptionDetails.Exception != nil {
+			msg += " " + ev.ExceptionDetails.Exception.Description
+		}
+		b.problems = append(b.problems, "uncaught: "+msg)
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+			var args []string
+			for _, a := range ev.Args {
+				args = append(args, string(a.Value)+a.Description)
+			}
+			b.problems = append(b.problems, "console."+string(ev.Type)+": "+strings.Join(args, " "))
+		}
+	case *network.EventLoadingFailed:
+		b.problems = append(b.problems, "request failed: "+ev.ErrorText+" ("+string(ev.RequestID)+")")
+	case *network.EventResponseReceived:
+		if ev.Response.Status >= 400 {
+			b.problems = append(b.problems, fmt.Sprintf("%d from %s", ev.Response.Status, ev.Response.URL))
+		}
+	case *log.EventEntryAdded:
+		if ev.Entry.Level == log.EntryLevelError {
+			b.problems = append(b.problems, "log: "+ev.Entry.Text+" "+ev.Entry.URL)
+		}
 	}
 }
 
@@ -178,6 +210,16 @@ func (b *browser) allRequests() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]string(nil), b.all...)
+}
+
+// takeProblems returns the uncaught errors, console errors and failed
+// requests since the last call.
+func (b *browser) takeProblems() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.problems
+	b.problems = nil
+	return p
 }
 
 func (b *browser) openDialogs() []string {

@@ -175,8 +175,8 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// A bad override: the field is named and marked; nothing changes.
 	b.do("a bad override", chromedp.SetValue(chromedp.ID("ov-limit"), "10"), chromedp.SetValue(chromedp.ID("ov-window"), "soon"),
-		chromedp.Click(chromedp.ID("override-submit")))
-	b.waitFor("the field error", `document.getElementById("override-error").textContent.startsWith("window:")`)
+		chromedp.Click(chromedp.ID("ov-submit")))
+	b.waitFor("the field error", `document.getElementById("ov-error").textContent.startsWith("window:")`)
 	if !eval[bool](b, `document.getElementById("ov-window").classList.contains("invalid")`) {
 		t.Fatal("the window field is not marked invalid")
 	}
@@ -184,7 +184,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	flood.MustPublish(t, "devices/flood-1/t", "m", mqtttest.CodeQuotaExceeded)
 	// A good one: the device's next publishes are judged by it (3 of
 	// its 10 used already).
-	b.do("an override", chromedp.SetValue(chromedp.ID("ov-window"), "1h"), chromedp.Click(chromedp.ID("override-submit")))
+	b.do("an override", chromedp.SetValue(chromedp.ID("ov-window"), "1h"), chromedp.Click(chromedp.ID("ov-submit")))
 	b.waitFor("the override in force", `document.getElementById("source") && document.getElementById("source").textContent === "override"`)
 	for range 7 {
 		flood.MustPublish(t, "devices/flood-1/t", "m", mqtttest.CodeSuccess)
