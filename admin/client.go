@@ -156,18 +156,28 @@ func (c *Client) DeadLetters(ctx context.Context, upstream string, n int) (DeadL
 	return v, raw, err
 }
 
-// ReplayDead sends an upstream's dead letters again.
-func (c *Client) ReplayDead(ctx context.Context, upstream string) (DeadDoneJSON, []byte, error) {
+// ReplayDead sends an upstream's dead letters again: those of ids, or
+// every one when none is given.
+func (c *Client) ReplayDead(ctx context.Context, upstream string, ids ...string) (DeadDoneJSON, []byte, error) {
 	var v DeadDoneJSON
-	raw, err := c.call(ctx, http.MethodPost, deadPath(upstream, "/replay"), nil, &v)
+	raw, err := c.call(ctx, http.MethodPost, deadPath(upstream, "/replay"+idQuery(ids)), nil, &v)
 	return v, raw, err
 }
 
-// DropDead deletes an upstream's dead letters.
-func (c *Client) DropDead(ctx context.Context, upstream string) (DeadDoneJSON, []byte, error) {
+// DropDead deletes an upstream's dead letters: those of ids, or every
+// one when none is given.
+func (c *Client) DropDead(ctx context.Context, upstream string, ids ...string) (DeadDoneJSON, []byte, error) {
 	var v DeadDoneJSON
-	raw, err := c.call(ctx, http.MethodDelete, deadPath(upstream, ""), nil, &v)
+	raw, err := c.call(ctx, http.MethodDelete, deadPath(upstream, idQuery(ids)), nil, &v)
 	return v, raw, err
+}
+
+// idQuery is the query string of ids ("" for none).
+func idQuery(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	return "?" + url.Values{"id": ids}.Encode()
 }
 
 func deadPath(upstream, rest string) string {

@@ -90,6 +90,9 @@ type ForwardStats struct {
 	DeadLetters  int
 	DeadByReason map[string]uint64
 	DeadDropped  uint64
+	// Reordered counts the messages the upstream stored ahead of an
+	// earlier one of their connection that had failed.
+	Reordered uint64
 }
 
 // StatsSource reports the gateway's counters; main adapts the broker's,
@@ -124,6 +127,7 @@ var (
 	descSlowDrops        = prometheus.NewDesc("devicegate_slow_subscriber_drops_total", "Messages not delivered to a subscriber that does not keep up: it already had its maximum in flight (unacknowledged), or of writes queued.", nil, nil)
 	descFwdConnected     = prometheus.NewDesc("devicegate_forward_connected", "The upstream's connections that are up.", []string{"upstream"}, nil)
 	descFwdDead          = prometheus.NewDesc("devicegate_forward_dead_letters_total", "Messages the upstream refused for good, moved to its dead-letter log, by reason.", []string{"upstream", "reason"}, nil)
+	descFwdReordered     = prometheus.NewDesc("devicegate_forward_reordered_total", "Messages the upstream acknowledged after an earlier message of their connection had failed: stored ahead of it, which is sent again after them (docs/forwarding-failures.md, Order).", []string{"upstream"}, nil)
 	descFwdDeadHeld      = prometheus.NewDesc("devicegate_forward_dead_letters", "Messages in the upstream's dead-letter logs.", []string{"upstream"}, nil)
 	descFwdOldest        = prometheus.NewDesc("devicegate_forward_oldest_age_seconds", "How long the oldest message in the upstream's forward logs has waited; 0 when none waits.", []string{"upstream"}, nil)
 	descFwdForwarded     = prometheus.NewDesc("devicegate_forward_forwarded_total", "Messages the upstream acknowledged.", []string{"upstream"}, nil)
@@ -151,7 +155,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes, descDeferDamaged,
 		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descLeaseWrites, descLeaseRecords, descRollbacks,
-		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdLowSpace, descFwdOldest, descFwdDead, descFwdDeadHeld, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool, descConsumersSpooled} {
+		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdLowSpace, descFwdOldest, descFwdDead, descFwdDeadHeld, descFwdReordered, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool, descConsumersSpooled} {
 		ch <- d
 	}
 }
@@ -210,6 +214,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descFwdDropped, f.Expired, f.Upstream, "expired")
 		counter(descFwdDropped, f.DeadDropped, f.Upstream, "dead_letters_full")
 		counter(descFwdLowSpace, f.LowSpace, f.Upstream)
+		counter(descFwdReordered, f.Reordered, f.Upstream)
 		for reason, n := range f.DeadByReason {
 			counter(descFwdDead, n, f.Upstream, reason)
 		}

@@ -111,6 +111,9 @@ devicegate_forward_low_space_total{upstream="cloud"} 2
 # HELP devicegate_forward_oldest_age_seconds How long the oldest message in the upstream's forward logs has waited; 0 when none waits.
 # TYPE devicegate_forward_oldest_age_seconds gauge
 devicegate_forward_oldest_age_seconds{upstream="cloud"} 1.5
+# HELP devicegate_forward_reordered_total Messages the upstream acknowledged after an earlier message of their connection had failed: stored ahead of it, which is sent again after them (docs/forwarding-failures.md, Order).
+# TYPE devicegate_forward_reordered_total counter
+devicegate_forward_reordered_total{upstream="cloud"} 0
 # HELP devicegate_lease_records_total Window leases written to the data file.
 # TYPE devicegate_lease_records_total counter
 devicegate_lease_records_total 50
@@ -149,8 +152,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 48 {
-		t.Fatalf("%d series, want 48", n)
+	if n := testutil.CollectAndCount(c); n != 49 {
+		t.Fatalf("%d series, want 49", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

@@ -1,9 +1,10 @@
 package forward
 
 import (
+	"bytes"
 	"encoding/binary"
-	"errors"
-	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -33,14 +34,19 @@ const MaxDeadLetters = 10000
 
 // DeadLetter is a message a destination refused for good.
 type DeadLetter struct {
-	Seq     uint64    // its number in the forward log it left
+	Seq uint64 // its key in the dead-letter log: its number in the forward log it left
+	// ID is the message's ID (Message.ID), the same in every listing
+	// and every replay: a replayed message goes upstream under it, and
+	// if refused again comes back under it, so a reader that saw it
+	// can drop a repeat.
+	ID      string
 	At      time.Time // when it was refused
 	Reason  string    // RefusedError.Reason
 	Error   string    // what the destination said
 	Message Message
-	// Damaged says the record failed its checksum or could not be read:
-	// Message is what could be read of it (nothing, at worst); a replay
-	// leaves it.
+	// Damaged says the entry or its record failed its checksum or could
+	// not be read: Message is what could be read of it (nothing, at
+	// worst; Error then says why); a replay leaves it, a drop deletes it.
 	Damaged bool
 }
 
@@ -57,16 +63,19 @@ func appendDead(b []byte, at time.Time, reason, why string, rec []byte) []byte {
 	return append(b, rec...)
 }
 
-func decodeDead(seq uint64, b []byte) (DeadLetter, error) {
+// decodeDead reads entry seq of a dead-letter log; an entry that cannot
+// be read is returned Damaged, with why in Error. The message shares b's
+// memory.
+func decodeDead(seq uint64, b []byte) DeadLetter {
 	if len(b) < 1 || b[0] != deadV1 {
-		return DeadLetter{}, errors.New("not a dead letter of version 1")
+		return DeadLetter{Seq: seq, Damaged: true, Error: "not a dead letter of version 1"}
 	}
 	r := recordReader{b: b[1:]}
 	ms := r.uvarint("time")
 	reason := string(r.bytes("reason"))
 	why := string(r.bytes("error"))
 	if r.err != nil {
-		return DeadLetter{}, r.err
+		return DeadLetter{Seq: seq, Damaged: true, Error: "dead letter: " + r.err.Error()}
 	}
 	d := DeadLetter{Seq: seq, At: time.UnixMilli(int64(min(ms, maxMillis))), Reason: reason, Error: why}
 	m, err := decodeRecord(r.b)
@@ -74,7 +83,7 @@ func decodeDead(seq uint64, b []byte) (DeadLetter, error) {
 	if err == nil {
 		d.Message = m
 	}
-	return d, nil
+	return d
 }
 
 // deadCounts counts the dead letters by reason since start.
@@ -84,6 +93,10 @@ type deadCounts struct {
 	dropped  uint64 // dead letters dropped for room (MaxDeadLetters)
 	held     int    // in the dead-letter log now
 	logged   map[string]time.Time
+	// log is held by whatever changes the dead-letter log (the
+	// forwarder moving a message there, a replay, a drop), so that two
+	// replays never send one dead letter twice.
+	log sync.Mutex
 }
 
 // deadLetter moves message seq to the dead-letter log, refused for
@@ -107,6 +120,8 @@ func (f *Forwarder) deadLetter(seq uint64, ref *RefusedError) error {
 // moveDead moves record rec, message seq, to the dead-letter log, set
 // aside for ref (a refusal, or damage: reason "damaged").
 func (f *Forwarder) moveDead(seq uint64, rec []byte, ref *RefusedError) error {
+	f.dead.log.Lock()
+	defer f.dead.log.Unlock()
 	dropped, err := f.log.MoveForwardDead(f.cfg.Name, seq, appendDead(nil, f.cfg.Now(), ref.Reason, ref.Error(), rec), MaxDeadLetters)
 	if err != nil {
 		return err
@@ -138,36 +153,73 @@ func (f *Forwarder) moveDead(seq uint64, rec []byte, ref *RefusedError) error {
 }
 
 // DeadLetters returns up to limit of the dead letters (all when limit
-// < 0), oldest first, and how many there are.
+// < 0), oldest first, and how many there are. An entry that cannot be
+// read is listed Damaged; the others are listed all the same.
 func (f *Forwarder) DeadLetters(limit int) ([]DeadLetter, int, error) {
 	var out []DeadLetter
 	n := 0
-	var bad error
 	err := f.log.ReadDead(f.cfg.Name, func(seq uint64, entry []byte) bool {
 		n++
 		if limit < 0 || len(out) < limit {
-			d, err := decodeDead(seq, entry)
-			if err != nil && bad == nil {
-				bad = fmt.Errorf("dead letter %d of %s: %w", seq, f.cfg.Name, err)
-			}
-			if err == nil {
-				out = append(out, d)
-			}
+			// entry is the file's memory, valid only during the read.
+			out = append(out, f.deadLetter1(seq, bytes.Clone(entry)))
 		}
 		return true
 	})
-	if err == nil {
-		err = bad
-	}
 	return out, n, err
 }
 
-// ReplayDead appends every dead letter to the forward log again (after
-// what it holds, in their order) and removes them from the dead-letter
-// log; it returns how many. A crash between the two may leave a
-// replayed message in both.
-func (f *Forwarder) ReplayDead() (int, error) {
-	dead, _, err := f.DeadLetters(-1)
+// deadLetter1 decodes entry seq, its ID set.
+func (f *Forwarder) deadLetter1(seq uint64, entry []byte) DeadLetter {
+	d := decodeDead(seq, entry)
+	d.ID = d.Message.ID
+	if d.ID == "" {
+		d.ID = f.idPrefix + strconv.FormatUint(seq, 10)
+	}
+	return d
+}
+
+// selectDead returns the dead letters whose ID is in ids (all when ids
+// is empty), oldest first.
+func (f *Forwarder) selectDead(ids []string) ([]DeadLetter, error) {
+	all, _, err := f.DeadLetters(-1)
+	if err != nil || len(ids) == 0 {
+		return all, err
+	}
+	var out []DeadLetter
+	for _, d := range all {
+		if slices.Contains(ids, d.ID) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// HeldDead returns those of ids that are dead letters of this log.
+func (f *Forwarder) HeldDead(ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	sel, err := f.selectDead(ids)
+	held := make([]string, 0, len(sel))
+	for _, d := range sel {
+		held = append(held, d.ID)
+	}
+	return held, err
+}
+
+// ReplayDead appends the dead letters whose ID is in ids (every one
+// when none is given) to the forward log again (after what it holds, in
+// their order), each under the ID it had, and removes them from the
+// dead-letter log; it returns how many. A damaged one stays. Replays,
+// drops and the forwarder's own moves exclude each other, so two
+// replays at once send each dead letter once. A crash between the
+// append and the removal may leave a replayed message in both: a second
+// replay then sends it again, under the same ID.
+func (f *Forwarder) ReplayDead(ids ...string) (int, error) {
+	f.dead.log.Lock()
+	defer f.dead.log.Unlock()
+	dead, err := f.selectDead(ids)
 	if err != nil {
 		return 0, err
 	}
@@ -178,7 +230,7 @@ func (f *Forwarder) ReplayDead() (int, error) {
 			continue // nothing sound to send: drop deletes it
 		}
 		m := dead[i].Message
-		m.ID = ""
+		m.ID = dead[i].ID
 		w, err := f.AppendAsync(&m)
 		if err != nil {
 			return 0, err
@@ -194,16 +246,32 @@ func (f *Forwarder) ReplayDead() (int, error) {
 	return len(seqs), f.forgetDead(seqs)
 }
 
-// DropDead deletes every dead letter and returns how many.
-func (f *Forwarder) DropDead() (int, error) {
+// DropDead deletes the dead letters whose ID is in ids (every one when
+// none is given), damaged ones too, and returns how many.
+func (f *Forwarder) DropDead(ids ...string) (int, error) {
+	f.dead.log.Lock()
+	defer f.dead.log.Unlock()
 	var seqs []uint64
-	if err := f.log.ReadDead(f.cfg.Name, func(seq uint64, _ []byte) bool { seqs = append(seqs, seq); return true }); err != nil {
-		return 0, err
+	if len(ids) == 0 {
+		if err := f.log.ReadDead(f.cfg.Name, func(seq uint64, _ []byte) bool { seqs = append(seqs, seq); return true }); err != nil {
+			return 0, err
+		}
+	} else {
+		dead, err := f.selectDead(ids)
+		if err != nil {
+			return 0, err
+		}
+		for _, d := range dead {
+			seqs = append(seqs, d.Seq)
+		}
 	}
 	return len(seqs), f.forgetDead(seqs)
 }
 
 func (f *Forwarder) forgetDead(seqs []uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
 	if err := f.log.DeleteDead(f.cfg.Name, seqs); err != nil {
 		return err
 	}

@@ -126,6 +126,12 @@ type Config struct {
 	// Now is the clock of acceptance times and MaxAge (time.Now when
 	// nil).
 	Now func() time.Time
+	// DeadAfterCloses, when > 0, sets a message aside with the dead
+	// letters (reason connection_closed) once that many connections in
+	// a row ended with it the oldest unacknowledged: a destination that
+	// closes the connection instead of refusing the message would
+	// otherwise get it again on every connection.
+	DeadAfterCloses int
 }
 
 // Live is what of a connection's Config a running forwarder takes anew
@@ -224,6 +230,10 @@ type Forwarder struct {
 	// DropOldest, the most record bytes the log may hold (0: none).
 	lowSpace, floorBound atomic.Int64
 	dead                 deadCounts
+	// reordered counts the messages the destination acknowledged after
+	// an earlier one of their connection had failed (countAhead).
+	reordered atomic.Uint64
+	closes    closes // Run's goroutine only
 }
 
 // Stats is a forwarder's state for metrics and the admin API.
@@ -254,6 +264,10 @@ type Stats struct {
 	DeadLetters  int
 	DeadByReason map[string]uint64
 	DeadDropped  uint64
+	// Reordered counts the messages the destination stored ahead of an
+	// earlier message of their connection that had failed (sent again
+	// after them): see docs/forwarding-failures.md, Order.
+	Reordered uint64
 }
 
 // Stats returns the forwarder's state.
@@ -263,7 +277,8 @@ func (f *Forwarder) Stats() Stats {
 	f.mu.Unlock()
 	s := Stats{Upstream: f.cfg.Upstream, Connections: 1, LastError: lastErr, Forwarded: f.forwarded.Load(),
 		Backlog: f.backlog.Load(), BacklogBytes: f.backlogBytes.Load(),
-		DroppedOldest: f.droppedOldest.Load(), Refused: f.refused.Load(), Expired: f.expired.Load(), LowSpace: uint64(f.lowSpace.Load())}
+		DroppedOldest: f.droppedOldest.Load(), Refused: f.refused.Load(), Expired: f.expired.Load(), LowSpace: uint64(f.lowSpace.Load()),
+		Reordered: f.reordered.Load()}
 	f.dead.mu.Lock()
 	s.DeadLetters, s.DeadDropped = f.dead.held, f.dead.dropped
 	for r, n := range f.dead.byReason {

@@ -108,6 +108,15 @@ type mqtt5Conn struct {
 func (c *mqtt5Conn) Send(m *Message, qos byte) Ack {
 	a := NewPending()
 	p := &paho.Publish{Topic: m.Topic, QoS: qos, Retain: m.Retain, Payload: m.Payload, Properties: props5(m.Props)}
+	if m.ID != "" {
+		// The message's ID, after the device's own user properties: a
+		// reader drops a message whose ID it has seen (a resend, a
+		// dead letter replayed twice).
+		if p.Properties == nil {
+			p.Properties = &paho.PublishProperties{}
+		}
+		p.Properties.User = append(p.Properties.User, paho.UserProperty{Key: IDProperty, Value: m.ID})
+	}
 	if qos > 0 {
 		c.sess.next = a // read by AddToSession, in this goroutine
 	}
@@ -126,6 +135,10 @@ func (c *mqtt5Conn) Close() {
 	_ = c.c.Disconnect(&paho.Disconnect{ReasonCode: 0})
 	_ = c.sess.Close() // paho closes only sessions it made; this ends the waits on acknowledgements
 }
+
+// IDProperty is the MQTT 5 user property that carries a message's ID
+// upstream.
+const IDProperty = "devicegate-id"
 
 // props5 are p as paho.golang's publish properties.
 func props5(p *Props) *paho.PublishProperties {
@@ -173,7 +186,7 @@ func (s *ackSession) AddToSession(ctx context.Context, p session.Packet, resp ch
 		case *packets.Pubcomp:
 			a.Finish(nil)
 		default:
-			a.Finish(errors.New("the connection ended before the upstream acknowledged the message"))
+			a.Finish(ErrEnded)
 		}
 	}()
 	return nil

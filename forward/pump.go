@@ -44,6 +44,10 @@ func (f *Forwarder) Run(ctx context.Context) {
 			f.setConnected(false, "")
 			return
 		}
+		if f.setAsideClosing() {
+			logged = ""
+			backoff = f.cfg.MinBackoff // something moved on
+		}
 		f.setConnected(false, err.Error())
 		if msg := err.Error(); msg != logged || time.Since(loggedAt) >= failureLogEvery {
 			logged, loggedAt = msg, time.Now()
@@ -190,7 +194,9 @@ func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint
 			return true
 		}
 		m.Topic = f.cfg.Map.Up(m.Topic)
-		m.ID = f.idPrefix + strconv.FormatUint(seq, 10)
+		if m.ID == "" {
+			m.ID = f.idPrefix + strconv.FormatUint(seq, 10)
+		}
 		// rec is the file's memory, valid only during the read; the
 		// connection writes the payload later.
 		m.Payload = bytes.Clone(m.Payload)
@@ -225,6 +231,11 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 		}
 	}()
 	var sent []inflight
+	defer func() {
+		if ctx.Err() == nil && len(sent) > 0 && (isClosed(c.Lost()) || errors.Is(err, ErrEnded)) {
+			f.closedAfter(sent[0].seq)
+		}
+	}()
 	// queue holds messages read from the log and not sent yet: the log
 	// is read once per window's worth, not once per acknowledgement.
 	var queue []queued
@@ -343,6 +354,9 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			if err := sent[0].ack.Error(); err != nil {
 				var ref *RefusedError
 				if !errors.As(err, &ref) {
+					if !errors.Is(err, ErrEnded) {
+						f.countAhead(c, sent[1:])
+					}
 					return fmt.Errorf("publish: %w", err)
 				}
 				// Refused for good: to the dead letters, and on.
@@ -355,6 +369,9 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				continue
 			}
 			window = f.cfg.Window
+			if f.closes.seq == sent[0].seq {
+				f.closes.n = 0
+			}
 			done = append(done, sent[0].seq)
 			doneBytes += int64(sent[0].size)
 			sent = sent[1:]
@@ -367,6 +384,79 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			f.waiting.Store(time.Now().UnixNano())
 		}
 		del.add(done, doneBytes)
+	}
+}
+
+// ErrEnded is the error of an acknowledgement that never came because
+// the connection ended (the destination closed it): the outcome is not
+// known, and the message is sent again.
+var ErrEnded = errors.New("the connection ended before the upstream acknowledged the message")
+
+// closes counts the connections that ended, one after the other, while
+// message seq was the oldest unacknowledged (Run's goroutine only).
+type closes struct {
+	seq uint64
+	n   int
+}
+
+// closedAfter counts a connection that ended with message seq the
+// oldest unacknowledged.
+func (f *Forwarder) closedAfter(seq uint64) {
+	if f.closes.seq != seq {
+		f.closes = closes{seq: seq}
+	}
+	f.closes.n++
+}
+
+// setAsideClosing moves the oldest message to the dead letters, reason
+// connection_closed, once DeadAfterCloses connections in a row ended
+// with it the oldest unacknowledged (a destination that closes the
+// connection instead of refusing it, or before its refusal is read),
+// and reports whether it did.
+func (f *Forwarder) setAsideClosing() bool {
+	limit := f.cfg.DeadAfterCloses
+	if limit <= 0 || f.closes.n < limit {
+		return false
+	}
+	c := f.closes
+	f.closes = closes{}
+	err := f.deadLetter(c.seq, &RefusedError{Reason: "connection_closed",
+		Err: fmt.Errorf("the upstream closed the connection %d times in a row with this message the oldest unacknowledged (dead_after_closes: %d)", c.n, limit)})
+	if err != nil {
+		f.slog.Error("message after which the upstream closes the connection not set aside", "seq", c.seq, "error", err)
+		return false
+	}
+	return true
+}
+
+// countAhead counts, in Reordered, the messages of rest (sent after
+// one that failed, on the same connection) that the destination
+// acknowledged all the same: they were stored ahead of the failed one,
+// which is sent again after them. It waits for their outcome until the
+// acknowledgement timeout or the connection's end.
+func (f *Forwarder) countAhead(c Conn, rest []inflight) {
+	t := time.NewTimer(f.cfg.AckTimeout)
+	defer t.Stop()
+	waiting := true
+	n := 0
+	for _, s := range rest {
+		if waiting {
+			select {
+			case <-s.ack.Done():
+			case <-c.Lost():
+				waiting = false
+			case <-t.C:
+				waiting = false
+			}
+		}
+		if isDone(s.ack) && s.ack.Error() == nil {
+			n++
+		}
+	}
+	if n > 0 {
+		f.reordered.Add(uint64(n))
+		f.slog.Warn("messages stored by the upstream ahead of an earlier one that failed; it is sent again after them", "messages", n,
+			"reordered_so_far", f.reordered.Load())
 	}
 }
 

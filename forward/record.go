@@ -22,7 +22,8 @@ type Message struct {
 	// message sent again after an outage or a restart carries the same
 	// ID, and no other message ever does (a log never reuses a number),
 	// so a destination or a reader can drop the duplicate. Set when the
-	// message is read from the log; not stored in the record.
+	// message is read from the log, from its number; a dead letter
+	// replayed keeps the ID it had, stored in its record (flagID).
 	ID string
 }
 
@@ -43,9 +44,11 @@ type Props struct {
 type UserProperty struct{ Key, Value string }
 
 // A forward log record of version 2: version (2), flags (QoS in the low
-// two bits, retain in bit 2, properties in bit 3), the acceptance time in
-// Unix milliseconds (uvarint), the device and the topic (each a uvarint
-// length and the bytes), the properties when flagged, then the payload.
+// two bits, retain in bit 2, properties in bit 3, an ID in bit 4), the
+// acceptance time in Unix milliseconds (uvarint), the device and the
+// topic (each a uvarint length and the bytes), the ID when flagged (a
+// replayed dead letter's: Message.ID), the properties when flagged,
+// then the payload.
 // Version 1 (written before version 2 existed) had no time, device or
 // properties: version, flags, topic, payload. Both are read.
 //
@@ -66,6 +69,7 @@ const (
 
 	flagRetain = 4
 	flagProps  = 8
+	flagID     = 16
 )
 
 // appendRecord appends m's record to b.
@@ -77,6 +81,9 @@ func appendRecord(b []byte, m *Message) []byte {
 	if m.Props != nil {
 		flags |= flagProps
 	}
+	if m.ID != "" {
+		flags |= flagID
+	}
 	var ms uint64
 	if !m.At.IsZero() {
 		ms = uint64(max(m.At.UnixMilli(), 0))
@@ -85,6 +92,9 @@ func appendRecord(b []byte, m *Message) []byte {
 	b = binary.AppendUvarint(b, ms)
 	b = appendString(b, m.Device)
 	b = appendString(b, m.Topic)
+	if m.ID != "" {
+		b = appendString(b, m.ID)
+	}
 	if p := m.Props; p != nil {
 		pf := byte(0xff)
 		if p.HasPayloadFormat {
@@ -193,6 +203,9 @@ func decodeRecord(b []byte) (Message, error) {
 		m.Device = string(r.bytes("device"))
 	}
 	m.Topic = string(r.bytes("topic"))
+	if version != recordV1 && flags&flagID != 0 {
+		m.ID = string(r.bytes("id"))
+	}
 	if version != recordV1 && flags&flagProps != 0 {
 		if len(r.b) == 0 {
 			return Message{}, errors.New("forward record: properties cut short")

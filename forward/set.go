@@ -162,6 +162,7 @@ func (a Stats) add(b Stats) Stats {
 	a.Expired += b.Expired
 	a.DeadLetters += b.DeadLetters
 	a.DeadDropped += b.DeadDropped
+	a.Reordered += b.Reordered
 	for r, n := range b.DeadByReason {
 		if a.DeadByReason == nil {
 			a.DeadByReason = map[string]uint64{}

@@ -144,3 +144,56 @@ func deadBucket(tx *bolt.Tx, log string) *bolt.Bucket {
 	}
 	return root.Bucket([]byte(log))
 }
+
+// DeadLogs returns the names of the forward logs whose dead-letter logs
+// hold entries, in name order.
+func (s *Store) DeadLogs() ([]string, error) { return s.logsHolding(bucketDead, "dead-letter logs") }
+
+// logsHolding returns the names of the buckets under root that hold
+// keys, in name order; what names them in the error.
+func (s *Store) logsHolding(rootName []byte, what string) ([]string, error) {
+	var names []string
+	err := s.view(func(tx *bolt.Tx) error {
+		root := tx.Bucket(rootName)
+		if root == nil {
+			return nil
+		}
+		return root.ForEachBucket(func(name []byte) error {
+			if first, _ := root.Bucket(name).Cursor().First(); first != nil {
+				names = append(names, string(name))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s in %q: %w", what, s.path, err)
+	}
+	return names, nil
+}
+
+// DropDeadLog deletes every entry of log's dead-letter log durably and
+// returns how many there were.
+func (s *Store) DropDeadLog(log string) (int, error) {
+	if err := validLog(log); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := s.update(func(tx *bolt.Tx) error {
+		b := deadBucket(tx, log)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.First() {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("drop the dead letters of forward log %q in %q: %w", log, s.path, err)
+	}
+	return n, nil
+}

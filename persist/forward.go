@@ -189,25 +189,7 @@ func forwardBucket(tx *bolt.Tx, log string) *bolt.Bucket {
 
 // ForwardLogs returns the names of the forward logs that hold messages,
 // in name order.
-func (s *Store) ForwardLogs() ([]string, error) {
-	var names []string
-	err := s.view(func(tx *bolt.Tx) error {
-		root := tx.Bucket(bucketForward)
-		if root == nil {
-			return nil
-		}
-		return root.ForEachBucket(func(name []byte) error {
-			if first, _ := root.Bucket(name).Cursor().First(); first != nil {
-				names = append(names, string(name))
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list forward logs in %q: %w", s.path, err)
-	}
-	return names, nil
-}
+func (s *Store) ForwardLogs() ([]string, error) { return s.logsHolding(bucketForward, "forward logs") }
 
 var keyOrigin = []byte("origin")
 

@@ -43,19 +43,21 @@ type forwardConn struct {
 // entry.
 func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now func() time.Time,
 	deliver func(topic string, payload []byte, retain bool, qos byte) error) (_ *forward.Set, conns [][]forwardConn, _ error) {
-	if len(cfg.Forward) == 0 {
-		return nil, nil, nil
-	}
-	host := forwardHost()
-	logs, err := store.ForwardLogs()
-	if err != nil {
-		return nil, nil, err
-	}
-	origin, err := store.Origin()
+	// The logs holding messages or dead letters: each needs an entry
+	// (or an adopting one), even with no forward: at all.
+	logs, err := heldLogs(store)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := stranded(cfg, store, logs); err != nil {
+		return nil, nil, err
+	}
+	if len(cfg.Forward) == 0 {
+		return nil, nil, nil
+	}
+	host := forwardHost()
+	origin, err := store.Origin()
+	if err != nil {
 		return nil, nil, err
 	}
 	routes := make([]forward.Route, 0, len(cfg.Forward))
@@ -174,9 +176,26 @@ func adopts(fc config.Forward, name string) bool {
 	return slices.Contains(fc.Adopt, forward.LogUpstream(name))
 }
 
+// heldLogs returns the names of the forward logs that hold messages or
+// dead letters, in name order.
+func heldLogs(store *persist.Store) ([]string, error) {
+	logs, err := store.ForwardLogs()
+	if err != nil {
+		return nil, err
+	}
+	dead, err := store.DeadLogs()
+	if err != nil {
+		return nil, err
+	}
+	logs = append(logs, dead...)
+	slices.Sort(logs)
+	return slices.Compact(logs), nil
+}
+
 // stranded refuses a start that would leave a forward log holding
-// messages with no entry to send them (an entry renamed or removed):
-// it names each log and its count, and what to do.
+// messages or dead letters with no entry to send or show them (an
+// entry renamed or removed, or forward: removed or emptied): it names
+// each log and its counts, and what to do.
 func stranded(cfg config.Config, store *persist.Store, logs []string) error {
 	var lost []string
 	first := ""
@@ -194,10 +213,18 @@ func stranded(cfg config.Config, store *persist.Store, logs []string) error {
 		if err != nil {
 			return err
 		}
+		dead, err := store.DeadCount(name)
+		if err != nil {
+			return err
+		}
 		if first == "" {
 			first = forward.LogUpstream(name)
 		}
-		lost = append(lost, fmt.Sprintf("forward log %q holds %d messages of %q, which is no entry of forward:", name, n, forward.LogUpstream(name)))
+		held := fmt.Sprintf("%d messages", n)
+		if dead > 0 {
+			held += fmt.Sprintf(" and %d dead letters", dead)
+		}
+		lost = append(lost, fmt.Sprintf("forward log %q holds %s of %q, which is no entry of forward:", name, held, forward.LogUpstream(name)))
 	}
 	if lost == nil {
 		return nil
@@ -334,28 +361,55 @@ func (d deadLetters) DeadLetters(name string, limit int) (int, []admin.DeadLette
 		}
 		total += n
 		for _, dl := range list {
-			out = append(out, admin.DeadLetter{Log: f.Name(), Seq: dl.Seq, At: dl.At, Reason: dl.Reason, Error: dl.Error,
-				Device: dl.Message.Device, Topic: dl.Message.Topic, Payload: len(dl.Message.Payload)})
+			out = append(out, admin.DeadLetter{Log: f.Name(), Seq: dl.Seq, ID: dl.ID, At: dl.At, Reason: dl.Reason, Error: dl.Error,
+				Device: dl.Message.Device, Topic: dl.Message.Topic, Payload: len(dl.Message.Payload), Damaged: dl.Damaged})
 		}
 	}
 	return total, out, nil
 }
 
-func (d deadLetters) ReplayDead(name string) (int, error) {
-	return d.each(name, (*forward.Forwarder).ReplayDead)
+func (d deadLetters) ReplayDead(name string, ids []string) (int, error) {
+	return d.each(name, ids, (*forward.Forwarder).ReplayDead)
 }
-func (d deadLetters) DropDead(name string) (int, error) {
-	return d.each(name, (*forward.Forwarder).DropDead)
+func (d deadLetters) DropDead(name string, ids []string) (int, error) {
+	return d.each(name, ids, (*forward.Forwarder).DropDead)
 }
 
-func (d deadLetters) each(name string, fn func(*forward.Forwarder) (int, error)) (int, error) {
+// each runs fn on every forwarder of upstream name, given those of ids
+// its dead-letter log holds (every one when ids is empty); an ID none
+// holds is an error before anything is done.
+func (d deadLetters) each(name string, ids []string, fn func(*forward.Forwarder, ...string) (int, error)) (int, error) {
 	fs, err := d.upstream(name)
 	if err != nil {
 		return 0, err
 	}
+	mine := make([][]string, len(fs))
+	if len(ids) > 0 {
+		found := map[string]bool{}
+		for i, f := range fs {
+			if mine[i], err = f.HeldDead(ids); err != nil {
+				return 0, err
+			}
+			for _, id := range mine[i] {
+				found[id] = true
+			}
+		}
+		var missing []string
+		for _, id := range ids {
+			if !found[id] {
+				missing = append(missing, id)
+			}
+		}
+		if missing != nil {
+			return 0, &admin.NoDeadError{IDs: missing}
+		}
+	}
 	total := 0
-	for _, f := range fs {
-		n, err := fn(f)
+	for i, f := range fs {
+		if len(ids) > 0 && len(mine[i]) == 0 {
+			continue
+		}
+		n, err := fn(f, mine[i]...)
 		total += n
 		if err != nil {
 			return total, err

@@ -23,6 +23,7 @@ import (
 	"github.com/devicegate/devicegate/auth"
 	"github.com/devicegate/devicegate/cluster/redistest"
 	"github.com/devicegate/devicegate/config"
+	"github.com/devicegate/devicegate/forward"
 	"github.com/devicegate/devicegate/internal/freeport"
 	"github.com/devicegate/devicegate/internal/kafkatest"
 	"github.com/devicegate/devicegate/internal/logtest"
@@ -474,7 +475,8 @@ func TestForwardMQTT5(t *testing.T) {
 		pp := p.Properties
 		if p.Topic != "site-7/devices/meter-1/t" || string(p.Payload) != `{"v":1}` || !p.Retain || pp == nil ||
 			pp.ContentType != "application/json" || pp.ResponseTopic != "devices/meter-1/reply" || string(pp.CorrelationData) != "\a\b" ||
-			pp.PayloadFormat == nil || *pp.PayloadFormat != 1 || len(pp.User) != 2 || pp.User.Get("unit") != "kWh" {
+			pp.PayloadFormat == nil || *pp.PayloadFormat != 1 || len(pp.User) != 3 || pp.User.Get("unit") != "kWh" ||
+			!strings.HasSuffix(pp.User.Get(forward.IDProperty), "/cloud/0/1") {
 			t.Fatalf("upstream got %s %q retain %v, properties %+v", p.Topic, p.Payload, p.Retain, pp)
 		}
 	case <-ctx.Done():

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -19,8 +20,8 @@ import (
 const forwardUsage = `Usage:
   gateway forward status [flags]
   gateway forward dead list UPSTREAM [--limit N] [flags]
-  gateway forward dead replay UPSTREAM [flags]
-  gateway forward dead drop UPSTREAM [flags]
+  gateway forward dead replay UPSTREAM [--id ID]... [flags]
+  gateway forward dead drop UPSTREAM [--id ID]... [flags]
   gateway forward drop-log FORMER --data-dir DIR
 
 Shows each upstream the gateway forwards to (forward: in its config):
@@ -31,17 +32,19 @@ oldest, refused, expired), the dead letters, and why a connection is
 down (or not answering).
 
 dead list shows the messages an upstream refused for good (its
-dead-letter logs): when, why, the device and the topic. dead replay
-sends them again (each appended to its forward log after what waits
-there; do it once the cause is gone) and says how many; dead drop
-deletes them for good and says how many. The admin API's address and
+dead-letter logs): each one's ID, when, why, the device and the topic;
+an entry that cannot be read shows DAMAGED. dead replay sends them again
+(each appended to its forward log after what waits there, under the ID
+it had; do it once the cause is gone) and says how many, a damaged one
+left; dead drop deletes them for good and says how many. --id picks
+dead letters by their ID (repeat it); without it, every one. The admin API's address and
 token come as for gateway quota.
 
 drop-log deletes, for good, the messages waiting in the forward logs of
-FORMER, an entry no longer in forward: (renamed or removed), and says
-how many per log; the gateway must be stopped (it refuses to start
-while such a log holds messages, unless an entry adopts it). It works
-on the data file in --data-dir.
+FORMER, an entry no longer in forward: (renamed or removed), and their
+dead letters, and says how many per log; the gateway must be stopped
+(it refuses to start while such a log holds messages or dead letters,
+unless an entry adopts it). It works on the data file in --data-dir.
 `
 
 // forwardCmd runs `gateway forward SUB ...`.
@@ -75,7 +78,7 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("forward status: %w", err)
 	}
 	v, raw, err := c.api.Forward(ctx)
-	return c.print("forward status", raw, err, func() {
+	return forwardPrint(c, "forward status", raw, err, func() {
 		if len(v.Upstreams) == 0 {
 			fmt.Fprintln(c.out, "no upstreams: the gateway's config has no forward:")
 			return
@@ -109,28 +112,59 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	})
 }
 
+// forwardDeadSubcommands are the subcommands of `gateway forward dead`.
+var forwardDeadSubcommands = []string{"list", "replay", "drop"}
+
+// newForwardDeadFlags returns the flags of `gateway forward dead SUB`:
+// the admin API's, --limit for list, --id for replay and drop.
+func newForwardDeadFlags(sub string, f *quotaFlags, limit *int, ids *idList) *flag.FlagSet {
+	fs := newQuotaFlags(sub, f)
+	switch sub {
+	case "list":
+		fs.IntVar(limit, "limit", 100, "the most dead letters to list, 1 to 10000")
+	case "replay", "drop":
+		fs.Var(ids, "id", "only the dead letter of this `ID` (as dead list shows it); repeat for more; every dead letter when not given")
+	}
+	return fs
+}
+
+// idList is a repeated --id.
+type idList []string
+
+func (l *idList) String() string { return strings.Join(*l, ",") }
+func (l *idList) Set(s string) error {
+	if s == "" {
+		return errors.New("an empty ID")
+	}
+	*l = append(*l, s)
+	return nil
+}
+
 // forwardDeadCmd runs `gateway forward dead list|replay|drop UPSTREAM`.
 func forwardDeadCmd(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "list" && args[0] != "replay" && args[0] != "drop" {
+	var f quotaFlags
+	limit := 100
+	var ids idList
+	if len(args) == 0 || !slices.Contains(forwardDeadSubcommands, args[0]) {
+		if len(args) > 0 && (wantsHelp(args[:1]) || args[0] == "help") {
+			return subcommandHelp(stdout, "forward", "dead", forwardUsage, newForwardDeadFlags("list", &f, &limit, &ids))
+		}
 		return usagef("forward dead: want list, replay or drop and an upstream's name (run \"gateway help forward\")")
 	}
 	sub := "forward dead " + args[0]
-	var f quotaFlags
-	fs := newQuotaFlags(args[0], &f)
-	limit := fs.Int("limit", 100, "the most dead letters to list (list)")
+	fs := newForwardDeadFlags(args[0], &f, &limit, &ids)
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, forwardUsage)
-			return err
+			return subcommandHelp(stdout, "forward", "dead "+args[0], forwardUsage, fs)
 		}
 		return usagef("%s: %v (run \"gateway help forward\")", sub, err)
 	}
 	if len(pos) != 1 {
 		return usagef("%s: want one upstream's name (got %q)", sub, pos)
 	}
-	if *limit < 1 || *limit > 10000 {
-		return usagef("%s: --limit must be between 1 and 10000 (got %d)", sub, *limit)
+	if limit < 1 || limit > 10000 {
+		return usagef("%s: --limit must be between 1 and 10000 (got %d)", sub, limit)
 	}
 	name := pos[0]
 	c, err := newQuotaClient(f, stdout)
@@ -139,22 +173,26 @@ func forwardDeadCmd(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	switch args[0] {
 	case "replay":
-		v, raw, err := c.api.ReplayDead(ctx, name)
-		return c.print(sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters sent again\n", name, v.Replayed) })
+		v, raw, err := c.api.ReplayDead(ctx, name, ids...)
+		return forwardPrint(c, sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters sent again\n", name, deref(v.Replayed)) })
 	case "drop":
-		v, raw, err := c.api.DropDead(ctx, name)
-		return c.print(sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters deleted for good\n", name, v.Dropped) })
+		v, raw, err := c.api.DropDead(ctx, name, ids...)
+		return forwardPrint(c, sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters deleted for good\n", name, deref(v.Dropped)) })
 	}
-	v, raw, err := c.api.DeadLetters(ctx, name, *limit)
-	return c.print(sub, raw, err, func() {
+	v, raw, err := c.api.DeadLetters(ctx, name, limit)
+	return forwardPrint(c, sub, raw, err, func() {
 		if v.Total == 0 {
 			fmt.Fprintf(c.out, "%s: no dead letters\n", name)
 			return
 		}
 		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "LOG\tSEQ\tREFUSED AT\tREASON\tDEVICE\tTOPIC\tBYTES\tERROR")
+		fmt.Fprintln(tw, "ID\tREFUSED AT\tREASON\tDEVICE\tTOPIC\tBYTES\tERROR")
 		for _, d := range v.DeadLetters {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", d.Log, d.Seq, d.RefusedAt, d.Reason, d.Device, d.Topic, d.PayloadBytes, d.Error)
+			reason := d.Reason
+			if d.Damaged {
+				reason = "DAMAGED " + reason
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", d.ID, orDash(d.RefusedAt), orDash(reason), d.Device, d.Topic, d.PayloadBytes, d.Error)
 		}
 		tw.Flush()
 		if v.Total > len(v.DeadLetters) {
@@ -162,6 +200,31 @@ func forwardDeadCmd(ctx context.Context, args []string, stdout io.Writer) error 
 		}
 	})
 }
+
+func deref(n *int) int {
+	if n == nil {
+		return 0
+	}
+	return *n
+}
+
+// forwardPrint is quotaClient.print for a forward subcommand: its errors
+// read "forward ..." where print's read "quota forward ...".
+func forwardPrint(c *quotaClient, sub string, raw []byte, err error, text func()) error {
+	if err := c.print(sub, raw, err, text); err != nil {
+		return renamedError{strings.TrimPrefix(err.Error(), "quota "), err}
+	}
+	return nil
+}
+
+// renamedError is err read under another message.
+type renamedError struct {
+	msg string
+	err error
+}
+
+func (e renamedError) Error() string { return e.msg }
+func (e renamedError) Unwrap() error { return e.err }
 
 // forwardDropLogCmd runs `gateway forward drop-log FORMER --data-dir
 // DIR`: it deletes the messages of FORMER's forward logs in the data
@@ -173,8 +236,7 @@ func forwardDropLogCmd(args []string, stdout io.Writer) error {
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, forwardUsage)
-			return err
+			return subcommandHelp(stdout, "forward", "drop-log", forwardUsage, fs)
 		}
 		return usagef("forward drop-log: %v (run \"gateway help forward\")", err)
 	}
@@ -190,8 +252,14 @@ func forwardDropLogCmd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("forward drop-log: %w", err)
 	}
+	dead, err := st.DeadLogs()
+	if err != nil {
+		return fmt.Errorf("forward drop-log: %w", err)
+	}
+	logs = append(logs, dead...)
+	slices.Sort(logs)
 	total := 0
-	for _, name := range logs {
+	for _, name := range slices.Compact(logs) {
 		if forward.LogUpstream(name) != pos[0] {
 			continue
 		}
@@ -199,11 +267,15 @@ func forwardDropLogCmd(args []string, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("forward drop-log: %w", err)
 		}
-		total += n
-		fmt.Fprintf(stdout, "dropped %d messages of forward log %s\n", n, name)
+		d, err := st.DropDeadLog(name)
+		if err != nil {
+			return fmt.Errorf("forward drop-log: %w", err)
+		}
+		total += n + d
+		fmt.Fprintf(stdout, "dropped %d messages and %d dead letters of forward log %s\n", n, d, name)
 	}
 	if total == 0 {
-		fmt.Fprintf(stdout, "no forward log of %q holds messages in %s\n", pos[0], *dir)
+		fmt.Fprintf(stdout, "no forward log of %q holds messages or dead letters in %s\n", pos[0], *dir)
 	}
 	return nil
 }

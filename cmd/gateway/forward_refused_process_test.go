@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -286,9 +287,26 @@ func refusedProcessRun(t *testing.T, run time.Duration, d refusedDest) {
 	}
 
 	d.fix()
-	code, out, errOut = runBinary(t, append([]string{"forward", "dead", "replay", "cloud"}, admin...)...)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d dead letters sent again", bad)) {
-		t.Fatalf("forward dead replay: exit %d\n%s%s", code, out, errOut)
+	// Two replays at once: between them, each dead letter is sent once
+	// (before, both sent every one: each arrived twice, under two IDs).
+	replays := make([]string, 2)
+	var wg sync.WaitGroup
+	for i := range replays {
+		wg.Go(func() {
+			code, out, errOut := runBinary(t, append([]string{"forward", "dead", "replay", "cloud"}, admin...)...)
+			if code != 0 {
+				out = fmt.Sprintf("exit %d: %s%s", code, out, errOut)
+			}
+			replays[i] = out
+		})
+	}
+	wg.Wait()
+	var n1, n2 int
+	if _, err := fmt.Sscanf(replays[0], "cloud: %d dead letters sent again", &n1); err != nil {
+		t.Fatalf("forward dead replay: %q", replays[0])
+	}
+	if _, err := fmt.Sscanf(replays[1], "cloud: %d dead letters sent again", &n2); err != nil || n1+n2 != bad {
+		t.Fatalf("two forward dead replays at once: %q and %q; want %d in all", replays[0], replays[1], bad)
 	}
 	acked[badTopic] = bad
 	arrived("after the replay")

@@ -13,7 +13,9 @@ import (
 // quota and forward, from the lists the dispatch uses, so that one added
 // later is checked too) answers --help and -h with its flags and exit
 // status 0. Before, "gateway --help" showed serve's flags only, "forward
-// status --help" no flags, and "version --help" was a usage error.
+// status --help" no flags, and "version --help" was a usage error;
+// "forward dead --help" exited 2 and "forward dead list --help" listed
+// no flags.
 func TestEveryCommandAnswersHelp(t *testing.T) {
 	flagsOf := func(sub string) *flag.FlagSet { return newQuotaFlags(sub, new(quotaFlags)) }
 	cases := []struct {
@@ -30,6 +32,21 @@ func TestEveryCommandAnswersHelp(t *testing.T) {
 		{args: []string{"quota"}, flags: flagsOf("set"), want: []string{"gateway quota unblock ID"}},
 		{args: []string{"forward"}, flags: flagsOf("status"), want: []string{"gateway forward status"}},
 		{args: []string{"forward", "status"}, flags: flagsOf("status"), want: []string{"Usage: gateway forward status"}},
+	}
+	deadFlags := func(sub string) *flag.FlagSet {
+		return newForwardDeadFlags(sub, new(quotaFlags), new(int), new(idList))
+	}
+	cases = append(cases, struct {
+		args  []string
+		flags *flag.FlagSet
+		want  []string
+	}{args: []string{"forward", "dead"}, flags: deadFlags("list"), want: []string{"gateway forward dead list", "gateway forward dead replay", "gateway forward dead drop"}})
+	for _, sub := range forwardDeadSubcommands {
+		cases = append(cases, struct {
+			args  []string
+			flags *flag.FlagSet
+			want  []string
+		}{args: []string{"forward", "dead", sub}, flags: deadFlags(sub), want: []string{"Usage: gateway forward dead " + sub}})
 	}
 	for _, sub := range strings.Split(quotaSubcommands, ", ") {
 		cases = append(cases, struct {

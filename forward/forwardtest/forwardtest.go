@@ -6,7 +6,9 @@ package forwardtest
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,6 +132,9 @@ type Refusal struct {
 	Payload func(device string, i int) []byte
 	// Number reads a message's number back from what Read returns.
 	Number func(p string) string
+	// ReadIDs, when set, returns the IDs of what the destination holds
+	// for a device, in its order.
+	ReadIDs func(device string) []string
 }
 
 // Refused runs the scenario: n messages of every device appended in
@@ -181,9 +186,34 @@ func Refused(t *testing.T, f *forward.Forwarder, st *persist.Store, name string,
 		}
 	}
 	t.Logf("%s refused: %q", r.Bad, dead[0].Error)
-	r.Fix()
+	// Replayed before the cause is gone: refused again, back in the
+	// dead letters under the IDs they had.
 	if m, err := f.ReplayDead(); err != nil || m != n {
 		t.Fatalf("replay: %d, %v; want %d", m, err, n)
+	}
+	poll.Until(t, 30*time.Second, "the replay refused again", func() bool {
+		again, total, err := f.DeadLetters(-1)
+		return err == nil && total == n && len(again) == n && again[0].Seq != dead[0].Seq && again[n-1].Seq > dead[n-1].Seq
+	})
+	again, _, _ := f.DeadLetters(-1)
+	ids := make([]string, n)
+	for i := range again {
+		if ids[i] = dead[i].ID; again[i].ID != dead[i].ID {
+			t.Fatalf("dead letter %d: ID %q after a replay refused again, %q before", i, again[i].ID, dead[i].ID)
+		}
+	}
+	r.Fix()
+	// Two replays at once: each dead letter is sent once, by one of
+	// them (before, both sent every one, under new IDs).
+	var counts [2]int
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range counts {
+		wg.Go(func() { counts[i], errs[i] = f.ReplayDead() })
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil || counts[0]+counts[1] != n {
+		t.Fatalf("two replays at once: %v %v, %v; want %d in all", counts, errs[0], errs[1], n)
 	}
 	for deadline := time.Now().Add(30 * time.Second); Backlog(t, st, name) > 0 || len(r.Read(r.Bad)) < n; time.Sleep(10 * time.Millisecond) { // polling the destination
 		if time.Now().After(deadline) {
@@ -194,7 +224,14 @@ func Refused(t *testing.T, f *forward.Forwarder, st *persist.Store, name string,
 	for _, p := range r.Read(r.Bad) {
 		got = append(got, number(p))
 	}
-	InOrder(t, r.Bad, got, n)
+	if dups := InOrder(t, r.Bad, got, n); dups != 0 {
+		t.Fatalf("%s: %d duplicates after two replays at once: %v", r.Bad, dups, got)
+	}
+	if r.ReadIDs != nil {
+		if got := r.ReadIDs(r.Bad); !slices.Equal(got, ids) {
+			t.Fatalf("%s: the destination holds the IDs %q, the dead letters were listed as %q", r.Bad, got, ids)
+		}
+	}
 	if s := f.Stats(); s.DeadLetters != 0 {
 		t.Fatalf("after the replay: %d dead letters", s.DeadLetters)
 	}

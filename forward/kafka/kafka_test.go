@@ -213,6 +213,20 @@ func TestRefusedForGood(t *testing.T) {
 				}
 			}
 			return out
+		},
+		ReadIDs: func(dev string) []string {
+			var ids []string
+			for _, r := range k.Records("telemetry") {
+				if string(r.Key) != dev {
+					continue
+				}
+				for _, h := range r.Headers {
+					if h.Key == "id" {
+						ids = append(ids, string(h.Value))
+					}
+				}
+			}
+			return ids
 		}})
 }
 

@@ -136,7 +136,11 @@ func (c *conn) Send(m *forward.Message, qos byte) forward.Ack {
 	if c.closed {
 		return forward.Failed(errors.New("connection closed"))
 	}
-	f, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID))
+	// No retries by the client: it publishes a message no stream
+	// answered again 250 ms later, by then after later messages, which
+	// a stream re-created meanwhile stores first. Failed at once, the
+	// message is sent again by the forwarder, in order.
+	f, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithRetryAttempts(0))
 	if err != nil {
 		err = fmt.Errorf("publish to %s on %s: %w", msg.Subject, c.d.URLs, err)
 		if errors.Is(err, nats.ErrMaxPayload) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/devicegate/devicegate/forward"
@@ -176,13 +177,22 @@ func TestRefusedForGood(t *testing.T) {
 			}
 		},
 		Read: func(d string) []string {
-			var out []string // a replayed message has a new ID: not stored's checks
+			var out []string
 			for _, m := range messages(t, stream) {
 				if m.Header.Get("device") == d {
 					out = append(out, string(m.Data))
 				}
 			}
 			return out
+		},
+		ReadIDs: func(d string) []string {
+			var ids []string
+			for _, m := range messages(t, stream) {
+				if m.Header.Get("device") == d {
+					ids = append(ids, m.Header.Get(nats.MsgIdHdr))
+				}
+			}
+			return ids
 		}})
 }
 

@@ -99,5 +99,16 @@ func TestRefusedForGood(t *testing.T) {
 				return nil
 			}
 			return entries(t, c, "devices/"+d+"/t", d)
+		},
+		ReadIDs: func(d string) []string {
+			msgs, err := c.XRange(ctx, "devices/"+d+"/t", "-", "+").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, m := range msgs {
+				ids = append(ids, m.Values["id"].(string))
+			}
+			return ids
 		}})
 }
