@@ -126,4 +126,3 @@ func TestSimulateCredentialsProcess(t *testing.T) {
 		}
 	}
 }
-
