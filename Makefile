@@ -161,6 +161,30 @@ bench-forward: tools
 .PHONY: bench-lease
 bench-lease: build
 	scripts/lease-cost.sh lease-out
+# fleet: the fleet harness (fleet.TestFleetHarness; docs/simulator.md,
+# "A fleet of gateways"): FLEET_GATEWAYS gateway processes in cluster
+# mode on one redis-server (FLEET_REDIS=server) or a Redis Cluster of
+# three masters and three replicas (cluster), devices spread over them
+# or through HAProxy (FLEET_HAPROXY=conn or id), the simulator split
+# over as many processes as the open-file limit needs; phase 1 every
+# device at FLEET_RATE with a gateway killed, phase 2 one tenant's
+# devices at 1/s with a Redis server killed. Bounded: it ends after
+# FLEET_DURATION + FLEET_TENANT_DURATION and the drains.
+FLEET_DEVICES        ?= 100000
+FLEET_GATEWAYS       ?= 6
+FLEET_RATE           ?= 0.1
+FLEET_DURATION       ?= 120s
+FLEET_TENANT_DEVICES ?= 10000
+FLEET_TENANT_DURATION ?= 60s
+FLEET_REDIS          ?= server
+FLEET_HAPROXY        ?= none
+.PHONY: fleet
+fleet: tools
+	DEVICEGATE_FLEET=1 DEVICEGATE_FLEET_DEVICES=$(FLEET_DEVICES) DEVICEGATE_FLEET_GATEWAYS=$(FLEET_GATEWAYS) \
+	DEVICEGATE_FLEET_RATE=$(FLEET_RATE) DEVICEGATE_FLEET_DURATION=$(FLEET_DURATION) \
+	DEVICEGATE_FLEET_TENANT_DEVICES=$(FLEET_TENANT_DEVICES) DEVICEGATE_FLEET_TENANT_DURATION=$(FLEET_TENANT_DURATION) \
+	DEVICEGATE_FLEET_REDIS=$(FLEET_REDIS) DEVICEGATE_FLEET_HAPROXY=$(FLEET_HAPROXY) \
+		$(GO) test -count=1 -timeout 60m -run '^TestFleetHarness$$' -v ./fleet
 # hostile runs the hostile-client test at full size: 100k distinct client
 # IDs (make test runs 10k).
 hostile:

@@ -21,6 +21,7 @@ TOOLS=(
 	"redis-cli redis-tools"
 	"curl curl"
 	"nats-server nats-server"
+	"haproxy haproxy"
 	"chromium chromium"
 	"node nodejs"
 	"npm npm"

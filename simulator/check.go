@@ -256,8 +256,8 @@ type Counts struct {
 	OutOfOrder int `json:"out_of_order"`
 }
 
-// add adds o's counters to c.
-func (c *Counts) add(o Counts) {
+// Add adds o's counters to c.
+func (c *Counts) Add(o Counts) {
 	c.Sent += o.Sent
 	c.Acked += o.Acked
 	c.Accepted += o.Accepted
@@ -308,7 +308,7 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 	t := &res.Totals
 	for _, d := range res.Devices {
 		t.Devices++
-		t.Counts.add(d.Counts)
+		t.Counts.Add(d.Counts)
 		if d.Excess > 0 {
 			switch {
 			case d.Violation():

@@ -24,6 +24,23 @@ type Config struct {
 	// Addr is the gateway's MQTT address, host:port. Only loopback
 	// hosts (127.0.0.0/8, ::1, localhost) are allowed.
 	Addr string `json:"addr"`
+	// Addrs, when set, are several gateways' addresses (a cluster of
+	// gateways), used as device SDKs use a list: device i connects to
+	// Addrs[i mod n] first and moves to the next address when a connect
+	// fails or, with Failover, its connection is lost. Addr defaults to
+	// Addrs[0]. Loopback only.
+	Addrs []string `json:"addrs,omitempty"`
+	// SubAddrs, when set, put one subscriber at each address instead of
+	// one at Addr: gateways of a cluster share windows, not messages, so
+	// each gateway's arrivals are counted at that gateway. A subscriber
+	// whose gateway goes away is noted, not a failure of the run: the
+	// messages that gateway acknowledged and never delivered count as
+	// lost. Loopback only.
+	SubAddrs []string `json:"sub_addrs,omitempty"`
+	// Failover makes a device whose connection is lost (its gateway
+	// killed, the connection cut) connect again, to the next of Addrs,
+	// instead of stopping; Report.Failovers has how long each took.
+	Failover bool `json:"failover,omitempty"`
 	// SubAddr, when set, is where the subscriber counts arrivals
 	// instead of Addr: an upstream broker the gateway forwards to
 	// (plain TCP, no login). The checker then judges loss, duplicates,
@@ -197,6 +214,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	bad := func(field string, v any, why string) (Config, error) {
 		return c, fmt.Errorf("%w: %s: %s (got %v)", ErrInvalidConfig, field, why, v)
+	}
+	if err := c.validateAddrs(); err != nil {
+		return c, err
 	}
 	if err := checkLoopback(c.Addr); err != nil {
 		return c, err

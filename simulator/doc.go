@@ -50,6 +50,9 @@
 // Report.WriteHTML a self-contained page with SVG charts; Result.Timeline
 // holds the fleet's messages over time by outcome.
 //
-// Starting a gateway (embedded, or as a child process) is the caller's
-// business: see cmd/gateway's simulate command.
+// Config.Addrs spreads a fleet over several gateways as device SDKs do
+// (a list of addresses, the next one on failure), Config.SubAddrs counts
+// arrivals at each, and Config.Failover moves a device whose connection
+// is lost (Report.Failovers). Starting gateways (embedded, as child
+// processes, a fleet of them) is package fleet's business.
 package simulator

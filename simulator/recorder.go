@@ -38,6 +38,15 @@ type Report struct {
 	// Reconnects counts device connections made again after a
 	// reconnect storm or a gateway restart.
 	Reconnects int `json:"reconnects"`
+	// Failovers are, per connection lost under Config.Failover, the
+	// time until the device had a message admitted again, ascending.
+	Failovers FailoverTimes `json:"failovers_ns,omitempty"`
+	// AllConnected is how long after the start every device was
+	// connected at once; 0 when that never happened.
+	AllConnected time.Duration `json:"all_connected_ns,omitempty"`
+	// Puback holds the PUBACK latencies (send to PUBACK) of every
+	// message that had one.
+	Puback Latency `json:"puback"`
 	// Restarts lists the gateway restarts of the run.
 	Restarts []RestartEvent `json:"restarts,omitempty"`
 	// Availability is, per restart, how soon the devices were admitted
@@ -80,6 +89,9 @@ type recorder struct {
 	closing     bool // the subscriber is being closed on purpose
 	restarting  bool // the gateway is restarting: losing the subscriber is expected
 	reconnects  int
+	failovers   []time.Duration
+	// allConnected is when every device was first connected at once.
+	allConnected time.Time
 
 	// For progress: live counters, and the devices over quota so far
 	// by a quick check of each arrival against the ones before it.
@@ -212,6 +224,9 @@ func (r *recorder) connection(delta int, again bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.connected += delta
+	if r.connected == len(r.logs) && r.allConnected.IsZero() {
+		r.allConnected = time.Now()
+	}
 	if again {
 		r.reconnects++
 	}

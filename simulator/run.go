@@ -28,11 +28,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rec := newRecorder(cfg)
-	sub, err := subscribe(ctx, cfg, rec)
+	subs, err := subscribeAll(ctx, cfg, rec)
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{cfg: cfg, rec: rec, sub: sub, gate: &gate{}, clients: make(map[string]*clientCount)}
+	f := &fleet{cfg: cfg, rec: rec, sub: subs[0], more: subs[1:], gate: &gate{}, clients: make(map[string]*clientCount),
+		hops: make([]uint32, cfg.Devices)}
+	defer func() {
+		for _, s := range f.more {
+			s.close()
+		}
+	}()
 	for _, c := range cfg.clients {
 		f.clients[c.Client] = new(clientCount)
 	}
@@ -80,6 +86,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rec.closing = true
 	rec.mu.Unlock()
 	f.sub.close()
+	for _, s := range f.more {
+		s.close()
+	}
 	rep.Finished = time.Now()
 
 	rec.mu.Lock()
@@ -94,6 +103,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		logs = append(logs, *l)
 	}
 	rep.ConnectFailures, rep.Disconnects, rep.Errors = rec.connFails, rec.disconnects, rec.errs
+	rep.Failovers = rec.sortedFailovers()
+	if !rec.allConnected.IsZero() {
+		rep.AllConnected = rec.allConnected.Sub(rep.Started)
+	}
 	rep.RefusedAtConnect = rec.connRefused
 	for d := range rec.blocked {
 		rep.Blocked = append(rep.Blocked, d)
@@ -106,6 +119,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		opts.Groups = map[string]devicelimit.Quota{cfg.Group.Name: cfg.Group.Quota}
 	}
 	rep.Result = Check(logs, opts)
+	rep.Puback = pubackLatency(logs)
 	rep.Clients = clientResults(cfg, logs, rep.Result, f.clients, rep.Started.Add(cfg.Duration))
 	rep.Availability = availability(logs, rep.Restarts)
 	rep.Simulator = selfUsage()
@@ -143,9 +157,13 @@ func classQuotas(cs []TopicClass) map[string]devicelimit.Quota {
 
 // fleet is the state a run's goroutines share.
 type fleet struct {
-	cfg     Config
-	rec     *recorder
-	sub     *subscriber // replaced by a restart
+	cfg  Config
+	rec  *recorder
+	sub  *subscriber   // replaced by a restart
+	more []*subscriber // the other subscribers of Config.SubAddrs
+	// hops counts, per device, the moves to the next of Config.Addrs;
+	// hops[i] belongs to device i's goroutine.
+	hops    []uint32
 	gate    *gate
 	started time.Time
 	// clients counts, per client of Config.Client, what is not in the
@@ -196,13 +214,22 @@ func (s *subscriber) close() {
 	<-s.c.Done()
 }
 
+// subscribe connects the subscriber at Config.SubAddr, or Addr.
 func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, error) {
-	addr := cfg.Addr
+	if cfg.SubAddr != "" {
+		return subscribeAt(ctx, cfg, rec, cfg.SubAddr, true, false)
+	}
+	return subscribeAt(ctx, cfg, rec, cfg.Addr, false, false)
+}
+
+// subscribeAt connects a subscriber at addr: an upstream broker (plain
+// TCP, no login), or a gateway. A tolerant subscriber's loss is noted,
+// not a lost subscriber of the run (Config.SubAddrs).
+func subscribeAt(ctx context.Context, cfg Config, rec *recorder, addr string, upstream, tolerant bool) (*subscriber, error) {
 	dial := func(ctx context.Context, addr string) (net.Conn, error) { return cfg.Auth.dialConn(ctx, addr, nil) }
 	user, password := cfg.Auth.subCredentials()
-	if cfg.SubAddr != "" {
-		// The upstream the gateway forwards to: plain TCP, no login.
-		addr, user, password = cfg.SubAddr, "", ""
+	if upstream {
+		user, password = "", ""
 		dial = func(ctx context.Context, addr string) (net.Conn, error) {
 			return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", addr)
 		}
@@ -222,6 +249,10 @@ func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, err
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		if rec.closing || rec.restarting || rec.subLost {
+			return
+		}
+		if tolerant {
+			rec.note(fmt.Errorf("subscriber at %s: connection lost: %w", addr, err))
 			return
 		}
 		rec.subLost = true
@@ -329,6 +360,7 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 	storm := cfg.StormAt > 0
 	off := sch.next(0) // offset of the next message due
 	buf := make([]byte, 0, max(cfg.PayloadSize, headerFixed+len(id)))
+	var lostAt time.Time // when a connection was lost under Failover
 	// reconnect closes p and connects again, once the gateway is back
 	// from a restart; false when the device is done.
 	reconnect := func() bool {
@@ -342,7 +374,9 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 				return false
 			}
 			gen = f.gate.generation()
-			if p, err = f.dial(ctx, i, id); err == nil {
+			if p, err = f.dial(ctx, i, id); err != nil {
+				f.hop(i)
+			} else {
 				rec.connection(1, true)
 				// Slots missed while away are skipped, not sent in a burst.
 				for start.Add(off).Before(time.Now()) {
@@ -382,6 +416,10 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 				ackAt = time.Now()
 			}
 			rec.sent(id, Sent{Seq: seq, At: at, Ack: ack, Code: code, AckAt: ackAt, Size: len(payload), Class: class})
+			if ack == AckSuccess && !lostAt.IsZero() {
+				rec.failedOver(ackAt.Sub(lostAt))
+				lostAt = time.Time{}
+			}
 			off = sch.next(off)
 			if err == nil {
 				continue
@@ -399,8 +437,15 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 		if f.gate.generation() == gen {
 			// Not a restart: the gateway closed the connection (policy
 			// disconnect) or failed.
-			rec.fail(fmt.Errorf("device %s: %w", id, err), false)
-			return
+			if !cfg.Failover {
+				rec.fail(fmt.Errorf("device %s: %w", id, err), false)
+				return
+			}
+			rec.lostConnection(fmt.Errorf("device %s: %w", id, err))
+			if lostAt.IsZero() {
+				lostAt = time.Now()
+			}
+			f.hop(i)
 		}
 		if !reconnect() {
 			return
@@ -416,6 +461,7 @@ func (f *fleet) firstConnect(ctx context.Context, i int, id string) publisher {
 		if err == nil {
 			return p
 		}
+		f.hop(i)
 		// Thousands of connects at once can meet refusals and
 		// timeouts on a busy machine: try again a few times; but a
 		// gateway that refuses the device's credentials or client ID
@@ -485,20 +531,20 @@ func (f *fleet) dial(ctx context.Context, i int, id string) (publisher, error) {
 	}
 	// A failed dial returns a nil interface, not a nil *client.
 	if f.cfg.Protocol == 4 {
-		c, err := dial4(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth, w)
+		c, err := dial4(ctx, f.addr(i), id, f.cfg.QoS, f.cfg.Auth, w)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
 	if client == ClientLean || client == ClientAdaptive {
-		c, err := dialLean(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth, w, client == ClientAdaptive)
+		c, err := dialLean(ctx, f.addr(i), id, f.cfg.QoS, f.cfg.Auth, w, client == ClientAdaptive)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
-	c, err := dial5(ctx, f.cfg.Addr, id, f.cfg.QoS, f.cfg.Auth, w)
+	c, err := dial5(ctx, f.addr(i), id, f.cfg.QoS, f.cfg.Auth, w)
 	if err != nil {
 		return nil, err
 	}

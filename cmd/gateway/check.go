@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/devicegate/devicegate/config"
 	"github.com/devicegate/devicegate/server"
 )
 
@@ -50,7 +51,7 @@ func check(args []string, stdout io.Writer) error {
 	if err == nil {
 		err = server.Check(cfg)
 		if err != nil {
-			err = withContext("invalid settings (config "+*path+")", err)
+			err = config.Prefix("invalid settings (config "+*path+")", err)
 		}
 	}
 	if err != nil {

@@ -25,7 +25,7 @@ func TestEveryCommandAnswersHelp(t *testing.T) {
 	}{
 		{args: nil, flags: newServeFlags(new(serveFlags)), want: []string{"gateway quota", "gateway forward status", "gateway simulate"}},
 		{args: []string{"serve"}, flags: newServeFlags(new(serveFlags))},
-		{args: []string{"simulate"}, flags: newSimulateFlags(new(simulateFlags))},
+		{args: []string{"simulate"}, flags: simulateFlagSet()},
 		{args: []string{"passwd"}, flags: newPasswdFlags(new(passwdFlags))},
 		{args: []string{"version"}, want: []string{"Usage: gateway version"}},
 		{args: []string{"help"}, want: []string{"Usage: gateway help"}},

@@ -152,7 +152,7 @@ for the quota subcommands, "gateway help simulate" for the simulator's.
 		fmt.Fprint(stdout, forwardUsage)
 		return nil
 	case len(args) == 1 && args[0] == "simulate":
-		printSimulateUsage(stdout, newSimulateFlags(new(simulateFlags)))
+		printSimulateUsage(stdout, simulateFlagSet())
 		return nil
 	case len(args) == 1 && args[0] == "passwd":
 		printPasswdUsage(stdout, newPasswdFlags(new(passwdFlags)))

@@ -99,7 +99,7 @@ func TestExitCode(t *testing.T) {
 		{flag.ErrHelp, 0, ""},
 		{errors.New("boom"), 1, "gateway: boom\n"},
 		{usagef("bad %s", "flag"), 2, "gateway: bad flag\n"},
-		{withContext("invalid settings", errors.Join(errors.New("a: x"), errors.New("b: y"))), 1,
+		{config.Prefix("invalid settings", errors.Join(errors.New("a: x"), errors.New("b: y"))), 1,
 			"gateway: invalid settings:\n  a: x\n  b: y\n"},
 	}
 	for _, tt := range tests {

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/devicegate/devicegate/config"
@@ -45,7 +43,6 @@ var flagKeys = map[string]string{
 	"limit":               "limits.default.limit",
 	"window":              "limits.default.window",
 	"policy":              "limits.default.policy",
-	"windows":             "limits.default.windows", // simulate's
 	"buckets":             "limits.buckets",
 	"log-level":           "log.level",
 }
@@ -107,7 +104,7 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 	cfg := config.Default()
 	if f.config != "" {
 		var err error
-		if cfg, err = readConfigFile(f.config); err != nil {
+		if cfg, err = config.ReadFile(f.config); err != nil {
 			return config.Config{}, err
 		}
 	}
@@ -156,27 +153,12 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 		if f.config != "" {
 			source += " (config " + f.config + ")"
 		}
-		return config.Config{}, withContext(source, errors.Join(errs...))
+		return config.Config{}, config.Prefix(source, errors.Join(errs...))
 	}
 	return cfg, nil
 }
 
-// readConfigFile parses the YAML configuration file at path.
-func readConfigFile(path string) (config.Config, error) {
-	file, err := os.Open(path)
-	if err != nil {
-		return config.Config{}, fmt.Errorf("config: %w", err)
-	}
-	defer file.Close()
-	cfg, err := config.Parse(file)
-	if err != nil {
-		return config.Config{}, withContext("config "+path, err)
-	}
-	return cfg, nil
-}
-
-// blameFlags rewrites the problems with keys that a flag set so they
-// name the flag: "--limit: must be between 1 and 1000000000 (got 0)".
+// blameFlags names the flags among set in the problems of err.
 func blameFlags(err error, set map[string]bool) error {
 	byKey := make(map[string]string)
 	for name, key := range flagKeys {
@@ -184,32 +166,7 @@ func blameFlags(err error, set map[string]bool) error {
 			byKey[key] = name
 		}
 	}
-	var out []error
-	var list []error
-	if u, ok := err.(interface{ Unwrap() []error }); ok {
-		list = u.Unwrap()
-	} else {
-		list = []error{err}
-	}
-	for _, e := range list {
-		var fe *config.FieldError
-		if errors.As(e, &fe) {
-			if name, ok := byKey[fe.Key]; ok {
-				e = fmt.Errorf("--%s: %s", name, fe.Msg)
-			}
-		}
-		out = append(out, e)
-	}
-	return errors.Join(out...)
-}
-
-// withContext prefixes err, putting several problems on lines of their
-// own.
-func withContext(prefix string, err error) error {
-	if strings.Contains(err.Error(), "\n") {
-		return fmt.Errorf("%s:\n%w", prefix, err)
-	}
-	return fmt.Errorf("%s: %w", prefix, err)
+	return config.NameFlags(err, byKey)
 }
 
 // serve runs the gateway until ctx is cancelled, then shuts it down

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"github.com/devicegate/devicegate/internal/testcert"
 	"io"
 	"os"
@@ -126,79 +124,5 @@ func TestSimulateCredentialsProcess(t *testing.T) {
 		if strings.Contains(o.stdout+o.stderr, "s3cret") {
 			t.Errorf("%s: a password in the output", name)
 		}
-	}
-}
-
-// TestSimulateAuthFlags: bad credential and TLS flags are refused with
-// an error naming the problem; a password comes from its file or the
-// environment, never from the command line.
-func TestSimulateAuthFlags(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	good, twoLines, empty := write("good", "pw\n"), write("two", "pw\nother\n"), write("empty", "\n")
-	notPEM := write("ca.pem", "not a certificate\n")
-	t.Setenv(simPasswordEnv, "")
-	t.Setenv(simSubPasswordEnv, "")
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--username", "fleet", "--password-file", filepath.Join(dir, "missing")}, "--password-file: open " + filepath.Join(dir, "missing") + ": no such file"},
-		{[]string{"--username", "fleet", "--password-file", twoLines}, "has more than one line"},
-		{[]string{"--username", "fleet", "--password-file", empty}, "the password is empty"},
-		{[]string{"--password-file", good}, "--password-file: only with --username"},
-		{[]string{"--username", "fleet"}, "--username: needs --password-file or $GATEWAY_SIM_PASSWORD"},
-		{[]string{"--username", "", "--password-file", good}, "--password-file: only with --username"},
-		{[]string{"--sub-password-file", good}, "--sub-password-file: only with --sub-username"},
-		{[]string{"--sub-username", "backend"}, "--sub-username: needs --sub-password-file or $GATEWAY_SIM_SUB_PASSWORD"},
-		{[]string{"--sub-client-id", ""}, "--sub-client-id: must not be empty"},
-		{[]string{"--password", "pw"}, "flag provided but not defined: -password"},
-		{[]string{"--embedded", "--tls-ca", good}, "--tls-ca: only with --addr"},
-		{[]string{"--tls-ca", notPEM}, "holds no PEM certificate"},
-		{[]string{"--tls-ca", filepath.Join(dir, "missing")}, "--tls-ca: open"},
-	} {
-		_, _, _, err := simulateConfig(tc.args, io.Discard)
-		var u usageError
-		if err == nil || !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: %v, want a usage error containing %q", tc.args, err, tc.want)
-		}
-	}
-
-	cfg, _, _, err := simulateConfig([]string{"--username", "fleet", "--password-file", good, "--sub-username", "backend"}, io.Discard)
-	if err == nil {
-		t.Fatalf("--sub-username without a password accepted: %+v", cfg.Auth)
-	}
-	t.Setenv(simPasswordEnv, "from-env")
-	t.Setenv(simSubPasswordEnv, "sub-from-env")
-	cfg, _, _, err = simulateConfig([]string{"--username", "fleet", "--sub-username", "backend"}, io.Discard)
-	if err != nil || cfg.Auth.Password != "from-env" || cfg.Auth.SubPassword != "sub-from-env" {
-		t.Fatalf("passwords from the environment: %v, %+v", err, cfg.Auth)
-	}
-	// The file wins over the environment; one trailing newline is not
-	// part of the password.
-	cfg, _, _, err = simulateConfig([]string{"--username", "fleet", "--password-file", good}, io.Discard)
-	if err != nil || cfg.Auth.Password != "pw" {
-		t.Fatalf("password from the file: %v, %+v", err, cfg.Auth)
-	}
-	if _, _, _, err := simulateConfig([]string{"--help"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
-		t.Fatalf("--help: %v", err)
-	}
-}
-
-// --seed reaches the simulator (the poisson pattern's gaps); --drain 0,
-// which used to mean the 2 s default without saying so, is refused.
-func TestSimulateSeedAndDrainFlags(t *testing.T) {
-	cfg, _, _, err := simulateConfig([]string{"--addr", "127.0.0.1:1883", "--pattern", "poisson", "--seed", "42"}, io.Discard)
-	if err != nil || cfg.Seed != 42 {
-		t.Fatalf("--seed 42: seed %d, err %v", cfg.Seed, err)
-	}
-	if _, _, _, err := simulateConfig([]string{"--addr", "127.0.0.1:1883", "--drain", "0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--drain: must be > 0") {
-		t.Fatalf("--drain 0: err %v, want one naming --drain", err)
 	}
 }

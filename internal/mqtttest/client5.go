@@ -37,9 +37,24 @@ func Dial5(t *testing.T, addr, id string) *Client5 {
 // DialLogin5 is Dial5 with a username and password (none when "").
 func DialLogin5(t *testing.T, addr, id, username, password string) *Client5 {
 	t.Helper()
+	cl, err := dial5(addr, id, username, password)
+	if err != nil {
+		t.Fatalf("connect %s to %s: %v", id, addr, err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// TryDial5 is Dial5 for a gateway that may refuse or be away: it
+// returns the error. The caller closes the client.
+func TryDial5(addr, id string) (*Client5, error) {
+	return dial5(addr, id, "", "")
+}
+
+func dial5(addr, id, username, password string) (*Client5, error) {
 	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
+		return nil, err
 	}
 	cl := &Client5{lost: make(chan struct{})}
 	end := func() { cl.once.Do(func() { close(cl.lost) }) }
@@ -60,10 +75,9 @@ func DialLogin5(t *testing.T, addr, id, username, password string) *Client5 {
 	}
 	if _, err := cl.c.Connect(ctx, cp); err != nil {
 		conn.Close()
-		t.Fatalf("connect %s to %s: %v", id, addr, err)
+		return nil, err
 	}
-	t.Cleanup(cl.Close)
-	return cl
+	return cl, nil
 }
 
 // Lost is closed when the connection ends.

@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"crypto/tls"
@@ -13,8 +13,8 @@ import (
 // Environment variables that hold the simulator's passwords, so that a
 // password is never on the command line (where ps shows it).
 const (
-	simPasswordEnv    = "GATEWAY_SIM_PASSWORD"
-	simSubPasswordEnv = "GATEWAY_SIM_SUB_PASSWORD"
+	SimPasswordEnv    = "GATEWAY_SIM_PASSWORD"
+	SimSubPasswordEnv = "GATEWAY_SIM_SUB_PASSWORD"
 )
 
 // maxMQTTPassword is the most an MQTT CONNECT can carry.
@@ -32,10 +32,10 @@ type simAuthFlags struct {
 }
 
 func (a *simAuthFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.username, "username", "", "MQTT `username` of every device (and of the subscriber without --sub-username); needs --password-file or $"+simPasswordEnv)
-	fs.StringVar(&a.passwordFile, "password-file", "", "read the devices' password from the first and only line of `file` (default $"+simPasswordEnv+")")
-	fs.StringVar(&a.subUsername, "sub-username", "", "MQTT `username` of the subscriber, a consumer account (with authentication on, a device account may not subscribe to the fleet's topics); needs --sub-password-file or $"+simSubPasswordEnv)
-	fs.StringVar(&a.subPasswordFile, "sub-password-file", "", "read the subscriber's password from the first and only line of `file` (default $"+simSubPasswordEnv+")")
+	fs.StringVar(&a.username, "username", "", "MQTT `username` of every device (and of the subscriber without --sub-username); needs --password-file or $"+SimPasswordEnv)
+	fs.StringVar(&a.passwordFile, "password-file", "", "read the devices' password from the first and only line of `file` (default $"+SimPasswordEnv+")")
+	fs.StringVar(&a.subUsername, "sub-username", "", "MQTT `username` of the subscriber, a consumer account (with authentication on, a device account may not subscribe to the fleet's topics); needs --sub-password-file or $"+SimSubPasswordEnv)
+	fs.StringVar(&a.subPasswordFile, "sub-password-file", "", "read the subscriber's password from the first and only line of `file` (default $"+SimSubPasswordEnv+")")
 	fs.StringVar(&a.subClientID, "sub-client-id", "", "client `ID` of the subscriber (default: its username when it has one, else simulator-sub- and a random suffix)")
 	fs.StringVar(&a.tlsCA, "tls-ca", "", "with --addr: connect over TLS, trusting the gateway certificate's CA in this PEM `file`")
 }
@@ -55,11 +55,11 @@ func (a *simAuthFlags) subscriberIDs() []string {
 // apply checks the flags and fills cfg.Auth, reading the password
 // files and the environment.
 func (a *simAuthFlags) apply(cfg *simulator.Config, set map[string]bool, own bool) error {
-	password, err := simPassword("password-file", a.passwordFile, "username", a.username, simPasswordEnv)
+	password, err := simPassword("password-file", a.passwordFile, "username", a.username, SimPasswordEnv)
 	if err != nil {
 		return err
 	}
-	subPassword, err := simPassword("sub-password-file", a.subPasswordFile, "sub-username", a.subUsername, simSubPasswordEnv)
+	subPassword, err := simPassword("sub-password-file", a.subPasswordFile, "sub-username", a.subUsername, SimSubPasswordEnv)
 	if err != nil {
 		return err
 	}

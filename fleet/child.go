@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"bufio"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -101,12 +102,12 @@ func (c *child) start() error {
 		select {
 		case c.addr = <-mqttc:
 		case a := <-adminc:
-			token, err := os.ReadFile(tokenFilePath(c.dataDir))
+			token, err := os.ReadFile(filepath.Join(c.dataDir, admin.TokenFile))
 			if err != nil {
 				c.stop(true)
 				return fmt.Errorf("child gateway: admin token: %w", err)
 			}
-			c.admin = newAdminClient(a, strings.TrimSpace(string(token)))
+			c.admin = adminClient(a, strings.TrimSpace(string(token)))
 		case <-c.done:
 			return fmt.Errorf("child gateway exited at start:\n%s", c.log())
 		case <-timeout:

@@ -1,10 +1,11 @@
-package main
+package fleet
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -62,7 +63,7 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 	cfg := config.Default()
 	if f.target.config != "" {
 		var err error
-		if cfg, err = readConfigFile(f.target.config); err != nil {
+		if cfg, err = config.ReadFile(f.target.config); err != nil {
 			return config.Config{}, err
 		}
 	}
@@ -114,16 +115,29 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 		cfg.Limits.Default.Policy = p
 	}
 	if err := cfg.Validate(); err != nil {
-		errs = append(errs, blameFlags(err, given))
+		errs = append(errs, config.NameFlags(err, flagKeys(given)))
 	}
 	if len(errs) > 0 {
 		source := "invalid settings"
 		if f.target.config != "" {
 			source += " (config " + f.target.config + ")"
 		}
-		return config.Config{}, withContext(source, errors.Join(errs...))
+		return config.Config{}, config.Prefix(source, errors.Join(errs...))
 	}
 	return cfg, nil
+}
+
+// flagKeys maps the config keys of the given flags to their names.
+func flagKeys(given map[string]bool) map[string]string {
+	keys := map[string]string{"snapshot-interval": "persist.snapshot_interval", "limit": "limits.default.limit",
+		"window": "limits.default.window", "policy": "limits.default.policy", "windows": "limits.default.windows"}
+	byKey := make(map[string]string)
+	for name, key := range keys {
+		if given[name] {
+			byKey[key] = name
+		}
+	}
+	return byKey
 }
 
 // writeConfigFile writes cfg as YAML to gateway.yaml in dir, readable
@@ -222,6 +236,11 @@ func (r *remote) setQuota(ctx context.Context, device string, q devicelimit.Quot
 		return nil
 	}
 	return putQuota(ctx, r.admin, device, q)
+}
+
+// adminClient is a client of a gateway's admin API.
+func adminClient(addr, token string) *admin.Client {
+	return &admin.Client{Addr: addr, Token: token, HTTP: &http.Client{Timeout: 10 * time.Second}}
 }
 
 // putQuota sets device's override through the admin API.

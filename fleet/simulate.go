@@ -1,15 +1,12 @@
-package main
+package fleet
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -74,26 +71,72 @@ func (f *simulateFlags) checkTarget(set map[string]bool) error {
 	return nil
 }
 
-// simulate runs a simulated fleet against a gateway until the run ends
-// or ctx is cancelled, prints the summary and judges it.
-func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
-	cfg, f, set, err := simulateConfig(args, stdout)
-	if err != nil {
-		return err
+// Simulation is one run of the simulate command: the simulator's
+// configuration and the gateway it runs against, read from the flags by
+// ParseSimulate. Run it once.
+type Simulation struct {
+	// Config is the simulator's configuration; a caller may set
+	// Config.Progress before Run.
+	Config simulator.Config
+	// JSON and Report are --json and --report: where the caller writes
+	// the report ("-" for JSON on stdout).
+	JSON, Report string
+	// Own is true when the simulator starts the gateway (--embedded or
+	// --spawn).
+	Own bool
+	// Warn, when not nil, is told what may spoil the run without
+	// stopping it (too few open files).
+	Warn func(string)
+
+	f   *simulateFlags
+	set map[string]bool
+}
+
+// Outcome is what a Simulation's Run saw.
+type Outcome struct {
+	Report *simulator.Report
+	// Spawned is the --spawn gateway process's own usage, from its exit
+	// status; nil for another target.
+	Spawned *Usage
+}
+
+// Usage is a process's peak resident memory and CPU time, from its exit
+// status.
+type Usage struct {
+	MaxRSS int64 // bytes
+	CPU    time.Duration
+}
+
+// usageOf reads a finished process's usage; nil when unknown.
+func usageOf(ps *os.ProcessState) *Usage {
+	if ps == nil {
+		return nil
 	}
+	ru, ok := ps.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return nil
+	}
+	return &Usage{MaxRSS: int64(ru.Maxrss) * 1024, CPU: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+}
+
+// Run starts the gateway the flags ask for (or finds the one at
+// --addr), runs the simulator against it until the run ends or ctx is
+// cancelled, and stops what it started.
+func (s *Simulation) Run(ctx context.Context) (out *Outcome, err error) {
+	cfg, f, set := s.Config, s.f, s.set
 	// Each device holds a socket, and an embedded gateway one more.
 	need := uint64(cfg.Devices) + 64
 	if f.target.embedded {
 		need += uint64(cfg.Devices)
 	}
-	if limit, err := raiseFileLimit(); err == nil && limit < need {
-		fmt.Fprintf(stderr, "gateway: simulate: warning: %d devices need about %d open files, the limit is %d (ulimit -n); some will fail to connect\n", cfg.Devices, need, limit)
+	if limit, err := RaiseFileLimit(); err == nil && limit < need && s.Warn != nil {
+		s.Warn(fmt.Sprintf("%d devices need about %d open files, the limit is %d (ulimit -n); some will fail to connect", cfg.Devices, need, limit))
 	}
 	if f.target.upstream != "" {
 		own := f.target.embedded || f.target.spawn
 		up, err := startSimUpstream(f.target.upstream, own)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer up.close()
 		cfg.SubAddr = up.addr
@@ -110,8 +153,9 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	target, gcfg, err := startTarget(f, set)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	out = new(Outcome)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*server.ShutdownTimeout)
 		defer cancel()
@@ -119,13 +163,8 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			err = errors.Join(err, fmt.Errorf("simulate: stop the gateway: %w", cerr))
 			return
 		}
-		// A spawned gateway's own figures, from its exit status.
-		if c, ok := target.(*child); ok && f.jsonFile != "-" && c.cmd != nil && c.cmd.ProcessState != nil {
-			if ru, ok := c.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-				cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-				fmt.Fprintf(stdout, "spawned gateway process: peak RSS %.1f MiB (%.1f KB per device), CPU %s\n",
-					float64(ru.Maxrss)/1024, float64(ru.Maxrss)/float64(max(f.devices.v, 1)), cpu.Round(time.Millisecond))
-			}
+		if c, ok := target.(*child); ok && c.cmd != nil {
+			out.Spawned = usageOf(c.cmd.ProcessState)
 		}
 	}()
 	cfg.Addr = target.mqttAddr()
@@ -137,12 +176,12 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		// the quota flags given over it. The checker judges by the same.
 		cfg.Quota = gcfg.Limits.Default.Quota()
 		if cfg.TopicClasses, err = topicClasses(f.topicClass, gcfg, cfg.RunID); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if len(cfg.Mix) > 0 {
 		if _, err := applyMix(ctx, target, cfg, cfg.Quota); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if cfg.RestartAt > 0 {
@@ -158,78 +197,16 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			cfg.RestartMode += ", wall clock " + signed(f.target.clockStep.v)
 		}
 	}
-	if isTerminal(stdout) && f.jsonFile != "-" {
-		cfg.Progress = progressLine(stdout)
-	}
-	rep, err := simulator.Run(ctx, cfg)
-	if cfg.Progress != nil {
-		fmt.Fprint(stdout, "\r\033[K")
-	}
+	out.Report, err = simulator.Run(ctx, cfg)
 	if errors.Is(err, simulator.ErrConnectRefused) {
 		// Only the subscriber's refusal ends the run; devices' are in
 		// the report.
-		return fmt.Errorf("simulate: %w; the subscriber needs a consumer account (--sub-username, --sub-password-file) and a client ID it allows (--sub-client-id, default its username)", err)
+		return nil, fmt.Errorf("simulate: %w; the subscriber needs a consumer account (--sub-username, --sub-password-file) and a client ID it allows (--sub-client-id, default its username)", err)
 	}
 	if err != nil {
-		return blameSimFlags(err)
+		return nil, blameSimFlags(err)
 	}
-	return simulateOutput(ctx, rep, f, stdout, stderr)
-}
-
-// simulateOutput writes the summary, JSON and HTML reports, and turns
-// the verdict into an error.
-func simulateOutput(ctx context.Context, rep *simulator.Report, f *simulateFlags, stdout, stderr io.Writer) error {
-	if f.jsonFile != "-" {
-		if err := rep.WriteSummary(stdout); err != nil {
-			return err
-		}
-	}
-	if f.jsonFile != "" {
-		if err := writeReportJSON(f.jsonFile, rep, stdout); err != nil {
-			return err
-		}
-	}
-	if f.reportFile != "" {
-		if err := writeReportHTML(f.reportFile, rep); err != nil {
-			return err
-		}
-	}
-	for _, e := range rep.Errors {
-		fmt.Fprintf(stderr, "gateway: simulate: %s\n", e)
-	}
-	if ctx.Err() != nil {
-		fmt.Fprintln(stderr, "gateway: simulate: interrupted; the report covers the run so far")
-	}
-	if rep.Verdict.OK {
-		return nil
-	}
-	if rep.RefusedAtConnect > 0 {
-		return fmt.Errorf("simulate: FAIL: the gateway refused %d of %d devices at CONNECT (see above); check --username, --password-file or $%s, and the account's client IDs (--id-pattern)",
-			rep.RefusedAtConnect, rep.Config.Devices, simPasswordEnv)
-	}
-	if hint := lostHint(rep, !f.target.embedded && !f.target.spawn); hint != "" {
-		fmt.Fprintf(stderr, "gateway: simulate: %s\n", hint)
-	}
-	if len(rep.Verdict.Worst) > 0 {
-		return fmt.Errorf("simulate: FAIL: worst devices: %s", strings.Join(rep.Verdict.Worst, ", "))
-	}
-	return errors.New("simulate: FAIL: the subscriber lost its connection, so arrivals could not all be seen")
-}
-
-// writeReportHTML writes the HTML report to the file name.
-func writeReportHTML(name string, rep *simulator.Report) error {
-	file, err := os.Create(name)
-	if err != nil {
-		return fmt.Errorf("simulate: --report: %w", err)
-	}
-	err = rep.WriteHTML(file)
-	if cerr := file.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("simulate: --report: %w", err)
-	}
-	return nil
+	return out, nil
 }
 
 // startTarget starts the gateway the flags ask for, or describes the
@@ -247,7 +224,7 @@ func startTarget(f *simulateFlags, set map[string]bool) (target simTarget, gcfg 
 			if token == "" {
 				return nil, nil, usagef("simulate: --admin-addr: needs --admin-token or $GATEWAY_ADMIN_TOKEN")
 			}
-			r.admin = newAdminClient(t.adminAddr, token)
+			r.admin = adminClient(t.adminAddr, token)
 		}
 		return r, nil, nil
 	}
@@ -324,48 +301,4 @@ func signed(d time.Duration) string {
 		return "+" + d.String()
 	}
 	return d.String()
-}
-
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	file, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := file.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// progressLine returns a Progress callback that redraws one line on w:
-// connected devices, messages and refusals per second since the last
-// call, devices over quota so far.
-func progressLine(w io.Writer) func(simulator.Progress) {
-	var last simulator.Progress
-	return func(p simulator.Progress) {
-		dt := (p.Elapsed - last.Elapsed).Seconds()
-		if dt <= 0 {
-			dt = 1
-		}
-		fmt.Fprintf(w, "\r\033[K%5.0fs  connected %s  sent/s %s  refused/s %s  over quota %d",
-			p.Elapsed.Seconds(), strconv.Itoa(p.Connected),
-			strconv.FormatFloat(float64(p.Sent-last.Sent)/dt, 'f', 0, 64),
-			strconv.FormatFloat(float64(p.Refused-last.Refused)/dt, 'f', 0, 64), p.Over)
-		last = p
-	}
-}
-
-// lostHint explains lost messages in a run against a gateway the
-// simulator did not start (remote): its subscriber takes every device's
-// messages, and unless the gateway names it a backend consumer its
-// queue is a plain subscriber's, whose overflow the gateway drops.
-// Empty when nothing was lost, or the gateway is the simulator's own
-// (which names its subscriber itself).
-func lostHint(rep *simulator.Report, remote bool) string {
-	n := rep.Result.Totals.Lost
-	if n == 0 || !remote || rep.SubscriberLost {
-		return ""
-	}
-	return fmt.Sprintf("%d acknowledged messages never reached the subscriber; if the gateway's devicegate_slow_subscriber_drops_total grew by as many, "+
-		"its queue for the subscriber overflowed: name the subscriber a backend consumer in the gateway's configuration "+
-		"(mqtt.consumers: {client_ids: [\"simulator-sub-*\"]}, or the --sub-client-id or username it uses; docs/simulator.md)", n)
 }

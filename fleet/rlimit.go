@@ -1,12 +1,13 @@
-package main
+package fleet
 
 import "syscall"
 
-// raiseFileLimit raises the soft limit on open files to the hard limit:
+// RaiseFileLimit raises the soft limit on open files to the hard limit:
 // a simulated device holds a socket, and an embedded gateway one more
-// per device, so a large fleet needs more than the usual 1024. It
+// per device, so a large fleet needs more than the usual 1024. Children
+// inherit it. It
 // returns the limit now in force.
-func raiseFileLimit() (uint64, error) {
+func RaiseFileLimit() (uint64, error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return 0, err
