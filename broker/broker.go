@@ -228,6 +228,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	h.consumers = ah.consumers
+	h.remaps = &ah.remaps
 	if err := srv.AddHook(ah, nil); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}
