@@ -1,7 +1,11 @@
 package broker
 
 import (
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // rawConnectKept is an MQTT 3.1.1 CONNECT that keeps its session (clean
@@ -86,6 +90,42 @@ func TestCommandSurvivesPacketIDCollision(t *testing.T) {
 		t.Fatalf("sent again: % x, want the command under %d with DUP", again.body, x)
 	}
 	r.send(rawPuback(x), rawPingreq)
+	r.until(13, "PINGRESP")
+	eventually(t, "the acknowledged command leaves the data file", func() bool { _, n := keptCommands(t, store); return n == 0 })
+}
+
+// TestCommandCollisionFeedback: an MQTT 5 device that keeps its session
+// publishes at QoS 1 under the packet ID of a command in flight to it,
+// with feedback always: its PUBACK comes under its own ID and carries
+// RateLimit (the feedback waits under the ID the publish was moved to),
+// and the command is still in flight: the device's PUBACK of it takes
+// it out of the data file.
+func TestCommandCollisionFeedback(t *testing.T) {
+	store := openStore(t, t.TempDir())
+	f := start(t, fixtureOpts{def: devicelimit.Quota{Limit: 100000, Window: time.Second, Feedback: fbAlways}, options: func(o *Options) {
+		o.Sessions, o.Auth = store, Auth{Credentials: credentials(t), ACL: defaultACL(t)}
+	}})
+	r := dialRaw(t, f.addr)
+	// CONNECT, MQTT 5, user name and password, session expiry 300 s.
+	body := append(append(mqttString("MQTT"), 5, flagUsername|flagPassword, 0, 60), props(prop(0x11, u32(300)...))...)
+	body = append(append(append(body, mqttString("dev-1")...), mqttString("dev-1")...), mqttString("dev-1-pw")...)
+	r.send(packet(0x10, body))
+	r.connack()
+	r.send(rawSubscribe(5, 1, "devices/dev-1/cmd/#"))
+	r.must(9, "SUBACK")
+	if err := f.srv.Publish("devices/dev-1/cmd/a", []byte("reboot"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	x, _ := publishID(r.must(3, "the command"))
+	r.send(rawPublish5("devices/dev-1/t", int(x), []byte{0}))
+	p := r.must(4, "PUBACK of the device's publish")
+	if ackID(p) != x || !strings.Contains(string(p.body), devicelimit.RateLimitProperty) {
+		t.Fatalf("PUBACK % x: want it under %d with RateLimit", p.body, x)
+	}
+	if _, n := keptCommands(t, store); n != 1 {
+		t.Fatalf("%d commands in the data file, want the command", n)
+	}
+	r.send(packet(0x40, u16(int(x))), rawPingreq) // MQTT 5 PUBACK, success, no properties
 	r.until(13, "PINGRESP")
 	eventually(t, "the acknowledged command leaves the data file", func() bool { _, n := keptCommands(t, store); return n == 0 })
 }
