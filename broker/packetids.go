@@ -101,6 +101,9 @@ func (r *idRemaps) collides(cl *mqtt.Client, c *clientRemaps, id uint16) bool {
 			return true
 		}
 	}
+	if cl.State.Inflight.Len() == 0 {
+		return false // a device that only publishes: Get copies a whole packet
+	}
 	pk, ok := cl.State.Inflight.Get(id)
 	return ok && serverFlow(pk)
 }
