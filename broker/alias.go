@@ -21,6 +21,7 @@ import (
 // the maximum announced in the CONNACK gets DISCONNECT 0x94.
 func (h *authHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	restoreSendQuota(cl, pk)
+	h.remaps.read(cl, &pk) // packetids.go
 	if pk.FixedHeader.Type == packets.Connect {
 		if f := checkConnect(&pk); f != nil {
 			return pk, h.refuseConnect(cl, &pk, f)

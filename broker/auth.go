@@ -283,6 +283,10 @@ type authHook struct {
 	// consumers are the backend consumers (consumers.go).
 	consumers *consumerSet
 
+	// remaps are the client publishes moved off a delivery's packet ID
+	// (packetids.go).
+	remaps idRemaps
+
 	// ownClients counts mochi's own clients in its client list (the
 	// inline client), which are no sessions of anyone.
 	ownClients int
@@ -319,6 +323,8 @@ func (h *authHook) Provides(b byte) bool {
 		return true
 	case mqtt.OnPacketRead, mqtt.OnPacketEncode, mqtt.OnSubscribe, mqtt.OnSelectSubscribers, mqtt.OnPublishDropped, mqtt.OnPublished:
 		return true // alias.go, share.go, drops.go, consumers.go
+	case mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired:
+		return true // packetids.go
 	}
 	return false
 }

@@ -228,6 +228,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	h.consumers = ah.consumers
+	h.remaps = &ah.remaps
 	if err := srv.AddHook(ah, nil); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}
@@ -405,7 +406,8 @@ func (s *Server) tick(now devicelimit.Tick) {
 
 // disconnectClients ends every client of the listener on shutdown. MQTT 5
 // clients get DISCONNECT 0x8B first; 3.1.1 has no server DISCONNECT
-// (mochi's DisconnectClient sends one anyway).
+// (mochi's DisconnectClient would write one; the throttle's encode keeps
+// it off the wire, feedback.go).
 func (s *Server) disconnectClients(listener string) {
 	for _, cl := range s.mqtt.Clients.GetAll() {
 		if cl.Net.Listener != listener || cl.Closed() {

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/devicegate/devicegate/devicelimit"
 )
@@ -56,6 +57,21 @@ func TestMQTT311ClosedSilently(t *testing.T) {
 		r.must(4, "PUBACK of the admitted publish")
 		r.send(rawPublishQ("devices/abuser", 1, 2, "b"))
 		r.closedSilently("the publish over a quota of policy disconnect")
+	})
+	t.Run("blocked", func(t *testing.T) {
+		r := rule("flood", 1, devicelimit.PolicyDrop)
+		r.Quota.Block = devicelimit.Block{After: 2, Within: time.Minute, For: time.Hour}
+		g := start(t, fixtureOpts{rules: []devicelimit.Rule{r}})
+		c := dialRaw(t, g.addr)
+		c.send(rawConnect3("flood", "", ""))
+		c.connack()
+		for i := range 3 {
+			c.send(rawPublishQ("devices/flood", 1, i+1, "m"))
+			if i < 2 {
+				c.must(4, "PUBACK") // 3.1.1: a refusal is acknowledged too
+			}
+		}
+		c.closedSilently("a device blocked for its refusals")
 	})
 	t.Run("shutdown", func(t *testing.T) {
 		g := start(t, fixtureOpts{})

@@ -162,9 +162,19 @@ func (f *feedbackState) copyFeedback(id uint16) []packets.UserProperty {
 
 // OnPacketEncode adds the device's feedback to its MQTT 5 CONNACK
 // (RateLimit-Policy) and to the PUBACK or PUBREC of a publish
-// (prepareFeedback's properties), and keeps a DISCONNECT from an MQTT
-// 3.1.1 client (silentDisconnect).
+// (prepareFeedback's properties), keeps a DISCONNECT from an MQTT 3.1.1
+// client (silentDisconnect), and, last, gives the acks of a publish
+// moved to another packet ID the client's own (packetids.go; the
+// feedback waits under the moved one). The throttle is the last hook
+// that encodes.
 func (h *throttle) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	pk = h.encodeFeedback(cl, pk)
+	h.remaps.encode(cl, &pk)
+	return pk
+}
+
+// encodeFeedback is OnPacketEncode's feedback and DISCONNECT part.
+func (h *throttle) encodeFeedback(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	switch pk.FixedHeader.Type {
 	case packets.Connack, packets.Puback, packets.Pubrec:
 	case packets.Disconnect:

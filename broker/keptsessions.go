@@ -89,11 +89,15 @@ type sessionHook struct {
 	cmdMu     sync.Mutex
 	takeovers sync.Map // *mqtt.Client -> func() releasing cmdMu, once
 
+	// mu guards the maps and failed, and is never held across a write
+	// to the data file: a publish's QoS flow (OnQosComplete) and an ACL
+	// check of an away session (authOf) never wait for the disk. A
+	// command's writes are ordered per key (cmdEntry).
 	mu     sync.RWMutex
-	kept   map[string]*keptEntry   // client ID -> kept session
-	queued map[commandKey]struct{} // commands stored
-	nq     atomic.Int64            // len(queued): OnQosComplete's fast path
-	failed error                   // a command not stored; Publish reads it under cmdMu
+	kept   map[string]*keptEntry    // client ID -> kept session
+	cmds   map[commandKey]*cmdEntry // commands queued, and keys being written
+	nq     atomic.Int64             // commands queued: OnQosComplete's fast path
+	failed error                    // a command not stored; Publish reads it under cmdMu
 
 	// restored at Start, for mochi's readStore
 	clients  []storage.Client
@@ -106,8 +110,92 @@ type keptEntry struct {
 	auth *session // nil without authentication
 }
 
+// cmdEntry is what the hook knows of one command key (client ID and
+// packet ID). queued, the check of it and its change are under the
+// hook's mu, so "not yet queued, then queued" is atomic per key; the
+// data file is written after, outside mu, under io, one write of the
+// key at a time, and each write stores the key's latest state (settle):
+// however a put and a delete of one key interleave, the file ends as
+// the last change left the key.
+type cmdEntry struct {
+	queued bool
+	rec    []byte // the command as stored, while queued
+	ver    uint64 // counts the changes of queued
+	users  int    // changes whose write is not done yet
+	// io orders the key's writes; written is the ver the data file
+	// holds (under io).
+	io      sync.Mutex
+	written uint64
+}
+
 func newSessionHook(srv *mqtt.Server, store SessionStore, conns *registry, log *slog.Logger) *sessionHook {
-	return &sessionHook{srv: srv, store: store, conns: conns, log: log, kept: map[string]*keptEntry{}, queued: map[commandKey]struct{}{}}
+	return &sessionHook{srv: srv, store: store, conns: conns, log: log, kept: map[string]*keptEntry{}, cmds: map[commandKey]*cmdEntry{}}
+}
+
+// queue marks the command of key k queued (rec: as stored) or not (mu
+// held) and returns its entry and the change's version, for settle.
+func (h *sessionHook) queue(k commandKey, queued bool, rec []byte) (*cmdEntry, uint64) {
+	e := h.cmds[k]
+	if e == nil {
+		e = new(cmdEntry)
+		h.cmds[k] = e
+	}
+	h.mark(e, queued, rec)
+	e.users++
+	return e, e.ver
+}
+
+// mark changes e's queued (mu held).
+func (h *sessionHook) mark(e *cmdEntry, queued bool, rec []byte) {
+	if e.queued != queued {
+		if queued {
+			h.nq.Add(1)
+		} else {
+			h.nq.Add(-1)
+		}
+	}
+	e.queued, e.rec = queued, rec
+	e.ver++
+}
+
+// settle writes key k as its latest change left it, unless a write
+// since change ver did (mu not held). It returns the error of a put
+// that failed (the command is then no longer queued), and logs that of
+// a delete.
+func (h *sessionHook) settle(k commandKey, e *cmdEntry, ver uint64) error {
+	var putErr error
+	e.io.Lock()
+	if e.written < ver && h.store != nil {
+		h.mu.RLock()
+		queued, rec, cur := e.queued, e.rec, e.ver
+		h.mu.RUnlock()
+		var err error
+		if queued {
+			err = h.store.PutCommand(k.client, k.id, rec)
+		} else {
+			err = h.store.DeleteCommand(k.client, k.id)
+		}
+		switch {
+		case err == nil:
+			e.written = cur
+		case queued:
+			putErr = err
+			h.mu.Lock()
+			if e.ver == cur {
+				h.mark(e, false, nil)
+			}
+			h.mu.Unlock()
+		default:
+			h.log.Error("acknowledged command not removed from the data file: sent again after a restart", "client", k.client, "error", err)
+		}
+	}
+	e.io.Unlock()
+	h.mu.Lock()
+	if e.users--; e.users == 0 && !e.queued && h.cmds[k] == e {
+		delete(h.cmds, k)
+	}
+	h.mu.Unlock()
+	return putErr
 }
 
 // takeoverLimit bounds how long a takeover holds back commands when
@@ -181,20 +269,28 @@ func (h *sessionHook) save(cl *mqtt.Client) {
 	h.mu.Unlock()
 }
 
-// forget removes the kept session of id and its queued commands.
+// forget removes the kept session of id and its queued commands: from
+// the maps under mu, then from the data file (DeleteSession removes the
+// session's commands too). A put of one of its commands under way can
+// land after it: a command without a session, which load skips.
 func (h *sessionHook) forget(id string) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if _, ok := h.kept[id]; !ok {
+		h.mu.Unlock()
 		return
 	}
 	delete(h.kept, id)
-	for k := range h.queued {
+	for k, e := range h.cmds {
 		if k.client == id {
-			delete(h.queued, k)
+			if e.queued {
+				h.mark(e, false, nil)
+			}
+			if e.users == 0 {
+				delete(h.cmds, k)
+			}
 		}
 	}
-	h.nq.Store(int64(len(h.queued)))
+	h.mu.Unlock()
 	if h.store != nil {
 		if err := h.store.DeleteSession(id); err != nil {
 			h.log.Error("ended session not removed from the data file: restored at the next start", "client", id, "error", err)
@@ -280,33 +376,37 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 	if pk.Origin != commandOrigin || pk.FixedHeader.Type != packets.Publish {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	k := commandKey{cl.ID, pk.PacketID}
-	if _, ok := h.queued[k]; ok {
-		return // sent again on a reconnect: stored already
-	}
-	if _, ok := h.kept[cl.ID]; !ok {
-		return // a clean session: it ends with its connection
-	}
+	var rec []byte
 	if h.store != nil {
 		m := storage.Message{Client: cl.ID, Origin: pk.Origin, TopicName: pk.TopicName, Payload: pk.Payload,
 			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: pk.FixedHeader.Qos, Retain: pk.FixedHeader.Retain},
 			Created:     pk.Created, PacketID: pk.PacketID, Properties: storage.MessageProperties{MessageExpiryInterval: pk.Properties.MessageExpiryInterval}}
-		rec, _ := json.Marshal(m)
-		if err := h.store.PutCommand(cl.ID, pk.PacketID, rec); err != nil {
-			h.failed = errors.Join(h.failed, fmt.Errorf("queue for %q: %w", cl.ID, err))
-			return
-		}
+		rec, _ = json.Marshal(m)
 	}
-	h.queued[k] = struct{}{}
-	h.nq.Store(int64(len(h.queued)))
+	h.mu.Lock()
+	if e := h.cmds[k]; e != nil && e.queued {
+		h.mu.Unlock()
+		return // sent again on a reconnect: stored already (or being stored)
+	}
+	if _, ok := h.kept[cl.ID]; !ok {
+		h.mu.Unlock()
+		return // a clean session: it ends with its connection
+	}
+	e, ver := h.queue(k, true, rec)
+	h.mu.Unlock()
+	if err := h.settle(k, e, ver); err != nil {
+		h.mu.Lock()
+		h.failed = errors.Join(h.failed, fmt.Errorf("queue for %q: %w", cl.ID, err))
+		h.mu.Unlock()
+	}
 }
 
 // OnQosComplete removes an acknowledged command. It is called for every
-// QoS 1 and 2 flow, both ways: the fast path reads one atomic.
+// QoS 1 and 2 flow, both ways: the fast path reads one atomic, and a
+// flow the client started is never a command's (serverFlow).
 func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if h.nq.Load() > 0 {
+	if h.nq.Load() > 0 && serverFlow(pk) {
 		h.done(cl, pk.PacketID)
 	}
 }
@@ -315,35 +415,31 @@ func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 // client whose session was taken over drops its list, which the new
 // client holds: nothing is dropped.
 func (h *sessionHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
-	if h.nq.Load() > 0 && !cl.IsTakenOver() {
+	if h.nq.Load() > 0 && !cl.IsTakenOver() && serverFlow(pk) {
 		h.done(cl, pk.PacketID)
 	}
 }
 
-// done removes the command queued for cl under id, if one is. mochi
-// keeps one packet ID space per client for both directions: a
-// publish of cl's under a queued command's ID takes the command out of
-// cl's in-flight list as well, and so out of the store here.
+// done removes the command queued for cl under id, if one is. (mochi
+// keeps one packet ID list per client for both directions; a publish of
+// cl's under a queued command's ID is moved to another, packetids.go.)
 func (h *sessionHook) done(cl *mqtt.Client, id uint16) {
 	k := commandKey{cl.ID, id}
 	h.mu.RLock() // most flows are not commands: read-locked, they wait on nothing
-	_, ok := h.queued[k]
+	e := h.cmds[k]
+	queued := e != nil && e.queued
 	h.mu.RUnlock()
-	if !ok {
+	if !queued {
 		return
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, ok := h.queued[k]; !ok {
+	if e = h.cmds[k]; e == nil || !e.queued {
+		h.mu.Unlock()
 		return
 	}
-	delete(h.queued, k)
-	h.nq.Store(int64(len(h.queued)))
-	if h.store != nil {
-		if err := h.store.DeleteCommand(cl.ID, id); err != nil {
-			h.log.Error("acknowledged command not removed from the data file: sent again after a restart", "client", cl.ID, "error", err)
-		}
-	}
+	e, ver := h.queue(k, false, nil)
+	h.mu.Unlock()
+	_ = h.settle(k, e, ver) // a delete's error is logged
 }
 
 // takeFailed returns and clears the commands not stored since the last
@@ -359,8 +455,8 @@ func (h *sessionHook) takeFailed() error {
 // authOf returns what authentication made of the kept session of id,
 // or nil.
 func (h *sessionHook) authOf(id string) *session {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	if e := h.kept[id]; e != nil {
 		return e.auth
 	}
@@ -399,10 +495,11 @@ func (h *sessionHook) load() error {
 			return nil // its session is gone: the command with it
 		}
 		h.inflight = append(h.inflight, m)
-		h.queued[commandKey{id, packetID}] = struct{}{}
+		e := &cmdEntry{queued: true, rec: bytes.Clone(rec), ver: 1, written: 1}
+		h.cmds[commandKey{id, packetID}] = e
+		h.nq.Add(1)
 		return nil
 	})
-	h.nq.Store(int64(len(h.queued)))
 	if err != nil {
 		return fmt.Errorf("restore kept sessions: %w", err)
 	}
@@ -426,7 +523,7 @@ func (h *sessionHook) StoredInflightMessages() ([]storage.Message, error) {
 
 // restored returns the kept sessions and queued commands held.
 func (h *sessionHook) restored() (sessions, commands int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.kept), len(h.queued)
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.kept), int(h.nq.Load())
 }

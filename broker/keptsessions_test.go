@@ -128,10 +128,10 @@ func TestKeptSessionCommands(t *testing.T) {
 // command) allocate nothing, with commands queued for other clients.
 func TestKeptSessionHookAllocatesNothing(t *testing.T) {
 	h := newSessionHook(nil, nil, nil, discardLogger)
-	h.queued[commandKey{"other", 7}] = struct{}{}
+	h.cmds[commandKey{"other", 7}] = &cmdEntry{queued: true}
 	h.nq.Store(1)
 	cl := &mqtt.Client{ID: "dev-1"}
-	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 7}
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback, Remaining: 2}, PacketID: 7} // the client's
 	pub := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 7, Origin: "dev-2"}
 	if n := testing.AllocsPerRun(1000, func() {
 		h.OnQosPublish(cl, pub, 0, 0)

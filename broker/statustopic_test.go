@@ -338,3 +338,22 @@ func TestStatusWatcherAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per publish with a status watcher, want 0", n)
 	}
 }
+
+// BenchmarkOnPublishStatusWatcher: an admitted QoS 1 publish and the
+// encode of its PUBACK of a device that watches its status (feedback
+// always, so each publish reads its windows against the threshold).
+func BenchmarkOnPublishStatusWatcher(b *testing.B) {
+	s, cl, pk := newHookClient(b, devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Second, Feedback: fbAlways})
+	sh := newStatusHook(s.hook)
+	sh.OnSubscribed(cl, mochipk.Packet{FixedHeader: mochipk.FixedHeader{Type: mochipk.Subscribe}, PacketID: 9,
+		Filters: mochipk.Subscriptions{{Filter: StatusPrefix + cl.ID}}}, []byte{0})
+	sh.OnPacketSent(cl, mochipk.Packet{FixedHeader: mochipk.FixedHeader{Type: mochipk.Suback}, PacketID: 9}, nil)
+	ack := mochipk.Packet{FixedHeader: mochipk.FixedHeader{Type: mochipk.Puback}, PacketID: pk.PacketID, ReasonCode: mochipk.CodeGrantedQos1.Code}
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := s.hook.OnPublish(cl, pk); err != nil {
+			b.Fatal(err)
+		}
+		s.hook.OnPacketEncode(cl, ack)
+	}
+}

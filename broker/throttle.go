@@ -169,6 +169,9 @@ type throttle struct {
 	groupsSeen sync.Map
 	// groupJoined is Options.GroupJoined.
 	groupJoined func(devicelimit.Membership)
+	// remaps are the auth hook's (packetids.go): the throttle, the last
+	// hook to encode, writes them into the acks.
+	remaps *idRemaps
 }
 
 // connInfo is what a connection's publishes need and what cannot change
