@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"flag"
-	"github.com/devicegate/devicegate/internal/testcert"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +13,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/devicegate/devicegate/auth"
+	"github.com/devicegate/devicegate/internal/testcert"
 )
 
 // TestSimulateCredentialsProcess drives a gateway process with a
@@ -34,6 +38,7 @@ func TestSimulateCredentialsProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	lowerBcryptCost(t, creds, map[string]string{"fleet": "fleet-s3cret", "backend": "backend-s3cret"})
 	pwFile := func(name, pw string) string {
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, []byte(pw+"\n"), 0o600); err != nil {
@@ -200,5 +205,35 @@ func TestSimulateSeedAndDrainFlags(t *testing.T) {
 	}
 	if _, _, _, err := simulateConfig([]string{"--addr", "127.0.0.1:1883", "--drain", "0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--drain: must be > 0") {
 		t.Fatalf("--drain 0: err %v, want one naming --drain", err)
+	}
+}
+
+// lowerBcryptCost hashes again, at bcrypt's lowest cost, the passwords
+// of the accounts gateway passwd wrote to creds (their roles and client
+// IDs stay as it wrote them). At passwd's cost of 10, the runs' twenty
+// concurrent CONNECTs (wrong passwords are never cached) took longer
+// than a 1.5 s run on a loaded machine, and a device whose CONNECT is
+// not answered by the run's end is neither refused nor failed: the
+// wrong-password runs found 2 of 3, or none, refused.
+func lowerBcryptCost(t *testing.T, creds string, passwords map[string]string) {
+	t.Helper()
+	f, err := os.Open(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := auth.ParseFile(f)
+	f.Close()
+	if err != nil || len(entries) != len(passwords) {
+		t.Fatalf("%s: %d entries, %v", creds, len(entries), err)
+	}
+	for _, e := range entries {
+		h, err := bcrypt.GenerateFromPassword([]byte(passwords[e.Username]), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Hash = string(h)
+		if err := auth.Put(creds, e); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
