@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path"
 	"regexp"
 	"slices"
@@ -168,4 +169,88 @@ func TestDocsAddresses(t *testing.T) {
 	if n < 20 {
 		t.Fatalf("checked %d addresses, want the docs' examples", n)
 	}
+}
+
+// TestDocsShellBlocks: every sh block of the README and docs/ is one a
+// reader can paste as written on a fresh machine, or is clearly a
+// template. Each parses (bash -n). A block not run by a test
+// (<!-- runnable -->) uses no shell variable it does not set, and hands
+// no absolute path to a file flag (--file, --out, --config, --data-dir,
+// ...) outside /tmp: on a fresh machine the variable is empty and the
+// directory missing. A block marked "<!-- template: WORDS -->" may,
+// for the placeholders it lists: each must be in the block and be
+// explained, in backquotes, in the prose just before or after it.
+func TestDocsShellBlocks(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range pages(t) {
+		lines := strings.Split(p.Text, "\n")
+		for _, b := range p.Blocks() {
+			if b.Lang != "sh" {
+				continue
+			}
+			n++
+			where := fmt.Sprintf("%s:%d", p.Path, b.Line)
+			cmd := exec.Command(bash, "-n")
+			cmd.Stdin = strings.NewReader(b.Code)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("%s: the sh block does not parse: %v\n%s", where, err, out)
+			}
+			if b.Runnable != "" {
+				continue
+			}
+			placeholder := map[string]bool{}
+			near := strings.Join(lines[max(0, b.Line-14):min(len(lines), b.Line+strings.Count(b.Code, "\n")+16)], "\n")
+			for _, w := range b.Placeholders {
+				placeholder[w] = true
+				if !strings.Contains(b.Code, w) {
+					t.Errorf("%s: the template's placeholder %s is not in the block", where, w)
+				}
+				if !strings.Contains(near, "`"+w+"`") {
+					t.Errorf("%s: the template's placeholder %s is not explained (in backquotes) next to the block", where, w)
+				}
+			}
+			for _, v := range undefinedVars(b.Code) {
+				if !placeholder["$"+v] {
+					t.Errorf("%s: $%s is not set in the block: set it, or mark the block <!-- template: $%s ... --> and explain it", where, v, v)
+				}
+			}
+			for _, m := range absFileArgRE.FindAllStringSubmatch(b.Code, -1) {
+				if !strings.HasPrefix(m[2], "/tmp/") && !slices.ContainsFunc(b.Placeholders, func(w string) bool { return strings.Contains(m[0], w) }) {
+					t.Errorf("%s: %s %s: a directory a fresh machine lacks; use a relative path, or a placeholder of a template", where, m[1], m[2])
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("checked %d sh blocks, want the docs' examples", n)
+	}
+}
+
+var (
+	// absFileArgRE matches a file or directory flag given an absolute path.
+	absFileArgRE = regexp.MustCompile(`(--(?:file|out|config|data-dir|password-file|json|report|cafile|tls-ca))[ =](/\S+)`)
+	// varRE matches a shell variable's expansion: $NAME, ${NAME...}, ${#NAME}.
+	varRE = regexp.MustCompile(`\$(?:\{#?)?([A-Za-z_][A-Za-z0-9_]*)`)
+	// singleQuotedRE matches a single-quoted string, which expands nothing.
+	singleQuotedRE = regexp.MustCompile(`'[^']*'`)
+	// environment are the variables every shell has.
+	environment = map[string]bool{"PWD": true, "HOME": true, "PATH": true, "USER": true, "SHELL": true, "TMPDIR": true}
+)
+
+// undefinedVars returns the variables code expands without setting them
+// (an assignment NAME=, a for loop, read), in order.
+func undefinedVars(code string) []string {
+	var out []string
+	for _, m := range varRE.FindAllStringSubmatch(singleQuotedRE.ReplaceAllString(code, "''"), -1) {
+		v := m[1]
+		set := regexp.MustCompile(`(?m)(^|[\s;(&|])` + v + `=|\bfor ` + v + ` in\b|\bread (-\w+ )*` + v + `\b`)
+		if !environment[v] && !set.MatchString(code) && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -44,6 +44,9 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	if errors.As(err, new(reportedError)) {
+		return 1
+	}
 	// Several problems come one per line; indent all but the first.
 	msg := strings.ReplaceAll(strings.TrimRight(err.Error(), "\n"), "\n", "\n  ")
 	fmt.Fprintf(stderr, "gateway: %s\n", msg)
@@ -60,6 +63,14 @@ type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
+
+// reportedError is an error the command has already reported, in its
+// log's format (serve with log.format json): exit status 1, and nothing
+// more on stderr.
+type reportedError struct{ err error }
+
+func (e reportedError) Error() string { return e.err.Error() }
+func (e reportedError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -19,8 +20,10 @@ import (
 // TestREADMETryIt runs the README's "Try it" block as a new user would
 // paste it: in a copy of the checkout, with bash, and compares what it
 // prints with the output block the README shows under it. The block
-// uses the gateway's default ports (1883 and 8080), so the test fails if
-// something else holds them.
+// writes only into its temporary directory (mktemp -d, here under the
+// test's own TMPDIR): the checkout's files are the same after it. The
+// block uses the gateway's default ports (1883 and 8080), so the test
+// fails if something else holds them.
 func TestREADMETryIt(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join(sourceDir, "..", "..", "README.md"))
 	if err != nil {
@@ -29,8 +32,14 @@ func TestREADMETryIt(t *testing.T) {
 	script, want := tryItBlocks(t, string(readme))
 	needDefaultPorts(t, "the README's try-it block")
 	checkout := copyCheckout(t, filepath.Join(sourceDir, "..", ".."))
-	out, runErr := runPasted(checkout, script)
-	gwlog, _ := os.ReadFile(filepath.Join(checkout, "gateway.log"))
+	before := treeListing(t, checkout)
+	tmp := t.TempDir()
+	out, runErr := runPasted(checkout, script, tmpdirEnv(tmp))
+	logs, _ := filepath.Glob(filepath.Join(tmp, "*", "gateway.log"))
+	var gwlog []byte
+	if len(logs) == 1 {
+		gwlog, _ = os.ReadFile(logs[0])
+	}
 	if runErr != nil {
 		t.Fatalf("the try-it block failed: %v\noutput:\n%s\ngateway.log:\n%s", runErr, out.String(), gwlog)
 	}
@@ -48,12 +57,42 @@ func TestREADMETryIt(t *testing.T) {
 	}
 	// kill %1 stopped the gateway gracefully: it wrote its state and
 	// let go of the ports.
-	if !strings.Contains(string(gwlog), "msg=stopped") {
-		t.Fatalf("the gateway did not log that it stopped after kill %%1:\n%s", gwlog)
+	if len(logs) != 1 || !strings.Contains(string(gwlog), "msg=stopped") {
+		t.Fatalf("the gateway did not log in one gateway.log under TMPDIR (%v) that it stopped after kill %%1:\n%s", logs, gwlog)
 	}
-	if _, err := os.Stat(filepath.Join(checkout, "data", "devicegate.db")); err != nil {
-		t.Fatalf("no data file after the try-it block: %v", err)
+	if db, _ := filepath.Glob(filepath.Join(tmp, "*", "data", "devicegate.db")); len(db) != 1 {
+		t.Fatalf("no data file under the block's temporary directory: %v", db)
 	}
+	if after := treeListing(t, checkout); !slices.Equal(before, after) {
+		t.Fatalf("the try-it block wrote into the checkout:\nbefore %q\nafter  %q", before, after)
+	}
+}
+
+// tmpdirEnv is the environment entry that points mktemp at dir.
+func tmpdirEnv(dir string) string { return "TMPDIR=" + dir }
+
+// treeListing lists the files and directories under dir, with their
+// sizes, sorted.
+func treeListing(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		out = append(out, fmt.Sprintf("%s %d", rel, info.Size()))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // needDefaultPorts fails the test when the gateway's default ports,
@@ -70,14 +109,25 @@ func needDefaultPorts(t *testing.T, what string) {
 }
 
 // runPasted runs script with bash in dir, as a reader pasting it into a
-// shell there would (bashArgs such as "-e" before it), for at most 3
-// minutes, and returns what it printed on stdout and stderr.
-func runPasted(dir, script string, bashArgs ...string) (*bytes.Buffer, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+// shell there would (arguments starting with "-" go to bash before it,
+// such as "-e"; NAME=VALUE ones into its environment), and returns
+// what it printed on stdout and stderr. pastedTimeout bounds a block
+// that hangs.
+func runPasted(dir, script string, opts ...string) (*bytes.Buffer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), pastedTimeout)
 	defer cancel()
+	var bashArgs []string
+	env := append(os.Environ(), "GATEWAY_ADMIN_TOKEN=", "GATEWAY_ADMIN_ADDR=")
+	for _, o := range opts {
+		if strings.HasPrefix(o, "-") {
+			bashArgs = append(bashArgs, o)
+		} else {
+			env = append(env, o)
+		}
+	}
 	cmd := exec.CommandContext(ctx, "bash", append(bashArgs, "-c", script)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GATEWAY_ADMIN_TOKEN=", "GATEWAY_ADMIN_ADDR=")
+	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = 10 * time.Second
@@ -91,6 +141,11 @@ func runPasted(dir, script string, bashArgs ...string) (*bytes.Buffer, error) {
 	}
 	return &out, err
 }
+
+// pastedTimeout bounds one pasted block: its go build compiles the
+// checkout's packages again in the copy (the build cache keys them by
+// directory), which took over 3 minutes at load 17 on 2 cores.
+const pastedTimeout = 10 * time.Minute
 
 // tryItBlocks returns the sh block of the README's "Try it" section and
 // the text block that follows it (what the block prints).
@@ -192,4 +247,84 @@ func copyFile(src, dst string, perm os.FileMode) error {
 		return err
 	}
 	return out.Close()
+}
+
+// TestREADMEFirstScreen: the README's first 40 lines say what devicegate
+// is in two sentences, give the two commands (go run ./cmd/gateway,
+// make test) each with how long it takes and how to stop the gateway,
+// and hold the whole try-it block and its output, a refusal with its
+// retry-after among it. Its Prerequisites name every package and npm
+// module scripts/ensure-tools.sh installs, and every registry it and
+// the go command reach.
+func TestREADMEFirstScreen(t *testing.T) {
+	root := filepath.Join(sourceDir, "..", "..")
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(readme), "\n")
+	first := strings.Join(lines[:min(40, len(lines))], "\n") + "\n"
+
+	para, _, _ := strings.Cut(strings.TrimLeft(strings.SplitN(first, "\n\n", 2)[1], "\n"), "\n\n")
+	if n := len(regexp.MustCompile(`[.!?](\s|$)`).FindAllString(para, -1)); n != 2 {
+		t.Errorf("the first paragraph has %d sentences, want 2 (what devicegate is):\n%s", n, para)
+	}
+	took := regexp.MustCompile(`\d+(\.\d+)? (min|s)\b`)
+	for _, cmd := range []string{"go run ./cmd/gateway", "make test"} {
+		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(cmd) + `\s.*$`)
+		if l := re.FindString(first); l == "" || !took.MatchString(l) {
+			t.Errorf("the first 40 lines have no line starting %q that says how long it takes (got %q)", cmd, l)
+		}
+	}
+	if !strings.Contains(first, "Ctrl-C stops it") || !strings.Contains(first, "kill %1") {
+		t.Error("the first 40 lines do not say how to stop the gateway (Ctrl-C, kill %1)")
+	}
+	script, output := tryItBlocks(t, string(readme))
+	if !strings.Contains(first, "```sh\n"+script+"```") || !strings.Contains(first, "```text\n"+output+"```") {
+		t.Error("the try-it block and its output do not both end within the first 40 lines")
+	}
+	if !regexp.MustCompile(`(?m)^quota exceeded: .*retry after `).MatchString(output) {
+		t.Errorf("the try-it output shows no refusal with its retry-after:\n%s", output)
+	}
+
+	prereq := section(t, string(readme), "## Prerequisites")
+	tools, err := os.ReadFile(filepath.Join(root, "scripts", "ensure-tools.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, m := range regexp.MustCompile(`(?m)^\s+"\S+ (\S+)"$`).FindAllStringSubmatch(string(tools), -1) {
+		want = append(want, "`"+m[1]+"`")
+	}
+	if m := regexp.MustCompile(`(?m)^MQTTJS=(\S+)$`).FindStringSubmatch(string(tools)); m != nil {
+		want = append(want, "MQTT.js", "`"+m[1]+"`", "npm registry")
+	}
+	if len(want) < 10 {
+		t.Fatalf("found %d tools in scripts/ensure-tools.sh, want its TOOLS and MQTTJS: %q", len(want), want)
+	}
+	if strings.Contains(string(tools), "apt-get install") {
+		want = append(want, "package archive")
+	}
+	want = append(want, "Go module proxy")
+	for _, w := range want {
+		if !strings.Contains(prereq, w) {
+			t.Errorf("Prerequisites do not name %s", w)
+		}
+	}
+}
+
+// section returns the text of markdown page from the heading line
+// heading up to the next heading of the same level.
+func section(t *testing.T, page, heading string) string {
+	t.Helper()
+	i := strings.Index(page, "\n"+heading+"\n")
+	if i < 0 {
+		t.Fatalf("no section %q", heading)
+	}
+	s := page[i+1:]
+	level := heading[:strings.IndexByte(heading, ' ')+1]
+	if j := strings.Index(s[len(heading):], "\n"+level); j >= 0 {
+		s = s[:len(heading)+j+1]
+	}
+	return s
 }

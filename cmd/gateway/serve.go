@@ -185,7 +185,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log := slog.New(cfg.Log.Handler(stderr, lv))
 	// A reload reads the file again, under the same flags.
 	load := func() (config.Config, error) { return serveConfig(args, io.Discard) }
-	return server.Run(ctx, cfg, server.Deps{Logger: log, Level: lv, Version: releaseName(), Load: load})
+	err = server.Run(ctx, cfg, server.Deps{Logger: log, Level: lv, Version: releaseName(), Load: load})
+	if err != nil && cfg.Log.Format == "json" {
+		// A log collector reading JSON lines gets the failure as one.
+		log.Error("gateway failed", "error", err)
+		return reportedError{err}
+	}
+	return err
 }
 
 // intValue is an int flag whose parse errors read like the config's.

@@ -54,10 +54,19 @@ type Block struct {
 	// marker: "<!-- runnable -->" gives "-", "<!-- runnable: TestX -->"
 	// gives "TestX" (the test that runs it in its own way).
 	Runnable string
+	// Placeholders are set when the line before the fence is a template
+	// marker, "<!-- template: $PASSWORD CREDS -->": the block is a
+	// template, not run as written, and these words in it stand for the
+	// reader's values (the prose after the block explains each).
+	Placeholders []string
 }
 
-// runnableRE matches the marker line of a runnable block.
-var runnableRE = regexp.MustCompile(`^<!-- runnable(?:: (\w+))? -->$`)
+var (
+	// runnableRE matches the marker line of a runnable block.
+	runnableRE = regexp.MustCompile(`^<!-- runnable(?:: (\w+))? -->$`)
+	// templateRE matches the marker line of a template block.
+	templateRE = regexp.MustCompile(`^<!-- template: (.+?) -->$`)
+)
 
 // Blocks returns the page's fenced code blocks in order.
 func (p Page) Blocks() []Block {
@@ -73,6 +82,9 @@ func (p Page) Blocks() []Block {
 				if m[1] != "" {
 					cur.Runnable = m[1]
 				}
+			}
+			if m := templateRE.FindStringSubmatch(prev); m != nil {
+				cur.Placeholders = strings.Fields(m[1])
 			}
 		case cur != nil && strings.TrimSpace(line) == "```":
 			blocks = append(blocks, *cur)
