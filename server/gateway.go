@@ -328,7 +328,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Overrides: g.adminOverrides(),
 		Windows:   g.adminWindows(),
 		Devices:   brokerDevices{srv},
-		Blocks:    brokerBlocks{srv},
+		Blocks:    brokerBlocks{srv, g.snap},
 		Groups:    g.adminGroups(),
 		Throttled: topThrottled{g.topk, g.clock},
 		Listing:   trackedDevices{srv, table},
