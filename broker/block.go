@@ -244,13 +244,26 @@ func (b *blocks) list(now devicelimit.Tick) []Blocked {
 	return out
 }
 
-// countRefusal counts a refusal of the device under b and reports
-// whether it is the b.After-th within b.Within: the device is to be
-// blocked. The refusals are counted in a window of the device's own,
-// through the limiter (shared in Redis in cluster mode).
-func (h *throttle) countRefusal(c *connInfo, b devicelimit.Block, now devicelimit.Tick) bool {
+// countRefusal counts a refusal of the device's message of size bytes
+// under q (of topic class class) and reports whether it is the
+// q.Block.After-th within q.Block.Within: the device is to be blocked.
+// The refusals are counted in a window of the device's own, through the
+// limiter (shared in Redis in cluster mode). A refusal the crash charge
+// alone caused (chargedRefusals) is not counted: a crash never blocks
+// a device that was calm before it.
+func (h *throttle) countRefusal(c *connInfo, class string, q devicelimit.Quota, size int, now devicelimit.Tick) bool {
+	if cr, ok := h.limiter.(chargedRefusals); ok && cr.ChargedAt(c.device, class, q, size, now) {
+		return false
+	}
+	b := q.Block
 	d := h.limiter.AllowClassAt(c.device, refusalsClass, devicelimit.Quota{Limit: b.After, Window: b.Within}, 0, now)
 	return !d.Allowed || d.Remaining == 0
+}
+
+// chargedRefusals is a limiter that tells a refusal caused only by what
+// a crash charged (devicelimit.Table's ChargedAt).
+type chargedRefusals interface {
+	ChargedAt(device, class string, q devicelimit.Quota, size int, now devicelimit.Tick) bool
 }
 
 // classResetter is a limiter that empties one class of a device's

@@ -72,7 +72,7 @@ func (h *throttle) refuse(cl *mqtt.Client, pk packets.Packet, c *connInfo, class
 	h.refused(c, pk.TopicName, class, reason, now)
 	// A refusal by the group is the tenant's, not the device's doing:
 	// it does not count towards the device's block.
-	if q.Block.After > 0 && !byGroup && h.countRefusal(c, q.Block, now) {
+	if q.Block.After > 0 && !byGroup && h.countRefusal(c, class, q, len(pk.Payload), now) {
 		return h.blockNow(cl, c, q, class, now)
 	}
 

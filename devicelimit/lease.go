@@ -18,10 +18,12 @@ import (
 // write; a window running low on its lease asks for the next one
 // (cap = adm + L) early, so a steady publisher rarely waits for it; the
 // store writes the caps asked since its last write in one group commit
-// (TakeLeases, LeasesDurable). A snapshot records, with each window's
-// counts, the adm they hold (CollectLeases). After a crash, a window is
-// charged cap - recorded: the admissions its open lease could have made
-// beyond what the snapshot holds, never more than one lease (ChargeLease).
+// (TakeLeases, LeasesDurable), each with the window's counts and adm
+// as they are then. A snapshot records, with each window's counts, the
+// adm they hold (CollectLeases). After a crash, a window is restored
+// from the newer of the two and charged cap minus the adm they hold:
+// the admissions its open lease could have made beyond them, never
+// more than one lease (SettleLease, crashcharge.go).
 // A window without an open lease is charged nothing, and a lease closes
 // once its window admitted nothing through idleCollects snapshots (the
 // unused rest of it is given up: the next admission takes a new lease).
@@ -76,6 +78,10 @@ type lease struct {
 	// idle counts the collections in a row that found the window with
 	// an open lease and no admission since the one before.
 	idle uint32
+	// charge is what a crash charged the window (crashcharge.go), in
+	// the bucket whose number's low 32 bits are chargeBucket (a lease
+	// stays 48 bytes).
+	charge, chargeBucket uint32
 }
 
 // idleCollects is how many collections in a row must find a window's
@@ -189,10 +195,19 @@ func (t *Table) leasePending(s *shard, ref uint32) bool {
 
 // Lease is a window's lease as a store writes it: its incarnation, its
 // cap and its length (a window charged after a crash may have no
-// snapshot to take the length from).
+// snapshot to take the length from), and the window as it is when the
+// lease is written: Adm, the units it admitted in this incarnation, and
+// Window, its counts (encoded as by Window.MarshalBinary; valid only
+// during TakeLeases' call). The counts are what makes the cost of a
+// crash one lease: a window restored from them holds every admission
+// at the instant it was made, and only the units admitted after the
+// write, at most Cap - Adm (one lease), are charged at a later instant
+// than their own (SettleLease).
 type Lease struct {
 	Inc, Cap uint64
 	Length   time.Duration
+	Adm      uint64
+	Window   []byte
 }
 
 // LeaseMark is what a snapshot of a window records of its lease: the
@@ -218,12 +233,15 @@ func (t *Table) TakeLeases(fn func(key string, l Lease)) (gen uint64, keys []str
 	l.pending, l.spare = l.spare[:0], nil
 	l.open++
 	l.mu.Unlock()
+	var buf []byte
 	for _, key := range keys {
 		s, h := t.shardOfKey(key)
 		s.mu.Lock()
 		if ref, ok := s.index.get(key, h); ok {
 			if ls := s.lease(ref); ls.inc != 0 {
-				fn(key, Lease{Inc: ls.inc, Cap: ls.cap, Length: s.rec(ref).length()})
+				r := s.rec(ref)
+				buf = appendRec(buf[:0], r, t.buckets)
+				fn(key, Lease{Inc: ls.inc, Cap: ls.cap, Length: r.length(), Adm: ls.adm, Window: buf})
 			}
 		}
 		s.mu.Unlock()
@@ -296,67 +314,6 @@ func (t *Table) WaitLease(gen uint32, timeout time.Duration) bool {
 			return t.LeaseDurable(gen)
 		}
 	}
-}
-
-// ChargeLease charges the window under key, after a crash, units its
-// open lease could have admitted beyond its snapshot, at tick at, the
-// latest instant they could have been admitted. A window not restored
-// is made, of the lease's length; one restored keeps its length. Counts
-// the charge's bucket pushes out of the ring while they still lie in a
-// window reaching now move to the ring's oldest bucket (later, so they
-// expire no earlier). Call it after restoring the snapshot, before
-// decisions start.
-func (t *Table) ChargeLease(key string, length time.Duration, units int, at, now Tick) error {
-	if err := validKey(key); err != nil {
-		return err
-	}
-	if length < t.minWindow || length > MaxWindow {
-		return fmt.Errorf("%w: lease of window %q: length %s out of range", ErrBadSnapshot, key, length)
-	}
-	if units <= 0 {
-		return nil
-	}
-	s, h := t.shardOfKey(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i := s.index.find(key, h); i < 0 && inBuffer(s, key) {
-		key = strings.Clone(key)
-	}
-	r, _, _ := s.lookup(key, h, units, true)
-	if r.length() == 0 {
-		r.setLength(length)
-		r.setHead(bucketOf(at, t.buckets, length))
-	}
-	total := r.total()
-	units = min(units, MaxBytes-total)
-	r, _, _ = s.lookup(key, h, total+units, true) // wide enough
-	length = r.length()
-	slots := t.buckets + 1
-	nbC := bucketOf(at, t.buckets, length)
-	nowB := bucketOf(now, t.buckets, length)
-	if nbC < nowB-int64(t.buckets) {
-		return nil // left every window reaching now
-	}
-	if head := r.head(); nbC > head {
-		// Keep what a window reaching now still counts.
-		keep := 0
-		for k := max(head-int64(t.buckets), 0); k <= head && k < nbC-int64(t.buckets); k++ {
-			if k >= nowB-int64(t.buckets) {
-				keep += r.count(int(k % int64(slots)))
-			}
-		}
-		r.advance(nbC, slots)
-		oldest := int((nbC - int64(t.buckets)) % int64(slots))
-		r.setCount(oldest, r.count(oldest)+keep)
-		r.setTotal(r.total() + keep)
-	}
-	slot := int(max(nbC, r.head()-int64(t.buckets)) % int64(slots))
-	r.setCount(slot, r.count(slot)+units)
-	r.setTotal(r.total() + units)
-	if r.flags()&flagDirty == 0 {
-		s.markDirty(r, key)
-	}
-	return nil
 }
 
 // newerLease returns the later of two lease batches (0: none).

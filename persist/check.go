@@ -20,8 +20,10 @@ const (
 	// CheckAfterCrash checks only when the previous run did not shut
 	// down cleanly.
 	CheckAfterCrash
-	// CheckNever skips the check: damage is then found only when a
-	// transaction touches it.
+	// CheckNever skips the walk over every page: Open checks only the
+	// freelist (Store.checkFreelist), so that no write allocates a
+	// page outside the file; other damage is found only when a
+	// transaction touches it, and a write may spread it first.
 	CheckNever
 )
 
@@ -101,6 +103,7 @@ func (s *Store) Check() error {
 const (
 	pageHeaderSize   = 16
 	metaFreelistOff  = pageHeaderSize + 32
+	metaHighOff      = pageHeaderSize + 40 // the high-water mark: pages in use end below it
 	metaTxidOff      = pageHeaderSize + 48
 	metaChecksumOff  = pageHeaderSize + 56
 	metaPageFlag     = 0x04
@@ -152,6 +155,20 @@ func (s *Store) precheck(tx *bolt.Tx) error {
 	if err := tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walk(b) }); err != nil {
 		return err
 	}
+	return s.checkFreelist(tx, true)
+}
+
+// checkFreelist checks the freelist of tx's meta page, what a write
+// allocates pages from: its page identifies itself as a freelist, and
+// each page it lists is one of the file's (from 2 to the meta page's
+// high-water mark), in ascending order, once. A damaged entry would
+// make the next write allocate a page far beyond the file (bbolt then
+// fails with "writeat ...: negative offset", after writing the pages
+// before it) or over a page in use. With metas set, both meta pages
+// are checked first (checkMetaPage). It reads the meta pages and the
+// freelist only: what it cannot find (a listed page that is in use, a
+// damaged branch or leaf page) is Check's.
+func (s *Store) checkFreelist(tx *bolt.Tx, metas bool) error {
 	f, err := os.Open(s.path)
 	if err != nil {
 		return err
@@ -165,17 +182,19 @@ func (s *Store) precheck(tx *bolt.Tx) error {
 		}
 		return b, nil
 	}
-	freelist := noFreelist
+	freelist, high := noFreelist, uint64(0)
 	for meta := range uint64(2) {
 		b, err := read(meta, 0, metaChecksumOff+8)
 		if err != nil {
 			return err
 		}
-		if err := checkMetaPage(meta, b); err != nil {
-			return err
+		bad := checkMetaPage(meta, b)
+		if metas && bad != nil {
+			return bad
 		}
-		if binary.LittleEndian.Uint64(b[metaTxidOff:]) == uint64(tx.ID()) {
+		if bad == nil && binary.LittleEndian.Uint64(b[metaTxidOff:]) == uint64(tx.ID()) {
 			freelist = binary.LittleEndian.Uint64(b[metaFreelistOff:])
+			high = binary.LittleEndian.Uint64(b[metaHighOff:])
 		}
 	}
 	if freelist == noFreelist {
@@ -187,6 +206,31 @@ func (s *Store) precheck(tx *bolt.Tx) error {
 	}
 	if id, flags := binary.LittleEndian.Uint64(h), binary.LittleEndian.Uint16(h[8:]); id != freelist || flags != freelistPageFlag {
 		return fmt.Errorf("%w: freelist page %d identifies itself as page %d with flags %#x", ErrCorrupt, freelist, id, flags)
+	}
+	// The page's count, or 0xFFFF and the count in the first entry.
+	n, skip := uint64(binary.LittleEndian.Uint16(h[10:])), int64(0)
+	if n == 0xFFFF {
+		c, err := read(freelist, pageHeaderSize, 8)
+		if err != nil {
+			return err
+		}
+		n, skip = binary.LittleEndian.Uint64(c), 8
+	}
+	overflow := uint64(binary.LittleEndian.Uint32(h[12:]))
+	if n > (overflow+1)*uint64(pageSize)/8 {
+		return fmt.Errorf("%w: freelist page %d lists %d pages, more than it holds", ErrCorrupt, freelist, n)
+	}
+	ids, err := read(freelist, pageHeaderSize+skip, int(n)*8)
+	if err != nil {
+		return err
+	}
+	prev := uint64(1)
+	for i := range n {
+		id := binary.LittleEndian.Uint64(ids[i*8:])
+		if id <= prev || id >= high {
+			return fmt.Errorf("%w: freelist page %d is damaged: entry %d is page %d (after %d; the file has %d pages)", ErrCorrupt, freelist, i, id, prev, high)
+		}
+		prev = id
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -52,15 +54,20 @@ func TestDamageFoundAtOpenOrHarmless(t *testing.T) {
 	t.Logf("%d damaged offsets stopped Open", detected)
 }
 
-// TestCheckModes: CheckNever lets a damaged freelist through Open (the
-// failure shows at the first write), CheckAfterCrash finds it only after
-// an unclean shutdown.
+// TestCheckModes: a freelist entry outside the file (a write would
+// allocate a page far beyond it: "writeat ...: negative offset" after
+// writing the pages before it) is refused at Open in every mode, the
+// whole check skipped or not, and the file is left as it was. What only
+// the whole check finds, a page in use listed as free, stops Open with
+// CheckAlways, and with CheckAfterCrash after an unclean shutdown, and
+// passes with CheckNever (the risk docs/operations.md states).
 func TestCheckModes(t *testing.T) {
+	const outside, inUse = 0xABABABABABABABAB, 0
 	path := writeStore(t, 1)
-	// write copies the store, marks it unclean unless clean, and damages
-	// the first entry of its freelist page, so that a write would
-	// allocate a page far beyond the file.
-	write := func(clean bool) string {
+	// write copies the store, marks it unclean unless clean, and makes
+	// its freelist page list one page: page, or (inUse) the root page of
+	// the current meta page's buckets, a page in use.
+	write := func(clean bool, page uint64) string {
 		p := filepath.Join(t.TempDir(), FileName)
 		if err := os.WriteFile(p, fileBytes(t, path), 0o600); err != nil {
 			t.Fatal(err)
@@ -70,9 +77,18 @@ func TestCheckModes(t *testing.T) {
 		}
 		b := fileBytes(t, p)
 		f := freelistPage(t, p)
-		for i := range 8 {
-			b[f*4096+pageHeaderSize+i] = 0xAB
+		if n := binary.LittleEndian.Uint16(b[f*4096+10:]); n == 0 || n == 0xFFFF {
+			t.Fatalf("freelist page %d lists %d pages: the test needs one short list", f, n)
 		}
+		if page == inUse {
+			m0, m1 := b[:4096], b[4096:8192]
+			if binary.LittleEndian.Uint64(m1[metaTxidOff:]) > binary.LittleEndian.Uint64(m0[metaTxidOff:]) {
+				m0 = m1
+			}
+			page = binary.LittleEndian.Uint64(m0[pageHeaderSize+16:])
+		}
+		binary.LittleEndian.PutUint16(b[f*4096+10:], 1)
+		binary.LittleEndian.PutUint64(b[f*4096+pageHeaderSize:], page)
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -81,21 +97,35 @@ func TestCheckModes(t *testing.T) {
 	for _, c := range []struct {
 		mode    CheckMode
 		clean   bool
+		page    uint64
 		refused bool
 	}{
-		{CheckAlways, true, true},
-		{CheckAfterCrash, true, false},
-		{CheckAfterCrash, false, true},
-		{CheckNever, false, false},
+		{CheckAlways, true, outside, true},
+		{CheckAfterCrash, true, outside, true},
+		{CheckAfterCrash, false, outside, true},
+		{CheckNever, false, outside, true},
+		{CheckNever, true, outside, true},
+		{CheckAlways, true, inUse, true},
+		{CheckAfterCrash, false, inUse, true},
+		{CheckAfterCrash, true, inUse, false},
+		{CheckNever, false, inUse, false},
 	} {
-		p := write(c.clean)
+		p := write(c.clean, c.page)
+		before := fileBytes(t, p)
 		s, err := Open(filepath.Dir(p), Options{Check: c.mode})
 		if got := err != nil; got != c.refused {
-			t.Fatalf("mode %v, clean %v: Open error %v, want refused=%v", c.mode, c.clean, err, c.refused)
+			t.Fatalf("mode %v, clean %v, freelist entry %#x: Open error %v, want refused=%v", c.mode, c.clean, c.page, err, c.refused)
 		}
-		if err == nil {
-			s.Close()
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), p) {
+				t.Fatalf("mode %v: %v, want ErrCorrupt naming the file", c.mode, err)
+			}
+			if !bytes.Equal(fileBytes(t, p), before) {
+				t.Fatalf("mode %v, clean %v, freelist entry %#x: refused, and the file changed", c.mode, c.clean, c.page)
+			}
+			continue
 		}
+		s.Close()
 	}
 }
 

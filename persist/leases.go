@@ -18,24 +18,35 @@ import (
 // Leases (devicelimit/lease.go) live in the "leases" bucket, keyed by
 // the window's key (those of device IDs too long to be keys in
 // "leases-long", keyed and valued as the other long buckets are). A
-// record is version 1, then as uvarints the incarnation, the cap, the
-// units recorded by the last snapshot of that incarnation and the
-// window's length in nanoseconds. A lease write and a snapshot each
-// merge their part in: the higher incarnation wins, and within one the
-// higher cap and the higher recorded count, so the record is right in
-// whatever order the two kinds of transaction commit. The buckets are
-// made by the first write and emptied at every start (SettleLeases).
+// record is version 1 or 2, then as uvarints the incarnation, the cap,
+// the units recorded by the last snapshot of that incarnation and the
+// window's length in nanoseconds; version 2 then holds the units the
+// window had admitted at its latest lease write and, the rest of the
+// record, its counts then (a window's encoding, devicelimit's
+// Window.MarshalBinary; none when empty). A lease write and a snapshot
+// each merge their part in: the higher incarnation wins, and within one
+// the higher cap, the higher recorded count and the lease write with
+// the more admissions, so the record is right in whatever order the two
+// kinds of transaction commit. A snapshot that deletes the window drops
+// the lease write's counts (the window is gone: they must not bring it
+// back). The buckets are made by the first write and emptied at every
+// start (SettleLeases).
 var (
 	bucketLeases     = []byte("leases")
 	bucketLeasesLong = []byte("leases-long")
 )
 
-const leaseVersion = 1
+const (
+	leaseVersion1 = 1 // without the lease write's counts
+	leaseVersion  = 2
+)
 
 // leaseRecord is one window's stored lease.
 type leaseRecord struct {
 	inc, cap, rec uint64
 	length        time.Duration
+	adm           uint64 // admitted at the latest lease write
+	window        []byte // the counts then; nil: none
 }
 
 func (l leaseRecord) append(b []byte) []byte {
@@ -43,34 +54,59 @@ func (l leaseRecord) append(b []byte) []byte {
 	b = binary.AppendUvarint(b, l.inc)
 	b = binary.AppendUvarint(b, l.cap)
 	b = binary.AppendUvarint(b, l.rec)
-	return binary.AppendUvarint(b, uint64(l.length))
+	b = binary.AppendUvarint(b, uint64(l.length))
+	b = binary.AppendUvarint(b, l.adm)
+	return append(b, l.window...)
 }
 
 func decodeLease(v []byte) (leaseRecord, error) {
-	if len(v) == 0 || v[0] != leaseVersion {
+	if len(v) == 0 || (v[0] != leaseVersion && v[0] != leaseVersion1) {
 		return leaseRecord{}, fmt.Errorf("%w: lease record of unknown version", ErrCorrupt)
 	}
+	version := v[0]
 	v = v[1:]
-	var f [4]uint64
-	for i := range f {
+	var f [5]uint64
+	fields := f[:4]
+	if version == leaseVersion {
+		fields = f[:]
+	}
+	for i := range fields {
 		x, n := varint.Uvarint(v)
 		if n <= 0 {
 			return leaseRecord{}, fmt.Errorf("%w: truncated or malformed lease record", ErrCorrupt)
 		}
 		f[i], v = x, v[n:]
 	}
-	if len(v) != 0 || f[3] > uint64(devicelimit.MaxWindow) {
+	if (version == leaseVersion1 && len(v) != 0) || f[3] > uint64(devicelimit.MaxWindow) {
 		return leaseRecord{}, fmt.Errorf("%w: malformed lease record", ErrCorrupt)
 	}
-	return leaseRecord{inc: f[0], cap: f[1], rec: f[2], length: time.Duration(f[3])}, nil
+	l := leaseRecord{inc: f[0], cap: f[1], rec: f[2], length: time.Duration(f[3]), adm: f[4]}
+	if len(v) > 0 {
+		var w devicelimit.Window
+		if err := w.UnmarshalBinary(v); err != nil {
+			return leaseRecord{}, fmt.Errorf("%w: lease record's window: %v", ErrCorrupt, err)
+		}
+		l.window = v
+	}
+	return l, nil
 }
 
-// mergeLease merges a lease write (inc, cap, length) or, when mark is
-// set, a snapshot's mark (inc, rec) into the record of key in tx.
-func mergeLease(tx *bolt.Tx, key string, l leaseRecord, mark bool) error {
+// How mergeLease merges its record into the stored one.
+const (
+	leaseWrite  = iota // a lease write: inc, cap, length, adm, window
+	leaseMark          // a snapshot's mark: inc, rec
+	leaseWindow        // a snapshot deleted the window: drop adm and window
+)
+
+// mergeLease merges a lease write, a snapshot's mark or a window's
+// deletion (how) into the record of key in tx.
+func mergeLease(tx *bolt.Tx, key string, l leaseRecord, how int) error {
 	name, k := bucketLeases, []byte(key)
 	if longID(key) {
 		name, k = bucketLeasesLong, longKey(key)
+	}
+	if how == leaseWindow && (tx.Bucket(name) == nil || tx.Bucket(name).Get(k) == nil) {
+		return nil
 	}
 	b, err := tx.CreateBucketIfNotExists(name)
 	if err != nil {
@@ -90,15 +126,21 @@ func mergeLease(tx *bolt.Tx, key string, l leaseRecord, mark bool) error {
 		}
 	}
 	switch {
+	case how == leaseWindow:
+		cur.adm, cur.window = 0, nil
 	case cur.inc > l.inc:
 		return nil
 	case cur.inc < l.inc:
 		cur = leaseRecord{inc: l.inc, length: l.length}
 	}
-	if mark {
+	switch how {
+	case leaseMark:
 		cur.rec = max(cur.rec, l.rec)
-	} else {
+	case leaseWrite:
 		cur.cap, cur.length = max(cur.cap, l.cap), l.length
+		if l.adm > cur.adm {
+			cur.adm, cur.window = l.adm, l.window
+		}
 	}
 	enc := cur.append(nil)
 	if longID(key) {
@@ -107,17 +149,20 @@ func mergeLease(tx *bolt.Tx, key string, l leaseRecord, mark bool) error {
 	return b.Put(k, enc)
 }
 
-// SettleLeases charges, at the start after an unclean shutdown, every
-// window whose stored lease is open: cap - recorded units at tick at
-// (the latest instant the crashed run could have admitted), as of now
-// (devicelimit.Table.ChargeLease). Call it on a table just restored,
-// before decisions start. In one transaction it then writes the charged
-// windows and empties the leases, so that a crash right after cannot
-// lose the charge, and the next run's leases start afresh. After a
-// clean shutdown (charge false) it only empties them. It returns the
-// number of windows charged.
+// SettleLeases settles, at the start after an unclean shutdown, every
+// window whose stored lease is open (devicelimit.Table.SettleLease):
+// restored from its latest lease write's counts when they are newer
+// than its snapshot's, and charged what its lease could have admitted
+// beyond them, no more than a lease, at tick at (the latest instant the
+// crashed run could have admitted) or now, the earlier. Call it on a
+// table just restored, before decisions start. In one transaction it
+// then writes the settled windows and empties the leases, so that a
+// crash right after cannot lose the charge, and the next run's leases
+// start afresh. After a clean shutdown (charge false) it only empties
+// them. It returns the number of windows charged.
 func (s *Store) SettleLeases(t *devicelimit.Table, charge bool, at, now devicelimit.Tick) (int, error) {
 	var keys []string
+	charged := 0
 	if charge {
 		err := s.view(func(tx *bolt.Tx) error {
 			for _, name := range [][]byte{bucketLeases, bucketLeasesLong} {
@@ -137,13 +182,17 @@ func (s *Store) SettleLeases(t *devicelimit.Table, charge bool, at, now deviceli
 					if err != nil {
 						return fmt.Errorf("device %s: %w", keyName(key), err)
 					}
-					if l.cap <= l.rec {
-						return nil
-					}
-					if err := t.ChargeLease(string(key), l.length, int(min(l.cap-l.rec, devicelimit.MaxBytes)), at, now); err != nil {
+					changed, units, err := t.SettleLease(string(key), devicelimit.StoredLease{Inc: l.inc, Cap: l.cap, Recorded: l.rec,
+						Length: l.length, Adm: l.adm, Window: l.window}, at, now)
+					if err != nil {
 						return fmt.Errorf("%w: device %s: %w", ErrCorrupt, keyName(key), err)
 					}
-					keys = append(keys, string(key))
+					if units > 0 {
+						charged++
+					}
+					if changed {
+						keys = append(keys, string(key))
+					}
 					return nil
 				})
 				if err != nil {
@@ -158,25 +207,7 @@ func (s *Store) SettleLeases(t *devicelimit.Table, charge bool, at, now deviceli
 	}
 	err := s.update(func(tx *bolt.Tx) error {
 		for _, key := range keys {
-			w, ok := t.Snapshot(key)
-			if !ok {
-				continue
-			}
-			enc, err := w.MarshalBinary()
-			if err != nil {
-				return err
-			}
-			if longID(key) {
-				b, err := longBucket(tx, bucketWindowsLong, true)
-				if err != nil {
-					return err
-				}
-				if err := b.Put(longKey(key), appendLongValue(nil, key, enc)); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := tx.Bucket(bucketWindows).Put([]byte(key), enc); err != nil {
+			if err := putWindow(tx, t, key); err != nil {
 				return err
 			}
 		}
@@ -193,7 +224,33 @@ func (s *Store) SettleLeases(t *devicelimit.Table, charge bool, at, now deviceli
 	if err != nil {
 		return 0, fmt.Errorf("settle leases in %q: %w", s.path, err)
 	}
-	return len(keys), nil
+	return charged, nil
+}
+
+// putWindow writes the table's window of key in tx, or deletes it when
+// the table holds none.
+func putWindow(tx *bolt.Tx, t *devicelimit.Table, key string) error {
+	var enc []byte
+	if w, ok := t.Snapshot(key); ok {
+		var err error
+		if enc, err = w.MarshalBinary(); err != nil {
+			return err
+		}
+	}
+	if longID(key) {
+		b, err := longBucket(tx, bucketWindowsLong, true)
+		if err != nil {
+			return err
+		}
+		if enc == nil {
+			return b.Delete(longKey(key))
+		}
+		return b.Put(longKey(key), appendLongValue(nil, key, enc))
+	}
+	if enc == nil {
+		return tx.Bucket(bucketWindows).Delete([]byte(key))
+	}
+	return tx.Bucket(bucketWindows).Put([]byte(key), enc)
 }
 
 // Leaser writes a Table's leases (devicelimit.Table.EnableLeases) as
@@ -266,12 +323,13 @@ func (l *Leaser) write() error {
 	}
 	var batch []entry
 	gen, keys := l.table.TakeLeases(func(key string, le devicelimit.Lease) {
+		le.Window = bytes.Clone(le.Window)
 		batch = append(batch, entry{key, le})
 	})
 	if len(batch) > 0 {
 		r := &request{done: make(chan error, 1), fn: func(tx *bolt.Tx) error {
 			for _, e := range batch {
-				if err := mergeLease(tx, e.key, leaseRecord{inc: e.l.Inc, cap: e.l.Cap, length: e.l.Length}, false); err != nil {
+				if err := mergeLease(tx, e.key, leaseRecord{inc: e.l.Inc, cap: e.l.Cap, length: e.l.Length, adm: e.l.Adm, window: e.l.Window}, leaseWrite); err != nil {
 					return err
 				}
 			}

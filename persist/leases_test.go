@@ -1,7 +1,10 @@
 package persist
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -113,17 +116,17 @@ func (c *stepClock) Now() devicelimit.Tick { return c.now }
 func TestMergeLeaseOrderFree(t *testing.T) {
 	s := open(t, t.TempDir())
 	writes := []struct {
-		l    leaseRecord
-		mark bool
+		l   leaseRecord
+		how int
 	}{
-		{leaseRecord{inc: 2, cap: 50, length: time.Second}, false},
-		{leaseRecord{inc: 2, rec: 30}, true},
-		{leaseRecord{inc: 1, cap: 900, length: time.Second}, false}, // an older incarnation, late
-		{leaseRecord{inc: 2, cap: 40, length: time.Second}, false},  // an older cap, late
-		{leaseRecord{inc: 2, rec: 10}, true},                        // an older mark, late
+		{leaseRecord{inc: 2, cap: 50, length: time.Second}, leaseWrite},
+		{leaseRecord{inc: 2, rec: 30}, leaseMark},
+		{leaseRecord{inc: 1, cap: 900, length: time.Second}, leaseWrite}, // an older incarnation, late
+		{leaseRecord{inc: 2, cap: 40, length: time.Second}, leaseWrite},  // an older cap, late
+		{leaseRecord{inc: 2, rec: 10}, leaseMark},                        // an older mark, late
 	}
 	for _, w := range writes {
-		if err := s.update(func(tx *bolt.Tx) error { return mergeLease(tx, "dev", w.l, w.mark) }); err != nil {
+		if err := s.update(func(tx *bolt.Tx) error { return mergeLease(tx, "dev", w.l, w.how) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -132,7 +135,7 @@ func TestMergeLeaseOrderFree(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if want := (leaseRecord{inc: 2, cap: 50, rec: 30, length: time.Second}); got != want {
+		if want := (leaseRecord{inc: 2, cap: 50, rec: 30, length: time.Second}); !reflect.DeepEqual(got, want) {
 			t.Errorf("stored %+v, want %+v", got, want)
 		}
 		return nil
@@ -181,5 +184,58 @@ func TestLeasesOfLongDeviceID(t *testing.T) {
 	// (10) beyond the 15.
 	if got := tab2.PeekAt(long, q, clock.now).Count; got < 15 || got > 25 {
 		t.Errorf("the long ID counts %d after the crash, want 15..25", got)
+	}
+}
+
+// A lease write keeps the window's counts of the write with the most
+// admissions, whatever order the writes commit in; a snapshot deleting
+// the window drops them (they must not bring it back after a crash),
+// and a record of version 1 (before the counts) still reads.
+func TestLeaseRecordKeepsNewestCounts(t *testing.T) {
+	s := open(t, t.TempDir())
+	winA := devicelimit.Window{Length: time.Second, Head: 7, Counts: []uint32{0, 1, 2}}
+	winB := devicelimit.Window{Length: time.Second, Head: 5, Counts: []uint32{0, 0, 1}}
+	encA, _ := winA.MarshalBinary()
+	encB, _ := winB.MarshalBinary()
+	get := func() leaseRecord {
+		var got leaseRecord
+		if err := s.view(func(tx *bolt.Tx) error {
+			var err error
+			got, err = decodeLease(bytes.Clone(tx.Bucket(bucketLeases).Get([]byte("dev"))))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, w := range []struct {
+		l   leaseRecord
+		how int
+	}{
+		{leaseRecord{inc: 2, cap: 8, length: time.Second, adm: 3, window: encA}, leaseWrite},
+		{leaseRecord{inc: 2, cap: 6, length: time.Second, adm: 1, window: encB}, leaseWrite}, // older, late
+		{leaseRecord{inc: 2, rec: 2}, leaseMark},
+	} {
+		if err := s.update(func(tx *bolt.Tx) error { return mergeLease(tx, "dev", w.l, w.how) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := get(), (leaseRecord{inc: 2, cap: 8, rec: 2, length: time.Second, adm: 3, window: encA}); !reflect.DeepEqual(got, want) {
+		t.Errorf("stored %+v, want %+v", got, want)
+	}
+	if err := s.update(func(tx *bolt.Tx) error { return mergeLease(tx, "dev", leaseRecord{}, leaseWindow) }); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := get(), (leaseRecord{inc: 2, cap: 8, rec: 2, length: time.Second}); !reflect.DeepEqual(got, want) {
+		t.Errorf("after the window's deletion: stored %+v, want %+v", got, want)
+	}
+	v1 := []byte{leaseVersion1, 2, 8, 2, 0}
+	if got, err := decodeLease(v1); err != nil || !reflect.DeepEqual(got, leaseRecord{inc: 2, cap: 8, rec: 2}) {
+		t.Errorf("version 1 record: %+v, %v", got, err)
+	}
+	for _, bad := range [][]byte{{leaseVersion1, 2, 8, 2, 0, 9}, {leaseVersion, 2, 8, 2, 0, 3, 0xff}, {3, 1, 1, 1, 1}} {
+		if _, err := decodeLease(bad); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("decodeLease(%v): %v, want ErrCorrupt", bad, err)
+		}
 	}
 }

@@ -288,7 +288,7 @@ func (sn *Snapshotter) add(device string, enc []byte, m devicelimit.LeaseMark) {
 			v = appendLongValue(nil, device, enc)
 		}
 		sn.long.add(string(longKey(device)), v)
-		if m.Inc != 0 {
+		if m.Inc != 0 || enc == nil { // a mark, or a deletion (no mark)
 			sn.longMarks = append(sn.longMarks, longMark{device, m})
 		}
 		return
@@ -357,7 +357,11 @@ func (sn *Snapshotter) writeLong(tx *bolt.Tx, st *SnapshotStats) error {
 		return err
 	}
 	for _, lm := range sn.longMarks {
-		if err := mergeLease(tx, lm.key, leaseRecord{inc: lm.m.Inc, rec: lm.m.Recorded}, true); err != nil {
+		how := leaseMark
+		if lm.m.Inc == 0 {
+			how = leaseWindow
+		}
+		if err := mergeLease(tx, lm.key, leaseRecord{inc: lm.m.Inc, rec: lm.m.Recorded}, how); err != nil {
 			return err
 		}
 	}
@@ -407,10 +411,12 @@ func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 					var m devicelimit.LeaseMark
 					m, value = splitMarked(value)
 					if m.Inc != 0 {
-						if err := mergeLease(tx, string(key), leaseRecord{inc: m.Inc, rec: m.Recorded}, true); err != nil {
+						if err := mergeLease(tx, string(key), leaseRecord{inc: m.Inc, rec: m.Recorded}, leaseMark); err != nil {
 							return err
 						}
 					}
+				} else if err := mergeLease(tx, string(key), leaseRecord{}, leaseWindow); err != nil {
+					return err
 				}
 				// A window whose counts all expired after its last
 				// admission (Sweep advances the ring) is deleted: a

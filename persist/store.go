@@ -172,6 +172,16 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, err
 		}
 		s.meta.Checked = time.Since(start)
+	} else if !s.meta.New {
+		// Without the whole check, still never write through a damaged
+		// freelist.
+		err := guard(func() error {
+			return db.View(func(tx *bolt.Tx) error { return s.checkFreelist(tx, false) })
+		})
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("check store %q: %w", path, err)
+		}
 	}
 	// A new file's directory entry (and a new directory's) must be as
 	// durable as the first transactions written into the file.

@@ -46,7 +46,16 @@ func (g brokerGroups) Groups() []admin.GroupMembers {
 }
 
 // brokerBlocks lists and lifts the broker's automatic blocks.
-type brokerBlocks struct{ srv *broker.Server }
+type brokerBlocks struct {
+	srv *broker.Server
+	// snap writes the table's changes now: an unblock forgets the
+	// refusals that led to the block, and a crash after it is
+	// acknowledged must not bring them back (the block itself is
+	// deleted from the data file before Unblock returns).
+	snap interface {
+		Snapshot() (persist.SnapshotStats, error)
+	}
+}
 
 func (b brokerBlocks) Blocked() []admin.BlockedDevice {
 	var out []admin.BlockedDevice
@@ -61,7 +70,15 @@ func (b brokerBlocks) Block(device string) (admin.BlockedDevice, bool) {
 	return admin.BlockedDevice(x), ok
 }
 
-func (b brokerBlocks) Unblock(device string) (bool, error) { return b.srv.Unblock(device) }
+func (b brokerBlocks) Unblock(device string) (bool, error) {
+	had, err := b.srv.Unblock(device)
+	if had && err == nil && b.snap != nil {
+		if _, err = b.snap.Snapshot(); err != nil {
+			err = fmt.Errorf("write the forgotten refusals of %q: %w", device, err)
+		}
+	}
+	return had, err
+}
 
 // trackedDevices lists the devices the broker tracks and those holding
 // a window in the table (restored from the data file, say) that it does

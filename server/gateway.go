@@ -189,10 +189,12 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 	// After a crash, what was admitted since the last snapshot is lost,
 	// made at the latest by the persisted high-water (written every
 	// interval) plus one interval and the time the next snapshot took
-	// (taken as at most another). With leases, each window is charged
-	// what its open lease could have admitted, at that instant.
+	// (taken as at most another), and before this restart. With leases,
+	// each window is charged what its open lease could have admitted
+	// beyond its last snapshot or lease write, at the earlier of the two
+	// (devicelimit/crashcharge.go).
 	charge := g.prevUnclean && table.Leases()
-	at := meta.HighWater.Add(2 * interval)
+	at := min(meta.HighWater.Add(2*interval), g.clock.Now())
 	if g.prevUnclean && !charge {
 		log.Warn("the previous run did not shut down cleanly; up to one snapshot interval of admissions may have been lost, so devices may get that many extra messages in their current window (persist.after_crash: forgive)",
 			"path", store.Path())
@@ -212,7 +214,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		return nil, storeError(cfg.DataDir, err)
 	}
 	if charge {
-		log.Warn("the previous run did not shut down cleanly; each window with an open lease is charged what that lease could have admitted beyond the last snapshot, as of the last possible lost admission; the others are charged nothing",
+		log.Warn("the previous run did not shut down cleanly; each window with an open lease is charged what that lease could have admitted beyond its last snapshot or lease write, as of the restart; the others are charged nothing",
 			"path", store.Path(), "charged_windows", charged, "charged_at", at.String(), "lease", table.LeasePolicy())
 	}
 	log.Info("state restored", "windows", windows, "overrides", overrides, "took", time.Since(begin).String())
@@ -326,7 +328,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		Overrides: g.adminOverrides(),
 		Windows:   g.adminWindows(),
 		Devices:   brokerDevices{srv},
-		Blocks:    brokerBlocks{srv},
+		Blocks:    brokerBlocks{srv, g.snap},
 		Groups:    g.adminGroups(),
 		Throttled: topThrottled{g.topk, g.clock},
 		Listing:   trackedDevices{srv, table},
