@@ -243,7 +243,10 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 	refused, timedOut := false, false
 	began := time.Now()
 	defer func() {
-		if ctx.Err() != nil || timedOut {
+		// Only an end of the connection: a message the destination
+		// fails and answers (a stream not created yet, Redis loading)
+		// is sent again as ever.
+		if ctx.Err() != nil || timedOut || !(isClosed(c.Lost()) || errors.Is(err, ErrEnded)) {
 			return
 		}
 		if len(sent) == 1 && !refused {
@@ -252,7 +255,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 		// A connection lost soon after it began, with several messages
 		// in flight: the next one sends them one at a time (see
 		// careful).
-		if len(sent) > 1 && time.Since(began) < stableConnection && (isClosed(c.Lost()) || errors.Is(err, ErrEnded)) {
+		if len(sent) > 1 && time.Since(began) < stableConnection {
 			f.careful = sent[len(sent)-1].seq
 		}
 	}()
