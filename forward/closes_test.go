@@ -4,11 +4,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/devicegate/devicegate/forward"
 	"github.com/devicegate/devicegate/forward/forwardtest"
@@ -54,20 +51,7 @@ func TestClosingUpstreamSetAside(t *testing.T) {
 func closingRun(t *testing.T, o mosquittotest.Options, v5 bool, pad int, reason string) {
 	const n, closes = 20, 3
 	up := mosquittotest.StartWith(t, o)
-	var mu sync.Mutex
-	got := map[string][]string{}
-	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr).SetClientID("sub").SetOrderMatters(true))
-	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber: %v", tok.Error())
-	}
-	t.Cleanup(func() { sub.Disconnect(0) })
-	if tok := sub.Subscribe("devices/#", 1, func(_ mqtt.Client, m mqtt.Message) {
-		mu.Lock()
-		got[m.Topic()] = append(got[m.Topic()], string(m.Payload()))
-		mu.Unlock()
-	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
+	sub := subscribeAll(t, up.Addr)
 	measure := os.Getenv("DEVICEGATE_CLOSES_MEASURE") != ""
 	f, st := forwardtest.RunWith(t, "up/0", &forward.MQTT{Address: up.Addr, ClientID: "gw", V5: v5}, func(c *forward.Config) {
 		c.DeadAfterCloses = closes
@@ -98,13 +82,11 @@ func closingRun(t *testing.T, o mosquittotest.Options, v5 bool, pad int, reason 
 	})
 	took := time.Since(start)
 	dups := 0
-	mu.Lock()
-	defer mu.Unlock()
 	for _, d := range good {
-		dups += forwardtest.InOrder(t, d, got["devices/"+d+"/t"], n)
+		dups += forwardtest.InOrder(t, d, sub.of("devices/"+d+"/t"), n)
 	}
-	if len(got["devices/bad/t"]) != 0 {
-		t.Fatalf("%d refused messages reached the subscriber", len(got["devices/bad/t"]))
+	if bad := sub.of("devices/bad/t"); len(bad) != 0 {
+		t.Fatalf("%d refused messages reached the subscriber", len(bad))
 	}
 	s := f.Stats()
 	dead, total, err := f.DeadLetters(-1)
