@@ -242,6 +242,8 @@ func (s *Server) Start() error {
 	}
 	if tlsConfig != nil {
 		ln = tls.NewListener(ln, tlsConfig)
+	} else {
+		ln = jsonBadRequests{ln} // badrequest.go
 	}
 	s.ln = ln
 	s.srv = &http.Server{

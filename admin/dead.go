@@ -49,7 +49,7 @@ type DeadLetterJSON struct {
 	Log          string `json:"log"`
 	Seq          uint64 `json:"seq"`
 	ID           string `json:"id"`
-	RefusedAt    string `json:"refused_at"`
+	RefusedAt    string `json:"refused_at,omitempty"` // absent when unreadable (Damaged)
 	Reason       string `json:"reason"`
 	Error        string `json:"error"`
 	Device       string `json:"device"`

@@ -74,6 +74,12 @@ type Forward struct {
 	// to the destination (the wait starts at 100 ms and doubles, with
 	// jitter); 0: forward.DefaultMaxBackoff.
 	MaxBackoff Duration `yaml:"max_backoff,omitempty"`
+	// DeadAfterCloses sets a message aside with the dead letters
+	// (reason connection_closed) once the destination closed that many
+	// connections in a row with it the oldest unacknowledged: an upstream
+	// that closes the connection instead of refusing a message would
+	// otherwise get it again on every connection. Nil: 3; 0: never.
+	DeadAfterCloses *int `yaml:"dead_after_closes,omitempty"`
 	// Stream names the Redis stream of a message for a redis://
 	// destination: {topic} and {device} stand for its MQTT topic and
 	// device; "{topic}" when empty.
@@ -268,6 +274,9 @@ func (v *validator) forward(list []Forward) {
 		if f.MaxBackoff < 0 || f.MaxBackoff > 0 && time.Duration(f.MaxBackoff) < time.Second || time.Duration(f.MaxBackoff) > time.Hour {
 			v.add(key+".max_backoff", fmt.Sprintf("must be 1s to 1h, or 0 for 10s (got %s)", f.MaxBackoff))
 		}
+		if n := f.DeadAfterCloses; n != nil && (*n < 0 || *n > MaxDeadAfterCloses) {
+			v.add(key+".dead_after_closes", fmt.Sprintf("must be 1 to %d, or 0 for never (got %d)", MaxDeadAfterCloses, *n))
+		}
 		if len(f.Topics) == 0 {
 			v.add(key+".topics", "must list at least one topic filter")
 		}
@@ -352,6 +361,21 @@ func destination(s string) string {
 		}
 	}
 	return ""
+}
+
+// MaxDeadAfterCloses bounds forward[].dead_after_closes.
+const MaxDeadAfterCloses = 1000
+
+// DefaultDeadAfterCloses is forward[].dead_after_closes when not given.
+const DefaultDeadAfterCloses = 3
+
+// Closes returns dead_after_closes, or its default when not given (0:
+// never).
+func (f Forward) Closes() int {
+	if f.DeadAfterCloses == nil {
+		return DefaultDeadAfterCloses
+	}
+	return *f.DeadAfterCloses
 }
 
 // Inflight returns max_inflight, or its default when not given: 100 for

@@ -22,6 +22,7 @@ func TestForwardConfig(t *testing.T) {
     max_age: 1h
     keepalive: 20s
     max_backoff: 5s
+    dead_after_closes: 5
     persistent_session: true
     username: gw
     password_env: UPSTREAM_PASSWORD
@@ -31,7 +32,8 @@ func TestForwardConfig(t *testing.T) {
 		err = c.Validate()
 	}
 	if err != nil || len(c.Forward) != 1 || c.Forward[0].Addr() != "127.0.0.1:1884" || c.Forward[0].Topics[0] != "devices/#" ||
-		c.Forward[0].Connections != 4 || *c.Forward[0].Rate != 100 || !c.Forward[0].PersistentSession || c.Forward[0].MaxBackoff != Duration(5*time.Second) {
+		c.Forward[0].Connections != 4 || *c.Forward[0].Rate != 100 || !c.Forward[0].PersistentSession || c.Forward[0].MaxBackoff != Duration(5*time.Second) ||
+		c.Forward[0].Closes() != 5 || (Forward{}).Closes() != DefaultDeadAfterCloses {
 		t.Fatalf("good forward: %+v, %v", c.Forward, err)
 	}
 	if c, err := Parse(strings.NewReader(`forward: [{name: s, to: "redis://127.0.0.1:6379/2", topics: ["devices/#"], stream: "telemetry:{device}", max_len: 100000}]`)); err != nil ||
@@ -106,6 +108,7 @@ func TestForwardConfig(t *testing.T) {
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], keepalive: 100ms}]`, `forward[0].keepalive: must be 1s to 18h`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], max_backoff: 500ms}]`, `forward[0].max_backoff: must be 1s to 1h, or 0 for 10s (got 500ms)`},
 		{`forward: [{name: a, to: "redis://x:1", topics: [t], max_backoff: 2h}]`, `forward[0].max_backoff: must be 1s to 1h, or 0 for 10s (got 2h0m0s)`},
+		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], dead_after_closes: -1}]`, `forward[0].dead_after_closes: must be 1 to 1000, or 0 for never (got -1)`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], local_prefix: "devices", remote_prefix: "site/"}]`, `forward[0].remote_prefix: local_prefix and remote_prefix must end in '/'`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], local_prefix: "d/", remote_prefix: "$aws/"}]`, `forward[0].remote_prefix: local_prefix and remote_prefix take no wildcards and no '$' start`},
 		{`forward: [{name: a, to: "mqtt://x:1", topics: [t], tlss: {}}]`, `forward[0].tlss: unknown key`},

@@ -128,6 +128,7 @@ func (f *Forwarder) moveDead(seq uint64, rec []byte, ref *RefusedError) error {
 	}
 	f.backlog.Add(-1)
 	f.backlogBytes.Add(-int64(len(rec)))
+	f.deadMoved.Add(1)
 	d := &f.dead
 	d.mu.Lock()
 	if d.byReason == nil {

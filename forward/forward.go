@@ -234,6 +234,17 @@ type Forwarder struct {
 	// an earlier one of their connection had failed (countAhead).
 	reordered atomic.Uint64
 	closes    closes // Run's goroutine only
+	// careful is, after a connection lost soon after it began with
+	// several messages in flight, the newest of them: the next
+	// connections send one message at a time until it is answered, so
+	// that a message the destination ends the connection after (and
+	// whose answer, and those before it, the close lost: a TCP reset)
+	// goes alone, is refused or counted (dead_after_closes), and the
+	// rest flows. Run's goroutine only.
+	careful uint64
+	// deadMoved counts the messages moved to the dead letters since
+	// start (a connection that moved one made progress).
+	deadMoved atomic.Uint64
 }
 
 // Stats is a forwarder's state for metrics and the admin API.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/devicegate/devicegate/internal/mqtt3"
@@ -178,7 +179,20 @@ type mqttConn struct {
 }
 
 func (c *mqttConn) Send(m *Message, qos byte) Ack {
-	return c.c.Publish(m.Topic, qos, m.Retain, m.Payload)
+	return v3Ack{c.c.Publish(m.Topic, qos, m.Retain, m.Payload)}
+}
+
+// v3Ack is a paho token whose failure for a connection lost (paho
+// completes the tokens in flight with "connection lost before Publish
+// completed", before it reports the loss) is ErrEnded.
+type v3Ack struct{ mqtt.Token }
+
+func (a v3Ack) Error() error {
+	err := a.Token.Error()
+	if err != nil && strings.HasPrefix(err.Error(), "connection lost before") {
+		return fmt.Errorf("%w (%v)", ErrEnded, err)
+	}
+	return err
 }
 
 func (c *mqttConn) Close() { c.c.Disconnect(0) }

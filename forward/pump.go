@@ -28,14 +28,15 @@ func (f *Forwarder) Run(ctx context.Context) {
 		if err == nil {
 			f.setConnected(true, "")
 			f.slog.Info("upstream connected", "addr", dial.Addr())
-			acked, since := f.forwarded.Load(), time.Now()
+			acked, moved, since := f.forwarded.Load(), f.deadMoved.Load(), time.Now()
 			err = f.pump(ctx, c)
 			closeWithin(c, closeTimeout)
-			// Only a connection that worked starts the backoff over:
-			// one that the destination accepts and then fails at once
-			// (a produce refused, a login taken back) would otherwise
-			// be retried every MinBackoff, and logged each time.
-			if f.forwarded.Load() > acked || time.Since(since) >= stableConnection {
+			// Only a connection that worked (a message acknowledged, or
+			// refused for good) starts the backoff over: one that the
+			// destination accepts and then fails at once (a produce
+			// refused, a login taken back) would otherwise be retried
+			// every MinBackoff, and logged each time.
+			if f.forwarded.Load() > acked || f.deadMoved.Load() > moved || time.Since(since) >= stableConnection {
 				logged = ""
 				backoff = f.cfg.MinBackoff
 			}
@@ -231,11 +232,34 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 		}
 	}()
 	var sent []inflight
+	// A connection that ends (not for want of an acknowledgement, nor
+	// after a refusal, which Mosquitto ends the connection after) with
+	// one message alone in flight ended after that message. Only alone:
+	// a destination that closes the connection with more in flight may
+	// have done so for any of them, and a close that loses what was on
+	// its way (a TCP reset) loses the acknowledgements of those before
+	// it too. A connection starts with one message in flight, so the
+	// oldest is sent alone after each end.
+	refused, timedOut := false, false
+	began := time.Now()
 	defer func() {
-		if ctx.Err() == nil && len(sent) > 0 && (isClosed(c.Lost()) || errors.Is(err, ErrEnded)) {
+		// Only an end of the connection: a message the destination
+		// fails and answers (a stream not created yet, Redis loading)
+		// is sent again as ever.
+		if ctx.Err() != nil || timedOut || !(isClosed(c.Lost()) || errors.Is(err, ErrEnded)) {
+			return
+		}
+		if len(sent) == 1 && !refused {
 			f.closedAfter(sent[0].seq)
 		}
+		// A connection lost soon after it began, with several messages
+		// in flight: the next one sends them one at a time (see
+		// careful).
+		if len(sent) > 1 && time.Since(began) < stableConnection {
+			f.careful = sent[len(sent)-1].seq
+		}
 	}()
+	opensAt := f.careful
 	// queue holds messages read from the log and not sent yet: the log
 	// is read once per window's worth, not once per acknowledgement.
 	var queue []queued
@@ -285,7 +309,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			}
 		}
 		var paceWait time.Duration
-		for len(queue) > 0 && len(sent) < window {
+		for len(queue) > 0 && len(sent) < window && !isClosed(c.Lost()) {
 			if paceWait = pace.wait(time.Now()); paceWait > 0 {
 				break
 			}
@@ -332,8 +356,13 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			return ctx.Err()
 		case <-c.Lost():
 			t.Stop()
-			return lost(c)
+			if !isDone(sent[0].ack) {
+				return lost(c)
+			}
+			// The oldest's answer came before the end (a refusal the
+			// destination closes the connection after): taken first.
 		case <-t.C:
+			timedOut = true
 			return fmt.Errorf("no acknowledgement within %s", f.cfg.AckTimeout)
 		case <-f.wake:
 			t.Stop()
@@ -360,7 +389,10 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 					return fmt.Errorf("publish: %w", err)
 				}
 				// Refused for good: to the dead letters, and on.
-				window = f.cfg.Window // an answer all the same
+				if sent[0].seq >= opensAt {
+					window = f.cfg.Window // an answer all the same
+				}
+				refused = true
 				if err := f.deadLetter(sent[0].seq, ref); err != nil {
 					return err
 				}
@@ -368,7 +400,9 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				headSince = time.Now()
 				continue
 			}
-			window = f.cfg.Window
+			if sent[0].seq >= opensAt {
+				window = f.cfg.Window
+			}
 			if f.closes.seq == sent[0].seq {
 				f.closes.n = 0
 			}

@@ -24,20 +24,7 @@ import (
 func TestRefusedForGoodMQTT5(t *testing.T) {
 	const deny = "topic readwrite #\ntopic deny devices/bad/t\n"
 	up := mosquittotest.StartWith(t, mosquittotest.Options{ACL: deny, MaxQueued: 100000})
-	var mu sync.Mutex
-	got := map[string][]string{}
-	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr).SetClientID("sub").SetOrderMatters(true))
-	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber: %v", tok.Error())
-	}
-	t.Cleanup(func() { sub.Disconnect(0) })
-	if tok := sub.Subscribe("devices/#", 1, func(_ mqtt.Client, m mqtt.Message) {
-		mu.Lock()
-		got[m.Topic()] = append(got[m.Topic()], string(m.Payload()))
-		mu.Unlock()
-	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
+	sub := subscribeAll(t, up.Addr)
 	f, st := forwardtest.Run(t, "up/0", &forward.MQTT{Address: up.Addr, ClientID: "gw", V5: true})
 	var good []string
 	for i := range 19 {
@@ -55,14 +42,45 @@ func TestRefusedForGoodMQTT5(t *testing.T) {
 			})
 		},
 		Read: func(d string) []string {
-			mu.Lock()
-			defer mu.Unlock()
 			var out []string
-			for _, p := range got["devices/"+d+"/t"] {
+			for _, p := range sub.of("devices/" + d + "/t") {
 				if p != "probe" {
 					out = append(out, p)
 				}
 			}
 			return out
 		}})
+}
+
+// received holds what a subscriber to devices/# got, by topic.
+type received struct {
+	mu  sync.Mutex
+	got map[string][]string
+}
+
+// of returns the payloads received on topic, in order.
+func (r *received) of(topic string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.got[topic]...)
+}
+
+// subscribeAll subscribes to devices/# at QoS 1 on the MQTT broker at
+// addr until the test ends.
+func subscribeAll(t *testing.T, addr string) *received {
+	t.Helper()
+	r := &received{got: map[string][]string{}}
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("sub").SetOrderMatters(true))
+	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscriber: %v", tok.Error())
+	}
+	t.Cleanup(func() { sub.Disconnect(0) })
+	if tok := sub.Subscribe("devices/#", 1, func(_ mqtt.Client, m mqtt.Message) {
+		r.mu.Lock()
+		r.got[m.Topic()] = append(r.got[m.Topic()], string(m.Payload()))
+		r.mu.Unlock()
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	return r
 }

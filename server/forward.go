@@ -79,7 +79,8 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 			l := forwardLive(fc, dial(n, suffixed))
 			c := forward.Config{Name: name, Origin: origin, Upstream: fc.Name, Dial: l.Dial,
 				Map: forward.Map{Local: fc.LocalPrefix, Remote: fc.RemotePrefix}, MaxQoS: byte(fc.MaxQoS), Window: fc.Inflight(),
-				MaxBytes: l.MaxBytes, Overflow: overflow(fc.Overflow), MaxAge: l.MaxAge, Rate: l.Rate, MaxBackoff: time.Duration(fc.MaxBackoff), Now: now}
+				MaxBytes: l.MaxBytes, Overflow: overflow(fc.Overflow), MaxAge: l.MaxAge, Rate: l.Rate, MaxBackoff: time.Duration(fc.MaxBackoff), Now: now,
+				DeadAfterCloses: fc.Closes()}
 			f, err := forward.New(c, store, log)
 			if err == nil {
 				conns[len(conns)-1] = append(conns[len(conns)-1], forwardConn{f, n, suffixed})

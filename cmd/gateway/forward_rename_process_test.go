@@ -86,7 +86,7 @@ func TestForwardRenameProcess(t *testing.T) {
 		t.Fatalf("start with new renamed: exit %d; stderr:\n%s", code, stderr)
 	}
 	code, out, stderr := runBinary(t, "forward", "drop-log", "new", "--data-dir", dir)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("dropped %d messages of forward log new/0", waiting)) {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("dropped %d messages and 0 dead letters of forward log new/0", waiting)) {
 		t.Fatalf("forward drop-log new: exit %d, want %d dropped\n%s%s", code, waiting, out, stderr)
 	}
 	g = startGW(t, dir, "--config", newer)

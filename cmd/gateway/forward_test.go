@@ -33,6 +33,25 @@ func TestForwardStatus(t *testing.T) {
 		out := status()
 		return strings.Contains(out, "cloud ") && strings.Contains(out, " 1/1 ")
 	})
+	// Dead letters: errors name the forward subcommand (before, "quota
+	// forward dead list: ..."); none to replay or drop is a count of 0.
+	dead := func(args ...string) (string, error) {
+		var out strings.Builder
+		err := run(context.Background(), append(append([]string{"forward", "dead"}, args...), "--admin-addr", g.AdminAddr().String(), "--token", cfg.Admin.Token), &out, &out)
+		return out.String(), err
+	}
+	if _, err := dead("list", "nope"); err == nil || !strings.HasPrefix(err.Error(), "forward dead list: ") || !strings.Contains(err.Error(), `no upstream named "nope"`) {
+		t.Fatalf("forward dead list nope: %v", err)
+	}
+	if out, err := dead("replay", "cloud"); err != nil || out != "cloud: 0 dead letters sent again\n" {
+		t.Fatalf("forward dead replay: %q, %v", out, err)
+	}
+	if out, err := dead("drop", "cloud", "--json"); err != nil || !strings.Contains(out, `"dropped": 0`) {
+		t.Fatalf("forward dead drop --json: %q, %v", out, err)
+	}
+	if _, err := dead("drop", "cloud", "--id", "nope"); err == nil || !strings.HasPrefix(err.Error(), "forward dead drop: ") || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("forward dead drop --id nope: %v", err)
+	}
 	if out := status("--json"); !strings.Contains(out, `"name": "cloud"`) || !strings.Contains(out, `"connected": 1`) || !strings.Contains(out, `"connections": 1`) {
 		t.Fatalf("--json:\n%s", out)
 	}

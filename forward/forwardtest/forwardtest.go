@@ -21,14 +21,23 @@ import (
 // data file in the test's directory, until the test ends. Backoffs are
 // short, the acknowledgement timeout a second.
 func Run(t *testing.T, name string, d forward.Dialer) (*forward.Forwarder, *persist.Store) {
+	return RunWith(t, name, d, nil)
+}
+
+// RunWith is Run with the configuration changed by set, when not nil.
+func RunWith(t *testing.T, name string, d forward.Dialer, set func(*forward.Config)) (*forward.Forwarder, *persist.Store) {
 	t.Helper()
 	st, err := persist.Open(t.TempDir(), persist.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	f, err := forward.New(forward.Config{Name: name, Dial: d, MaxQoS: 1, AckTimeout: time.Second,
-		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, st, nil)
+	cfg := forward.Config{Name: name, Dial: d, MaxQoS: 1, AckTimeout: time.Second,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
+	if set != nil {
+		set(&cfg)
+	}
+	f, err := forward.New(cfg, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +168,10 @@ func Refused(t *testing.T, f *forward.Forwarder, st *persist.Store, name string,
 			}
 		}
 	}
-	poll.Until(t, 30*time.Second, "the log gone through", func() bool { return Backlog(t, st, name) == 0 })
+	// The counts follow the move's commit: waited for too.
+	poll.Until(t, 30*time.Second, "the log gone through", func() bool {
+		return Backlog(t, st, name) == 0 && f.Stats().DeadByReason[r.Reason] >= uint64(n)
+	})
 	for _, d := range r.Good {
 		var got []string
 		for _, p := range r.Read(d) {

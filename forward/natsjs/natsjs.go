@@ -166,7 +166,7 @@ func (c *conn) run() {
 		case err = <-s.f.Err():
 			err = refusal(fmt.Errorf("publish to %s on %s: %w", s.f.Msg().Subject, c.d.URLs, explain(err)))
 		case <-c.Lost():
-			err = errors.New("connection lost")
+			err = forward.ErrEnded
 		}
 		s.ack.Finish(err)
 	}

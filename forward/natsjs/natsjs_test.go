@@ -202,11 +202,13 @@ func TestRefusedForGood(t *testing.T) {
 // then holds the 60, in order, each once: before, a window of
 // publishes in flight had its first ones fail and later ones stored,
 // and the first ones, sent again, were stored after them (m24 m1 m2 …
-// m23 m29 m25 …).
+// m23 m29 m25 …). With dead_after_closes 1, nothing is set aside.
 func TestStreamCreatedMidRun(t *testing.T) {
 	for run := range 3 {
 		srv := natstest.Start(t)
-		f, st := forwardtest.Run(t, "streams/0", &Dialer{URLs: srv.URL})
+		// dead_after_closes at its strictest: a publish no stream
+		// answers is a failure, not a close, and sets nothing aside.
+		f, st := forwardtest.RunWith(t, "streams/0", &Dialer{URLs: srv.URL}, func(c *forward.Config) { c.DeadAfterCloses = 1 })
 		forwardtest.Append(t, f, []string{"meter-1"}, 1, 60)
 		poll.Until(t, 10*time.Second, "publishes failing", func() bool { return f.Attempts() >= 3 })
 		stream := srv.CreateStream("DEVICES", "devices.>")

@@ -32,6 +32,10 @@ type Options struct {
 	MaxQueued int
 	// ACL, when set, is the acl_file's text (SetACL changes it).
 	ACL string
+	// MaxPacketSize, when > 0, is max_packet_size: Mosquitto ends the
+	// connection of a client that sends a larger packet (an MQTT 3.1.1
+	// client cannot be told the bound).
+	MaxPacketSize int
 	// Persist keeps sessions (and their queued messages) across Stop
 	// and Restart, in the test's directory.
 	Persist bool
@@ -102,6 +106,9 @@ func StartWith(t testing.TB, o Options) *Server {
 			t.Fatal(err)
 		}
 		conf = append(conf, "acl_file "+s.acl)
+	}
+	if o.MaxPacketSize > 0 {
+		conf = append(conf, fmt.Sprintf("max_packet_size %d", o.MaxPacketSize))
 	}
 	if o.Persist {
 		conf = append(conf, "persistence true", "persistence_location "+dir+"/", "autosave_interval 0")
