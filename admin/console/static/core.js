@@ -49,7 +49,7 @@ function update(section, ...children) {
   if (!again && f.className && f.value !== undefined) {
     again = [...section.getElementsByClassName(f.className.split(" ")[0])].find(x => x.value === f.value && x.tagName === f.tagName);
   }
-  if (again && section.contains(again)) again.focus();
+  if (again && section.contains(again)) again.focus({ preventScroll: true });
 }
 
 const SVG = "http://www.w3.org/2000/svg";
