@@ -24,7 +24,7 @@ import (
 // above); "bad-*" 1, blocked for an hour after 2 refusals; "grp-*" 100
 // in group tenant of 2; "shadow-*" 1 in shadow mode; "slow-*" 1,
 // deferred above; "cls-*" 100, their alarms 1 (a topic class); "bulk-*"
-// 5.
+// 5. With an upstream, fwd/# goes there over MQTT 5.
 func startStatesGateway(t *testing.T, upstream string) (*server.Gateway, string) {
 	t.Helper()
 	hour := config.Duration(time.Hour)
@@ -48,7 +48,7 @@ func startStatesGateway(t *testing.T, upstream string) (*server.Gateway, string)
 		{Name: "bulk", Match: config.Match{ClientID: "bulk-*"}, Quota: config.Quota{Limit: 5, Window: hour}},
 	}
 	if upstream != "" {
-		cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + upstream, Topics: []string{"fwd/#"}, MaxQoS: 1}}
+		cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + upstream, Topics: []string{"fwd/#"}, MaxQoS: 1, MQTTVersion: "5"}}
 	}
 	g := gatewaytest.Start(t, cfg)
 	return g, "http://" + g.AdminAddr().String()
