@@ -38,7 +38,7 @@ func (tableListing) Refusals(string) []admin.Refusal { return nil }
 // afresh to its first 50 rows, and each sort and a filter asked from the
 // page, from the click to the rows shown. Each is the best of three
 // (the machine is shared); without the race detector each must be
-// under 2 s. docs/console.md gives the times measured.
+// under 3 s. docs/console.md gives the times measured.
 func TestConsoleDevicesScale(t *testing.T) {
 	table, err := devicelimit.NewTable(devicelimit.DefaultBuckets)
 	if err != nil {
@@ -81,8 +81,8 @@ func TestConsoleDevicesScale(t *testing.T) {
 			d = min(d, once())
 		}
 		t.Logf("%s with %d devices tracked: %s", what, tracked, d.Round(time.Millisecond))
-		if d > 2*time.Second && raceSlowdown == 1 {
-			t.Errorf("%s took %s, want under 2 s", what, d.Round(time.Millisecond))
+		if d > 3*time.Second && raceSlowdown == 1 {
+			t.Errorf("%s took %s, want under 3 s", what, d.Round(time.Millisecond))
 		}
 		return d
 	}
