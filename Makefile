@@ -28,12 +28,14 @@ SHELL       := bash
 .PHONY: bench-e2e bench-feedback
 
 # test: vet, every test with the race detector, the property tests and
-# the timed device listing in full without it (the detector makes them
-# 10 to 12 times slower), then a short fuzz pass.
+# the timed device listing (API and console page) in full without it
+# (the detector makes them 10 to 12 times slower), then a short fuzz
+# pass.
 test: tools vet
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run '^TestProperty' ./devicelimit
 	$(GO) test -count=1 -run '^TestDeviceListingScales$$' ./server
+	$(GO) test -count=1 -run '^TestConsoleDevicesScale$$' ./admin/console
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 vet:
