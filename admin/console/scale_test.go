@@ -104,13 +104,13 @@ func TestConsoleDevicesScale(t *testing.T) {
 		{"sorted by refusals", "#/devices?sort=refusals"},
 		{"sorted by rate", "#/devices?sort=rate"},
 		{"sorted by last seen", "#/devices?sort=last_seen"},
-		{"sorted by device, page 1000", "#/devices?offset=49950"},
+		{"sorted by device, the last page", "#/devices?offset=" + strconv.Itoa(tracked-50)},
 		{"filtered: connected", "#/devices?filter=connected"},
 	} {
 		want := ready
 		switch {
 		case strings.Contains(c.hash, "offset"):
-			want = fmt.Sprintf(`document.getElementById("device-count") && document.getElementById("device-count").textContent === "49951–50000 of %d"`, tracked)
+			want = fmt.Sprintf(`document.getElementById("device-count") && document.getElementById("device-count").textContent === "%d–%d of %d"`, tracked-49, tracked, tracked)
 		case strings.Contains(c.hash, "filter"):
 			want = `document.getElementById("device-count") && document.getElementById("device-count").textContent === "no device matches"`
 		}

@@ -247,6 +247,7 @@ function confirmButton(label, question, act, notice, attrs) {
         wrap.replaceChildren(b);
         b.focus();
         if (said) announce(said, notice);
+        await refreshNow(); // the page as the action left it, the focus kept
       } catch (e) {
         wrap.replaceChildren(b, el("span", { class: "error", role: "alert" }, " " + e.message));
         b.focus();
