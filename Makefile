@@ -32,12 +32,14 @@ SHELL       := bash
 .PHONY: bench-e2e bench-feedback
 
 # test: vet, every test with the race detector, the property tests and
-# the timed device listing in full without it (the detector makes them
-# 10 to 12 times slower), then a short fuzz pass.
+# the timed device listing (API and console page) in full without it
+# (the detector makes them 10 to 12 times slower), then a short fuzz
+# pass.
 test: tools vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -count=1 -run '^TestProperty' ./devicelimit
 	$(GO) test -count=1 -run '^TestDeviceListingScales$$' ./server
+	$(GO) test -count=1 -run '^TestConsoleDevicesScale$$' ./admin/console
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 vet:
@@ -230,9 +232,17 @@ REPORT ?= $(SIM_OUT)/acceptance.html
 report-png:
 	./scripts/report-png.sh $(REPORT) $(REPORT:.html=.png)
 
-# console-shots: run the console's browser test and keep its screenshots
-# of every page, and the overview's page text, in console-shots/
-# (gitignored; see docs/console.md).
+# console-shots: run the console's browser tests and keep their
+# screenshots of every page and state, and the overview's page text, in
+# console-shots/ (gitignored; see docs/console.md).
 .PHONY: console-shots
 console-shots: tools
-	DEVICEGATE_CONSOLE_SHOTS=$(CURDIR)/console-shots $(GO) test -count=1 -run '^TestConsoleInBrowser$$' -v ./admin/console
+	DEVICEGATE_CONSOLE_SHOTS=$(CURDIR)/console-shots $(GO) test -count=1 -run '^TestConsole(InBrowser|NextMessage|OperatorWork|DeadLetters|Live)$$' -v ./admin/console
+
+# console-scale: the Devices page's load times in Chromium and the
+# history's bytes per device, at 100,000 tracked devices, without the
+# race detector (docs/console.md).
+.PHONY: console-scale
+console-scale: tools
+	$(GO) test -count=1 -run '^TestConsoleDevicesScale$$' -v ./admin/console
+	$(GO) test -count=1 -run '^TestSeriesMemory$$' -v ./broker

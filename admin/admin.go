@@ -170,6 +170,7 @@ type Server struct {
 	fwdHistory fwdHistory
 
 	mu         sync.Mutex
+	fresh      map[net.Conn]struct{} // connections with no request read yet
 	srv        *http.Server
 	ln         net.Listener
 	done       chan struct{}
@@ -253,7 +254,9 @@ func (s *Server) Start() error {
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ConnState:         s.connState,
 	}
+	s.fresh = map[net.Conn]struct{}{}
 	s.done = make(chan struct{})
 	if s.opts.Stats != nil {
 		s.rateTick() // the first sample: rates from the next
@@ -271,6 +274,17 @@ func (s *Server) Start() error {
 		}
 	}()
 	return nil
+}
+
+// connState keeps the set of connections with no request read yet.
+func (s *Server) connState(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st == http.StateNew {
+		s.fresh[c] = struct{}{}
+	} else {
+		delete(s.fresh, c)
+	}
 }
 
 // Addr returns the listener's address, nil before Start.
@@ -299,6 +313,15 @@ func (s *Server) Close(ctx context.Context) error {
 		close(stopRates)
 		<-ratesEnded
 	}
+	// A connection a browser opened ahead of a request it may never
+	// send is not idle to Shutdown for its first 5 seconds: closed now,
+	// it holds up no shutdown.
+	srv.SetKeepAlivesEnabled(false)
+	s.mu.Lock()
+	for c := range s.fresh {
+		c.Close()
+	}
+	s.mu.Unlock()
 	err := srv.Shutdown(ctx)
 	if err != nil {
 		srv.Close()

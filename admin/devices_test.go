@@ -43,6 +43,8 @@ func TestListDevices(t *testing.T) {
 	e.devices.refused = map[string]DeviceSummary{
 		"sensor-2": {Refusals: 50, LastRefused: now.Add(-time.Hour)}, // not lately
 		"meter-1":  {Refusals: 7, LastRefused: now.Add(-time.Minute)},
+		"sensor-1": {Recent: 9, Use: 40},
+		"meter-2":  {Recent: 2, Use: 90},
 	}
 	if r := e.do("PUT", "/api/v1/devices/only-override/quota", `{"limit": 5, "window": "10s", "enforce": false}`, nil); r.status != 200 {
 		t.Fatalf("set override: %d %s", r.status, r.body)
@@ -65,6 +67,12 @@ func TestListDevices(t *testing.T) {
 		{"sort=last_seen&limit=2", "meter-1,sensor-1", 5},
 		{"offset=3&limit=1", "sensor-1", 5},
 		{"offset=9", "", 5},
+		{"sort=rate", "sensor-1,meter-2,meter-1,only-override,sensor-2", 5},
+		{"sort=use&limit=2", "meter-2,sensor-1", 5},
+		{"filter=connected", "meter-1,sensor-1", 2},
+		{"rule=default", "meter-1,meter-2,only-override", 3}, // overridden or not
+		{"rule=sensors", "sensor-1,sensor-2", 2},
+		{"rule=nosuch", "", 0},
 	} {
 		ids, total := e.listing(c.query)
 		if got := strings.Join(ids, ","); got != c.want || total != c.total {
@@ -72,8 +80,8 @@ func TestListDevices(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ query, want string }{
-		{"filter=loud", `filter must be one of throttled, blocked, deferring, shadow, override (got "loud")`},
-		{"sort=size", `sort must be one of device, refusals, deferred, last_seen (got "size")`},
+		{"filter=loud", `filter must be one of throttled, blocked, deferring, shadow, override, connected (got "loud")`},
+		{"sort=size", `sort must be one of device, refusals, deferred, last_seen, rate, use (got "size")`},
 		{"limit=0", `limit must be an integer between 1 and 500 (got "0")`},
 		{"offset=-1", `offset must be an integer of 0 or more (got "-1")`},
 		{"prefix=a&prefix=b", `prefix given more than once`},

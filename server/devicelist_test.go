@@ -57,6 +57,10 @@ func TestDeviceListingScales(t *testing.T) {
 		{"sort=refusals", trackedForScale},
 		{"sort=deferred", trackedForScale},
 		{"sort=last_seen&offset=" + fmt.Sprint(trackedForScale-50), trackedForScale},
+		{"sort=rate", trackedForScale},
+		{"sort=use", trackedForScale},
+		{"rule=trial", trackedForScale / 10},
+		{"filter=connected", 0},
 	} {
 		// The best of a few: the machine running the tests is shared.
 		var body string

@@ -24,7 +24,7 @@ import (
 // above); "bad-*" 1, blocked for an hour after 2 refusals; "grp-*" 100
 // in group tenant of 2; "shadow-*" 1 in shadow mode; "slow-*" 1,
 // deferred above; "cls-*" 100, their alarms 1 (a topic class); "bulk-*"
-// 5.
+// 5; "pair-*" 100 in group pair of 100. With an upstream, fwd/# goes there over MQTT 5.
 func startStatesGateway(t *testing.T, upstream string) (*server.Gateway, string) {
 	t.Helper()
 	hour := config.Duration(time.Hour)
@@ -46,9 +46,11 @@ func startStatesGateway(t *testing.T, upstream string) (*server.Gateway, string)
 		{Name: "cls", Match: config.Match{ClientID: "cls-*"}, Quota: config.Quota{Limit: 100, Window: hour},
 			Classes: []config.Class{{Name: "alarms", Topics: []string{"devices/+/alarms"}, Quota: config.Quota{Limit: 1, Window: hour}}}},
 		{Name: "bulk", Match: config.Match{ClientID: "bulk-*"}, Quota: config.Quota{Limit: 5, Window: hour}},
+		{Name: "pair", Match: config.Match{ClientID: "pair-*"}, Quota: config.Quota{Limit: 100, Window: hour},
+			Group: &config.Group{Name: "pair", Quota: config.Quota{Limit: 100, Window: hour}}},
 	}
 	if upstream != "" {
-		cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + upstream, Topics: []string{"fwd/#"}, MaxQoS: 1}}
+		cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + upstream, Topics: []string{"fwd/#"}, MaxQoS: 1, MQTTVersion: "5"}}
 	}
 	g := gatewaytest.Start(t, cfg)
 	return g, "http://" + g.AdminAddr().String()
@@ -201,6 +203,9 @@ func TestConsoleOperatorWork(t *testing.T) {
 		id := "bulk-" + strconv.Itoa(10+i)
 		mqtttest.Dial5(t, addr, id).MustPublish(t, "devices/"+id+"/t", "m", mqtttest.CodeSuccess)
 	}
+	// Two groups on Groups, each with its override form (IDs unique).
+	mqtttest.Dial5(t, addr, "grp-1").MustPublish(t, "devices/grp-1/t", "m", mqtttest.CodeSuccess)
+	mqtttest.Dial5(t, addr, "pair-1").MustPublish(t, "devices/pair-1/t", "m", mqtttest.CodeSuccess)
 	long := strings.Repeat("L", 250)
 	mqtttest.Dial5(t, addr, long).MustPublish(t, "devices/"+long+"/t", "m", mqtttest.CodeSuccess)
 
@@ -308,7 +313,7 @@ func TestConsoleOperatorWork(t *testing.T) {
 		{"#/overview", `document.getElementById("card-connected")`, "Overview"},
 		{"#/devices", `document.querySelector("#devices .device-row")`, "Devices"},
 		{"#/device/quiet-1", `document.getElementById("history-hour")`, "Device quiet-1"},
-		{"#/groups", `document.querySelector(".group")`, "Groups"},
+		{"#/groups", `document.querySelectorAll(".group").length === 2 && document.getElementById("group-tenant-limit") && document.getElementById("group-pair-limit")`, "Groups"},
 		{"#/rules", `document.querySelector("#rules .rule-switch")`, "Rules"},
 		{"#/forwarding", `document.querySelector("#page h1")`, "Forwarding"},
 		{"#/blocks", `document.querySelector("#page h1")`, "Blocks"},

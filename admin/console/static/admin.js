@@ -29,7 +29,7 @@ pages.groups = { title: "Groups", render: async (ctx) => {
           windowTable("group-" + g.group, windowsOf(g.quota)),
           f,
           g.source === "override" ? confirmButton("Delete override", "Delete the override of group " + g.group + "?", async () => {
-            await api("DELETE", path + "/quota"); ctx.s.forms = {}; await refreshNow(); return "Override of group " + g.group + " deleted.";
+            await api("DELETE", path + "/quota"); ctx.s.forms = {}; return "Override of group " + g.group + " deleted.";
           }, ctx.s.notice) : "");
       }));
 } };
@@ -50,7 +50,7 @@ pages.rules = { title: "Rules", render: async (ctx) => {
         el("td", {}, (x.classes || []).map(c => c.name + (c.enforce ? "" : " (shadow)")).join(", ") || "—"),
         el("td", {}, x.group ? x.group.name + (x.group.enforce ? "" : " (shadow)") : "—"),
         el("td", { class: "num" }, x.would_refuse === undefined ? "—" : x.would_refuse),
-        el("td", {}, el("button", { type: "button", class: "rule-switch", "aria-label": (x.enforce ? "switch rule " + x.rule + " to shadow mode" : "enforce rule " + x.rule), onclick: async (ev) => {
+        el("td", {}, el("button", { type: "button", class: "rule-switch", id: "switch-" + slug(x.rule), "aria-label": (x.enforce ? "switch rule " + x.rule + " to shadow mode" : "enforce rule " + x.rule), onclick: async (ev) => {
           ev.target.disabled = true;
           try {
             await api("PUT", "/api/v1/rules/" + enc(x.rule) + "/enforce", { enforce: !x.enforce });
@@ -69,7 +69,6 @@ pages.blocks = { title: "Blocks", render: async (ctx) => {
       el("p", {}, confirmButton("Lift selected", "Lift the blocks of the devices selected?", async () => {
         const r = await each([...ctx.sel], "Lifted", d => api("DELETE", devicePath(d) + "/block"));
         ctx.sel.clear();
-        await refreshNow();
         return r.text.replace(/^Lifted (\d+) of \d+\./, "Lifted $1 block(s).");
       }, ctx.s.notice, { id: "lift-selected" })));
   }

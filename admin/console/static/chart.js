@@ -3,7 +3,7 @@
 // usual traffic) and marks on the slots a series flags (refusals).
 "use strict";
 
-const CHART_W = 900, CHART_H = 200, CHART_L = 46, CHART_B = 22, CHART_T = 14;
+const CHART_W = 900, CHART_H = 200, CHART_L = 46, CHART_R = 44, CHART_B = 22, CHART_T = 14;
 
 // logY maps v >= 0 to a height on a log scale topped by top.
 function logY(v, top) { return CHART_T + (CHART_H - CHART_T) * (1 - Math.log10(1 + Math.max(0, v)) / Math.log10(1 + top)); }
@@ -23,20 +23,23 @@ function timeChart(opts) {
   const { id, startMs, stepMs, series, marks, markLabel, unit, label, pct } = opts;
   const n = Math.max(1, ...series.map(s => s.values.length));
   let max = 0;
-  for (const s of series) for (const v of s.values) max = Math.max(max, v);
+  for (const s of series) if (!s.pct) for (const v of s.values) max = Math.max(max, v);
   let top = 10;
   while (top < max) top *= 10;
   const g = svg("svg", { viewBox: `0 0 ${CHART_W} ${CHART_H + CHART_B}`, role: "img", "aria-label": label + ", logarithmic scale up to " + fmtCount(top) + " " + unit });
   g.append(svg("title", {}, label));
-  const x = (i) => CHART_L + (CHART_W - CHART_L - 6) * (i + 0.5) / n;
+  const right = CHART_W - CHART_R;
+  const x = (i) => CHART_L + (right - CHART_L) * (i + 0.5) / n;
+  const pctY = (v) => CHART_T + (CHART_H - CHART_T) * (1 - v / 100);
   // Gridlines and value labels: 0, then every power of ten.
   for (let v = 0; v <= top; v = v === 0 ? 1 : v * 10) {
     const y = logY(v, top);
-    g.append(svg("line", { x1: CHART_L, y1: y, x2: CHART_W - 6, y2: y, class: v === 0 ? "axis" : "grid" }));
+    g.append(svg("line", { x1: CHART_L, y1: y, x2: right, y2: y, class: v === 0 ? "axis" : "grid" }));
     g.append(svg("text", { x: CHART_L - 4, y: y + 4, "text-anchor": "end", class: "tick" }, fmtCount(v)));
   }
   if (pct) { // a percent series on its own right-hand scale
-    g.append(svg("text", { x: CHART_W - 8, y: CHART_T - 3, "text-anchor": "end", class: "tick" }, "use 100 %"));
+    g.append(svg("line", { x1: right, y1: CHART_T, x2: right, y2: CHART_H, class: "axis" }));
+    for (const v of [0, 50, 100]) g.append(svg("text", { x: right + 4, y: pctY(v) + 4, class: "tick" }, v + " %"));
   }
   g.append(svg("line", { x1: CHART_L, y1: CHART_T, x2: CHART_L, y2: CHART_H, class: "axis" }));
   // Time labels: about six along the axis.
@@ -44,10 +47,10 @@ function timeChart(opts) {
   for (let i = n - 1; i >= 0; i -= every) {
     const at = startMs + i * stepMs;
     g.append(svg("line", { x1: x(i), y1: CHART_H, x2: x(i), y2: CHART_H + 4, class: "axis" }));
-    g.append(svg("text", { x: x(i), y: CHART_H + 16, "text-anchor": "middle", class: "tick" }, fmtClock(at, stepMs >= 3600e3)));
+    g.append(svg("text", { x: Math.min(x(i), right - 36), y: CHART_H + 16, "text-anchor": "middle", class: "tick" }, fmtClock(at, stepMs >= 3600e3)));
   }
   for (const s of series) {
-    const pts = s.values.map((v, i) => x(i).toFixed(1) + "," + (s.pct ? CHART_T + (CHART_H - CHART_T) * (1 - v / 100) : logY(v, top)).toFixed(1)).join(" ");
+    const pts = s.values.map((v, i) => x(i).toFixed(1) + "," + (s.pct ? pctY(v) : logY(v, top)).toFixed(1)).join(" ");
     g.append(svg("polyline", { points: pts, fill: "none", stroke: s.color, "stroke-width": 2, class: "series-" + s.cls, "stroke-dasharray": s.pct ? "4 3" : "" }));
   }
   for (const i of marks || []) {

@@ -49,7 +49,7 @@ function update(section, ...children) {
   if (!again && f.className && f.value !== undefined) {
     again = [...section.getElementsByClassName(f.className.split(" ")[0])].find(x => x.value === f.value && x.tagName === f.tagName);
   }
-  if (again && section.contains(again)) again.focus();
+  if (again && section.contains(again)) again.focus({ preventScroll: true });
 }
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -247,6 +247,7 @@ function confirmButton(label, question, act, notice, attrs) {
         wrap.replaceChildren(b);
         b.focus();
         if (said) announce(said, notice);
+        await refreshNow(); // the page as the action left it, the focus kept
       } catch (e) {
         wrap.replaceChildren(b, el("span", { class: "error", role: "alert" }, " " + e.message));
         b.focus();

@@ -139,13 +139,13 @@ pages.device = { title: (r) => "Device " + r.arg, render: async (ctx) => {
   const n = ctx.s.notice;
   update(ctx.s.actions, el("div", { class: "filters" },
     confirmButton("Reset windows", "Empty every window of " + id + "?", async () => {
-      await api("POST", devicePath(id) + "/reset"); await refreshNow(); return "Windows reset.";
+      await api("POST", devicePath(id) + "/reset"); return "Windows reset.";
     }, n, { id: "reset" }),
     d.source === "override" ? confirmButton("Delete override", "Delete the quota override of " + id + "?", async () => {
-      await api("DELETE", devicePath(id) + "/quota"); ctx.formFor = null; await refreshNow(); return "Override deleted.";
+      await api("DELETE", devicePath(id) + "/quota"); ctx.formFor = null; return "Override deleted.";
     }, n, { id: "delete-override" }) : "",
     d.blocked_until ? confirmButton("Lift block", "Lift the block of " + id + "?", async () => {
-      await api("DELETE", devicePath(id) + "/block"); await refreshNow(); return "Block lifted.";
+      await api("DELETE", devicePath(id) + "/block"); return "Block lifted.";
     }, n, { id: "lift" }) : ""));
   // The form is built again only when the override changed (or was set
   // here): a half-typed one stays as it is.

@@ -100,17 +100,14 @@ pages.devices = { title: "Devices", render: async (ctx) => {
           const r = await each(ids, "Override set on", id => api("PUT", devicePath(id) + "/quota", quotaBody(bf)));
           bulkErr.textContent = r.errors[0] || "";
           markField(bf, r.errors[0] || "");
-          await refreshNow();
           return r.text;
         }, ctx.s.notice, { id: "bulk-override" }),
         confirmButton("Reset windows", "Empty the windows of every device selected?", async () => {
           const r = await each(chosen(), "Windows reset on", id => api("POST", devicePath(id) + "/reset"));
-          await refreshNow();
           return r.text;
         }, ctx.s.notice, { id: "bulk-reset" }),
         confirmButton("Lift blocks", "Lift the blocks of every device selected?", async () => {
           const r = await each(chosen(), "Blocks lifted on", id => api("DELETE", devicePath(id) + "/block"));
-          await refreshNow();
           return r.text;
         }, ctx.s.notice, { id: "bulk-lift" }),
         el("button", { type: "button", id: "select-none", onclick: () => { ctx.sel.clear(); refreshNow(); } }, "Clear selection"),

@@ -50,7 +50,6 @@ pages.dead = { title: (r) => "Dead letters of " + r.arg, render: async (ctx) => 
     ctx.s = { summary: el("p", { id: "dead-summary" }), notice: el("p", { class: "notice", id: "dead-notice", hidden: true }), list: el("div", {}) };
     const act = (verb, method, path, key) => async () => {
       const r = await api(method, path);
-      await refreshNow();
       return `${verb} ${r[key] || 0} dead letter(s) of ${name}.`;
     };
     show(ctx.page, el("p", {}, el("a", { href: "#/forwarding" }, "‹ Forwarding")), el("h1", {}, "Dead letters of " + name),
