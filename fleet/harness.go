@@ -88,6 +88,9 @@ type Phase struct {
 	// Failovers are the times from a lost connection to the device's
 	// next admitted message, all shares, ascending.
 	Failovers simulator.FailoverTimes
+	// Readmitted are the instants those devices were admitted again,
+	// ascending.
+	Readmitted []time.Time
 	// GatewayCPU is each gateway's CPU time over the phase; GatewayRSS
 	// its resident memory at the end (0 for a killed one).
 	GatewayCPU []time.Duration
@@ -109,11 +112,12 @@ type Phase struct {
 
 // Report is a fleet run's phases and events.
 type Report struct {
-	Spec          Spec
-	FileLimit     uint64
-	Phases        []Phase
-	GatewayKilled time.Time
-	RedisKilled   time.Time
+	Spec                         Spec
+	FileLimit                    uint64
+	Phases                       []Phase
+	Phase1Started, Phase2Started time.Time
+	GatewayKilled, RedisKilled   time.Time
+	RedisKilledAddr              string
 }
 
 // Run runs the fleet described by spec and stops every process it
@@ -184,6 +188,7 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 		shares = append(shares, s)
 	}
 	var stop func() bool
+	rep.Phase1Started = time.Now()
 	if spec.KillGatewayAt > 0 {
 		t := time.AfterFunc(spec.KillGatewayAt, func() {
 			rep.GatewayKilled = time.Now()
@@ -206,15 +211,30 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 		Limit: spec.Quota.Limit, Window: spec.Quota.Window, Addrs: addrs, SubAddrs: liveAddrs(gws)}
 	if spec.KillRedisAt > 0 {
 		t := time.AfterFunc(spec.KillRedisAt, func() {
-			rep.RedisKilled = time.Now()
+			redis.Stats(ctx) // its counters so far count in the phase's
+			rep.RedisKilled, rep.RedisKilledAddr = time.Now(), redis.Addrs[0]
 			redis.Procs[0].Kill()
 			logf("redis-server %s killed (SIGKILL)", redis.Addrs[0])
 		})
 		defer t.Stop()
 	}
+	rep.Phase2Started = time.Now()
 	ph, err = runPhase(ctx, spec, "one tenant", split(p2, "tenant", spec.PerProcess), false, gws, nil, redis)
 	rep.Phases = append(rep.Phases, ph)
 	return rep, err
+}
+
+// SinceKill returns how long after killed the share q (0 < q <= 1) of
+// the devices that lost their connection was admitted again; 0 when
+// none was or nothing was killed.
+func (p Phase) SinceKill(killed time.Time, q float64) time.Duration {
+	var after []time.Duration
+	for _, t := range p.Readmitted {
+		if !killed.IsZero() && t.After(killed) {
+			after = append(after, t.Sub(killed))
+		}
+	}
+	return simulator.FailoverTimes(after).Quantile(q)
 }
 
 // liveAddrs returns the addresses of the gateways still running.
@@ -286,11 +306,13 @@ func runPhase(ctx context.Context, spec Spec, name string, shares []Share, lastA
 		p50sum += float64(r.Puback.LatencyP50) * float64(r.Totals.Acked)
 		ph.PubackP99 = max(ph.PubackP99, r.Puback.LatencyP99)
 		ph.Failovers = append(ph.Failovers, r.Failovers...)
+		ph.Readmitted = append(ph.Readmitted, r.Readmitted...)
 		ph.Errors = append(ph.Errors, r.Errors...)
 	}
 	if ph.Totals.Acked > 0 {
 		ph.PubackP50 = time.Duration(p50sum / float64(ph.Totals.Acked))
 	}
 	sort.Slice(ph.Failovers, func(a, b int) bool { return ph.Failovers[a] < ph.Failovers[b] })
+	sort.Slice(ph.Readmitted, func(a, b int) bool { return ph.Readmitted[a].Before(ph.Readmitted[b]) })
 	return ph, nil
 }

@@ -43,9 +43,10 @@ type ShareResult struct {
 	WorstWindow  int              `json:"worst_window"`
 	AllConnected time.Duration    `json:"all_connected_ns"`
 	// Puback is the share's send-to-PUBACK latency percentiles.
-	Puback    simulator.Latency       `json:"puback"`
-	Failovers simulator.FailoverTimes `json:"failovers_ns"`
-	Errors    []string                `json:"errors,omitempty"`
+	Puback     simulator.Latency       `json:"puback"`
+	Failovers  simulator.FailoverTimes `json:"failovers_ns"`
+	Readmitted []time.Time             `json:"readmitted"`
+	Errors     []string                `json:"errors,omitempty"`
 	// Simulator is the share's process's CPU and peak memory.
 	Simulator simulator.Resources `json:"simulator"`
 }
@@ -76,7 +77,7 @@ func (s Share) Run(ctx context.Context) (ShareResult, error) {
 func summarize(rep *simulator.Report) ShareResult {
 	r := ShareResult{Devices: rep.Result.Totals.Devices, Totals: rep.Result.Totals.Counts,
 		Violations: rep.Result.Totals.Violations, AllConnected: rep.AllConnected, Puback: rep.Puback,
-		Failovers: rep.Failovers, Errors: rep.Errors, Simulator: rep.Simulator}
+		Failovers: rep.Failovers, Readmitted: rep.Readmitted, Errors: rep.Errors, Simulator: rep.Simulator}
 	for _, d := range rep.Result.Devices {
 		r.WorstWindow = max(r.WorstWindow, d.MaxInWindow)
 	}

@@ -53,12 +53,13 @@ func subscribeAll(ctx context.Context, cfg Config, rec *recorder) ([]*subscriber
 	return subs, nil
 }
 
-// failedOver records how long a device that lost its connection took
-// to have a message admitted again, elsewhere.
-func (r *recorder) failedOver(d time.Duration) {
+// failedOver records a device that lost its connection at lost having
+// a message admitted again, elsewhere, at again.
+func (r *recorder) failedOver(lost, again time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.failovers = append(r.failovers, d)
+	r.failovers = append(r.failovers, again.Sub(lost))
+	r.readmitted = append(r.readmitted, again)
 }
 
 // lostConnection records a connection lost under Config.Failover.
@@ -85,11 +86,14 @@ func (ft FailoverTimes) Quantile(q float64) time.Duration {
 	return ft[min(max(i, 0), len(ft)-1)]
 }
 
-// sortedFailovers returns the recorded failover times, ascending.
-func (r *recorder) sortedFailovers() FailoverTimes {
+// sortedFailovers returns the recorded failover times and the instants
+// of readmission, each ascending.
+func (r *recorder) sortedFailovers() (FailoverTimes, []time.Time) {
 	out := append(FailoverTimes(nil), r.failovers...)
 	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
-	return out
+	at := append([]time.Time(nil), r.readmitted...)
+	sort.Slice(at, func(a, b int) bool { return at[a].Before(at[b]) })
+	return out, at
 }
 
 // validateAddrs checks Addrs and SubAddrs and makes Addr the first of
