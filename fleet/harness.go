@@ -141,6 +141,12 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 		return nil, fmt.Errorf("%d devices per simulator process with an open-file limit of %d", spec.PerProcess, limit)
 	}
 	rep = &Report{Spec: spec, FileLimit: limit}
+	if per := survivorLoad(spec); uint64(per)+1000 > limit {
+		// Each gateway inherits this process's limit: the survivors of
+		// the kill cannot take every device back.
+		logf("warning: after the kill each of the %d other gateways holds about %d devices, over its open-file limit %d less 1,000: some devices will not connect again",
+			spec.Gateways-1, per, limit)
+	}
 	redis, err := StartRedis(spec.Dir, spec.RedisMasters, spec.RedisReplicas)
 	if err != nil {
 		return nil, err
@@ -235,6 +241,16 @@ func (p Phase) SinceKill(killed time.Time, q float64) time.Duration {
 		}
 	}
 	return simulator.FailoverTimes(after).Quantile(q)
+}
+
+// survivorLoad is the devices each gateway holds when one has been
+// killed (all gateways when none is).
+func survivorLoad(spec Spec) int {
+	n := spec.Gateways
+	if spec.KillGatewayAt > 0 && n > 1 {
+		n--
+	}
+	return (spec.Devices + n - 1) / n
 }
 
 // liveAddrs returns the addresses of the gateways still running.

@@ -16,6 +16,17 @@ func (p Phase) CommandsPerAdmitted() float64 {
 	return float64(p.Redis.Commands) / float64(p.Totals.Accepted)
 }
 
+// WindowBound is the most a device may be admitted in any window of T
+// in the phase: N when every decision was made in Redis, else the
+// failure policy local's bound through the gateways, (k+1) x N
+// (docs/operations.md, "When Redis is unreachable").
+func (p Phase) WindowBound(gateways int) int {
+	if p.Fallbacks == 0 {
+		return p.Limit
+	}
+	return (gateways + 1) * p.Limit
+}
+
 // CPUPerMessage is the gateways' CPU time per message acknowledged
 // (admitted or refused), over the gateways of the phase; and the
 // standalone gateway's, 0 without one.
@@ -50,7 +61,8 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "\nphase %q: %d devices in %d simulator processes, %s wall\n", p.Name, p.Devices, p.Shares, p.Wall.Round(time.Millisecond))
 		t := p.Totals
 		fmt.Fprintf(w, "  messages: sent %d, acked %d, admitted %d, refused %d, lost %d, unacked %d\n", t.Sent, t.Acked, t.Accepted, t.Refused, t.Lost, t.Unacked)
-		fmt.Fprintf(w, "  window check: worst count in any window %d against N = %d; %d devices over quota; %.0f decisions by the failure policy\n", p.WorstWindow, p.Limit, p.Violations, p.Fallbacks)
+		fmt.Fprintf(w, "  window check: worst count in any window %d against N = %d (bound %d); %d devices over quota; %.0f decisions by the failure policy\n",
+			p.WorstWindow, p.Limit, p.WindowBound(s.Gateways), p.Violations, p.Fallbacks)
 		fmt.Fprintf(w, "  time to connect every device: %s; PUBACK p50 %s, p99 %s\n", p.AllConnected.Round(time.Millisecond),
 			p.PubackP50.Round(10*time.Microsecond), p.PubackP99.Round(10*time.Microsecond))
 		var rss []string
