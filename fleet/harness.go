@@ -80,8 +80,10 @@ type Phase struct {
 	// of T of any device, against Limit.
 	Violations, WorstWindow, Limit int
 	// AllConnected is the slowest share's time to have every device
-	// connected.
-	AllConnected time.Duration
+	// connected (0: some share never had them all at once);
+	// ConnectFailures the devices that never connected.
+	AllConnected    time.Duration
+	ConnectFailures int
 	// PubackP50 is the shares' p50s averaged by messages; PubackP99 the
 	// largest of their p99s.
 	PubackP50, PubackP99 time.Duration
@@ -309,6 +311,7 @@ func runPhase(ctx context.Context, spec Spec, name string, shares []Share, lastA
 		return ph, err
 	}
 	var p50sum float64
+	allOnce := true
 	for i, r := range results {
 		if lastAlone && i == len(results)-1 {
 			ph.StandaloneTotals, ph.StandaloneDevices = r.Totals, r.Devices
@@ -319,11 +322,18 @@ func runPhase(ctx context.Context, spec Spec, name string, shares []Share, lastA
 		ph.Violations += r.Violations
 		ph.WorstWindow = max(ph.WorstWindow, r.WorstWindow)
 		ph.AllConnected = max(ph.AllConnected, r.AllConnected)
+		if r.AllConnected == 0 {
+			allOnce = false
+		}
+		ph.ConnectFailures += r.ConnectFailures
 		p50sum += float64(r.Puback.LatencyP50) * float64(r.Totals.Acked)
 		ph.PubackP99 = max(ph.PubackP99, r.Puback.LatencyP99)
 		ph.Failovers = append(ph.Failovers, r.Failovers...)
 		ph.Readmitted = append(ph.Readmitted, r.Readmitted...)
 		ph.Errors = append(ph.Errors, r.Errors...)
+	}
+	if !allOnce {
+		ph.AllConnected = 0
 	}
 	if ph.Totals.Acked > 0 {
 		ph.PubackP50 = time.Duration(p50sum / float64(ph.Totals.Acked))

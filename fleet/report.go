@@ -63,7 +63,11 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "  messages: sent %d, acked %d, admitted %d, refused %d, lost %d, unacked %d\n", t.Sent, t.Acked, t.Accepted, t.Refused, t.Lost, t.Unacked)
 		fmt.Fprintf(w, "  window check: worst count in any window %d against N = %d (bound %d); %d devices over quota; %.0f decisions by the failure policy\n",
 			p.WorstWindow, p.Limit, p.WindowBound(s.Gateways), p.Violations, p.Fallbacks)
-		fmt.Fprintf(w, "  time to connect every device: %s; PUBACK p50 %s, p99 %s\n", p.AllConnected.Round(time.Millisecond),
+		connected := p.AllConnected.Round(time.Millisecond).String()
+		if p.AllConnected == 0 {
+			connected = "never all at once"
+		}
+		fmt.Fprintf(w, "  time to connect every device: %s (%d never connected); PUBACK p50 %s, p99 %s\n", connected, p.ConnectFailures,
 			p.PubackP50.Round(10*time.Microsecond), p.PubackP99.Round(10*time.Microsecond))
 		var rss []string
 		var total int64

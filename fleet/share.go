@@ -42,6 +42,8 @@ type ShareResult struct {
 	Violations   int              `json:"violations"`
 	WorstWindow  int              `json:"worst_window"`
 	AllConnected time.Duration    `json:"all_connected_ns"`
+	// ConnectFailures counts devices that never connected.
+	ConnectFailures int `json:"connect_failures"`
 	// Puback is the share's send-to-PUBACK latency percentiles.
 	Puback     simulator.Latency       `json:"puback"`
 	Failovers  simulator.FailoverTimes `json:"failovers_ns"`
@@ -76,7 +78,7 @@ func (s Share) Run(ctx context.Context) (ShareResult, error) {
 // summarize reduces a report to a ShareResult.
 func summarize(rep *simulator.Report) ShareResult {
 	r := ShareResult{Devices: rep.Result.Totals.Devices, Totals: rep.Result.Totals.Counts,
-		Violations: rep.Result.Totals.Violations, AllConnected: rep.AllConnected, Puback: rep.Puback,
+		Violations: rep.Result.Totals.Violations, AllConnected: rep.AllConnected, Puback: rep.Puback, ConnectFailures: rep.ConnectFailures,
 		Failovers: rep.Failovers, Readmitted: rep.Readmitted, Errors: rep.Errors, Simulator: rep.Simulator}
 	for _, d := range rep.Result.Devices {
 		r.WorstWindow = max(r.WorstWindow, d.MaxInWindow)
