@@ -155,7 +155,8 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 	}
 	defer redis.Close()
 	seeds := redis.Addrs[:max(1, spec.RedisMasters)]
-	gws, err := StartGateways(filepath.Join(spec.Dir, "cluster"), spec.Gateways, GatewaySpec{Bin: spec.Bin, Redis: seeds, Quota: spec.Quota, RedisTimeout: spec.RedisTimeout})
+	gws, err := StartGateways(filepath.Join(spec.Dir, "cluster"), spec.Gateways, GatewaySpec{Bin: spec.Bin, Redis: seeds, Quota: spec.Quota,
+		RedisTimeout: spec.RedisTimeout, BehindBalancer: spec.HAProxy != ""})
 	if err != nil {
 		return nil, err
 	}
@@ -193,6 +194,7 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 	if alone != nil {
 		s := p1
 		s.Devices, s.IDPattern, s.Addrs, s.SubAddrs, s.StormAt = max(1, spec.Devices/spec.Gateways), "alone-%07d", alone.Addrs, alone.Addrs, 0
+		s.Sources = sources(250)
 		shares = append(shares, s)
 	}
 	var stop func() bool
@@ -267,7 +269,8 @@ func liveAddrs(g *Gateways) []string {
 }
 
 // split cuts s into shares of at most per devices, each with device IDs
-// of its own (prefix, the share's number, the device's).
+// of its own (prefix, the share's number, the device's) and source
+// addresses of its own (sources).
 func split(s Share, prefix string, per int) []Share {
 	n := (s.Devices + per - 1) / per
 	out := make([]Share, 0, n)
@@ -275,7 +278,24 @@ func split(s Share, prefix string, per int) []Share {
 		c := s
 		c.Devices = min(per, s.Devices-k*per)
 		c.IDPattern = fmt.Sprintf("%s-%02d-%%07d", prefix, k)
+		c.Sources = sources(k + 1)
 		out = append(out, c)
+	}
+	return out
+}
+
+// sourcesPerShare is how many loopback source addresses a share's
+// devices dial from: at a gateway's default 100 connections per address
+// that have not sent CONNECT yet, 64 addresses let 6,400 connections per
+// share wait for a loaded gateway to read them.
+const sourcesPerShare = 64
+
+// sources returns the k'th share's source addresses, 127.0.k.1 to
+// 127.0.k.64 (Linux answers on all of 127.0.0.0/8).
+func sources(k int) []string {
+	out := make([]string, sourcesPerShare)
+	for i := range out {
+		out[i] = fmt.Sprintf("127.0.%d.%d", k, i+1)
 	}
 	return out
 }

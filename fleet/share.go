@@ -30,6 +30,10 @@ type Share struct {
 	Addrs    []string      `json:"addrs"`
 	SubAddrs []string      `json:"sub_addrs"`
 	StormAt  time.Duration `json:"storm_at_ns,omitempty"`
+	// Sources are the loopback addresses the devices dial from, device
+	// i from Sources[i mod n]: a gateway bounds its connections that
+	// have not sent CONNECT yet per source address (100 by default).
+	Sources []string `json:"sources,omitempty"`
 	// Tolerance is the checker's slack at window edges.
 	Tolerance time.Duration `json:"tolerance_ns"`
 }
@@ -56,7 +60,7 @@ type ShareResult struct {
 // config is the simulator configuration of the share.
 func (s Share) config() simulator.Config {
 	cfg := simulator.Config{
-		Addrs: s.Addrs, SubAddrs: s.SubAddrs, Failover: true,
+		Addrs: s.Addrs, SubAddrs: s.SubAddrs, SourceAddrs: s.Sources, Failover: true,
 		Devices: s.Devices, IDPattern: s.IDPattern, Rate: s.Rate, Duration: s.Duration, RampUp: s.RampUp,
 		Client: simulator.ClientLean, QoS: 1, Protocol: 5,
 		Quota:     devicelimit.Quota{Limit: s.Limit, Window: s.Window, Policy: devicelimit.PolicyDrop},

@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"fmt"
+	"net"
 	"sort"
 	"time"
 )
@@ -19,6 +20,16 @@ func (f *fleet) addr(i int) string {
 		return f.cfg.Addr
 	}
 	return f.cfg.Addrs[(i+int(f.hops[i]))%len(f.cfg.Addrs)]
+}
+
+// auth returns the Auth device i dials with: Config.Auth, from its
+// source address when Config.SourceAddrs has some.
+func (f *fleet) auth(i int) Auth {
+	a := f.cfg.Auth
+	if n := len(f.cfg.SourceAddrs); n > 0 {
+		a.source = &net.TCPAddr{IP: net.ParseIP(f.cfg.SourceAddrs[i%n])}
+	}
+	return a
 }
 
 // hop moves device i to its next address; only device i's goroutine
@@ -107,6 +118,11 @@ func (c *Config) validateAddrs() error {
 			if err := checkLoopback(a); err != nil {
 				return err
 			}
+		}
+	}
+	for _, a := range c.SourceAddrs {
+		if ip := net.ParseIP(a); ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("%w: source_addrs: %q is not a loopback IP address", ErrInvalidConfig, a)
 		}
 	}
 	if c.SubAddr != "" && len(c.SubAddrs) > 0 {

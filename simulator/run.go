@@ -543,20 +543,20 @@ func (f *fleet) dial(ctx context.Context, i int, id string) (publisher, error) {
 	}
 	// A failed dial returns a nil interface, not a nil *client.
 	if f.cfg.Protocol == 4 {
-		c, err := dial4(ctx, f.addr(i), id, f.cfg.QoS, f.cfg.Auth, w)
+		c, err := dial4(ctx, f.addr(i), id, f.cfg.QoS, f.auth(i), w)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
 	if client == ClientLean || client == ClientAdaptive {
-		c, err := dialLean(ctx, f.addr(i), id, f.cfg.QoS, f.cfg.Auth, w, client == ClientAdaptive)
+		c, err := dialLean(ctx, f.addr(i), id, f.cfg.QoS, f.auth(i), w, client == ClientAdaptive)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
-	c, err := dial5(ctx, f.addr(i), id, f.cfg.QoS, f.cfg.Auth, w)
+	c, err := dial5(ctx, f.addr(i), id, f.cfg.QoS, f.auth(i), w)
 	if err != nil {
 		return nil, err
 	}
