@@ -52,13 +52,11 @@ func TestFleetSmall(t *testing.T) {
 	switch {
 	case p.Devices != 300 || p.Totals.Accepted == 0 || p.Totals.Refused == 0:
 		t.Fatalf("300 devices at 1/s against 3/5s: want admitted and refused messages; got %d devices, %+v", p.Devices, p.Totals)
-	case p.Fallbacks == 0 && (p.WorstWindow > spec.Quota.Limit || p.Violations > 0):
-		t.Fatalf("window check: worst window %d against N = %d, %d devices over quota, with every decision made in Redis", p.WorstWindow, spec.Quota.Limit, p.Violations)
-	case p.WorstWindow > (spec.Gateways+1)*spec.Quota.Limit:
-		// Redis slower than the timeout on a loaded machine: the
-		// failure policy local's bound, (k+1) x N through k gateways
-		// (docs/operations.md).
-		t.Fatalf("window check: worst window %d with %.0f decisions by the failure policy local, over its bound (k+1) x N = %d", p.WorstWindow, p.Fallbacks, (spec.Gateways+1)*spec.Quota.Limit)
+	case p.WorstWindow > p.WindowBound(spec.Gateways) || p.Fallbacks == 0 && p.Violations > 0:
+		// With Redis slower than the timeout on a loaded machine, the
+		// failure policy local's bound holds instead of N.
+		t.Fatalf("window check: worst window %d against N = %d, bound %d with %.0f decisions by the failure policy; %d devices over quota",
+			p.WorstWindow, spec.Quota.Limit, p.WindowBound(spec.Gateways), p.Fallbacks, p.Violations)
 	case p.GatewayRSS[2] != 0:
 		t.Fatalf("gateway 2 still runs after its SIGKILL")
 	case len(p.Failovers) == 0:
@@ -70,8 +68,8 @@ func TestFleetSmall(t *testing.T) {
 	if n, want := len(p.Failovers), p.Devices/6; n < want {
 		t.Errorf("%d devices admitted again after the kill, want at least %d of the ~%d on the killed gateway", n, want, p.Devices/3)
 	}
-	if q := p.Failovers.Quantile(0.95); q > 5*time.Second {
-		t.Errorf("95%% of the moved devices admitted again after %s, want within 5 s", q)
+	if q := p.SinceKill(rep.GatewayKilled, 0.95); q > 5*time.Second {
+		t.Errorf("95%% of the moved devices admitted again %s after the kill, want within 5 s", q)
 	}
 	ratio := p.CommandsPerAdmitted()
 	t.Logf("Redis commands per admitted message: %.3f (%d commands, %d admitted); bound %.2f asserted once LocalDecisions", ratio, p.Redis.Commands, p.Totals.Accepted, MaxCommandsPerAdmitted)
@@ -87,8 +85,9 @@ func TestFleetSmall(t *testing.T) {
 // DEVICEGATE_FLEET_* variables give (DEVICES, GATEWAYS, RATE, DURATION,
 // TENANT_DEVICES, TENANT_RATE, TENANT_DURATION, REDIS=server|cluster,
 // HAPROXY=conn|id|none); skipped unless DEVICEGATE_FLEET=1. It prints
-// the report docs/benchmarks.md keeps and fails when any window held
-// more than N.
+// the report docs/benchmarks.md keeps and fails when a window held more
+// than N while every decision was made in Redis, or more than the
+// failure policy's bound when some were not.
 func TestFleetHarness(t *testing.T) {
 	if os.Getenv("DEVICEGATE_FLEET") != "1" {
 		t.Skip("the fleet harness runs with DEVICEGATE_FLEET=1 (make fleet)")
@@ -147,7 +146,10 @@ func TestFleetHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := rep.Phases[0]; p.WorstWindow > p.Limit {
-		t.Errorf("phase 1: worst window %d > N = %d", p.WorstWindow, p.Limit)
+	for _, p := range rep.Phases {
+		if p.WorstWindow > p.WindowBound(spec.Gateways) {
+			t.Errorf("phase %q: worst window %d over its bound %d (N = %d, %.0f decisions by the failure policy)",
+				p.Name, p.WorstWindow, p.WindowBound(spec.Gateways), p.Limit, p.Fallbacks)
+		}
 	}
 }

@@ -43,6 +43,10 @@ type GatewaySpec struct {
 	FailurePolicy string
 	// RedisTimeout is cluster.redis.timeout; default the gateway's.
 	RedisTimeout time.Duration
+	// BehindBalancer raises mqtt.max_pending_per_address to
+	// mqtt.max_pending_connections: every device then arrives from the
+	// load balancer's address (docs/operations.md).
+	BehindBalancer bool
 }
 
 // StartGateways starts n gateways under dir and waits until each
@@ -76,6 +80,9 @@ func startGateway(dir string, spec GatewaySpec) (*child, error) {
 	// The simulator's subscribers see every device's messages: backend
 	// consumers (docs/operations.md, Sizing).
 	cfg.MQTT.Consumers.ClientIDs = append(cfg.MQTT.Consumers.ClientIDs, "simulator-sub-*")
+	if spec.BehindBalancer {
+		cfg.MQTT.MaxPendingPerAddress = cfg.MQTT.MaxPendingConnections
+	}
 	q := spec.Quota
 	cfg.Limits.Default.Limit, cfg.Limits.Default.Window = q.Limit, config.Duration(q.Window)
 	cfg.Limits.Default.Policy = q.Policy

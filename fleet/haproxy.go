@@ -25,15 +25,26 @@ var (
 
 // HAProxyConfig returns the configuration doc (as docs/operations.md
 // gives it) with its bind address replaced by listen and its server
-// lines' addresses by the gateways', in order; it fails when doc has not
-// one bind line and one server line per gateway.
+// lines' addresses by the gateways', in order. More gateways than server
+// lines get lines like the last one, named gwN (as the documented ones
+// are); it fails when doc has not one bind line, or more server lines
+// than gateways.
 func HAProxyConfig(doc, listen string, gateways []string) (string, error) {
 	if n := len(bindRE.FindAllString(doc, -1)); n != 1 {
 		return "", fmt.Errorf("haproxy configuration: %d bind lines, want 1", n)
 	}
-	if n := len(serverRE.FindAllString(doc, -1)); n != len(gateways) {
-		return "", fmt.Errorf("haproxy configuration: %d server lines for %d gateways", n, len(gateways))
+	lines := serverRE.FindAllStringIndex(doc, -1)
+	if len(lines) == 0 || len(lines) > len(gateways) {
+		return "", fmt.Errorf("haproxy configuration: %d server lines for %d gateways", len(lines), len(gateways))
 	}
+	last := lines[len(lines)-1]
+	end := last[1] + strings.IndexByte(doc[last[1]:]+"\n", '\n')
+	lastLine := doc[last[0]:end]
+	var more strings.Builder
+	for k := len(lines); k < len(gateways); k++ {
+		more.WriteString("\n" + regexp.MustCompile(`server\s+\S+`).ReplaceAllString(lastLine, fmt.Sprintf("server gw%d", k+1)))
+	}
+	doc = doc[:end] + more.String() + doc[end:]
 	out := bindRE.ReplaceAllString(doc, "${1}"+listen)
 	i := 0
 	out = serverRE.ReplaceAllStringFunc(out, func(line string) string {

@@ -157,3 +157,21 @@ func TestHAProxyConfigs(t *testing.T) {
 		}
 	})
 }
+
+// TestHAProxyConfigMoreGateways: the documented three server lines
+// grow to one per gateway; a bind line missing, or more server lines
+// than gateways, is refused.
+func TestHAProxyConfigMoreGateways(t *testing.T) {
+	doc := "frontend f\n    bind 127.0.0.1:1883\nbackend b\n    server gw1 127.0.0.1:18831 check\n    server gw2 127.0.0.1:18832 check\n"
+	got, err := HAProxyConfig(doc, "127.0.0.1:7000", []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"})
+	want := "frontend f\n    bind 127.0.0.1:7000\nbackend b\n    server gw1 127.0.0.1:1 check\n    server gw2 127.0.0.1:2 check\n    server gw3 127.0.0.1:3 check\n    server gw4 127.0.0.1:4 check\n"
+	if err != nil || got != want {
+		t.Fatalf("got %q, %v\nwant %q", got, err, want)
+	}
+	if _, err := HAProxyConfig(doc, "127.0.0.1:7000", []string{"127.0.0.1:1"}); err == nil {
+		t.Fatal("two server lines for one gateway accepted")
+	}
+	if _, err := HAProxyConfig("backend b\n    server gw1 127.0.0.1:1 check\n", "127.0.0.1:7000", []string{"127.0.0.1:1"}); err == nil {
+		t.Fatal("a configuration without a bind line accepted")
+	}
+}

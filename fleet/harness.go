@@ -80,14 +80,19 @@ type Phase struct {
 	// of T of any device, against Limit.
 	Violations, WorstWindow, Limit int
 	// AllConnected is the slowest share's time to have every device
-	// connected.
-	AllConnected time.Duration
+	// connected (0: some share never had them all at once);
+	// ConnectFailures the devices that never connected.
+	AllConnected    time.Duration
+	ConnectFailures int
 	// PubackP50 is the shares' p50s averaged by messages; PubackP99 the
 	// largest of their p99s.
 	PubackP50, PubackP99 time.Duration
 	// Failovers are the times from a lost connection to the device's
 	// next admitted message, all shares, ascending.
 	Failovers simulator.FailoverTimes
+	// Readmitted are the instants those devices were admitted again,
+	// ascending.
+	Readmitted []time.Time
 	// GatewayCPU is each gateway's CPU time over the phase; GatewayRSS
 	// its resident memory at the end (0 for a killed one).
 	GatewayCPU []time.Duration
@@ -109,11 +114,12 @@ type Phase struct {
 
 // Report is a fleet run's phases and events.
 type Report struct {
-	Spec          Spec
-	FileLimit     uint64
-	Phases        []Phase
-	GatewayKilled time.Time
-	RedisKilled   time.Time
+	Spec                         Spec
+	FileLimit                    uint64
+	Phases                       []Phase
+	Phase1Started, Phase2Started time.Time
+	GatewayKilled, RedisKilled   time.Time
+	RedisKilledAddr              string
 }
 
 // Run runs the fleet described by spec and stops every process it
@@ -137,13 +143,20 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 		return nil, fmt.Errorf("%d devices per simulator process with an open-file limit of %d", spec.PerProcess, limit)
 	}
 	rep = &Report{Spec: spec, FileLimit: limit}
+	if per := survivorLoad(spec); uint64(per)+1000 > limit {
+		// Each gateway inherits this process's limit: the survivors of
+		// the kill cannot take every device back.
+		logf("warning: after the kill each of the %d other gateways holds about %d devices, over its open-file limit %d less 1,000: some devices will not connect again",
+			spec.Gateways-1, per, limit)
+	}
 	redis, err := StartRedis(spec.Dir, spec.RedisMasters, spec.RedisReplicas)
 	if err != nil {
 		return nil, err
 	}
 	defer redis.Close()
 	seeds := redis.Addrs[:max(1, spec.RedisMasters)]
-	gws, err := StartGateways(filepath.Join(spec.Dir, "cluster"), spec.Gateways, GatewaySpec{Bin: spec.Bin, Redis: seeds, Quota: spec.Quota, RedisTimeout: spec.RedisTimeout})
+	gws, err := StartGateways(filepath.Join(spec.Dir, "cluster"), spec.Gateways, GatewaySpec{Bin: spec.Bin, Redis: seeds, Quota: spec.Quota,
+		RedisTimeout: spec.RedisTimeout, BehindBalancer: spec.HAProxy != ""})
 	if err != nil {
 		return nil, err
 	}
@@ -181,9 +194,11 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 	if alone != nil {
 		s := p1
 		s.Devices, s.IDPattern, s.Addrs, s.SubAddrs, s.StormAt = max(1, spec.Devices/spec.Gateways), "alone-%07d", alone.Addrs, alone.Addrs, 0
+		s.Sources = sources(250)
 		shares = append(shares, s)
 	}
 	var stop func() bool
+	rep.Phase1Started = time.Now()
 	if spec.KillGatewayAt > 0 {
 		t := time.AfterFunc(spec.KillGatewayAt, func() {
 			rep.GatewayKilled = time.Now()
@@ -206,15 +221,40 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 		Limit: spec.Quota.Limit, Window: spec.Quota.Window, Addrs: addrs, SubAddrs: liveAddrs(gws)}
 	if spec.KillRedisAt > 0 {
 		t := time.AfterFunc(spec.KillRedisAt, func() {
-			rep.RedisKilled = time.Now()
+			redis.Stats(ctx) // its counters so far count in the phase's
+			rep.RedisKilled, rep.RedisKilledAddr = time.Now(), redis.Addrs[0]
 			redis.Procs[0].Kill()
 			logf("redis-server %s killed (SIGKILL)", redis.Addrs[0])
 		})
 		defer t.Stop()
 	}
+	rep.Phase2Started = time.Now()
 	ph, err = runPhase(ctx, spec, "one tenant", split(p2, "tenant", spec.PerProcess), false, gws, nil, redis)
 	rep.Phases = append(rep.Phases, ph)
 	return rep, err
+}
+
+// SinceKill returns how long after killed the share q (0 < q <= 1) of
+// the devices that lost their connection was admitted again; 0 when
+// none was or nothing was killed.
+func (p Phase) SinceKill(killed time.Time, q float64) time.Duration {
+	var after []time.Duration
+	for _, t := range p.Readmitted {
+		if !killed.IsZero() && t.After(killed) {
+			after = append(after, t.Sub(killed))
+		}
+	}
+	return simulator.FailoverTimes(after).Quantile(q)
+}
+
+// survivorLoad is the devices each gateway holds when one has been
+// killed (all gateways when none is).
+func survivorLoad(spec Spec) int {
+	n := spec.Gateways
+	if spec.KillGatewayAt > 0 && n > 1 {
+		n--
+	}
+	return (spec.Devices + n - 1) / n
 }
 
 // liveAddrs returns the addresses of the gateways still running.
@@ -229,7 +269,8 @@ func liveAddrs(g *Gateways) []string {
 }
 
 // split cuts s into shares of at most per devices, each with device IDs
-// of its own (prefix, the share's number, the device's).
+// of its own (prefix, the share's number, the device's) and source
+// addresses of its own (sources).
 func split(s Share, prefix string, per int) []Share {
 	n := (s.Devices + per - 1) / per
 	out := make([]Share, 0, n)
@@ -237,7 +278,24 @@ func split(s Share, prefix string, per int) []Share {
 		c := s
 		c.Devices = min(per, s.Devices-k*per)
 		c.IDPattern = fmt.Sprintf("%s-%02d-%%07d", prefix, k)
+		c.Sources = sources(k + 1)
 		out = append(out, c)
+	}
+	return out
+}
+
+// sourcesPerShare is how many loopback source addresses a share's
+// devices dial from: at a gateway's default 100 connections per address
+// that have not sent CONNECT yet, 64 addresses let 6,400 connections per
+// share wait for a loaded gateway to read them.
+const sourcesPerShare = 64
+
+// sources returns the k'th share's source addresses, 127.0.k.1 to
+// 127.0.k.64 (Linux answers on all of 127.0.0.0/8).
+func sources(k int) []string {
+	out := make([]string, sourcesPerShare)
+	for i := range out {
+		out[i] = fmt.Sprintf("127.0.%d.%d", k, i+1)
 	}
 	return out
 }
@@ -273,6 +331,7 @@ func runPhase(ctx context.Context, spec Spec, name string, shares []Share, lastA
 		return ph, err
 	}
 	var p50sum float64
+	allOnce := true
 	for i, r := range results {
 		if lastAlone && i == len(results)-1 {
 			ph.StandaloneTotals, ph.StandaloneDevices = r.Totals, r.Devices
@@ -283,14 +342,23 @@ func runPhase(ctx context.Context, spec Spec, name string, shares []Share, lastA
 		ph.Violations += r.Violations
 		ph.WorstWindow = max(ph.WorstWindow, r.WorstWindow)
 		ph.AllConnected = max(ph.AllConnected, r.AllConnected)
+		if r.AllConnected == 0 {
+			allOnce = false
+		}
+		ph.ConnectFailures += r.ConnectFailures
 		p50sum += float64(r.Puback.LatencyP50) * float64(r.Totals.Acked)
 		ph.PubackP99 = max(ph.PubackP99, r.Puback.LatencyP99)
 		ph.Failovers = append(ph.Failovers, r.Failovers...)
+		ph.Readmitted = append(ph.Readmitted, r.Readmitted...)
 		ph.Errors = append(ph.Errors, r.Errors...)
+	}
+	if !allOnce {
+		ph.AllConnected = 0
 	}
 	if ph.Totals.Acked > 0 {
 		ph.PubackP50 = time.Duration(p50sum / float64(ph.Totals.Acked))
 	}
 	sort.Slice(ph.Failovers, func(a, b int) bool { return ph.Failovers[a] < ph.Failovers[b] })
+	sort.Slice(ph.Readmitted, func(a, b int) bool { return ph.Readmitted[a].Before(ph.Readmitted[b]) })
 	return ph, nil
 }

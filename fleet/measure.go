@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -19,36 +20,73 @@ type RedisStats struct {
 	Commands int64
 	// CPU is used_cpu_sys plus used_cpu_user.
 	CPU time.Duration
+	// ByCommand counts the calls per command ("evalsha", "get", ...).
+	ByCommand map[string]int64
 }
 
 // Sub returns s minus o.
 func (s RedisStats) Sub(o RedisStats) RedisStats {
-	return RedisStats{Commands: s.Commands - o.Commands, CPU: s.CPU - o.CPU}
+	out := RedisStats{Commands: s.Commands - o.Commands, CPU: s.CPU - o.CPU, ByCommand: map[string]int64{}}
+	for k, v := range s.ByCommand {
+		if d := v - o.ByCommand[k]; d != 0 {
+			out.ByCommand[k] = d
+		}
+	}
+	return out
 }
 
-// Stats reads the counters of every server still running (a killed
-// one counts no more).
+// add adds o to s.
+func (s *RedisStats) add(o RedisStats) {
+	s.Commands += o.Commands
+	s.CPU += o.CPU
+	if s.ByCommand == nil {
+		s.ByCommand = map[string]int64{}
+	}
+	for k, v := range o.ByCommand {
+		s.ByCommand[k] += v
+	}
+}
+
+// Top returns the n commands called most, as "name calls".
+func (s RedisStats) Top(n int) []string {
+	names := make([]string, 0, len(s.ByCommand))
+	for k := range s.ByCommand {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(a, b int) bool { return s.ByCommand[names[a]] > s.ByCommand[names[b]] })
+	out := make([]string, 0, n)
+	for _, k := range names[:min(n, len(names))] {
+		out = append(out, fmt.Sprintf("%s %d", k, s.ByCommand[k]))
+	}
+	return out
+}
+
+// Stats reads the counters of every server, summed; a server no longer
+// running counts with what it had at its last reading.
 func (r *Redis) Stats(ctx context.Context) RedisStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = make([]RedisStats, len(r.Addrs))
+	}
 	var out RedisStats
 	for i, addr := range r.Addrs {
-		if r.Procs[i].Exited() {
-			continue
+		if !r.Procs[i].Exited() {
+			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 1})
+			info, err := c.Info(ctx, "commandstats", "cpu").Result()
+			c.Close()
+			if err == nil {
+				r.last[i] = parseRedisInfo(info)
+			}
 		}
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 1})
-		info, err := c.Info(ctx, "commandstats", "cpu").Result()
-		c.Close()
-		if err == nil {
-			s := parseRedisInfo(info)
-			out.Commands += s.Commands
-			out.CPU += s.CPU
-		}
+		out.add(r.last[i])
 	}
 	return out
 }
 
 // parseRedisInfo reads INFO's commandstats and cpu sections.
 func parseRedisInfo(info string) RedisStats {
-	var s RedisStats
+	s := RedisStats{ByCommand: map[string]int64{}}
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
 		key, val, ok := strings.Cut(line, ":")
@@ -61,6 +99,7 @@ func parseRedisInfo(info string) RedisStats {
 				if n, ok := strings.CutPrefix(f, "calls="); ok {
 					v, _ := strconv.ParseInt(n, 10, 64)
 					s.Commands += v
+					s.ByCommand[strings.TrimPrefix(key, "cmdstat_")] += v
 				}
 			}
 		case key == "used_cpu_sys" || key == "used_cpu_user":

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -108,6 +109,9 @@ type Redis struct {
 	// Addrs are the servers' addresses, masters first.
 	Addrs []string
 	Procs []*Proc
+
+	mu   sync.Mutex
+	last []RedisStats // each server's counters at its last reading
 }
 
 // StartRedis runs one redis-server (masters 0) or a Redis Cluster of

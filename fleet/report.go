@@ -16,6 +16,17 @@ func (p Phase) CommandsPerAdmitted() float64 {
 	return float64(p.Redis.Commands) / float64(p.Totals.Accepted)
 }
 
+// WindowBound is the most a device may be admitted in any window of T
+// in the phase: N when every decision was made in Redis, else the
+// failure policy local's bound through the gateways, (k+1) x N
+// (docs/operations.md, "When Redis is unreachable").
+func (p Phase) WindowBound(gateways int) int {
+	if p.Fallbacks == 0 {
+		return p.Limit
+	}
+	return (gateways + 1) * p.Limit
+}
+
 // CPUPerMessage is the gateways' CPU time per message acknowledged
 // (admitted or refused), over the gateways of the phase; and the
 // standalone gateway's, 0 without one.
@@ -46,12 +57,17 @@ func (r *Report) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "fleet: %d gateways, %s, %s; quota %d/%s drop; open-file limit %d, at most %d devices per simulator process\n",
 		s.Gateways, redis, front, s.Quota.Limit, s.Quota.Window, r.FileLimit, s.PerProcess)
-	for _, p := range r.Phases {
+	for i, p := range r.Phases {
 		fmt.Fprintf(w, "\nphase %q: %d devices in %d simulator processes, %s wall\n", p.Name, p.Devices, p.Shares, p.Wall.Round(time.Millisecond))
 		t := p.Totals
 		fmt.Fprintf(w, "  messages: sent %d, acked %d, admitted %d, refused %d, lost %d, unacked %d\n", t.Sent, t.Acked, t.Accepted, t.Refused, t.Lost, t.Unacked)
-		fmt.Fprintf(w, "  window check: worst count in any window %d against N = %d; %d devices over quota; %.0f decisions by the failure policy\n", p.WorstWindow, p.Limit, p.Violations, p.Fallbacks)
-		fmt.Fprintf(w, "  time to connect every device: %s; PUBACK p50 %s, p99 %s\n", p.AllConnected.Round(time.Millisecond),
+		fmt.Fprintf(w, "  window check: worst count in any window %d against N = %d (bound %d); %d devices over quota; %.0f decisions by the failure policy\n",
+			p.WorstWindow, p.Limit, p.WindowBound(s.Gateways), p.Violations, p.Fallbacks)
+		connected := p.AllConnected.Round(time.Millisecond).String()
+		if p.AllConnected == 0 {
+			connected = "never all at once"
+		}
+		fmt.Fprintf(w, "  time to connect every device: %s (%d never connected); PUBACK p50 %s, p99 %s\n", connected, p.ConnectFailures,
 			p.PubackP50.Round(10*time.Microsecond), p.PubackP99.Round(10*time.Microsecond))
 		var rss []string
 		var total int64
@@ -80,9 +96,17 @@ func (r *Report) Write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  Redis: %d commands, %.3f per admitted message; CPU %s, %s per admitted message\n", p.Redis.Commands, p.CommandsPerAdmitted(),
 			p.Redis.CPU.Round(time.Millisecond), perMsg.Round(100*time.Nanosecond))
+		fmt.Fprintf(w, "  Redis commands most called: %s\n", strings.Join(p.Redis.Top(6), ", "))
 		if n := len(p.Failovers); n > 0 {
-			fmt.Fprintf(w, "  connections lost and admitted again elsewhere: %d; p50 %s, p95 %s, max %s\n", n,
+			fmt.Fprintf(w, "  connections lost and admitted again elsewhere: %d; from the loss seen by the device p50 %s, p95 %s, max %s\n", n,
 				p.Failovers.Quantile(0.5).Round(time.Millisecond), p.Failovers.Quantile(0.95).Round(time.Millisecond), p.Failovers.Quantile(1).Round(time.Millisecond))
+		}
+		if i == 0 && !r.GatewayKilled.IsZero() {
+			fmt.Fprintf(w, "  gateway killed (SIGKILL) at %s: 95%% of its moved devices admitted again %s after the kill, all %s after\n",
+				r.GatewayKilled.Sub(r.Phase1Started).Round(time.Millisecond), p.SinceKill(r.GatewayKilled, 0.95).Round(time.Millisecond), p.SinceKill(r.GatewayKilled, 1).Round(time.Millisecond))
+		}
+		if i == 1 && !r.RedisKilled.IsZero() {
+			fmt.Fprintf(w, "  redis server %s killed (SIGKILL) %s into the phase\n", r.RedisKilledAddr, r.RedisKilled.Sub(r.Phase2Started).Round(time.Millisecond))
 		}
 		for _, e := range p.Errors[:min(len(p.Errors), 5)] {
 			fmt.Fprintf(w, "  note: %s\n", e)

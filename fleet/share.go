@@ -30,6 +30,10 @@ type Share struct {
 	Addrs    []string      `json:"addrs"`
 	SubAddrs []string      `json:"sub_addrs"`
 	StormAt  time.Duration `json:"storm_at_ns,omitempty"`
+	// Sources are the loopback addresses the devices dial from, device
+	// i from Sources[i mod n]: a gateway bounds its connections that
+	// have not sent CONNECT yet per source address (100 by default).
+	Sources []string `json:"sources,omitempty"`
 	// Tolerance is the checker's slack at window edges.
 	Tolerance time.Duration `json:"tolerance_ns"`
 }
@@ -42,10 +46,13 @@ type ShareResult struct {
 	Violations   int              `json:"violations"`
 	WorstWindow  int              `json:"worst_window"`
 	AllConnected time.Duration    `json:"all_connected_ns"`
+	// ConnectFailures counts devices that never connected.
+	ConnectFailures int `json:"connect_failures"`
 	// Puback is the share's send-to-PUBACK latency percentiles.
-	Puback    simulator.Latency       `json:"puback"`
-	Failovers simulator.FailoverTimes `json:"failovers_ns"`
-	Errors    []string                `json:"errors,omitempty"`
+	Puback     simulator.Latency       `json:"puback"`
+	Failovers  simulator.FailoverTimes `json:"failovers_ns"`
+	Readmitted []time.Time             `json:"readmitted"`
+	Errors     []string                `json:"errors,omitempty"`
 	// Simulator is the share's process's CPU and peak memory.
 	Simulator simulator.Resources `json:"simulator"`
 }
@@ -53,7 +60,7 @@ type ShareResult struct {
 // config is the simulator configuration of the share.
 func (s Share) config() simulator.Config {
 	cfg := simulator.Config{
-		Addrs: s.Addrs, SubAddrs: s.SubAddrs, Failover: true,
+		Addrs: s.Addrs, SubAddrs: s.SubAddrs, SourceAddrs: s.Sources, Failover: true,
 		Devices: s.Devices, IDPattern: s.IDPattern, Rate: s.Rate, Duration: s.Duration, RampUp: s.RampUp,
 		Client: simulator.ClientLean, QoS: 1, Protocol: 5,
 		Quota:     devicelimit.Quota{Limit: s.Limit, Window: s.Window, Policy: devicelimit.PolicyDrop},
@@ -75,8 +82,8 @@ func (s Share) Run(ctx context.Context) (ShareResult, error) {
 // summarize reduces a report to a ShareResult.
 func summarize(rep *simulator.Report) ShareResult {
 	r := ShareResult{Devices: rep.Result.Totals.Devices, Totals: rep.Result.Totals.Counts,
-		Violations: rep.Result.Totals.Violations, AllConnected: rep.AllConnected, Puback: rep.Puback,
-		Failovers: rep.Failovers, Errors: rep.Errors, Simulator: rep.Simulator}
+		Violations: rep.Result.Totals.Violations, AllConnected: rep.AllConnected, Puback: rep.Puback, ConnectFailures: rep.ConnectFailures,
+		Failovers: rep.Failovers, Readmitted: rep.Readmitted, Errors: rep.Errors, Simulator: rep.Simulator}
 	for _, d := range rep.Result.Devices {
 		r.WorstWindow = max(r.WorstWindow, d.MaxInWindow)
 	}

@@ -33,6 +33,9 @@ type Auth struct {
 	TLS *tls.Config `json:"-"`
 	// TLSOn records in the report that TLS was used.
 	TLSOn bool `json:"tls,omitempty"`
+	// source, when set, is the local address a device dials from
+	// (Config.SourceAddrs).
+	source *net.TCPAddr
 }
 
 // subCredentials returns the subscriber's username and password.
@@ -90,6 +93,9 @@ func refused4(err error) error {
 // counting the bytes on it into w (nil: not counted).
 func (a Auth) dialConn(ctx context.Context, addr string, w *wireCount) (net.Conn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second}
+	if a.source != nil {
+		d.LocalAddr = a.source
+	}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err

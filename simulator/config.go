@@ -37,6 +37,13 @@ type Config struct {
 	// messages that gateway acknowledged and never delivered count as
 	// lost. Loopback only.
 	SubAddrs []string `json:"sub_addrs,omitempty"`
+	// SourceAddrs, when set, are loopback IP addresses (127.0.0.2,
+	// 127.0.0.3, ...) device i dials from, SourceAddrs[i mod n]: a
+	// gateway bounds some things per source address (its connections
+	// that have not sent CONNECT yet, mqtt.max_pending_per_address), and
+	// one source address has one range of ephemeral ports per
+	// destination.
+	SourceAddrs []string `json:"source_addrs,omitempty"`
 	// Failover makes a device whose connection is lost (its gateway
 	// killed, the connection cut) connect again, to the next of Addrs,
 	// instead of stopping; Report.Failovers has how long each took.

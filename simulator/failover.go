@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"fmt"
+	"net"
 	"sort"
 	"time"
 )
@@ -19,6 +20,16 @@ func (f *fleet) addr(i int) string {
 		return f.cfg.Addr
 	}
 	return f.cfg.Addrs[(i+int(f.hops[i]))%len(f.cfg.Addrs)]
+}
+
+// auth returns the Auth device i dials with: Config.Auth, from its
+// source address when Config.SourceAddrs has some.
+func (f *fleet) auth(i int) Auth {
+	a := f.cfg.Auth
+	if n := len(f.cfg.SourceAddrs); n > 0 {
+		a.source = &net.TCPAddr{IP: net.ParseIP(f.cfg.SourceAddrs[i%n])}
+	}
+	return a
 }
 
 // hop moves device i to its next address; only device i's goroutine
@@ -53,12 +64,13 @@ func subscribeAll(ctx context.Context, cfg Config, rec *recorder) ([]*subscriber
 	return subs, nil
 }
 
-// failedOver records how long a device that lost its connection took
-// to have a message admitted again, elsewhere.
-func (r *recorder) failedOver(d time.Duration) {
+// failedOver records a device that lost its connection at lost having
+// a message admitted again, elsewhere, at again.
+func (r *recorder) failedOver(lost, again time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.failovers = append(r.failovers, d)
+	r.failovers = append(r.failovers, again.Sub(lost))
+	r.readmitted = append(r.readmitted, again)
 }
 
 // lostConnection records a connection lost under Config.Failover.
@@ -85,11 +97,14 @@ func (ft FailoverTimes) Quantile(q float64) time.Duration {
 	return ft[min(max(i, 0), len(ft)-1)]
 }
 
-// sortedFailovers returns the recorded failover times, ascending.
-func (r *recorder) sortedFailovers() FailoverTimes {
+// sortedFailovers returns the recorded failover times and the instants
+// of readmission, each ascending.
+func (r *recorder) sortedFailovers() (FailoverTimes, []time.Time) {
 	out := append(FailoverTimes(nil), r.failovers...)
 	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
-	return out
+	at := append([]time.Time(nil), r.readmitted...)
+	sort.Slice(at, func(a, b int) bool { return at[a].Before(at[b]) })
+	return out, at
 }
 
 // validateAddrs checks Addrs and SubAddrs and makes Addr the first of
@@ -103,6 +118,11 @@ func (c *Config) validateAddrs() error {
 			if err := checkLoopback(a); err != nil {
 				return err
 			}
+		}
+	}
+	for _, a := range c.SourceAddrs {
+		if ip := net.ParseIP(a); ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("%w: source_addrs: %q is not a loopback IP address", ErrInvalidConfig, a)
 		}
 	}
 	if c.SubAddr != "" && len(c.SubAddrs) > 0 {

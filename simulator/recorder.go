@@ -41,6 +41,10 @@ type Report struct {
 	// Failovers are, per connection lost under Config.Failover, the
 	// time until the device had a message admitted again, ascending.
 	Failovers FailoverTimes `json:"failovers_ns,omitempty"`
+	// Readmitted are the instants of those messages admitted again,
+	// ascending: against the time a gateway was killed, how soon its
+	// devices were served elsewhere.
+	Readmitted []time.Time `json:"readmitted,omitempty"`
 	// AllConnected is how long after the start every device was
 	// connected at once; 0 when that never happened.
 	AllConnected time.Duration `json:"all_connected_ns,omitempty"`
@@ -90,6 +94,7 @@ type recorder struct {
 	restarting  bool // the gateway is restarting: losing the subscriber is expected
 	reconnects  int
 	failovers   []time.Duration
+	readmitted  []time.Time
 	// allConnected is when every device was first connected at once.
 	allConnected time.Time
 

@@ -103,7 +103,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		logs = append(logs, *l)
 	}
 	rep.ConnectFailures, rep.Disconnects, rep.Errors = rec.connFails, rec.disconnects, rec.errs
-	rep.Failovers = rec.sortedFailovers()
+	rep.Failovers, rep.Readmitted = rec.sortedFailovers()
 	if !rec.allConnected.IsZero() {
 		rep.AllConnected = rec.allConnected.Sub(rep.Started)
 	}
@@ -361,6 +361,10 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 	off := sch.next(0) // offset of the next message due
 	buf := make([]byte, 0, max(cfg.PayloadSize, headerFixed+len(id)))
 	var lostAt time.Time // when a connection was lost under Failover
+	// resend: the message whose connection broke under Failover goes
+	// again at once after the reconnect, as an SDK re-sends an
+	// unacknowledged QoS 1 message, not at the next slot.
+	resend := false
 	// reconnect closes p and connects again, once the gateway is back
 	// from a restart; false when the device is done.
 	reconnect := func() bool {
@@ -400,7 +404,11 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 				return
 			}
 		}
-		ok, err := waitToSend(ctx, p, start.Add(off))
+		due := start.Add(off)
+		if resend {
+			due = time.Now()
+		}
+		ok, err := waitToSend(ctx, p, due)
 		if !ok {
 			return
 		}
@@ -417,10 +425,13 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 			}
 			rec.sent(id, Sent{Seq: seq, At: at, Ack: ack, Code: code, AckAt: ackAt, Size: len(payload), Class: class})
 			if ack == AckSuccess && !lostAt.IsZero() {
-				rec.failedOver(ackAt.Sub(lostAt))
+				rec.failedOver(lostAt, ackAt)
 				lostAt = time.Time{}
 			}
-			off = sch.next(off)
+			if !resend {
+				off = sch.next(off)
+			}
+			resend = false
 			if err == nil {
 				continue
 			}
@@ -446,6 +457,7 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 				lostAt = time.Now()
 			}
 			f.hop(i)
+			resend = true
 		}
 		if !reconnect() {
 			return
@@ -531,20 +543,20 @@ func (f *fleet) dial(ctx context.Context, i int, id string) (publisher, error) {
 	}
 	// A failed dial returns a nil interface, not a nil *client.
 	if f.cfg.Protocol == 4 {
-		c, err := dial4(ctx, f.addr(i), id, f.cfg.QoS, f.cfg.Auth, w)
+		c, err := dial4(ctx, f.addr(i), id, f.cfg.QoS, f.auth(i), w)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
 	if client == ClientLean || client == ClientAdaptive {
-		c, err := dialLean(ctx, f.addr(i), id, f.cfg.QoS, f.cfg.Auth, w, client == ClientAdaptive)
+		c, err := dialLean(ctx, f.addr(i), id, f.cfg.QoS, f.auth(i), w, client == ClientAdaptive)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
-	c, err := dial5(ctx, f.addr(i), id, f.cfg.QoS, f.cfg.Auth, w)
+	c, err := dial5(ctx, f.addr(i), id, f.cfg.QoS, f.auth(i), w)
 	if err != nil {
 		return nil, err
 	}
