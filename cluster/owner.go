@@ -88,10 +88,10 @@ type Owner struct {
 	wmu     sync.Mutex
 	waiters map[string]chan struct{} // claims waiting for a release
 
-	stats ownerStats
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+	stats  ownerStats
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
 	pubsub *redis.PubSub
 }
 

@@ -191,3 +191,28 @@ func TestOwnerFenced(t *testing.T) {
 		t.Fatalf("after the claim back: %+v; want admitted with the earlier 3 and a charge counted", v)
 	}
 }
+
+// TestOwnerCrashLiveKey: a gateway killed while its liveness key still
+// lives: the next claimant asks it, waits out its TTL, and charges its
+// lease: at most one lease lost, never more than N admitted.
+func TestOwnerCrashLiveKey(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newOwner(t, srv, 10, 300*time.Millisecond)
+	b := newOwner(t, srv, 10, 300*time.Millisecond)
+	q := devicelimit.Quota{Limit: 20, Window: time.Hour}
+	now := t0
+	for i := range 8 {
+		if v := a.o.AllowAt("d", q, now); !v.Allowed {
+			t.Fatalf("message %d on A refused: %+v", i, v)
+		}
+	}
+	a.o.kill()
+	admitted := 8
+	for b.o.AllowAt("d", q, now).Allowed {
+		admitted++
+	}
+	if b.o.stats.waits.Load() != 1 || admitted < 10 || admitted > 20 {
+		t.Fatalf("admitted %d over both (waits %d, charges %d); want 10..20 after a wait", admitted, b.o.stats.waits.Load(), b.o.stats.charges.Load())
+	}
+	t.Logf("admitted %d; checkpoints on A %d", admitted, a.o.stats.checkpoints.Load())
+}

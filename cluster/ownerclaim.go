@@ -93,15 +93,15 @@ func (o *Owner) claim(d *owned, now devicelimit.Tick) error {
 	if err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
-	if len(v) != 6 {
+	if len(v) != 7 {
 		return errBadReply
 	}
 	epoch := v[1].(int64)
 	c, _ := v[2].(string)
 	lm, lb := v[3].(int64), v[4].(int64)
 	if v[0].(int64) == 1 {
-		prev := v[5].(string)
-		if c, lm, lb, err = o.waitRelease(d.device, key, prev, epoch); err != nil {
+		prev, ttl := v[5].(string), time.Duration(v[6].(int64))*time.Millisecond
+		if c, lm, lb, err = o.waitRelease(d.device, key, prev, epoch, max(ttl, o.ttl)); err != nil {
 			return err
 		}
 	}
@@ -141,10 +141,12 @@ func (o *Owner) claim(d *owned, now devicelimit.Tick) error {
 }
 
 // waitRelease asks the live previous owner prev to release the device,
-// waits until it has or the gateway TTL has passed since the request
-// (by then prev has read it or fenced itself), and settles the claim.
+// waits until it has or prev's liveness TTL ttl has passed since the
+// request (by then prev has read it or fenced itself; a gateway
+// configured with another TTL is waited for by its own), and settles
+// the claim.
 // It returns the checkpoint and the lease left to charge.
-func (o *Owner) waitRelease(device, key, prev string, epoch int64) (string, int64, int64, error) {
+func (o *Owner) waitRelease(device, key, prev string, epoch int64, ttl time.Duration) (string, int64, int64, error) {
 	o.stats.waits.Add(1)
 	ch := make(chan struct{}, 1)
 	o.wmu.Lock()
@@ -170,7 +172,7 @@ func (o *Owner) waitRelease(device, key, prev string, epoch int64) (string, int6
 	}
 	// The request is in Redis once the pipeline answered: within the
 	// TTL prev reads it at a liveness renewal, or fences itself.
-	timer := time.NewTimer(o.ttl + o.ttl/10)
+	timer := time.NewTimer(ttl + ttl/10)
 	defer timer.Stop()
 	select {
 	case <-ch:

@@ -168,7 +168,7 @@ func (o *Owner) heartbeat() {
 		sent := o.mono()
 		ctx, cancel := context.WithTimeout(context.Background(), o.ttl/4)
 		pipe := o.ctl.Pipeline()
-		pipe.Set(ctx, o.prefix+"gw:"+o.id, 1, o.ttl)
+		pipe.Set(ctx, o.prefix+"gw:"+o.id, o.ttl.Milliseconds(), o.ttl)
 		rq := pipe.SMembers(ctx, o.prefix+"rq:{"+o.id+"}")
 		_, err := pipe.Exec(ctx)
 		cancel()
@@ -207,16 +207,18 @@ func (o *Owner) release(device string) {
 		epoch := d.epoch
 		c := appendCheckpoint(nil, o.table, device, d.wins)
 		d.mu.Unlock()
-		o.forget(d)
 		if was {
 			o.stats.releases.Add(1)
 			if err := releaseScript.Run(ctx, o.ctl, []string{o.recordKey(device)}, o.id, epoch, c, o.prefix).Err(); err != nil {
 				o.log.Warn("device's final windows not written; the new owner charges its lease", "device", device, "err", err.Error())
 			}
+			// Closed before the device is forgotten: a publish racing the
+			// close takes the failure policy rather than claiming it back.
 			if o.onLost != nil {
 				o.onLost(device)
 			}
 		}
+		o.forget(d)
 	}
 	o.ctl.SRem(ctx, o.prefix+"rq:{"+o.id+"}", device)
 }

@@ -13,10 +13,11 @@ import "github.com/redis/go-redis/v9"
 
 // claimLua makes ARGV[1] the owner of the device KEYS[1] under a new
 // epoch. ARGV[2] is the key prefix (liveness keys are prefix..'gw:'..id).
-// It returns {wait, epoch, c, lm, lb, prev}: wait 0 when the device is
-// the claimant's at once (no owner, a released one, a dead one, or
-// itself: the claimant charges lm and lb); 1 when prev, a live gateway,
-// must first release it (the claimant asks it, then settles).
+// It returns {wait, epoch, c, lm, lb, prev, ttl}: wait 0 when the device
+// is the claimant's at once (no owner, a released one, a dead one, or
+// itself: the claimant charges lm and lb); 1 when prev, a live gateway
+// whose liveness key holds its TTL in milliseconds ttl, must first
+// release it (the claimant asks it, then settles).
 const claimLua = `
 local r = redis.call('HMGET', KEYS[1], 'g', 'e', 'c', 'lm', 'lb', 'w', 'pg', 'pe')
 local g, e = r[1], tonumber(r[2] or '0')
@@ -31,10 +32,10 @@ elseif live(g) then
 end
 if prev ~= '' then
   redis.call('HSET', KEYS[1], 'g', ARGV[1], 'e', ne, 'w', 1, 'pg', prev, 'pe', pe)
-  return {1, ne, '', 0, 0, prev}
+  return {1, ne, '', 0, 0, prev, tonumber(redis.call('GET', ARGV[2] .. 'gw:' .. prev)) or 0}
 end
 redis.call('HSET', KEYS[1], 'g', ARGV[1], 'e', ne, 'w', 0)
-return {0, ne, r[3] or '', tonumber(r[4] or '0'), tonumber(r[5] or '0'), ''}
+return {0, ne, r[3] or '', tonumber(r[4] or '0'), tonumber(r[5] or '0'), '', 0}
 `
 
 // settleLua ends the wait of claimant ARGV[1] at epoch ARGV[2]: the

@@ -23,7 +23,31 @@ type Cluster struct {
 	// refuses as over the limit, "local" decides on this gateway's own
 	// in-memory window.
 	FailurePolicy string `yaml:"failure_policy"`
+	// Decisions is where device publishes are decided: "redis", one
+	// script call per message on the shared windows; "owner", by the
+	// gateway the device is connected to, with Redis holding each
+	// device's owner, checkpoint and lease (docs/design.md).
+	Decisions string `yaml:"decisions"`
+	// LeaseShare is, in owner mode, the share of each window a gateway
+	// may admit beyond its last checkpoint: what a gateway's crash costs
+	// a device at most.
+	LeaseShare float64 `yaml:"lease_share"`
+	// GatewayTTL is, in owner mode, how long a gateway's liveness in
+	// Redis outlives its last renewal: how long a crashed gateway's
+	// devices wait before another gateway serves them.
+	GatewayTTL Duration `yaml:"gateway_ttl"`
 }
+
+// DecisionModes are the values of cluster.decisions.
+var DecisionModes = []string{"redis", "owner"}
+
+// Owner mode's defaults and bounds.
+const (
+	DefaultLeaseShare = 0.5
+	DefaultGatewayTTL = 3 * time.Second
+	MinGatewayTTL     = 200 * time.Millisecond
+	MaxGatewayTTL     = time.Minute
+)
 
 // Redis is how to reach the Redis server (or Redis Cluster) that holds
 // the shared state.
@@ -73,6 +97,17 @@ func (v *validator) cluster(c Cluster) {
 	ok := false
 	for _, p := range FailurePolicies {
 		ok = ok || c.FailurePolicy == p
+	}
+	if c.Decisions != "redis" && c.Decisions != "owner" {
+		v.add("cluster.decisions", fmt.Sprintf("must be redis or owner (got %q)", c.Decisions))
+	}
+	if !(c.LeaseShare > 0 && c.LeaseShare <= 1) {
+		v.add("cluster.lease_share", fmt.Sprintf("must be above 0 and at most 1 (got %v)", c.LeaseShare))
+	}
+	if t := time.Duration(c.GatewayTTL); t < MinGatewayTTL || t > MaxGatewayTTL {
+		v.add("cluster.gateway_ttl", fmt.Sprintf("must be between %s and %s (got %q)", MinGatewayTTL, MaxGatewayTTL, t.String()))
+	} else if rt := time.Duration(c.Redis.Timeout); c.Decisions == "owner" && 4*rt > t {
+		v.add("cluster.gateway_ttl", fmt.Sprintf("must be at least 4 times cluster.redis.timeout (%s) in owner mode: a liveness renewal is given a quarter of it (got %q)", rt, t.String()))
 	}
 	if !ok {
 		v.add("cluster.failure_policy", fmt.Sprintf("must be fail-open, fail-closed or local (got %q)", c.FailurePolicy))
