@@ -41,8 +41,8 @@ type clusterParts struct {
 	owner     *cluster.Owner
 	broker    atomic.Pointer[broker.Server] // for the owner's session takeovers
 	overrides *cluster.Overrides
-	blocks             *cluster.Blocks
-	groups             *cluster.GroupRegistry
+	blocks    *cluster.Blocks
+	groups    *cluster.GroupRegistry
 }
 
 // startCluster connects the gateway to Redis when cfg asks for it; the
