@@ -239,6 +239,40 @@ func (o *Owner) AllowClassAt(device, class string, q devicelimit.Quota, size int
 	if d, done := o.shared.precheck(ls, size); done {
 		return d
 	}
+	return o.decide(device, class, q, ls, size, now, groupPart{}).Decision
+}
+
+// AllowGroupAt decides a message of a device in a group: its own
+// windows in this gateway's table, its group's (shared by devices on
+// every gateway) by a script call on the group's key alone, which on
+// Redis Cluster lives in the group's own slot. The device's windows
+// stay locked meanwhile, so its part cannot change between the two:
+// devicelimit.Table.AllowGroupAt's contract (both parts enforced or both
+// in shadow mode: counted in both or neither; one in shadow mode: the
+// enforced part first, the other only when it admitted), except that a
+// refusal by the device's own windows does not ask the group.
+func (o *Owner) AllowGroupAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.GroupDecision {
+	var one, gone [1]devicelimit.Limit
+	ls, gls := limitsOf(q, &one), limitsOf(gq, &gone)
+	if d, done := o.shared.precheck(ls, size); done {
+		return devicelimit.GroupDecision{Decision: d}
+	}
+	if d, done := o.shared.precheck(gls, size); done {
+		return devicelimit.GroupDecision{Decision: d, Group: true}
+	}
+	return o.decide(device, class, q, ls, size, now, groupPart{key: groupKey, q: gq, ls: gls})
+}
+
+// groupPart is the group's side of a decision; key "" for none.
+type groupPart struct {
+	key string
+	q   devicelimit.Quota
+	ls  []devicelimit.Limit
+}
+
+// decide takes a device's decision (and its group's, g) once the device
+// is this gateway's and its lease covers the message.
+func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelimit.Limit, size int, now devicelimit.Tick, g groupPart) devicelimit.GroupDecision {
 	quota := len(class) == 0 || class[0] != 0
 	var timer *time.Timer
 	defer func() {
@@ -248,11 +282,11 @@ func (o *Owner) AllowClassAt(device, class string, q devicelimit.Quota, size int
 	}()
 	for {
 		if !o.leased() {
-			return o.fallback(device, class, ls, size, now)
+			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}
 		d := o.get(device, now)
 		if d == nil {
-			return o.fallback(device, class, ls, size, now)
+			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}
 		d.mu.Lock()
 		if d.state != stReady {
@@ -261,8 +295,15 @@ func (o *Owner) AllowClassAt(device, class string, q devicelimit.Quota, size int
 		}
 		known := d.know(class, ls)
 		if known && (!quota || (d.usedM < d.capM && d.usedB+int64(size) <= d.capB)) {
-			v := o.table.AllowClassAt(device, class, q, size, now)
-			if v.Allowed && quota {
+			var v devicelimit.GroupDecision
+			counted := false
+			if g.key == "" {
+				v.Decision = o.table.AllowClassAt(device, class, q, size, now)
+				counted = v.Allowed
+			} else {
+				v, counted = o.withGroup(device, class, q, ls, size, now, g)
+			}
+			if counted && quota {
 				d.usedM++
 				d.usedB += int64(size)
 				if !d.queued && (d.capM-d.usedM < o.leaseM(d)/4 || d.capB-d.usedB < o.leaseB(d)/4) {
@@ -284,9 +325,34 @@ func (o *Owner) AllowClassAt(device, class string, q devicelimit.Quota, size int
 		select {
 		case <-ch:
 		case <-timer.C:
-			return o.fallback(device, class, ls, size, now)
+			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}
 	}
+}
+
+// withGroup decides a device's part in the table and its group's in
+// Redis (the device's windows locked by the caller), and reports whether
+// the device's windows counted the message (its lease's business).
+func (o *Owner) withGroup(device, class string, q devicelimit.Quota, ls []devicelimit.Limit, size int, now devicelimit.Tick, g groupPart) (devicelimit.GroupDecision, bool) {
+	var dv, gv devicelimit.Verdict
+	switch {
+	case q.Shadow == g.q.Shadow:
+		if dv = o.table.PeekAllAt(device, class, ls, size, now); dv.Allowed {
+			if gv = o.shared.decideVerdict(g.key, "", g.ls, size, now); gv.Allowed {
+				dv = o.table.AllowAllAt(device, class, ls, size, now)
+			}
+		}
+	case g.q.Shadow: // the device's part enforced, first
+		if dv = o.table.AllowAllAt(device, class, ls, size, now); dv.Allowed {
+			gv = o.shared.decideVerdict(g.key, "", g.ls, size, now)
+		}
+	default: // the group's part enforced, first
+		if gv = o.shared.decideVerdict(g.key, "", g.ls, size, now); gv.Allowed {
+			dv = o.table.AllowAllAt(device, class, ls, size, now)
+		}
+	}
+	counted := dv.Allowed && (q.Shadow != g.q.Shadow || gv.Allowed)
+	return devicelimit.CombineGroup(dv, gv), counted
 }
 
 // limitsOf returns q's windows, its one window in *one when it has one.
@@ -341,27 +407,29 @@ func (o *Owner) lease(d *owned, u devicelimit.Unit) int64 {
 	return l
 }
 
-// fallback decides under the failure policy, on the shared limiter's.
-func (o *Owner) fallback(device, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) devicelimit.Decision {
+// fallbackGroup decides under the failure policy, the shared limiter's.
+func (o *Owner) fallbackGroup(device, class string, q devicelimit.Quota, ls []devicelimit.Limit, size int, now devicelimit.Tick, g groupPart) devicelimit.GroupDecision {
 	o.stats.fallbacks.Add(1)
-	return o.shared.fallback(device, class, ls, size, now)
+	if g.key == "" {
+		return devicelimit.GroupDecision{Decision: o.shared.fallback(device, class, ls, size, now)}
+	}
+	return o.shared.fallbackGroup(device, class, q, g.key, g.q, size, now)
 }
 
-// AllowGroupAt decides a device in a group on the shared windows in
-// Redis (per message): a group's window is shared by devices on many
-// gateways.
-func (o *Owner) AllowGroupAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, now devicelimit.Tick) devicelimit.GroupDecision {
-	return o.shared.AllowGroupAt(device, class, q, groupKey, gq, size, now)
-}
-
-// StandingAt fills s from this gateway's table for a device without a
-// group, from the shared windows for one in a group.
+// StandingAt fills s with the device's windows from this gateway's
+// table and its group's from Redis (a call of its own).
 func (o *Owner) StandingAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, refused bool, now devicelimit.Tick, s *devicelimit.Standing) {
-	if groupKey != "" {
-		o.shared.StandingAt(device, class, q, groupKey, gq, size, refused, now, s)
+	o.table.StandingAt(device, class, q, "", gq, size, refused, now, s)
+	if groupKey == "" {
 		return
 	}
-	o.table.StandingAt(device, class, q, "", gq, size, refused, now, s)
+	var gs devicelimit.Standing
+	o.shared.StandingAt(groupKey, "", gq, "", gq, size, refused, now, &gs)
+	for _, w := range gs.Windows[:gs.N] {
+		w.Group, w.Shadow, w.Class = true, gq.Shadow, ""
+		s.Add(w)
+	}
+	s.Sort()
 }
 
 // Owns reports whether this gateway decides for device now.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/devicegate/devicegate/devicelimit"
 )
 
@@ -88,20 +90,19 @@ func (o *Owner) claim(d *owned, now devicelimit.Tick) error {
 	begin := time.Now()
 	key := o.recordKey(d.device)
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	v, err := claimScript.Run(ctx, o.rdb, []string{key}, o.id, o.prefix).Slice()
+	v, err := claimScript.Run(ctx, o.rdb, []string{key}, o.id).Slice()
 	cancel()
 	if err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
-	if len(v) != 7 {
+	if len(v) != 6 {
 		return errBadReply
 	}
 	epoch := v[1].(int64)
 	c, _ := v[2].(string)
 	lm, lb := v[3].(int64), v[4].(int64)
 	if v[0].(int64) == 1 {
-		prev, ttl := v[5].(string), time.Duration(v[6].(int64))*time.Millisecond
-		if c, lm, lb, err = o.waitRelease(d.device, key, prev, epoch, max(ttl, o.ttl)); err != nil {
+		if c, lm, lb, err = o.waitRelease(d.device, key, v[5].(string), epoch); err != nil {
 			return err
 		}
 	}
@@ -140,13 +141,43 @@ func (o *Owner) claim(d *owned, now devicelimit.Tick) error {
 	return nil
 }
 
-// waitRelease asks the live previous owner prev to release the device,
-// waits until it has or prev's liveness TTL ttl has passed since the
-// request (by then prev has read it or fenced itself; a gateway
-// configured with another TTL is waited for by its own), and settles
-// the claim.
-// It returns the checkpoint and the lease left to charge.
-func (o *Owner) waitRelease(device, key, prev string, epoch int64, ttl time.Duration) (string, int64, int64, error) {
+// waitRelease settles a claim on a device prev may still decide for.
+// A prev whose liveness key is gone has fenced itself: the claim
+// settles at once. A live one is asked to release the device and
+// waited for until it has, or until its liveness TTL (kept in its key:
+// a gateway configured with another TTL is waited for by its own) has
+// passed since the request: by then prev has read the request at a
+// renewal, or fenced itself. It returns the checkpoint and the lease
+// left to charge.
+func (o *Owner) waitRelease(device, key, prev string, epoch int64) (string, int64, int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	ttlMs, err := o.ctl.Get(ctx, o.prefix+"gw:"+prev).Int64()
+	cancel()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return "", 0, 0, fmt.Errorf("read the liveness of gateway %s: %w", prev, err)
+	default:
+		if err := o.askRelease(device, prev, max(time.Duration(ttlMs)*time.Millisecond, o.ttl)); err != nil {
+			return "", 0, 0, err
+		}
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
+	v, err := settleScript.Run(ctx, o.ctl, []string{key}, o.id, epoch).Slice()
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("settle: %w", err)
+	}
+	if len(v) != 4 || v[0].(int64) != 1 {
+		return "", 0, 0, errClaimLost
+	}
+	c, _ := v[1].(string)
+	return c, v[2].(int64), v[3].(int64), nil
+}
+
+// askRelease asks the live gateway prev to release device and waits
+// until it has, or ttl and a tenth have passed since the request.
+func (o *Owner) askRelease(device, prev string, ttl time.Duration) error {
 	o.stats.waits.Add(1)
 	ch := make(chan struct{}, 1)
 	o.wmu.Lock()
@@ -168,7 +199,7 @@ func (o *Owner) waitRelease(device, key, prev string, epoch int64, ttl time.Dura
 	if err != nil {
 		// Not asked: the claim fails, and the next decision claims again
 		// (the record names prev as the owner to ask).
-		return "", 0, 0, fmt.Errorf("ask gateway %s to release: %w", prev, err)
+		return fmt.Errorf("ask gateway %s to release: %w", prev, err)
 	}
 	// The request is in Redis once the pipeline answered: within the
 	// TTL prev reads it at a liveness renewal, or fences itself.
@@ -178,17 +209,7 @@ func (o *Owner) waitRelease(device, key, prev string, epoch int64, ttl time.Dura
 	case <-ch:
 	case <-timer.C:
 	case <-o.stop:
-		return "", 0, 0, errClaimLost
+		return errClaimLost
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), controlTimeout)
-	defer cancel()
-	v, err := settleScript.Run(ctx, o.ctl, []string{key}, o.id, epoch).Slice()
-	if err != nil {
-		return "", 0, 0, fmt.Errorf("settle: %w", err)
-	}
-	if len(v) != 4 || v[0].(int64) != 1 {
-		return "", 0, 0, errClaimLost
-	}
-	c, _ := v[1].(string)
-	return c, v[2].(int64), v[3].(int64), nil
+	return nil
 }

@@ -12,30 +12,29 @@ import "github.com/redis/go-redis/v9"
 // the device's slot.
 
 // claimLua makes ARGV[1] the owner of the device KEYS[1] under a new
-// epoch. ARGV[2] is the key prefix (liveness keys are prefix..'gw:'..id).
-// It returns {wait, epoch, c, lm, lb, prev, ttl}: wait 0 when the device
-// is the claimant's at once (no owner, a released one, a dead one, or
-// itself: the claimant charges lm and lb); 1 when prev, a live gateway
-// whose liveness key holds its TTL in milliseconds ttl, must first
-// release it (the claimant asks it, then settles).
+// epoch. It returns {wait, epoch, c, lm, lb, prev}: wait 0 when the
+// device is the claimant's at once (no owner, or itself: the claimant
+// charges lm and lb); 1 when prev, another gateway, may still decide
+// for it: the claimant checks prev's liveness (a key of its own, in
+// another slot on Redis Cluster), asks it to release the device when
+// it lives, and settles. A claim that finds an earlier claimant that
+// never settled (w 1) waits for the owner that one waited for.
 const claimLua = `
 local r = redis.call('HMGET', KEYS[1], 'g', 'e', 'c', 'lm', 'lb', 'w', 'pg', 'pe')
 local g, e = r[1], tonumber(r[2] or '0')
 local ne = e + 1
 local prev, pe = '', 0
-local function live(id) return id and id ~= '' and id ~= ARGV[1] and redis.call('EXISTS', ARGV[2] .. 'gw:' .. id) == 1 end
-if r[6] == '1' and live(r[7]) then
-  -- An earlier claimant never settled: the owner before it may still decide.
+if r[6] == '1' and r[7] and r[7] ~= ARGV[1] then
   prev, pe = r[7], tonumber(r[8])
-elseif live(g) then
+elseif g and g ~= ARGV[1] then
   prev, pe = g, e
 end
 if prev ~= '' then
   redis.call('HSET', KEYS[1], 'g', ARGV[1], 'e', ne, 'w', 1, 'pg', prev, 'pe', pe)
-  return {1, ne, '', 0, 0, prev, tonumber(redis.call('GET', ARGV[2] .. 'gw:' .. prev)) or 0}
+  return {1, ne, '', 0, 0, prev}
 end
 redis.call('HSET', KEYS[1], 'g', ARGV[1], 'e', ne, 'w', 0)
-return {0, ne, r[3] or '', tonumber(r[4] or '0'), tonumber(r[5] or '0'), '', 0}
+return {0, ne, r[3] or '', tonumber(r[4] or '0'), tonumber(r[5] or '0'), ''}
 `
 
 // settleLua ends the wait of claimant ARGV[1] at epoch ARGV[2]: the
