@@ -216,3 +216,48 @@ func TestOwnerCrashLiveKey(t *testing.T) {
 	}
 	t.Logf("admitted %d; checkpoints on A %d", admitted, a.o.stats.checkpoints.Load())
 }
+
+// TestOwnerRedisRestartedEmpty: Redis restarted empty under an owner
+// costs a device that stays nothing: the owner keeps deciding on its
+// table (exactly the 2 left of 10), writes the device's record anew at
+// its next checkpoint, and a gateway the device moves to afterwards
+// gets the exact window.
+func TestOwnerRedisRestartedEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newOwner(t, srv, 10, time.Second)
+	b := newOwner(t, srv, 10, time.Second)
+	q := devicelimit.Quota{Limit: 10, Window: time.Hour}
+	for i := range 8 {
+		if v := a.o.AllowAt("d", q, t0); !v.Allowed {
+			t.Fatalf("message %d refused: %+v", i, v)
+		}
+	}
+	srv.Kill()
+	srv.Restart() // empty: no persistence
+	waitLeased(t, a.o)
+	admitted := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for range 10 {
+		v := a.o.AllowAt("d", q, t0)
+		for !v.Allowed && v.RetryAfter == time.Second && time.Now().Before(deadline) {
+			v = a.o.AllowAt("d", q, t0) // fail-closed while Redis was away
+		}
+		if v.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("after the restart the owner admitted %d, want the 2 left", admitted)
+	}
+	// A's liveness key is back at its next renewal (until then a claim
+	// takes A for dead and charges its lease: the documented bound).
+	for srv.Client().Exists(context.Background(), a.o.prefix+"gw:"+a.o.id).Val() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("A's liveness key not written again")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if v := b.o.AllowAt("d", q, t0); v.Allowed || v.Count != 10 {
+		t.Fatalf("moved after the restart: %+v, want refused with 10 counted", v)
+	}
+}
