@@ -193,12 +193,18 @@ func (o *Owner) heartbeat() {
 // here after this, its final windows written with no lease, its
 // sessions closed.
 func (o *Owner) release(device string) {
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
+	o.releaseCtx(ctx, device, true)
+}
+
+// releaseCtx is release within ctx; notify: close the device's
+// sessions.
+func (o *Owner) releaseCtx(ctx context.Context, device string, notify bool) {
 	sh := o.shard(device)
 	sh.mu.RLock()
 	d := sh.m[device]
 	sh.mu.RUnlock()
-	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
-	defer cancel()
 	if d != nil {
 		<-d.ready
 		d.mu.Lock()
@@ -214,7 +220,7 @@ func (o *Owner) release(device string) {
 			}
 			// Closed before the device is forgotten: a publish racing the
 			// close takes the failure policy rather than claiming it back.
-			if o.onLost != nil {
+			if notify && o.onLost != nil {
 				o.onLost(device)
 			}
 		}
@@ -259,7 +265,9 @@ func (o *Owner) listen() {
 }
 
 // Close stops the owner: it releases every device it owns (their next
-// owner charges nothing) and its liveness key.
+// owner charges nothing; those not released within controlTimeout in
+// all, Redis being slow or away, are charged their lease as after a
+// crash) and deletes its liveness key.
 func (o *Owner) Close() {
 	o.once.Do(func() {
 		close(o.stop)
@@ -274,14 +282,14 @@ func (o *Owner) Close() {
 			}
 			sh.mu.RUnlock()
 		}
-		onLost := o.onLost
-		o.onLost = nil
-		for _, dev := range devices {
-			o.release(dev)
-		}
-		o.onLost = onLost
 		ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
 		defer cancel()
+		for _, dev := range devices {
+			if ctx.Err() != nil {
+				break
+			}
+			o.releaseCtx(ctx, dev, false)
+		}
 		o.ctl.Del(ctx, o.prefix+"gw:"+o.id, o.prefix+"rq:{"+o.id+"}")
 	})
 }
