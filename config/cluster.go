@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // DefaultRedisTimeout is cluster.redis.timeout when the file does not
@@ -111,5 +113,29 @@ func (v *validator) cluster(c Cluster) {
 	}
 	if !ok {
 		v.add("cluster.failure_policy", fmt.Sprintf("must be fail-open, fail-closed or local (got %q)", c.FailurePolicy))
+	}
+}
+
+// ownerDefer refuses policy defer in owner mode: a gateway releasing a
+// device's deferred messages would claim the device from the gateway it
+// is connected to, and so close its session there.
+func (v *validator) ownerDefer(c Config) {
+	if !c.Cluster.Enabled() || c.Cluster.Decisions != "owner" {
+		return
+	}
+	const msg = "defer cannot be used with cluster.decisions: owner: releasing a deferred message would take the device from the gateway it is connected to; use drop or disconnect"
+	check := func(key string, q Quota, ckey string, cs []Class) {
+		if q.Policy == devicelimit.PolicyDefer {
+			v.add(key+".policy", msg)
+		}
+		for i, cl := range cs {
+			if cl.Quota.Policy == devicelimit.PolicyDefer {
+				v.add(fmt.Sprintf("%s[%d].quota.policy", ckey, i), msg)
+			}
+		}
+	}
+	check("limits.default", c.Limits.Default, "limits.classes", c.Limits.Classes)
+	for i, r := range c.Limits.Rules {
+		check(fmt.Sprintf("limits.rules[%d].quota", i), r.Quota, fmt.Sprintf("limits.rules[%d].classes", i), r.Classes)
 	}
 }

@@ -56,6 +56,7 @@ func TestClusterBadValues(t *testing.T) {
 		{"cluster: {redis: {addrs: [\"a:1\"], timeout: 1m}}", `cluster.redis.timeout: must be between 1ms and 5s (got "1m0s")`},
 		{"cluster: {redis: {addrs: [\"a:1\"]}, failure_policy: open}", `cluster.failure_policy: must be fail-open, fail-closed or local (got "open")`},
 		{"cluster: {redis: {password: x}}", `cluster.redis.addrs: must list at least one host:port when other cluster.redis keys are set`},
+		{"limits: {default: {limit: 1, window: 1m, policy: defer}}\ncluster: {redis: {addrs: [\"a:1\"]}, decisions: owner}", `limits.default.policy: defer cannot be used with cluster.decisions: owner`},
 		{"cluster: {redis: {addrs: [\"a:1\"]}, decisions: local}", `cluster.decisions: must be redis or owner (got "local")`},
 		{"cluster: {redis: {addrs: [\"a:1\"]}, lease_share: 0}", `cluster.lease_share: must be above 0 and at most 1 (got 0)`},
 		{"cluster: {redis: {addrs: [\"a:1\"]}, lease_share: 1.5}", `cluster.lease_share: must be above 0 and at most 1 (got 1.5)`},
