@@ -241,6 +241,9 @@ func New(opts Options) (*Server, error) {
 	if err := srv.AddHook(newStatusHook(h), nil); err != nil {
 		return nil, fmt.Errorf("add status hook: %w", err)
 	}
+	if err := addClaimHook(srv, limiterOf(&opts), h.conns, log); err != nil {
+		return nil, fmt.Errorf("add cluster claim hook: %w", err)
+	}
 	sh := newSessionHook(srv, opts.Sessions, h.conns, log)
 	ah.kept = sh
 	if err := srv.AddHook(sh, nil); err != nil {

@@ -171,17 +171,35 @@ func (l *Limiter) decide(device, class string, ls []devicelimit.Limit, size int,
 	if d, done := l.precheck(ls, size); done {
 		return d
 	}
+	return l.decideVerdict(device, class, ls, size, now).Decision()
+}
+
+// decideVerdict decides the valid windows ls of key (a device, or a
+// group's key: the script's key is its own hash tag) in class, or by
+// the failure policy.
+func (l *Limiter) decideVerdict(key, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) devicelimit.Verdict {
 	if l.health.skip() {
-		return l.fallback(device, class, ls, size, now)
+		return policyVerdict(l.fallback(key, class, ls, size, now), len(ls))
 	}
 	r := l.pool.Get().(*request)
-	l.fill(r, device, class, ls, size, true)
-	if !l.send(r, device) {
-		return l.fallback(device, class, ls, size, now)
+	l.fill(r, key, class, ls, size, true)
+	if !l.send(r, key) {
+		return policyVerdict(l.fallback(key, class, ls, size, now), len(ls))
 	}
-	d := r.res.Decision()
+	v := r.res
 	l.pool.Put(r)
-	return d
+	return v
+}
+
+// policyVerdict is a failure policy's decision d on n windows as a
+// verdict.
+func policyVerdict(d devicelimit.Decision, n int) devicelimit.Verdict {
+	v := devicelimit.Verdict{Allowed: d.Allowed, RetryAfter: d.RetryAfter, Refused: 0, N: n}
+	v.Windows[0] = d
+	if d.Allowed {
+		v.Refused = -1
+	}
+	return v
 }
 
 // precheck decides without Redis what needs none: windows a table

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // DefaultRedisTimeout is cluster.redis.timeout when the file does not
@@ -23,7 +25,31 @@ type Cluster struct {
 	// refuses as over the limit, "local" decides on this gateway's own
 	// in-memory window.
 	FailurePolicy string `yaml:"failure_policy"`
+	// Decisions is where device publishes are decided: "redis", one
+	// script call per message on the shared windows; "owner", by the
+	// gateway the device is connected to, with Redis holding each
+	// device's owner, checkpoint and lease (docs/design.md).
+	Decisions string `yaml:"decisions"`
+	// LeaseShare is, in owner mode, the share of each window a gateway
+	// may admit beyond its last checkpoint: what a gateway's crash costs
+	// a device at most.
+	LeaseShare float64 `yaml:"lease_share"`
+	// GatewayTTL is, in owner mode, how long a gateway's liveness in
+	// Redis outlives its last renewal: how long a crashed gateway's
+	// devices wait before another gateway serves them.
+	GatewayTTL Duration `yaml:"gateway_ttl"`
 }
+
+// DecisionModes are the values of cluster.decisions.
+var DecisionModes = []string{"redis", "owner"}
+
+// Owner mode's defaults and bounds.
+const (
+	DefaultLeaseShare = 0.5
+	DefaultGatewayTTL = 3 * time.Second
+	MinGatewayTTL     = 200 * time.Millisecond
+	MaxGatewayTTL     = time.Minute
+)
 
 // Redis is how to reach the Redis server (or Redis Cluster) that holds
 // the shared state.
@@ -74,7 +100,42 @@ func (v *validator) cluster(c Cluster) {
 	for _, p := range FailurePolicies {
 		ok = ok || c.FailurePolicy == p
 	}
+	if c.Decisions != "redis" && c.Decisions != "owner" {
+		v.add("cluster.decisions", fmt.Sprintf("must be redis or owner (got %q)", c.Decisions))
+	}
+	if !(c.LeaseShare > 0 && c.LeaseShare <= 1) {
+		v.add("cluster.lease_share", fmt.Sprintf("must be above 0 and at most 1 (got %v)", c.LeaseShare))
+	}
+	if t := time.Duration(c.GatewayTTL); t < MinGatewayTTL || t > MaxGatewayTTL {
+		v.add("cluster.gateway_ttl", fmt.Sprintf("must be between %s and %s (got %q)", MinGatewayTTL, MaxGatewayTTL, t.String()))
+	} else if rt := time.Duration(c.Redis.Timeout); c.Decisions == "owner" && 4*rt > t {
+		v.add("cluster.gateway_ttl", fmt.Sprintf("must be at least 4 times cluster.redis.timeout (%s) in owner mode: a liveness renewal is given a quarter of it (got %q)", rt, t.String()))
+	}
 	if !ok {
 		v.add("cluster.failure_policy", fmt.Sprintf("must be fail-open, fail-closed or local (got %q)", c.FailurePolicy))
+	}
+}
+
+// ownerDefer refuses policy defer in owner mode: a gateway releasing a
+// device's deferred messages would claim the device from the gateway it
+// is connected to, and so close its session there.
+func (v *validator) ownerDefer(c Config) {
+	if !c.Cluster.Enabled() || c.Cluster.Decisions != "owner" {
+		return
+	}
+	const msg = "defer cannot be used with cluster.decisions: owner: releasing a deferred message would take the device from the gateway it is connected to; use drop or disconnect"
+	check := func(key string, q Quota, ckey string, cs []Class) {
+		if q.Policy == devicelimit.PolicyDefer {
+			v.add(key+".policy", msg)
+		}
+		for i, cl := range cs {
+			if cl.Quota.Policy == devicelimit.PolicyDefer {
+				v.add(fmt.Sprintf("%s[%d].quota.policy", ckey, i), msg)
+			}
+		}
+	}
+	check("limits.default", c.Limits.Default, "limits.classes", c.Limits.Classes)
+	for i, r := range c.Limits.Rules {
+		check(fmt.Sprintf("limits.rules[%d].quota", i), r.Quota, fmt.Sprintf("limits.rules[%d].classes", i), r.Classes)
 	}
 }

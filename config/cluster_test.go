@@ -14,7 +14,8 @@ func TestClusterDefaultIsEmbedded(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Cluster.Redis.Timeout != Duration(50*time.Millisecond) || c.Cluster.FailurePolicy != "local" {
+	if c.Cluster.Redis.Timeout != Duration(50*time.Millisecond) || c.Cluster.FailurePolicy != "local" ||
+		c.Cluster.Decisions != "redis" || c.Cluster.LeaseShare != 0.5 || c.Cluster.GatewayTTL != Duration(3*time.Second) {
 		t.Fatalf("defaults %+v", c.Cluster)
 	}
 }
@@ -55,6 +56,12 @@ func TestClusterBadValues(t *testing.T) {
 		{"cluster: {redis: {addrs: [\"a:1\"], timeout: 1m}}", `cluster.redis.timeout: must be between 1ms and 5s (got "1m0s")`},
 		{"cluster: {redis: {addrs: [\"a:1\"]}, failure_policy: open}", `cluster.failure_policy: must be fail-open, fail-closed or local (got "open")`},
 		{"cluster: {redis: {password: x}}", `cluster.redis.addrs: must list at least one host:port when other cluster.redis keys are set`},
+		{"limits: {default: {limit: 1, window: 1m, policy: defer}}\ncluster: {redis: {addrs: [\"a:1\"]}, decisions: owner}", `limits.default.policy: defer cannot be used with cluster.decisions: owner`},
+		{"cluster: {redis: {addrs: [\"a:1\"]}, decisions: local}", `cluster.decisions: must be redis or owner (got "local")`},
+		{"cluster: {redis: {addrs: [\"a:1\"]}, lease_share: 0}", `cluster.lease_share: must be above 0 and at most 1 (got 0)`},
+		{"cluster: {redis: {addrs: [\"a:1\"]}, lease_share: 1.5}", `cluster.lease_share: must be above 0 and at most 1 (got 1.5)`},
+		{"cluster: {redis: {addrs: [\"a:1\"]}, gateway_ttl: 10ms}", `cluster.gateway_ttl: must be between 200ms and 1m0s (got "10ms")`},
+		{"cluster: {redis: {addrs: [\"a:1\"], timeout: 1s}, decisions: owner, gateway_ttl: 2s}", `cluster.gateway_ttl: must be at least 4 times cluster.redis.timeout (1s) in owner mode`},
 	} {
 		c, err := Parse(strings.NewReader(tc.yaml))
 		if err == nil {

@@ -73,6 +73,9 @@
 //	    db: 0                      # database number, 0..15; must be 0 with several addrs
 //	    timeout: 50ms              # longest a decision waits for Redis
 //	  failure_policy: local        # Redis down or slow: fail-open, fail-closed or local
+//	  decisions: redis             # redis (a script call per message) or owner (decided where the device is)
+//	  lease_share: 0.5             # owner: share of each window a gateway may admit past its last checkpoint
+//	  gateway_ttl: 3s              # owner: a crashed gateway's devices are served elsewhere after this
 //	auth:                          # allow-all while neither credentials_file nor mqtt.tls.client_ca_file is set
 //	  credentials_file: ""         # accounts made with "gateway passwd"
 //	  certificate_identity: cn     # cn, dns, email or uri: where a client certificate names its device
@@ -407,6 +410,9 @@ func Default() Config {
 		Cluster: Cluster{
 			Redis:         Redis{Timeout: Duration(DefaultRedisTimeout)},
 			FailurePolicy: "local",
+			Decisions:     "redis",
+			LeaseShare:    DefaultLeaseShare,
+			GatewayTTL:    Duration(DefaultGatewayTTL),
 		},
 	})
 }

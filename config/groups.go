@@ -70,8 +70,8 @@ func (v *validator) group(key string, g *Group, clientID, username, qkey string,
 			v.add(fmt.Sprintf("%s[%d].quota.policy", ckey, i), "defer cannot be used with a group: a deferred message would be released without its group's windows; use drop or disconnect")
 		}
 	}
-	if len(cluster.Redis.Addrs) > 1 {
-		v.add(key, "groups need one Redis server, not Redis Cluster (several cluster.redis.addrs): a device's windows and its group's are decided in one script call, which Redis Cluster allows only within one hash slot")
+	if len(cluster.Redis.Addrs) > 1 && cluster.Decisions != "owner" {
+		v.add(key, "groups need one Redis server, not Redis Cluster (several cluster.redis.addrs), unless cluster.decisions is owner: a device's windows and its group's are decided in one script call, which Redis Cluster allows only within one hash slot (owner mode decides the device's where it is and the group's in the group's own slot)")
 	}
 }
 

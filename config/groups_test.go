@@ -98,4 +98,9 @@ func TestGroupConfigErrors(t *testing.T) {
 	if c, err := Parse(strings.NewReader(same)); err != nil || c.Validate() != nil {
 		t.Fatalf("one group, one quota: %v %v", err, c.Validate())
 	}
+	// Groups on Redis Cluster in owner mode: accepted.
+	owner := rule(`{name: acme, quota: {limit: 10, window: 10s}}`) + `cluster: {redis: {addrs: ["127.0.0.1:7000", "127.0.0.1:7001"]}, decisions: owner}`
+	if c, err := Parse(strings.NewReader(owner)); err != nil || c.Validate() != nil {
+		t.Fatalf("groups on Redis Cluster in owner mode: %v %v", err, c.Validate())
+	}
 }

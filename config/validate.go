@@ -114,6 +114,7 @@ func (c Config) Validate() error {
 	v.name("log.level", err)
 	v.logFormat(c.Log.Format)
 	v.cluster(c.Cluster)
+	v.ownerDefer(c)
 	v.forward(c.Forward)
 	c.validateSecurity(&v)
 	if len(v.errs) == 0 {

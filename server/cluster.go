@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,9 +36,13 @@ const overrideSyncWait = 5 * time.Second
 type clusterParts struct {
 	decisions, control redis.UniversalClient
 	limiter            *cluster.Limiter
-	overrides          *cluster.Overrides
-	blocks             *cluster.Blocks
-	groups             *cluster.GroupRegistry
+	// owner decides where the device is (cluster.decisions: owner); nil
+	// when every decision is a script call in Redis.
+	owner     *cluster.Owner
+	broker    atomic.Pointer[broker.Server] // for the owner's session takeovers
+	overrides *cluster.Overrides
+	blocks    *cluster.Blocks
+	groups    *cluster.GroupRegistry
 }
 
 // startCluster connects the gateway to Redis when cfg asks for it; the
@@ -66,6 +71,24 @@ func (g *Gateway) startCluster(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Cluster.Decisions == "owner" {
+		c.owner, err = cluster.NewOwner(cluster.OwnerOptions{
+			Client: c.decisions, Control: c.control, Shared: c.limiter, Clock: g.clock, Logger: log,
+			LeaseShare: cfg.Cluster.LeaseShare, GatewayTTL: time.Duration(cfg.Cluster.GatewayTTL),
+			OnLost: func(device string) {
+				if srv := c.broker.Load(); srv != nil {
+					if n := srv.CloseDevice(device); n > 0 {
+						log.Info("device taken over by another gateway; its session here closed", "device", device, "connections", n)
+					}
+				}
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("cluster.decisions: %w", err)
+		}
+		log.Info("deciding publishes where each device is connected", "gateway", c.owner.ID(),
+			"lease_share", cfg.Cluster.LeaseShare, "gateway_ttl", time.Duration(cfg.Cluster.GatewayTTL).String())
+	}
 	c.overrides = cluster.NewOverrides(c.control, g.resolver, g.clock, cluster.DefaultPrefix, log)
 	c.blocks = cluster.NewBlocks(c.control, cluster.DefaultPrefix, timeout)
 	c.groups = cluster.NewGroupRegistry(c.control, cluster.DefaultPrefix, g.table.Buckets(), log)
@@ -86,7 +109,18 @@ func (g *Gateway) brokerLimiter() broker.Limiter {
 	if g.cluster == nil {
 		return nil
 	}
+	if g.cluster.owner != nil {
+		return g.cluster.owner
+	}
 	return g.cluster.limiter
+}
+
+// clusterBroker tells the owner the broker whose sessions it closes
+// when another gateway takes a device over.
+func (g *Gateway) clusterBroker(srv *broker.Server) {
+	if g.cluster != nil {
+		g.cluster.broker.Store(srv)
+	}
 }
 
 // groupJoined returns where the broker tells of the groups its devices
@@ -168,6 +202,9 @@ func (g *Gateway) closeCluster(context.Context) error {
 		return nil
 	}
 	var errs []error
+	if c.owner != nil {
+		c.owner.Close() // releases its devices: their next gateway charges nothing
+	}
 	if c.limiter != nil {
 		c.limiter.Close()
 	}
@@ -190,21 +227,25 @@ func (g *Gateway) adminWindows() admin.Windows {
 	if g.cluster == nil {
 		return nil
 	}
-	return sharedWindows{g.cluster.limiter, g.table, g.resolver}
+	return sharedWindows{g.cluster.limiter, g.cluster.owner, g.table, g.resolver}
 }
 
 // sharedWindows are the windows in Redis, as the admin API sees them.
 type sharedWindows struct {
 	l        *cluster.Limiter
+	owner    *cluster.Owner // nil unless decisions are where the device is
 	local    *devicelimit.Table
 	resolver *devicelimit.Resolver
 }
 
 // PeekAllAt reads the shared windows; an error when Redis does not
 // answer (not the failure policy's answer: a look is not a decision).
-func (w sharedWindows) PeekAllAt(device, class string, ls []devicelimit.Limit, size int, _ devicelimit.Tick) (devicelimit.Verdict, error) {
+func (w sharedWindows) PeekAllAt(device, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) (devicelimit.Verdict, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if w.owner != nil {
+		return w.owner.PeekAll(ctx, device, class, ls, size, now)
+	}
 	return w.l.PeekAll(ctx, device, class, ls, size)
 }
 
@@ -222,6 +263,9 @@ func (w sharedWindows) Reset(device string) (bool, error) {
 	had, err := w.l.Reset(ctx, device, classes)
 	if err != nil {
 		return false, err
+	}
+	if w.owner != nil && w.owner.Reset(device) {
+		had = true
 	}
 	return w.local.Reset(device) || had, nil
 }

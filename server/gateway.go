@@ -277,6 +277,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 		return nil, err
 	}
 	g.srv = srv
+	g.clusterBroker(srv)
 	if err := srv.Start(); err != nil {
 		var le *broker.ListenError
 		if errors.As(err, &le) {

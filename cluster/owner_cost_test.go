@@ -1,0 +1,93 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/devicelimit"
+)
+
+// commandCount returns the number of commands Redis ran, as INFO
+// commandstats counts them (commands run inside scripts included),
+// leaving out the INFO and CONFIG calls of the test itself.
+func commandCount(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	info, err := srv.Client().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || strings.HasPrefix(name, "cmdstat_info") || strings.HasPrefix(name, "cmdstat_config") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		c, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		n += c
+	}
+	return n
+}
+
+// TestOwnerCommandsPerMessage: at steady state (devices staying on one
+// gateway), owner mode costs Redis at most 0.05 commands per admitted
+// message, counted by Redis's own INFO commandstats: checkpoints of
+// many devices in one script, each device's every 3/4 of a lease.
+func TestOwnerCommandsPerMessage(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newOwner(t, srv, 10, time.Second)
+	q := devicelimit.Quota{Limit: 400, Window: time.Minute}
+	const devices = 50
+	now := t0
+	publish := func(n int) int {
+		admitted := 0
+		for range n {
+			for d := range devices {
+				if g.o.AllowAt(fmt.Sprint("dev-", d), q, now).Allowed {
+					admitted++
+				}
+			}
+			now = now.Add(10 * time.Millisecond)
+		}
+		return admitted
+	}
+	publish(20) // claims and first checkpoints
+	if err := srv.Client().ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := commandCount(t, srv)
+	admitted := publish(300)
+	cmds := commandCount(t, srv) - before
+	per := float64(cmds) / float64(admitted)
+	t.Logf("%d commands for %d admitted messages: %.4f per message (checkpoints %d, fallbacks %d)",
+		cmds, admitted, per, g.o.stats.checkpoints.Load(), g.o.stats.fallbacks.Load())
+	if admitted != 300*devices {
+		t.Fatalf("admitted %d of %d", admitted, 300*devices)
+	}
+	if per > 0.05 {
+		t.Fatalf("%.4f redis commands per admitted message, want at most 0.05", per)
+	}
+}
+
+// TestOwnerDecisionAllocs: a decision of a device this gateway owns,
+// within its lease, allocates nothing.
+func TestOwnerDecisionAllocs(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newOwner(t, srv, 10, time.Second)
+	q := devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Minute}
+	now := t0
+	for range 10 {
+		g.o.AllowAt("d", q, now) // claim, first checkpoint
+	}
+	if n := testing.AllocsPerRun(1000, func() { g.o.AllowAt("d", q, now) }); n != 0 {
+		t.Fatalf("%v allocations per owned decision", n)
+	}
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devicegate/devicegate/cluster/redistest"
+)
+
+// The process tests of owner mode (cluster.decisions: owner): each
+// device's publishes decided by the gateway it is connected to, real
+// gateway child processes sharing one real redis-server.
+
+// ownerConfig writes a config file of owner mode in srv, with a
+// gateway TTL of 1s.
+func ownerConfig(t *testing.T, srv *redistest.Server) string {
+	t.Helper()
+	return writeConfig(t, fmt.Sprintf("cluster:\n  redis:\n    addrs: [%q]\n    timeout: 50ms\n  failure_policy: fail-closed\n  decisions: owner\n  gateway_ttl: 1s\n", srv.Addr))
+}
+
+func startOwnerGW(t *testing.T, cfg string, args ...string) *gw {
+	t.Helper()
+	g := startClusterGW(t, cfg, args...)
+	if !strings.Contains(g.stderr(), `msg="deciding publishes where each device is connected"`) {
+		t.Fatalf("gateway does not say it decides where devices are; stderr:\n%s", g.stderr())
+	}
+	return g
+}
+
+// TestClusterOwnerMoveProcess: a device that used 6 of its 10 on
+// gateway A connects to gateway B while its connection to A is still
+// open (a half-open old connection, a clone): A closes its session
+// there (one session cluster-wide, as MQTT takeover on one broker), and
+// B admits exactly the 4 left, with the window moved from A exact.
+func TestClusterOwnerMoveProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := ownerConfig(t, srv)
+	a := startOwnerGW(t, cfg, "--limit", "10", "--window", "1h")
+	b := startOwnerGW(t, cfg, "--limit", "10", "--window", "1h")
+
+	old := dial5(t, a.mqtt, "dev-1")
+	for i := range 6 {
+		old.mustPublish(t, "t", fmt.Sprint("on A ", i), codeSuccess)
+	}
+	moved := dial5(t, b.mqtt, "dev-1")
+	select {
+	case <-old.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the session on A survived the connection to B; A's stderr:\n%s", a.stderr())
+	}
+	for i := range 4 {
+		moved.mustPublish(t, "t", fmt.Sprint("on B ", i), codeSuccess)
+	}
+	moved.mustPublish(t, "t", "11th", codeQuotaExceeded)
+	if m := b.mustCall(t, 200, "GET", devicePath("dev-1"), ""); m["used"] != 10.0 || m["remaining"] != 0.0 {
+		t.Fatalf("GET dev-1 on B (its owner) = %v, want used 10", m)
+	}
+	// A reads B's last checkpoint: behind by at most B's lease (5).
+	if m := a.mustCall(t, 200, "GET", devicePath("dev-1"), ""); m["used"].(float64) < 6 || m["used"].(float64) > 10 {
+		t.Fatalf("GET dev-1 on A = %v, want used between 6 and 10", m)
+	}
+	if !strings.Contains(a.stderr(), `msg="device taken over by another gateway; its session here closed" component=cluster device=dev-1`) {
+		t.Fatalf("A does not log the takeover; stderr:\n%s", a.stderr())
+	}
+	moved.close()
+	a.stop()
+	b.stop()
+}
+
+// TestClusterOwnerKillProcess: gateway A is killed with SIGKILL while
+// it owns a device that admitted 8 of its 20; the device reconnects to
+// B and is served again within seconds (A's liveness lapses after its
+// 1s TTL), and what A's crash costs it is bounded by one lease (half
+// the window): over both gateways it is admitted at least 10 and at
+// most 20.
+func TestClusterOwnerKillProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := ownerConfig(t, srv)
+	a := startOwnerGW(t, cfg, "--limit", "20", "--window", "1h")
+	b := startOwnerGW(t, cfg, "--limit", "20", "--window", "1h")
+	c := dial5(t, a.mqtt, "dev-1")
+	for i := range 8 {
+		c.mustPublish(t, "t", fmt.Sprint("on A ", i), codeSuccess)
+	}
+	a.kill()
+	begin := time.Now()
+	c = dial5(t, b.mqtt, "dev-1")
+	admitted := 8
+	for {
+		code, err := c.publish("t", "on B")
+		if err != nil {
+			t.Fatalf("publish on B: %v", err)
+		}
+		if code != codeSuccess {
+			break
+		}
+		if admitted == 8 {
+			t.Logf("served again on B %v after the kill", time.Since(begin).Round(time.Millisecond))
+			if took := time.Since(begin); took > 5*time.Second {
+				t.Errorf("served again after %v, want within 5s", took)
+			}
+		}
+		admitted++
+		if admitted > 20 {
+			t.Fatalf("%d admitted over both gateways, quota 20", admitted)
+		}
+	}
+	if admitted < 10 {
+		t.Fatalf("%d admitted over both gateways: the crash cost %d, more than one lease (10)", admitted, 20-admitted)
+	}
+	t.Logf("admitted %d of 20 over both gateways; the crash cost %d (bound: one lease, 10)", admitted, 20-admitted)
+	b.stop()
+}
