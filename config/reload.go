@@ -107,7 +107,7 @@ func ReloadChanges(running, next Config) ([]Change, error) {
 	var changes []Change
 	var refused []error
 	for _, k := range keys {
-		if a[k] == b[k] || inMissingItem(k, a) || inMissingItem(k, b) {
+		if a[k] == b[k] || inMissingItem(k, a) || inMissingItem(k, b) || itemOnBothSides(k, a, b) {
 			continue
 		}
 		c := Change{Key: k, Old: valueOrNone(a, k), New: valueOrNone(b, k)}
@@ -173,6 +173,15 @@ func flatten(v reflect.Value, key string, out map[string]string) {
 	default:
 		out[key] = fmt.Sprint(v.Interface())
 	}
+}
+
+// itemOnBothSides reports whether key is a list item (of structs) that
+// both sides hold: its label may differ (a renamed entry), but what
+// changed is said by its fields' own keys, not by the item's.
+func itemOnBothSides(key string, a, b map[string]string) bool {
+	va, oka := a[key]
+	vb, okb := b[key]
+	return oka && okb && strings.HasPrefix(va, "(item") && strings.HasPrefix(vb, "(item")
 }
 
 // valueOrNone returns side's value of key, or "(none)" when side lacks
