@@ -19,6 +19,7 @@ type Value interface{ ~uint16 | ~uint32 }
 type Ring[T Value] struct {
 	step  int64 // nanoseconds
 	last  int64 // the newest slot's number: instant / step
+	cur   int   // the newest slot's index: last modulo len(slots)
 	slots [][4]T
 }
 
@@ -30,14 +31,17 @@ func New[T Value](step time.Duration, n int) Ring[T] {
 // slot returns the slot of instant at (nanoseconds), emptying the slots
 // passed over since the newest; nil when at is older than the ring.
 func (r *Ring[T]) slot(at int64) *[4]T {
-	n := int64(len(r.slots))
 	k := at / r.step
+	if k == r.last { // the common case: no division more
+		return &r.slots[r.cur]
+	}
+	n := int64(len(r.slots))
 	if k > r.last {
 		gap := min(k-r.last, n)
 		for j := int64(0); j < gap; j++ {
 			r.slots[mod(k-j, n)] = [4]T{}
 		}
-		r.last = k
+		r.last, r.cur = k, int(mod(k, n))
 	} else if r.last-k >= n {
 		return nil
 	}
@@ -48,12 +52,7 @@ func (r *Ring[T]) slot(at int64) *[4]T {
 // nothing.
 func (r *Ring[T]) Add(at int64, i int, v uint32) {
 	if s := r.slot(at); s != nil {
-		top := ^T(0)
-		if uint64(s[i])+uint64(v) >= uint64(top) {
-			s[i] = top
-		} else {
-			s[i] += T(v)
-		}
+		add(s, i, v)
 	}
 }
 
@@ -61,12 +60,34 @@ func (r *Ring[T]) Add(at int64, i int, v uint32) {
 // (saturating).
 func (r *Ring[T]) Max(at int64, i int, v uint32) {
 	if s := r.slot(at); s != nil {
-		top := ^T(0)
-		if uint64(v) >= uint64(top) {
-			s[i] = top
-		} else if T(v) > s[i] {
-			s[i] = T(v)
-		}
+		peak(s, i, v)
+	}
+}
+
+// Count is Add(at, i, v) and Max(at, j, p) with one look for the slot:
+// a count and a peak of one event.
+func (r *Ring[T]) Count(at int64, i int, v uint32, j int, p uint32) {
+	if s := r.slot(at); s != nil {
+		add(s, i, v)
+		peak(s, j, p)
+	}
+}
+
+func add[T Value](s *[4]T, i int, v uint32) {
+	top := ^T(0)
+	if uint64(s[i])+uint64(v) >= uint64(top) {
+		s[i] = top
+	} else {
+		s[i] += T(v)
+	}
+}
+
+func peak[T Value](s *[4]T, i int, v uint32) {
+	top := ^T(0)
+	if uint64(v) >= uint64(top) {
+		s[i] = top
+	} else if T(v) > s[i] {
+		s[i] = T(v)
 	}
 }
 
