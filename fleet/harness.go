@@ -120,6 +120,25 @@ type Report struct {
 	Phase1Started, Phase2Started time.Time
 	GatewayKilled, RedisKilled   time.Time
 	RedisKilledAddr              string
+	// RedisClusterOK is how long after the master's kill the Redis
+	// Cluster served every slot again (a replica promoted); 0 when not
+	// a Cluster, or not within a minute.
+	RedisClusterOK time.Duration
+}
+
+// at runs f after d (never when d is 0) and returns a function that
+// cancels f if it has not started, or waits until it has returned.
+func at(d time.Duration, f func()) (wait func()) {
+	if d <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	t := time.AfterFunc(d, func() { defer close(done); f() })
+	return func() {
+		if !t.Stop() {
+			<-done
+		}
+	}
 }
 
 // Run runs the fleet described by spec and stops every process it
@@ -197,20 +216,14 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 		s.Sources = sources(250)
 		shares = append(shares, s)
 	}
-	var stop func() bool
 	rep.Phase1Started = time.Now()
-	if spec.KillGatewayAt > 0 {
-		t := time.AfterFunc(spec.KillGatewayAt, func() {
-			rep.GatewayKilled = time.Now()
-			_ = gws.Kill(gws.Len() - 1)
-			logf("gateway %d killed (SIGKILL)", gws.Len()-1)
-		})
-		stop = t.Stop
-	}
+	waitKill := at(spec.KillGatewayAt, func() {
+		rep.GatewayKilled = time.Now()
+		_ = gws.Kill(gws.Len() - 1)
+		logf("gateway %d killed (SIGKILL)", gws.Len()-1)
+	})
 	ph, err := runPhase(ctx, spec, "all devices", shares, alone != nil, gws, alone, redis)
-	if stop != nil {
-		stop()
-	}
+	waitKill()
 	rep.Phases = append(rep.Phases, ph)
 	if err != nil || spec.TenantDevices == 0 {
 		return rep, err
@@ -219,15 +232,17 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 	// Phase 2: one tenant's devices, faster; a Redis server killed.
 	p2 := Share{Devices: spec.TenantDevices, Rate: spec.TenantRate, Duration: spec.TenantDuration, RampUp: spec.RampUp,
 		Limit: spec.Quota.Limit, Window: spec.Quota.Window, Addrs: addrs, SubAddrs: liveAddrs(gws)}
-	if spec.KillRedisAt > 0 {
-		t := time.AfterFunc(spec.KillRedisAt, func() {
-			redis.Stats(ctx) // its counters so far count in the phase's
-			rep.RedisKilled, rep.RedisKilledAddr = time.Now(), redis.Addrs[0]
-			redis.Procs[0].Kill()
-			logf("redis-server %s killed (SIGKILL)", redis.Addrs[0])
-		})
-		defer t.Stop()
-	}
+	waitKill = at(spec.KillRedisAt, func() {
+		redis.Stats(ctx) // its counters so far count in the phase's
+		rep.RedisKilled, rep.RedisKilledAddr = time.Now(), redis.Addrs[0]
+		redis.Procs[0].Kill()
+		logf("redis-server %s killed (SIGKILL)", redis.Addrs[0])
+		if spec.RedisMasters > 0 {
+			rep.RedisClusterOK = redis.waitClusterOK(ctx, redis.Addrs[0], time.Minute)
+			logf("redis cluster serves every slot again after %s", rep.RedisClusterOK)
+		}
+	})
+	defer waitKill()
 	rep.Phase2Started = time.Now()
 	ph, err = runPhase(ctx, spec, "one tenant", split(p2, "tenant", spec.PerProcess), false, gws, nil, redis)
 	rep.Phases = append(rep.Phases, ph)

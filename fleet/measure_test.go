@@ -23,3 +23,16 @@ func TestParseRedisInfo(t *testing.T) {
 		t.Fatalf("difference %+v, top %v", d, d.Top(1))
 	}
 }
+
+// TestNodeFailed reads CLUSTER NODES: a node flagged fail is failed, one
+// only suspected (fail?) or another address is not.
+func TestNodeFailed(t *testing.T) {
+	nodes := "07c3 127.0.0.1:30001@40001 master,fail - 0 0 1 disconnected\n" +
+		"67ed 127.0.0.1:30002@40002 master,fail? - 0 0 2 connected 5461-10922\n" +
+		"292f 127.0.0.1:30004@40004 myself,master - 0 0 4 connected 0-5460\n"
+	for addr, want := range map[string]bool{"127.0.0.1:30001": true, "127.0.0.1:30002": false, "127.0.0.1:30004": false, "127.0.0.1:3000": false} {
+		if got := nodeFailed(nodes, addr); got != want {
+			t.Errorf("nodeFailed(%s) = %v, want %v", addr, got, want)
+		}
+	}
+}

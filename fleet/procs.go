@@ -217,3 +217,44 @@ func (r *Redis) Close() {
 		}
 	}
 }
+
+// waitClusterOK polls the Cluster nodes still running until one counts
+// the killed node (killed) as failed (fail, not just suspected, fail?)
+// and says cluster_state:ok, its slots served by a promoted replica; it
+// returns how long that took, 0 when not within.
+func (r *Redis) waitClusterOK(ctx context.Context, killed string, within time.Duration) time.Duration {
+	start := time.Now()
+	for time.Since(start) < within && ctx.Err() == nil {
+		for i, addr := range r.Addrs {
+			if r.Procs[i].Exited() {
+				continue
+			}
+			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+			info, err := c.ClusterInfo(ctx).Result()
+			nodes, nerr := c.ClusterNodes(ctx).Result()
+			c.Close()
+			if err == nil && nerr == nil && strings.Contains(info, "cluster_state:ok") && nodeFailed(nodes, killed) {
+				return time.Since(start)
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling another process's state
+	}
+	return 0
+}
+
+// nodeFailed reports whether CLUSTER NODES output flags the node at
+// addr as failed.
+func nodeFailed(nodes, addr string) bool {
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && strings.HasPrefix(f[1], addr+"@") {
+			for _, flag := range strings.Split(f[2], ",") {
+				if flag == "fail" {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

@@ -106,7 +106,11 @@ func (r *Report) Write(w io.Writer) {
 				r.GatewayKilled.Sub(r.Phase1Started).Round(time.Millisecond), p.SinceKill(r.GatewayKilled, 0.95).Round(time.Millisecond), p.SinceKill(r.GatewayKilled, 1).Round(time.Millisecond))
 		}
 		if i == 1 && !r.RedisKilled.IsZero() {
-			fmt.Fprintf(w, "  redis server %s killed (SIGKILL) %s into the phase\n", r.RedisKilledAddr, r.RedisKilled.Sub(r.Phase2Started).Round(time.Millisecond))
+			fmt.Fprintf(w, "  redis server %s killed (SIGKILL) %s into the phase", r.RedisKilledAddr, r.RedisKilled.Sub(r.Phase2Started).Round(time.Millisecond))
+			if r.RedisClusterOK > 0 {
+				fmt.Fprintf(w, "; the Cluster served every slot again %s later", r.RedisClusterOK.Round(10*time.Millisecond))
+			}
+			fmt.Fprintln(w)
 		}
 		for _, e := range p.Errors[:min(len(p.Errors), 5)] {
 			fmt.Fprintf(w, "  note: %s\n", e)

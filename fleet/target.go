@@ -44,7 +44,7 @@ type targetFlags struct {
 	clockStep        durationValue
 	adminAddr        string
 	adminToken       string
-	// upstream is --upstream (see simulate_upstream.go), outageAt and
+	// upstream is --upstream (see upstream.go), outageAt and
 	// outageFor the link's outage; forward, when set, is added to the
 	// started gateway's configuration.
 	upstream            string
@@ -164,7 +164,7 @@ type embedded struct {
 }
 
 // startEmbedded starts a gateway in this process with cfg (from
-// serveConfig), in a temporary data directory unless cfg names one.
+// gatewayConfig), in a temporary data directory unless cfg names one.
 func startEmbedded(cfg config.Config, tmp string, step time.Duration) (*embedded, error) {
 	g, err := server.Start(cfg, server.Deps{})
 	if err != nil {
