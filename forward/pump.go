@@ -20,6 +20,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 	var logged string
 	var loggedAt time.Time
 	for ctx.Err() == nil {
+		progressed := false
 		f.attempts.Add(1)
 		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		dial := f.live.Load().Dial
@@ -36,7 +37,8 @@ func (f *Forwarder) Run(ctx context.Context) {
 			// destination accepts and then fails at once (a produce
 			// refused, a login taken back) would otherwise be retried
 			// every MinBackoff, and logged each time.
-			if f.forwarded.Load() > acked || f.deadMoved.Load() > moved || time.Since(since) >= stableConnection {
+			progressed = f.forwarded.Load() > acked || f.deadMoved.Load() > moved
+			if progressed || time.Since(since) >= stableConnection {
 				logged = ""
 				backoff = f.cfg.MinBackoff
 			}
@@ -48,6 +50,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 		if f.setAsideClosing() {
 			logged = ""
 			backoff = f.cfg.MinBackoff // something moved on
+			progressed = true
 		}
 		f.setConnected(false, err.Error())
 		if msg := err.Error(); msg != logged || time.Since(loggedAt) >= failureLogEvery {
@@ -56,6 +59,13 @@ func (f *Forwarder) Run(ctx context.Context) {
 				"backlog", f.backlog.Load(), "retry_in", backoff)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
+		if progressed {
+			// A connection that moved messages on ended: the next at
+			// once (an upstream that ends the connection after each
+			// refusal, Mosquitto with max_queued_messages 0, would
+			// otherwise hold the log to a refusal per backoff).
+			wait = 0
+		}
 		f.setRetry(time.Now().Add(wait))
 		t := time.NewTimer(wait)
 	wait:
