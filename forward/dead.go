@@ -126,9 +126,6 @@ func (f *Forwarder) moveDead(seq uint64, rec []byte, ref *RefusedError) error {
 	if err != nil {
 		return err
 	}
-	f.backlog.Add(-1)
-	f.backlogBytes.Add(-int64(len(rec)))
-	f.deadMoved.Add(1)
 	d := &f.dead
 	d.mu.Lock()
 	if d.byReason == nil {
@@ -143,6 +140,11 @@ func (f *Forwarder) moveDead(seq uint64, rec []byte, ref *RefusedError) error {
 	}
 	n := d.byReason[ref.Reason]
 	d.mu.Unlock()
+	// After the dead-letter counts: whoever sees the backlog without it
+	// (Stats reads the backlog first) sees it counted there.
+	f.backlog.Add(-1)
+	f.backlogBytes.Add(-int64(len(rec)))
+	f.deadMoved.Add(1)
 	if logIt && ref.Reason == "damaged" {
 		f.slog.Error("forward log record damaged; set aside with the dead letters, not forwarded", "seq", seq, "error", ref.Err,
 			"damaged_so_far", n, "list_with", "gateway forward dead list "+f.cfg.Upstream)

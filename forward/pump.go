@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -20,6 +19,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 	var logged string
 	var loggedAt time.Time
 	for ctx.Err() == nil {
+		progressed := false
 		f.attempts.Add(1)
 		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		dial := f.live.Load().Dial
@@ -36,7 +36,8 @@ func (f *Forwarder) Run(ctx context.Context) {
 			// destination accepts and then fails at once (a produce
 			// refused, a login taken back) would otherwise be retried
 			// every MinBackoff, and logged each time.
-			if f.forwarded.Load() > acked || f.deadMoved.Load() > moved || time.Since(since) >= stableConnection {
+			progressed = f.forwarded.Load() > acked || f.deadMoved.Load() > moved
+			if progressed || time.Since(since) >= stableConnection {
 				logged = ""
 				backoff = f.cfg.MinBackoff
 			}
@@ -48,6 +49,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 		if f.setAsideClosing() {
 			logged = ""
 			backoff = f.cfg.MinBackoff // something moved on
+			progressed = true
 		}
 		f.setConnected(false, err.Error())
 		if msg := err.Error(); msg != logged || time.Since(loggedAt) >= failureLogEvery {
@@ -56,6 +58,13 @@ func (f *Forwarder) Run(ctx context.Context) {
 				"backlog", f.backlog.Load(), "retry_in", backoff)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
+		if progressed {
+			// A connection that moved messages on ended: the next at
+			// once (an upstream that ends the connection after each
+			// refusal, Mosquitto with max_queued_messages 0, would
+			// otherwise hold the log to a refusal per backoff).
+			wait = 0
+		}
 		f.setRetry(time.Now().Add(wait))
 		t := time.NewTimer(wait)
 	wait:
@@ -419,164 +428,6 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 		}
 		del.add(done, doneBytes)
 	}
-}
-
-// ErrEnded is the error of an acknowledgement that never came because
-// the connection ended (the destination closed it): the outcome is not
-// known, and the message is sent again.
-var ErrEnded = errors.New("the connection ended before the upstream acknowledged the message")
-
-// closes counts the connections that ended, one after the other, while
-// message seq was the oldest unacknowledged (Run's goroutine only).
-type closes struct {
-	seq uint64
-	n   int
-}
-
-// closedAfter counts a connection that ended with message seq the
-// oldest unacknowledged.
-func (f *Forwarder) closedAfter(seq uint64) {
-	if f.closes.seq != seq {
-		f.closes = closes{seq: seq}
-	}
-	f.closes.n++
-}
-
-// setAsideClosing moves the oldest message to the dead letters, reason
-// connection_closed, once DeadAfterCloses connections in a row ended
-// with it the oldest unacknowledged (a destination that closes the
-// connection instead of refusing it, or before its refusal is read),
-// and reports whether it did.
-func (f *Forwarder) setAsideClosing() bool {
-	limit := f.cfg.DeadAfterCloses
-	if limit <= 0 || f.closes.n < limit {
-		return false
-	}
-	c := f.closes
-	f.closes = closes{}
-	err := f.deadLetter(c.seq, &RefusedError{Reason: "connection_closed",
-		Err: fmt.Errorf("the upstream closed the connection %d times in a row with this message the oldest unacknowledged (dead_after_closes: %d)", c.n, limit)})
-	if err != nil {
-		f.slog.Error("message after which the upstream closes the connection not set aside", "seq", c.seq, "error", err)
-		return false
-	}
-	return true
-}
-
-// countAhead counts, in Reordered, the messages of rest (sent after
-// one that failed, on the same connection) that the destination
-// acknowledged all the same: they were stored ahead of the failed one,
-// which is sent again after them. It waits for their outcome until the
-// acknowledgement timeout or the connection's end.
-func (f *Forwarder) countAhead(c Conn, rest []inflight) {
-	t := time.NewTimer(f.cfg.AckTimeout)
-	defer t.Stop()
-	waiting := true
-	n := 0
-	for _, s := range rest {
-		if waiting {
-			select {
-			case <-s.ack.Done():
-			case <-c.Lost():
-				waiting = false
-			case <-t.C:
-				waiting = false
-			}
-		}
-		if isDone(s.ack) && s.ack.Error() == nil {
-			n++
-		}
-	}
-	if n > 0 {
-		f.reordered.Add(uint64(n))
-		f.slog.Warn("messages stored by the upstream ahead of an earlier one that failed; it is sent again after them", "messages", n,
-			"reordered_so_far", f.reordered.Load())
-	}
-}
-
-// deleter removes what the upstream acknowledged from the log on a
-// goroutine of its own, so that the connection keeps sending while a
-// deletion is committed (an fsync); the acknowledgements that arrive
-// meanwhile go in the next deletion together.
-type deleter struct {
-	f      *Forwarder
-	mu     sync.Mutex
-	seqs   []uint64
-	bytes  int64
-	kick   chan struct{} // something to delete
-	idle   *sync.Cond    // signalled after each deletion
-	busy   bool
-	err    error
-	failed chan error // the first deletion failure
-	done   chan struct{}
-}
-
-func (f *Forwarder) startDeleter() *deleter {
-	d := &deleter{f: f, kick: make(chan struct{}, 1), failed: make(chan error, 1), done: make(chan struct{})}
-	d.idle = sync.NewCond(&d.mu)
-	go d.run()
-	return d
-}
-
-// add queues acknowledged messages for deletion.
-func (d *deleter) add(seqs []uint64, bytes int64) {
-	if len(seqs) == 0 {
-		return
-	}
-	d.mu.Lock()
-	d.seqs = append(d.seqs, seqs...)
-	d.bytes += bytes
-	d.mu.Unlock()
-	select {
-	case d.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (d *deleter) run() {
-	defer close(d.done)
-	for range d.kick {
-		d.mu.Lock()
-		seqs, bytes := d.seqs, d.bytes
-		d.seqs, d.bytes, d.busy = nil, 0, len(seqs) > 0
-		d.mu.Unlock()
-		var err error
-		if len(seqs) > 0 {
-			if err = d.f.remove(seqs, bytes); err == nil {
-				d.f.forwarded.Add(uint64(len(seqs)))
-			}
-		}
-		d.mu.Lock()
-		d.busy = false
-		if err != nil && d.err == nil {
-			d.err = err
-			d.failed <- err
-		}
-		d.idle.Broadcast()
-		d.mu.Unlock()
-	}
-}
-
-// flush waits until everything queued is deleted.
-func (d *deleter) flush() error {
-	select {
-	case d.kick <- struct{}{}:
-	default:
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for (len(d.seqs) > 0 || d.busy) && d.err == nil {
-		d.idle.Wait()
-	}
-	return d.err
-}
-
-// stop deletes what is queued and ends the goroutine.
-func (d *deleter) stop() error {
-	err := d.flush()
-	close(d.kick) // only the pump's goroutine sends on it
-	<-d.done
-	return err
 }
 
 // overBound reports whether the log holds more than its bound under
