@@ -119,8 +119,9 @@ const infinite = int64(1) << 50
 
 // owned is a device this gateway owns (or is claiming).
 type owned struct {
-	device string
-	ready  chan struct{} // closed once the claim ended (state ready or lost)
+	device  string
+	ready   chan struct{} // closed once the claim ended (state ready or lost)
+	settled atomic.Bool   // ready is closed
 
 	mu    sync.Mutex
 	state int
@@ -285,13 +286,13 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}
 		d := o.get(device, now)
-		if d == nil {
-			return o.fallbackGroup(device, class, q, ls, size, now, g)
-		}
 		d.mu.Lock()
 		if d.state != stReady {
+			// The claim failed, or the device was lost: this message takes
+			// the policy, the next one claims it again.
 			d.mu.Unlock()
-			continue // lost meanwhile: claim it again
+			o.forget(d)
+			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}
 		known := d.know(class, ls)
 		if known && (!quota || (d.usedM < d.capM && d.usedB+int64(size) <= d.capB)) {
