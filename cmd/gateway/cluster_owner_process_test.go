@@ -183,3 +183,60 @@ func commandsPerMessage(t *testing.T, mode string) float64 {
 	}
 	return float64(cmds) / float64(devices*steady)
 }
+
+// TestClusterOwnerGroupRedisClusterProcess: a tenant group on a real
+// three-master Redis Cluster (refused there without owner mode), its
+// devices spread over two gateway processes: the group's window, shared
+// by all of them, admits exactly its 12, and each device at most its 5.
+func TestClusterOwnerGroupRedisClusterProcess(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	addrs := make([]string, len(rc.Addrs()))
+	for i, a := range rc.Addrs() {
+		addrs[i] = fmt.Sprintf("%q", a)
+	}
+	cfg := writeConfig(t, fmt.Sprintf(`limits:
+  rules:
+    - name: tenants
+      match: {client_id: "tenant-{tenant}-*"}
+      quota: {limit: 5, window: 1h}
+      group:
+        name: "{tenant}"
+        quota: {limit: 12, window: 1h}
+cluster:
+  redis:
+    addrs: [%s]
+    timeout: 500ms
+  failure_policy: fail-closed
+  decisions: owner
+  gateway_ttl: 2s
+`, strings.Join(addrs, ", ")))
+	gws := []*gw{startOwnerGW(t, cfg), startOwnerGW(t, cfg)}
+	admitted, byDevice := 0, map[int]int{}
+	for d := range 6 {
+		c := dial5(t, gws[d%2].mqtt, fmt.Sprint("tenant-acme-", d))
+		for range 5 {
+			code, err := c.publish("t", "m")
+			if err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			if code == codeSuccess {
+				admitted++
+				byDevice[d]++
+			} else if code != codeQuotaExceeded {
+				t.Fatalf("reason code 0x%x", code)
+			}
+		}
+		c.close()
+	}
+	if admitted != 12 {
+		t.Fatalf("group admitted %d over both gateways, want exactly 12 (by device %v)", admitted, byDevice)
+	}
+	for d, n := range byDevice {
+		if n > 5 {
+			t.Fatalf("device %d admitted %d, quota 5", d, n)
+		}
+	}
+	for _, g := range gws {
+		g.stop()
+	}
+}
