@@ -84,6 +84,7 @@ type Owner struct {
 	pending []*owned
 	wake    chan struct{} // capacity 1: an urgent checkpoint waits
 	beat    chan struct{} // capacity 1: read the release requests now
+	rel     chan []string // capacity 1: devices to release
 
 	wmu     sync.Mutex
 	waiters map[string]chan struct{} // claims waiting for a release
@@ -119,8 +120,9 @@ const infinite = int64(1) << 50
 
 // owned is a device this gateway owns (or is claiming).
 type owned struct {
-	device string
-	ready  chan struct{} // closed once the claim ended (state ready or lost)
+	device  string
+	ready   chan struct{} // closed once the claim ended (state ready or lost)
+	settled atomic.Bool   // ready is closed
 
 	mu    sync.Mutex
 	state int
@@ -182,7 +184,7 @@ func NewOwner(opts OwnerOptions) (*Owner, error) {
 		rdb: opts.Client, ctl: opts.Control, shared: opts.Shared, table: table, id: opts.ID,
 		prefix: opts.Shared.prefix, share: opts.LeaseShare, ttl: opts.GatewayTTL, flush: opts.FlushInterval,
 		timeout: opts.Shared.timeout, clock: opts.Clock, onLost: opts.OnLost, log: log,
-		start: time.Now(), wake: make(chan struct{}, 1), beat: make(chan struct{}, 1),
+		start: time.Now(), wake: make(chan struct{}, 1), beat: make(chan struct{}, 1), rel: make(chan []string, 1),
 		waiters: make(map[string]chan struct{}), stop: make(chan struct{}),
 	}
 	_, o.multi = opts.Client.(*redis.Client)
@@ -190,7 +192,8 @@ func NewOwner(opts OwnerOptions) (*Owner, error) {
 		o.shards[i].m = make(map[string]*owned)
 	}
 	o.pubsub = o.ctl.Subscribe(ctxBackground(), o.prefix+"gwc:"+o.id)
-	o.wg.Add(3)
+	o.wg.Add(4)
+	go o.releaser()
 	go o.heartbeat()
 	go o.flusher()
 	go o.listen()
@@ -285,13 +288,13 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}
 		d := o.get(device, now)
-		if d == nil {
-			return o.fallbackGroup(device, class, q, ls, size, now, g)
-		}
 		d.mu.Lock()
 		if d.state != stReady {
+			// The claim failed, or the device was lost: this message takes
+			// the policy, the next one claims it again.
 			d.mu.Unlock()
-			continue // lost meanwhile: claim it again
+			o.forget(d)
+			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}
 		known := d.know(class, ls)
 		if known && (!quota || (d.usedM < d.capM && d.usedB+int64(size) <= d.capB)) {

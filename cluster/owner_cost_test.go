@@ -91,3 +91,42 @@ func TestOwnerDecisionAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per owned decision", n)
 	}
 }
+
+// BenchmarkOwnerAllowAt is a decision of owner mode on devices this
+// gateway owns, within their leases; BenchmarkOwnerTableAllowAt the same
+// decisions on a standalone gateway's table: the two side by side are
+// owner mode's cost per message on the gateway.
+func BenchmarkOwnerAllowAt(b *testing.B) {
+	srv := redistest.Start(b)
+	g := newOwner(b, srv, 20, time.Second)
+	benchDecisions(b, g.o.AllowAt)
+}
+
+func BenchmarkOwnerTableAllowAt(b *testing.B) {
+	tab, err := devicelimit.NewTable(20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDecisions(b, tab.AllowAt)
+}
+
+func benchDecisions(b *testing.B, allow func(string, devicelimit.Quota, devicelimit.Tick) devicelimit.Decision) {
+	const devices = 1000
+	names := make([]string, devices)
+	for i := range names {
+		names[i] = fmt.Sprint("dev-", i)
+	}
+	q := devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Minute}
+	for _, n := range names {
+		allow(n, q, t0) // claims and first checkpoints
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			allow(names[i%devices], q, t0)
+			i++
+		}
+	})
+}

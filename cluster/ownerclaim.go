@@ -17,9 +17,10 @@ func ctxBackground() context.Context { return context.Background() }
 // settled.
 var errClaimLost = errors.New("another gateway claimed the device meanwhile")
 
-// get returns the device's state once this gateway owns it, claiming
-// it first when it does not (now: the decision's instant); nil when the
-// claim failed (Redis down, or overtaken).
+// get returns the device's state once its claim has ended, claiming it
+// first when this gateway has no state for it (now: the decision's
+// instant). The claim may have failed (Redis down, overtaken): the
+// caller checks d.state.
 func (o *Owner) get(device string, now devicelimit.Tick) *owned {
 	sh := o.shard(device)
 	sh.mu.RLock()
@@ -36,22 +37,22 @@ func (o *Owner) get(device string, now devicelimit.Tick) *owned {
 			sh.mu.Unlock()
 		}
 	}
-	<-d.ready
-	d.mu.Lock()
-	ok := d.state == stReady
-	d.mu.Unlock()
-	if !ok {
-		o.forget(d)
-		return nil
+	if !d.settled.Load() {
+		<-d.ready
 	}
-	return d
+	return d // the caller checks its state under d.mu
 }
 
 // Claim makes this gateway the device's owner ahead of its first
 // decision (at its connection), so that the gateway it was on releases
 // it and closes its session there. It returns once the claim ended.
 func (o *Owner) Claim(device string) error {
-	if d := o.get(device, o.clock.Now()); d == nil {
+	d := o.get(device, o.clock.Now())
+	d.mu.Lock()
+	ok := d.state == stReady
+	d.mu.Unlock()
+	if !ok {
+		o.forget(d)
 		return fmt.Errorf("claim %q: %w", device, errClaimLost)
 	}
 	return nil
@@ -78,6 +79,7 @@ func (o *Owner) runClaim(d *owned, now devicelimit.Tick) {
 		d.state = stReady
 	}
 	d.mu.Unlock()
+	d.settled.Store(true)
 	close(d.ready)
 }
 

@@ -174,8 +174,11 @@ func (o *Owner) heartbeat() {
 		cancel()
 		if err == nil {
 			o.fence.Store(sent + int64(o.ttl))
-			for _, device := range rq.Val() {
-				o.release(device)
+			if devs := rq.Val(); len(devs) > 0 {
+				select {
+				case o.rel <- devs:
+				default: // the releaser is busy; the next renewal reads them again
+				}
 			}
 		} else {
 			o.log.Warn("liveness not renewed in redis", "err", err.Error())
@@ -185,6 +188,22 @@ func (o *Owner) heartbeat() {
 			return
 		case <-tick.C:
 		case <-o.beat:
+		}
+	}
+}
+
+// releaser releases the devices the liveness loop found requested,
+// off that loop, so that renewals stay regular however many there are.
+func (o *Owner) releaser() {
+	defer o.wg.Done()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case devs := <-o.rel:
+			for _, device := range devs {
+				o.release(device)
+			}
 		}
 	}
 }
@@ -206,7 +225,9 @@ func (o *Owner) releaseCtx(ctx context.Context, device string, notify bool) {
 	d := sh.m[device]
 	sh.mu.RUnlock()
 	if d != nil {
-		<-d.ready
+		if !d.settled.Load() {
+			return // this gateway's own claim of it is under way: asked again at the next renewal
+		}
 		d.mu.Lock()
 		was := d.state == stReady
 		d.state = stLost

@@ -113,3 +113,130 @@ func TestClusterOwnerKillProcess(t *testing.T) {
 	t.Logf("admitted %d of 20 over both gateways; the crash cost %d (bound: one lease, 10)", admitted, 20-admitted)
 	b.stop()
 }
+
+// TestClusterOwnerCommandsProcess: devices that stay on their gateway
+// (two gateway processes, 20 devices, 400/min each) cost Redis at most
+// 0.05 commands per admitted message at steady state in owner mode, as
+// Redis's own INFO commandstats counts them (commands inside scripts and
+// liveness renewals included); the same load with cluster.decisions:
+// redis costs at least one per message (the measurement can fail).
+func TestClusterOwnerCommandsProcess(t *testing.T) {
+	owner := commandsPerMessage(t, "owner")
+	perMessage := commandsPerMessage(t, "redis")
+	t.Logf("redis commands per admitted message: owner %.4f, redis %.4f", owner, perMessage)
+	if owner > 0.05 {
+		t.Fatalf("owner mode: %.4f redis commands per admitted message, want at most 0.05", owner)
+	}
+	if perMessage < 1 {
+		t.Fatalf("per-message mode: %.4f redis commands per admitted message, want at least 1", perMessage)
+	}
+}
+
+// commandsPerMessage runs the load of TestClusterOwnerCommandsProcess
+// with cluster.decisions mode and returns Redis's commands per admitted
+// message at steady state.
+func commandsPerMessage(t *testing.T, mode string) float64 {
+	t.Helper()
+	srv := redistest.Start(t)
+	cfg := writeConfig(t, fmt.Sprintf("cluster:\n  redis:\n    addrs: [%q]\n    timeout: 50ms\n  failure_policy: fail-closed\n  decisions: %s\n  gateway_ttl: 1s\n", srv.Addr, mode))
+	gws := []*gw{startClusterGW(t, cfg, "--limit", "400", "--window", "1m"), startClusterGW(t, cfg, "--limit", "400", "--window", "1m")}
+	const devices, warm, steady = 20, 5, 100
+	cls := make([]*client5, devices)
+	for d := range cls {
+		cls[d] = dial5(t, gws[d%2].mqtt, fmt.Sprint("dev-", d))
+		for i := range warm {
+			cls[d].mustPublish(t, "t", fmt.Sprint("warm ", i), codeSuccess)
+		}
+	}
+	ctx := t.Context()
+	rdb := srv.Client()
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range steady {
+		for _, c := range cls {
+			c.mustPublish(t, "t", fmt.Sprint("steady ", i), codeSuccess)
+		}
+	}
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := int64(0)
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || name == "cmdstat_info" || name == "cmdstat_config|resetstat" {
+			continue
+		}
+		var n int64
+		if _, err := fmt.Sscanf(rest, "%d", &n); err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		cmds += n
+	}
+	t.Logf("%s: %d redis commands for %d admitted messages\n%s", mode, cmds, devices*steady, info)
+	for _, c := range cls {
+		c.close()
+	}
+	for _, g := range gws {
+		g.stop()
+	}
+	return float64(cmds) / float64(devices*steady)
+}
+
+// TestClusterOwnerGroupRedisClusterProcess: a tenant group on a real
+// three-master Redis Cluster (refused there without owner mode), its
+// devices spread over two gateway processes: the group's window, shared
+// by all of them, admits exactly its 12, and each device at most its 5.
+func TestClusterOwnerGroupRedisClusterProcess(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	addrs := make([]string, len(rc.Addrs()))
+	for i, a := range rc.Addrs() {
+		addrs[i] = fmt.Sprintf("%q", a)
+	}
+	cfg := writeConfig(t, fmt.Sprintf(`limits:
+  rules:
+    - name: tenants
+      match: {client_id: "tenant-{tenant}-*"}
+      quota: {limit: 5, window: 1h}
+      group:
+        name: "{tenant}"
+        quota: {limit: 12, window: 1h}
+cluster:
+  redis:
+    addrs: [%s]
+    timeout: 500ms
+  failure_policy: fail-closed
+  decisions: owner
+  gateway_ttl: 2s
+`, strings.Join(addrs, ", ")))
+	gws := []*gw{startOwnerGW(t, cfg), startOwnerGW(t, cfg)}
+	admitted, byDevice := 0, map[int]int{}
+	for d := range 6 {
+		c := dial5(t, gws[d%2].mqtt, fmt.Sprint("tenant-acme-", d))
+		for range 5 {
+			code, err := c.publish("t", "m")
+			if err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			if code == codeSuccess {
+				admitted++
+				byDevice[d]++
+			} else if code != codeQuotaExceeded {
+				t.Fatalf("reason code 0x%x", code)
+			}
+		}
+		c.close()
+	}
+	if admitted != 12 {
+		t.Fatalf("group admitted %d over both gateways, want exactly 12 (by device %v)", admitted, byDevice)
+	}
+	for d, n := range byDevice {
+		if n > 5 {
+			t.Fatalf("device %d admitted %d, quota 5", d, n)
+		}
+	}
+	for _, g := range gws {
+		g.stop()
+	}
+}
