@@ -43,6 +43,10 @@ type GatewaySpec struct {
 	FailurePolicy string
 	// RedisTimeout is cluster.redis.timeout; default the gateway's.
 	RedisTimeout time.Duration
+	// Decisions is cluster.decisions: "redis" (a script call per
+	// message) or "owner" (decided by the gateway the device is on);
+	// default the gateway's.
+	Decisions string
 	// BehindBalancer raises mqtt.max_pending_per_address to
 	// mqtt.max_pending_connections: every device then arrives from the
 	// load balancer's address (docs/operations.md).
@@ -94,6 +98,14 @@ func startGateway(dir string, spec GatewaySpec) (*child, error) {
 		}
 		if spec.RedisTimeout > 0 {
 			cfg.Cluster.Redis.Timeout = config.Duration(spec.RedisTimeout)
+		}
+		if spec.Decisions != "" {
+			cfg.Cluster.Decisions = spec.Decisions
+		}
+		if ttl := 4 * cfg.Cluster.Redis.Timeout; cfg.Cluster.Decisions == "owner" && cfg.Cluster.GatewayTTL < ttl {
+			// A liveness renewal is given a quarter of the TTL: a slow
+			// Redis (a loaded machine) needs the longer TTL.
+			cfg.Cluster.GatewayTTL = ttl
 		}
 	}
 	if err := cfg.Validate(); err != nil {

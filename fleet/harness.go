@@ -59,6 +59,9 @@ type Spec struct {
 	// decisions to the failure policy (Phase.Fallbacks counts those
 	// that still do).
 	RedisTimeout time.Duration
+	// Decisions is the gateways' cluster.decisions ("redis" or
+	// "owner"); default the gateway's.
+	Decisions string
 
 	// PerProcess bounds the devices of one simulator process; default
 	// the open-file hard limit less 1,000 (sockets of subscribers, the
@@ -175,7 +178,7 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 	defer redis.Close()
 	seeds := redis.Addrs[:max(1, spec.RedisMasters)]
 	gws, err := StartGateways(filepath.Join(spec.Dir, "cluster"), spec.Gateways, GatewaySpec{Bin: spec.Bin, Redis: seeds, Quota: spec.Quota,
-		RedisTimeout: spec.RedisTimeout, BehindBalancer: spec.HAProxy != ""})
+		RedisTimeout: spec.RedisTimeout, Decisions: spec.Decisions, BehindBalancer: spec.HAProxy != ""})
 	if err != nil {
 		return nil, err
 	}
