@@ -48,10 +48,8 @@ func newSeries() *series {
 func (s *series) record(kind int, use uint32, now devicelimit.Tick) {
 	at := int64(now)
 	s.mu.Lock()
-	s.minutes.Add(at, kind, 1)
-	s.minutes.Max(at, SeriesUse, use)
-	s.hours.Add(at, kind, 1)
-	s.hours.Max(at, SeriesUse, use)
+	s.minutes.AddMax(at, kind, 1, SeriesUse, use)
+	s.hours.AddMax(at, kind, 1, SeriesUse, use)
 	s.mu.Unlock()
 }
 

@@ -48,12 +48,36 @@ func (r *Ring[T]) slot(at int64) *[4]T {
 // nothing.
 func (r *Ring[T]) Add(at int64, i int, v uint32) {
 	if s := r.slot(at); s != nil {
-		top := ^T(0)
-		if uint64(s[i])+uint64(v) >= uint64(top) {
-			s[i] = top
-		} else {
-			s[i] += T(v)
-		}
+		add(s, i, v)
+	}
+}
+
+// add adds v to value i of slot s, saturating.
+func add[T Value](s *[4]T, i int, v uint32) {
+	top := ^T(0)
+	if uint64(s[i])+uint64(v) >= uint64(top) {
+		s[i] = top
+	} else {
+		s[i] += T(v)
+	}
+}
+
+// raise raises value i of slot s to v, saturating.
+func raise[T Value](s *[4]T, i int, v uint32) {
+	top := ^T(0)
+	if uint64(v) >= uint64(top) {
+		s[i] = top
+	} else if T(v) > s[i] {
+		s[i] = T(v)
+	}
+}
+
+// AddMax is Add(at, i, v) and Max(at, j, m) with the slot found once
+// (a device's every publish records both: broker/series.go).
+func (r *Ring[T]) AddMax(at int64, i int, v uint32, j int, m uint32) {
+	if s := r.slot(at); s != nil {
+		add(s, i, v)
+		raise(s, j, m)
 	}
 }
 
@@ -61,12 +85,7 @@ func (r *Ring[T]) Add(at int64, i int, v uint32) {
 // (saturating).
 func (r *Ring[T]) Max(at int64, i int, v uint32) {
 	if s := r.slot(at); s != nil {
-		top := ^T(0)
-		if uint64(v) >= uint64(top) {
-			s[i] = top
-		} else if T(v) > s[i] {
-			s[i] = T(v)
-		}
+		raise(s, i, v)
 	}
 }
 
