@@ -54,14 +54,14 @@ func (h *authHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Pac
 	return pk, nil
 }
 
-// OnPacketEncode announces the topic alias maximum in an MQTT 5
-// CONNACK that accepts the client: mochi v2.7.9 enforces its
+// announceAliasMaximum announces the topic alias maximum in an MQTT 5
+// CONNACK that accepts the client (the throttle's OnPacketEncode calls
+// it: feedback.go): mochi v2.7.9 enforces its
 // Capabilities.TopicAliasMaximum (a larger alias gets DISCONNECT 0x94)
 // but never tells the client, which therefore had to assume 0 (MQTT 5,
 // 3.2.2.3.8) while aliases it was not allowed to use were accepted.
-func (h *authHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+func announceAliasMaximum(srv *mqtt.Server, cl *mqtt.Client, pk *packets.Packet) {
 	if pk.FixedHeader.Type == packets.Connack && pk.ReasonCode == 0 && cl.Properties.ProtocolVersion == 5 {
-		pk.Properties.TopicAliasMaximum = h.srv.Options.Capabilities.TopicAliasMaximum
+		pk.Properties.TopicAliasMaximum = srv.Options.Capabilities.TopicAliasMaximum
 	}
-	return pk
 }

@@ -321,8 +321,8 @@ func (h *authHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck:
 		return true
-	case mqtt.OnPacketRead, mqtt.OnPacketEncode, mqtt.OnSubscribe, mqtt.OnSelectSubscribers, mqtt.OnPublishDropped, mqtt.OnPublished:
-		return true // alias.go, share.go, drops.go, consumers.go
+	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnSelectSubscribers, mqtt.OnPublishDropped, mqtt.OnPublished:
+		return true // alias.go, share.go, drops.go, consumers.go (its CONNACK encode: the throttle's OnPacketEncode)
 	case mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired:
 		return true // packetids.go
 	}

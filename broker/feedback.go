@@ -160,39 +160,49 @@ func (f *feedbackState) copyFeedback(id uint16) []packets.UserProperty {
 	return out
 }
 
-// OnPacketEncode adds the device's feedback to its MQTT 5 CONNACK
+// OnPacketEncode announces the topic alias maximum in an MQTT 5
+// CONNACK (alias.go), adds the device's feedback to its MQTT 5 CONNACK
 // (RateLimit-Policy) and to the PUBACK or PUBREC of a publish
 // (prepareFeedback's properties), keeps a DISCONNECT from an MQTT 3.1.1
 // client (silentDisconnect), and, last, gives the acks of a publish
 // moved to another packet ID the client's own (packetids.go; the
-// feedback waits under the moved one). The throttle is the last hook
-// that encodes.
+// feedback waits under the moved one). It is the gateway's only hook on
+// mochi's encode: mochi copies the whole packet (800 bytes) into and
+// out of every hook that provides OnPacketEncode, for every packet it
+// writes, so a publish delivered leaves here at once.
 func (h *throttle) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
-	pk = h.encodeFeedback(cl, pk)
+	switch pk.FixedHeader.Type {
+	case packets.Connack, packets.Puback, packets.Pubrec, packets.Pubcomp, packets.Disconnect:
+	default:
+		return pk
+	}
+	announceAliasMaximum(h.srv, cl, &pk) // alias.go
+	h.encodeFeedback(cl, &pk)
 	h.remaps.encode(cl, &pk)
 	return pk
 }
 
 // encodeFeedback is OnPacketEncode's feedback and DISCONNECT part.
-func (h *throttle) encodeFeedback(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+func (h *throttle) encodeFeedback(cl *mqtt.Client, pk *packets.Packet) {
 	switch pk.FixedHeader.Type {
 	case packets.Connack, packets.Puback, packets.Pubrec:
 	case packets.Disconnect:
-		return silentDisconnect(cl, pk)
+		silentDisconnect(cl, pk)
+		return
 	default:
-		return pk
+		return
 	}
 	if cl.Properties.ProtocolVersion != 5 || pk.Origin == ackerOrigin {
-		return pk
+		return
 	}
 	c := h.conns.info(cl)
 	if c == nil || c.fb == nil {
-		return pk
+		return
 	}
 	var props []packets.UserProperty
 	if pk.FixedHeader.Type == packets.Connack {
 		if pk.ReasonCode != 0 {
-			return pk
+			return
 		}
 		f := c.fb
 		if p := h.contract(c, f, h.clock.Now()); p != nil {
@@ -201,7 +211,7 @@ func (h *throttle) encodeFeedback(cl *mqtt.Client, pk packets.Packet) packets.Pa
 			props = f.props[:1]
 		}
 	} else if props = c.fb.takeFeedback(pk.PacketID); props == nil {
-		return pk
+		return
 	}
 	if len(pk.Properties.User) > 0 {
 		// A new slice: the ack may share the publish's properties.
@@ -214,7 +224,6 @@ func (h *throttle) encodeFeedback(cl *mqtt.Client, pk packets.Packet) packets.Pa
 		// code of MQTT 5 (3.4.2.1). Success is 0x00.
 		pk.ReasonCode = packets.CodeSuccess.Code
 	}
-	return pk
 }
 
 // silentDisconnect keeps the server's DISCONNECT from an MQTT 3.1.1 (or
@@ -224,9 +233,8 @@ func (h *throttle) encodeFeedback(cl *mqtt.Client, pk packets.Packet) packets.Pa
 // and a shutdown. A packet of no type fails mochi's encode, so
 // WritePacket writes nothing and mochi closes the connection as it
 // would have (docs/mqtt-conformance.md).
-func silentDisconnect(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+func silentDisconnect(cl *mqtt.Client, pk *packets.Packet) {
 	if cl.Properties.ProtocolVersion < 5 {
 		pk.FixedHeader.Type = packets.Reserved
 	}
-	return pk
 }

@@ -51,6 +51,9 @@ type protoConn struct {
 	// before mochi got the connection (listener_base.go's serve).
 	first    byte
 	hasFirst bool
+	// reg is the connection's entry in the broker's registry
+	// (registry.go), nil until it has one and after it is removed.
+	reg atomic.Pointer[regEntry]
 }
 
 // leave ends the delivery of this client's publish, if one passed the

@@ -27,8 +27,33 @@ func (r *registry) entry(cl *mqtt.Client) *regEntry {
 	if v, ok := r.m.Load(cl); ok {
 		return v.(*regEntry)
 	}
-	v, _ := r.m.LoadOrStore(cl, new(regEntry))
-	return v.(*regEntry)
+	v, loaded := r.m.LoadOrStore(cl, new(regEntry))
+	e := v.(*regEntry)
+	if pc, ok := cl.Net.Conn.(*protoConn); ok && !loaded {
+		// Held on the connection too, so that a publish finds it
+		// without the map (lookup). Removed meanwhile, it goes again.
+		pc.reg.Store(e)
+		if v, ok := r.m.Load(cl); !ok || v != e {
+			pc.reg.CompareAndSwap(e, nil)
+		}
+	}
+	return e
+}
+
+// lookup returns cl's entry: the one its connection holds (a client of
+// the gateway's listeners, from the first entry), else the map's (an
+// inline client). On every publish and ack: the map's lookup hashes an
+// interface, the connection's is a load.
+func (r *registry) lookup(cl *mqtt.Client) (*regEntry, bool) {
+	if pc, ok := cl.Net.Conn.(*protoConn); ok {
+		if e := pc.reg.Load(); e != nil {
+			return e, true
+		}
+	}
+	if v, ok := r.m.Load(cl); ok {
+		return v.(*regEntry), true
+	}
+	return nil, false
 }
 
 // setSession records an authenticated client's session.
@@ -36,8 +61,8 @@ func (r *registry) setSession(cl *mqtt.Client, s *session) { r.entry(cl).session
 
 // session returns cl's session, or nil (allow-all mode, or unknown).
 func (r *registry) session(cl *mqtt.Client) *session {
-	if v, ok := r.m.Load(cl); ok {
-		return v.(*regEntry).session.Load()
+	if e, ok := r.lookup(cl); ok {
+		return e.session.Load()
 	}
 	return nil
 }
@@ -47,8 +72,8 @@ func (r *registry) setInfo(cl *mqtt.Client, c *connInfo) { r.entry(cl).info.Stor
 
 // info returns the throttle's connection info for cl, or nil.
 func (r *registry) info(cl *mqtt.Client) *connInfo {
-	if v, ok := r.m.Load(cl); ok {
-		return v.(*regEntry).info.Load()
+	if e, ok := r.lookup(cl); ok {
+		return e.info.Load()
 	}
 	return nil
 }
@@ -61,7 +86,11 @@ func (r *registry) remove(cl *mqtt.Client) (*connInfo, bool) {
 	if !ok {
 		return nil, false
 	}
-	return v.(*regEntry).info.Load(), true
+	e := v.(*regEntry)
+	if pc, ok := cl.Net.Conn.(*protoConn); ok {
+		pc.reg.CompareAndSwap(e, nil)
+	}
+	return e.info.Load(), true
 }
 
 // closed calls fn for every registered client that has ended.

@@ -68,6 +68,10 @@ func isStatusTopicOf(topic, id string) bool {
 type statusHook struct {
 	mqtt.HookBase
 	t *throttle
+	// subacks counts the watches whose SUBACK is still to go (a client
+	// that leaves before its SUBACK leaves its count here: Provides then
+	// stays true, which costs what it did before there was a count).
+	subacks atomic.Int64
 }
 
 // statusWatch is a connection that subscribed to its status topic; it
@@ -103,11 +107,17 @@ func newStatusHook(t *throttle) *statusHook { return &statusHook{t: t} }
 // ID returns the hook's ID.
 func (h *statusHook) ID() string { return "devicegate-status" }
 
-// Provides reports the hook methods statusHook implements.
+// Provides reports the hook methods statusHook implements; OnPacketSent
+// only while a SUBACK that a status follows is still to go. mochi v2.7.9
+// asks Provides at every call (hooks.go), and calls OnPacketSent after
+// every packet it writes with the whole packet (800 bytes) copied: most
+// of what this hook would cost a delivered message.
 func (h *statusHook) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.OnPacketSent:
+	case mqtt.OnSubscribed, mqtt.OnUnsubscribed:
 		return true
+	case mqtt.OnPacketSent:
+		return h.subacks.Load() > 0
 	}
 	return false
 }
@@ -127,6 +137,9 @@ func (h *statusHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []by
 				w = c.status.Load()
 			}
 			w.mu.Lock()
+			if w.suback == 0 {
+				h.subacks.Add(1)
+			}
 			w.suback = pk.PacketID
 			w.mu.Unlock()
 			w.on.Store(true)
@@ -170,6 +183,7 @@ func (h *statusHook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, _ []byte) 
 		return
 	}
 	w.suback = 0
+	h.subacks.Add(-1)
 	now := h.t.clock.Now()
 	if w.sent && !w.allowed(now) {
 		w.due = true

@@ -1,6 +1,7 @@
 package timeline
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -47,5 +48,30 @@ func TestRingAllocs(t *testing.T) {
 	at := int64(time.Hour)
 	if n := testing.AllocsPerRun(100, func() { at += int64(time.Second); r.Add(at, 0, 1); r.Max(at, 3, 50) }); n != 0 {
 		t.Fatalf("%v allocs per Add and Max, want 0", n)
+	}
+}
+
+// Count is Add and Max at one instant, saturating alike, and allocates
+// nothing.
+func TestRingCount(t *testing.T) {
+	m := int64(time.Minute)
+	a, b := New[uint16](time.Minute, 3), New[uint16](time.Minute, 3)
+	for _, s := range []struct {
+		at     int64
+		i      int
+		v, use uint32
+	}{{10 * m, 0, 1, 30}, {10*m + 1, 1, 2, 20}, {11 * m, 0, 70000, 90000}, {5 * m, 0, 1, 1}, {14 * m, 2, 3, 7}} {
+		a.Count(s.at, s.i, s.v, 3, s.use)
+		b.Add(s.at, s.i, s.v)
+		b.Max(s.at, 3, s.use)
+		_, ga := a.Read(s.at)
+		_, gb := b.Read(s.at)
+		if !slices.Equal(ga, gb) {
+			t.Fatalf("at %d: Count gave %v, Add and Max %v", s.at, ga, gb)
+		}
+	}
+	at := 20 * m
+	if n := testing.AllocsPerRun(100, func() { at += int64(time.Second); a.Count(at, 0, 1, 3, 50) }); n != 0 {
+		t.Fatalf("%v allocs per Count, want 0", n)
 	}
 }
