@@ -176,6 +176,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 	if got := eval[string](b, `document.querySelector(".confirm").textContent`); !strings.HasPrefix(got, "Delete the 55 dead letter(s) of cls-dl for good?") {
 		t.Errorf("the device's drop asks %q", got)
 	}
+	b.shot("dead-letters-device")
 	b.do("confirm", chromedp.Click(chromedp.CSS(".confirm-yes")))
 	b.waitFor("the device's count dropped", `document.getElementById("dead-notice").textContent === "Dropped 55 of 55 dead letter(s) of cloud (device cls-dl)."`)
 	if n := deadHeld(t, base); n != 4 {
