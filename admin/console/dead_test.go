@@ -125,7 +125,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 	if got := eval[string](b, `document.querySelector("#forward td.dead").textContent`); got != "4 held; since start: 3 not_authorized" {
 		t.Errorf("Forwarding's dead letters: %q", got)
 	}
-	b.do("open them", chromedp.Click(chromedp.CSS(`#forward td.dead a`)))
+	b.click("open them", "#forward td.dead a")
 	b.waitFor("the list", `document.querySelectorAll("#dead-list .dead-row").length === 4`)
 	row := eval[[]string](b, `[...`+deadRow("fwd/bad/0")+`.cells].map(c => c.textContent)`)
 	if row[0] != "cls-dl" || row[2] != "1 B" || row[3] != "not_authorized" || !strings.Contains(row[4], "0x87") {
@@ -143,7 +143,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 	// Let them in; replay one: the upstream gets that one.
 	setACL(allow, 0)
 	one := eval[string](b, `document.querySelector("#dead-list .dead-row:nth-child(3)").cells[1].textContent`)
-	b.do("replay one", chromedp.Click(chromedp.CSS(`#dead-list .dead-row:nth-child(3) .dead-one-replay`)))
+	b.click("replay one", "#dead-list .dead-row:nth-child(3) .dead-one-replay")
 	b.do("confirm", chromedp.Click(chromedp.CSS(".confirm-yes")))
 	b.waitFor("one replayed, counted", `document.getElementById("dead-notice").textContent === "Replayed 1 of 1 dead letter(s) of cloud." &&
 		document.querySelectorAll("#dead-list .dead-row").length === 3 && !`+deadRow(one))
@@ -168,11 +168,11 @@ func TestConsoleDeadLetters(t *testing.T) {
 	}
 	poll.Until(t, 30*time.Second, "59 dead letters", func() bool { return deadHeld(t, base) == 59 })
 	b.waitFor("the first page", `document.getElementById("dead-count") && document.getElementById("dead-count").textContent === "1–50 of 59"`)
-	b.do("next page", chromedp.Click(chromedp.ID("dead-next")))
+	b.click("next page", "#dead-next")
 	b.waitFor("the second page", `document.getElementById("dead-count") && document.getElementById("dead-count").textContent === "51–59 of 59" && document.querySelectorAll("#dead-list .dead-row").length === 9`)
 	b.do("focus the device's choice", chromedp.Focus(chromedp.ID("dead-device")))
 	eval[bool](b, `(s => { s.value = "cls-dl"; s.dispatchEvent(new Event("change")); return true; })(document.getElementById("dead-device"))`)
-	b.do("drop the device's", chromedp.Click(chromedp.ID("dead-device-drop")))
+	b.click("drop the device's", "#dead-device-drop")
 	if got := eval[string](b, `document.querySelector(".confirm").textContent`); !strings.HasPrefix(got, "Delete the 55 dead letter(s) of cls-dl for good?") {
 		t.Errorf("the device's drop asks %q", got)
 	}
@@ -183,7 +183,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 		t.Errorf("%d dead letters after dropping cls-dl's, want 4 (cls-dl2's 3 and the damaged one)", n)
 	}
 	visit(b, base, "#/dead/cloud", `document.getElementById("dead-count") && document.getElementById("dead-count").textContent === "1–4 of 4"`)
-	b.do("drop the damaged one", chromedp.Click(chromedp.CSS(`#dead-list .damaged .dead-one-drop`)))
+	b.click("drop the damaged one", "#dead-list .damaged .dead-one-drop")
 	b.do("confirm", chromedp.Click(chromedp.CSS(".confirm-yes")))
 	b.waitFor("the damaged one dropped", `document.getElementById("dead-notice").textContent === "Dropped 1 of 1 dead letter(s) of cloud." &&
 		document.querySelectorAll("#dead-list .dead-row").length === 3 && document.querySelectorAll("#dead-list .damaged").length === 0`)

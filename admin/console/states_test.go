@@ -259,7 +259,7 @@ func TestConsoleOperatorWork(t *testing.T) {
 	}
 	for _, c := range []struct{ button, said string }{{"reset", "Windows reset."}, {"delete-override", "Override deleted."}} {
 		b.waitFor(c.button, `document.getElementById(`+js(c.button)+`) !== null`)
-		b.do("ask "+c.button, chromedp.Click(chromedp.ID(c.button)))
+		b.click("ask "+c.button, "#"+c.button)
 		if !eval[bool](b, `document.activeElement.classList.contains("confirm-yes")`) {
 			t.Errorf("%s: the focus is not on Confirm", c.button)
 		}
