@@ -139,6 +139,17 @@ func eval[T any](b *browser, js string) T {
 	return v
 }
 
+// click clicks the element of a CSS selector where the page has it now,
+// in one step in the page: chromedp.Click finds the node first, and a
+// refresh replacing the section in between ("Could not find node with
+// given id") fails it.
+func (b *browser) click(what, selector string) {
+	b.t.Helper()
+	if !eval[bool](b, `(e => e ? (e.click(), true) : false)(document.querySelector(`+js(selector)+`))`) {
+		b.t.Fatalf("%s: nothing matches %s", what, selector)
+	}
+}
+
 // waitFor waits until a JavaScript expression is true, failing the test
 // after 20 s with what it waited for and the page's text. It asks again
 // after an error: a navigation may have replaced the page's context.

@@ -27,6 +27,12 @@ import (
 // 5; "pair-*" 100 in group pair of 100. With an upstream, fwd/# goes there over MQTT 5.
 func startStatesGateway(t *testing.T, upstream string) (*server.Gateway, string) {
 	t.Helper()
+	g := gatewaytest.Start(t, statesConfig(t.TempDir(), upstream))
+	return g, "http://" + g.AdminAddr().String()
+}
+
+// statesConfig is startStatesGateway's configuration, its data in dir.
+func statesConfig(dir, upstream string) config.Config {
 	hour := config.Duration(time.Hour)
 	off := false
 	cfg := config.Default()
@@ -34,7 +40,7 @@ func startStatesGateway(t *testing.T, upstream string) (*server.Gateway, string)
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.Admin.Token = token
 	cfg.Admin.Console = true
-	cfg.DataDir = t.TempDir()
+	cfg.DataDir = dir
 	cfg.Limits.Default = config.Quota{Limit: 3, Window: hour, Policy: devicelimit.PolicyDrop}
 	cfg.Limits.Rules = []config.Rule{
 		{Name: "bad", Match: config.Match{ClientID: "bad-*"},
@@ -52,8 +58,7 @@ func startStatesGateway(t *testing.T, upstream string) (*server.Gateway, string)
 	if upstream != "" {
 		cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + upstream, Topics: []string{"fwd/#"}, MaxQoS: 1, MQTTVersion: "5"}}
 	}
-	g := gatewaytest.Start(t, cfg)
-	return g, "http://" + g.AdminAddr().String()
+	return cfg
 }
 
 // logIn opens the console and logs in; the nav and Log out are not
@@ -254,7 +259,7 @@ func TestConsoleOperatorWork(t *testing.T) {
 	}
 	for _, c := range []struct{ button, said string }{{"reset", "Windows reset."}, {"delete-override", "Override deleted."}} {
 		b.waitFor(c.button, `document.getElementById(`+js(c.button)+`) !== null`)
-		b.do("ask "+c.button, chromedp.Click(chromedp.ID(c.button)))
+		b.click("ask "+c.button, "#"+c.button)
 		if !eval[bool](b, `document.activeElement.classList.contains("confirm-yes")`) {
 			t.Errorf("%s: the focus is not on Confirm", c.button)
 		}
@@ -323,14 +328,7 @@ func TestConsoleOperatorWork(t *testing.T) {
 		if got := eval[string](b, `document.title`); got != p.title+" — devicegate console" {
 			t.Errorf("%s: title %q", p.hash, got)
 		}
-		unnamed := eval[[]string](b, `[...document.querySelectorAll("input, select, button, textarea")].filter(x => x.offsetParent !== null &&
-			!(x.getAttribute("aria-label") || (x.labels && x.labels.length) || x.textContent.trim() || x.title)).map(x => x.outerHTML)`)
-		if len(unnamed) != 0 {
-			t.Errorf("%s: controls without a name: %q", p.hash, unnamed)
-		}
-		if dup := eval[[]string](b, `(() => { const ids = [...document.querySelectorAll("[id]")].map(x => x.id); return ids.filter((x, i) => ids.indexOf(x) !== i); })()`); len(dup) != 0 {
-			t.Errorf("%s: IDs repeated: %q", p.hash, dup)
-		}
+		checkControls(b, p.hash)
 		b.shot("page-" + regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(p.hash, "-"))
 	}
 	if p := b.takeProblems(); len(p) != 0 {
@@ -347,4 +345,18 @@ func fmtSscan(s string, n *int, at *string) (int, error) {
 	*n, _ = strconv.Atoi(m[1])
 	*at = m[2]
 	return 2, nil
+}
+
+// checkControls fails the test if a control shown on the page has no
+// name or an element ID is repeated.
+func checkControls(b *browser, page string) {
+	b.t.Helper()
+	unnamed := eval[[]string](b, `[...document.querySelectorAll("input, select, button, textarea")].filter(x => x.offsetParent !== null &&
+		!(x.getAttribute("aria-label") || (x.labels && x.labels.length) || x.textContent.trim() || x.title)).map(x => x.outerHTML)`)
+	if len(unnamed) != 0 {
+		b.t.Errorf("%s: controls without a name: %q", page, unnamed)
+	}
+	if dup := eval[[]string](b, `(() => { const ids = [...document.querySelectorAll("[id]")].map(x => x.id); return ids.filter((x, i) => ids.indexOf(x) !== i); })()`); len(dup) != 0 {
+		b.t.Errorf("%s: IDs repeated: %q", page, dup)
+	}
 }

@@ -1,9 +1,7 @@
-// Forwarding: each destination's state, its history, and its dead
-// letters (the messages it refused for good): listed, replayed or
-// dropped.
+// Forwarding: each destination's state and its history; its dead
+// letters (the messages it refused for good) have their page in
+// dead.js.
 "use strict";
-
-const DEAD_PAGE = 50;
 
 pages.forwarding = { title: "Forwarding", render: async (ctx) => {
   const [fwd, hist] = await Promise.all([ctx.get("/api/v1/forward"), ctx.get("/api/v1/forward/history")]);
@@ -35,45 +33,4 @@ pages.forwarding = { title: "Forwarding", render: async (ctx) => {
         { name: "backlog (peak)", cls: "deferred", color: "#ef8f00", values: sp.backlog },
         { name: "dead letters", cls: "refused", color: "#c62828", values: sp.dead }],
       marks: sp.dead.map((v, i) => v > 0 ? i : -1).filter(i => i >= 0), markLabel: (i) => sp.dead[i] + " dead letters" })))));
-} };
-
-// A destination's dead letters: how many by reason, a page of them, and
-// replay or drop of them all, confirmed and counted. Fields the list
-// may carry beyond today's (attempts, damaged...) are shown when there.
-pages.dead = { title: (r) => "Dead letters of " + r.arg, render: async (ctx) => {
-  const name = ctx.r.arg;
-  const offset = Math.max(0, Number(ctx.r.params.get("offset") || 0) || 0);
-  const base = "/api/v1/forward/" + enc(name) + "/dead";
-  const [fwd, list] = await Promise.all([ctx.get("/api/v1/forward"), ctx.get(base + "?limit=" + Math.min(10000, offset + DEAD_PAGE))]);
-  const u = fwd.upstreams.find(x => x.name === name) || {};
-  if (ctx.first) {
-    ctx.s = { summary: el("p", { id: "dead-summary" }), notice: el("p", { class: "notice", id: "dead-notice", hidden: true }), list: el("div", {}) };
-    const act = (verb, method, path, key) => async () => {
-      const r = await api(method, path);
-      return `${verb} ${r[key] || 0} dead letter(s) of ${name}.`;
-    };
-    show(ctx.page, el("p", {}, el("a", { href: "#/forwarding" }, "‹ Forwarding")), el("h1", {}, "Dead letters of " + name),
-      ctx.s.summary, ctx.s.notice,
-      el("div", { class: "filters" },
-        confirmButton("Replay all", "Send every dead letter of " + name + " again?", act("Replayed", "POST", base + "/replay", "replayed"), ctx.s.notice, { id: "dead-replay" }),
-        confirmButton("Drop all", "Delete every dead letter of " + name + " for good?", act("Dropped", "DELETE", base, "dropped"), ctx.s.notice, { id: "dead-drop" })),
-      ctx.s.list);
-  }
-  update(ctx.s.summary, deadByReason(u));
-  const rows = list.dead_letters.slice(offset, offset + DEAD_PAGE);
-  const go = (o) => { location.hash = "#/dead/" + enc(name) + "?offset=" + o; };
-  update(ctx.s.list, list.total === 0 ? el("p", { class: "muted", id: "dead-list" }, "No dead letters.") : [
-    el("div", { class: "pager" },
-      el("span", { id: "dead-count" }, rows.length ? `${offset + 1}–${offset + rows.length} of ${list.total}` : `none from ${offset + 1} of ${list.total}`),
-      offset > 0 ? el("button", { type: "button", onclick: () => go(Math.max(0, offset - DEAD_PAGE)) }, "‹ previous") : "",
-      offset + DEAD_PAGE < list.total ? el("button", { type: "button", id: "dead-next", onclick: () => go(offset + DEAD_PAGE) }, "next ›") : ""),
-    el("table", { id: "dead-list" },
-      el("tr", {}, ["device", "topic", "size", "reason", "error", "refused at", "attempts", "log"].map(h => el("th", { scope: "col" }, h))),
-      rows.map(d => el("tr", { class: "dead-row" + (d.damaged ? " damaged" : "") },
-        el("td", {}, d.damaged ? el("span", { class: "bad" }, "damaged entry") : el("a", { href: deviceHash(d.device) }, d.device)),
-        el("td", {}, d.topic || ""), el("td", { class: "num" }, d.payload_bytes === undefined ? "—" : fmtBytes(d.payload_bytes)),
-        el("td", {}, d.reason || ""), el("td", {}, d.error || ""),
-        el("td", {}, fmtTime(d.refused_at || d.last_attempt)),
-        el("td", { class: "num" }, d.attempts === undefined ? "—" : d.attempts + (d.first_attempt ? " since " + fmtTime(d.first_attempt) : "")),
-        el("td", { class: "muted" }, (d.log || "") + (d.seq !== undefined ? " #" + d.seq : "")))))]);
 } };
