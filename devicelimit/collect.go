@@ -23,11 +23,13 @@ func (t *Table) Collect(fn func(device string, enc []byte)) int {
 // CollectLeases is Collect that also hands out, with each window, what
 // its snapshot records of its lease (zero without one): the store
 // writes it in the same transaction as the window. A window with an
-// open lease is handed out again by the next collection; once
-// idleCollects collections in a row found it admitting nothing, its
-// lease is closed: it gives up the rest (the next admission takes a new
-// lease) and the mark records the whole lease, so a crash after that
-// snapshot charges it nothing.
+// open lease is looked at again by the next collection, and handed out
+// only when it admitted since (or its lease closes): once idleCollects
+// collections in a row found it admitting nothing, its lease is closed:
+// it gives up the rest (the next admission takes a new lease) and the
+// mark records the whole lease, so a crash after that snapshot charges
+// it nothing. A quiet device's window is thus written when it
+// publishes, as without leases, not at every snapshot.
 func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) int {
 	n := 0
 	var buf []byte
@@ -42,7 +44,9 @@ func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) i
 		clear(s.gone)
 		s.gone = s.gone[:0]
 		again = again[:0]
-		hand := func(device string, ref uint32) {
+		// hand hands out the window under device (owned: the string is
+		// the dirty list's, kept as it is for the next collection).
+		hand := func(device string, ref uint32, owned bool) {
 			r := s.rec(ref)
 			f := r.flags()
 			if f&flagDirty == 0 {
@@ -52,17 +56,34 @@ func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) i
 			var m LeaseMark
 			if t.lease.on {
 				if ls := s.lease(ref); ls.inc != 0 {
-					if f&flagIdle != 0 {
+					// Idle since the last collection (no admission
+					// cleared the flag): nothing to write unless its
+					// lease closes now.
+					revisit, closed := f&flagIdle != 0, false
+					if revisit {
 						if ls.idle++; ls.idle >= t.lease.idleAfter {
 							ls.adm = max(ls.adm, ls.cap) // idle long enough: close the lease
+							revisit, closed = false, true
 						}
 					}
 					f &^= flagIdle
 					if ls.cap > ls.adm {
 						f |= flagIdle | flagDirty
-						again = append(again, strings.Clone(device))
+						if !owned {
+							device = strings.Clone(device)
+						}
+						again = append(again, device)
 					}
-					m = LeaseMark{Inc: ls.inc, Recorded: ls.adm}
+					if revisit {
+						r.setFlags(f)
+						return
+					}
+					if closed || ls.cap <= ls.adm {
+						// Only a closed lease's mark is written: an open
+						// one's charge is bounded by its lease writes,
+						// which hold the window's counts (SettleLease).
+						m = LeaseMark{Inc: ls.inc, Recorded: ls.adm}
+					}
 				}
 			}
 			r.setFlags(f)
@@ -76,7 +97,7 @@ func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) i
 			s.collected = true
 			for j := range s.index.slots {
 				if sl := &s.index.slots[j]; sl.meta != 0 {
-					hand(sl.keyString(), sl.ref())
+					hand(sl.keyString(), sl.ref(), false)
 				}
 			}
 		}
@@ -85,7 +106,7 @@ func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) i
 			if !ok {
 				continue // evicted since: it is in gone, or never stored
 			}
-			hand(device, ref)
+			hand(device, ref, true)
 		}
 		clear(s.dirty) // drop the strings, keep the capacity
 		s.dirty = append(s.dirty[:0], again...)

@@ -209,7 +209,7 @@ func (w *leaseWorld) snapshot(keep int) {
 		if c.enc == nil {
 			delete(w.st.windows, c.key)
 			if sl, ok := w.st.leases[c.key]; ok {
-				sl.adm, sl.window = 0, nil // as persist does: the counts are gone
+				sl.rec, sl.adm, sl.window = max(sl.rec, sl.adm), 0, nil // as persist does: the counts are gone
 				w.st.leases[c.key] = sl
 			}
 			continue

@@ -27,9 +27,11 @@ import (
 // each merge their part in: the higher incarnation wins, and within one
 // the higher cap, the higher recorded count and the lease write with
 // the more admissions, so the record is right in whatever order the two
-// kinds of transaction commit. A snapshot that deletes the window drops
-// the lease write's counts (the window is gone: they must not bring it
-// back). The buckets are made by the first write and emptied at every
+// kinds of transaction commit. A snapshot writes a window's mark only
+// when its lease closes (devicelimit's CollectLeases); one that deletes
+// the window drops the lease write's counts (the window is gone: they
+// must not bring it back), its admissions then counting as recorded.
+// The buckets are made by the first write and emptied at every
 // start (SettleLeases).
 var (
 	bucketLeases     = []byte("leases")
@@ -82,11 +84,7 @@ func decodeLease(v []byte) (leaseRecord, error) {
 	}
 	l := leaseRecord{inc: f[0], cap: f[1], rec: f[2], length: time.Duration(f[3]), adm: f[4]}
 	if len(v) > 0 {
-		var w devicelimit.Window
-		if err := w.UnmarshalBinary(v); err != nil {
-			return leaseRecord{}, fmt.Errorf("%w: lease record's window: %v", ErrCorrupt, err)
-		}
-		l.window = v
+		l.window = v // decoded (and checked) when settled: merges only copy it
 	}
 	return l, nil
 }
@@ -127,7 +125,10 @@ func mergeLease(tx *bolt.Tx, key string, l leaseRecord, how int) error {
 	}
 	switch {
 	case how == leaseWindow:
-		cur.adm, cur.window = 0, nil
+		// The window's counts are gone (expired, or reset): those of
+		// its admissions up to the lease write's are held by nothing,
+		// and need no charge.
+		cur.rec, cur.adm, cur.window = max(cur.rec, cur.adm), 0, nil
 	case cur.inc > l.inc:
 		return nil
 	case cur.inc < l.inc:

@@ -226,16 +226,32 @@ func TestLeaseRecordKeepsNewestCounts(t *testing.T) {
 	if err := s.update(func(tx *bolt.Tx) error { return mergeLease(tx, "dev", leaseRecord{}, leaseWindow) }); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := get(), (leaseRecord{inc: 2, cap: 8, rec: 2, length: time.Second}); !reflect.DeepEqual(got, want) {
+	if got, want := get(), (leaseRecord{inc: 2, cap: 8, rec: 3, length: time.Second}); !reflect.DeepEqual(got, want) {
 		t.Errorf("after the window's deletion: stored %+v, want %+v", got, want)
 	}
 	v1 := []byte{leaseVersion1, 2, 8, 2, 0}
 	if got, err := decodeLease(v1); err != nil || !reflect.DeepEqual(got, leaseRecord{inc: 2, cap: 8, rec: 2}) {
 		t.Errorf("version 1 record: %+v, %v", got, err)
 	}
-	for _, bad := range [][]byte{{leaseVersion1, 2, 8, 2, 0, 9}, {leaseVersion, 2, 8, 2, 0, 3, 0xff}, {3, 1, 1, 1, 1}} {
+	for _, bad := range [][]byte{{leaseVersion1, 2, 8, 2, 0, 9}, {leaseVersion, 2, 8, 2, 0}, {3, 1, 1, 1, 1}} {
 		if _, err := decodeLease(bad); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("decodeLease(%v): %v, want ErrCorrupt", bad, err)
 		}
+	}
+}
+
+// A lease record whose window does not decode stops the start after a
+// crash with ErrCorrupt naming the device, as any damaged record does.
+func TestLeaseRecordDamagedWindow(t *testing.T) {
+	s := open(t, t.TempDir())
+	bad := leaseRecord{inc: 1, cap: 9, length: time.Second, adm: 5, window: []byte{1, 0xff}}
+	if err := s.update(func(tx *bolt.Tx) error { return mergeLease(tx, "dev-7", bad, leaseWrite) }); err != nil {
+		t.Fatal(err)
+	}
+	tab := newTable(t, 10)
+	tab.EnableLeases(devicelimit.DefaultLeasePolicy)
+	_, err := s.SettleLeases(tab, true, t0, t0)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "dev-7") {
+		t.Fatalf("settle over a damaged lease window: %v, want ErrCorrupt naming dev-7", err)
 	}
 }

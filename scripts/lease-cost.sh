@@ -6,7 +6,7 @@
 # Per run it prints the publishes decided, the lease transactions and
 # records written (devicegate_lease_writes_total,
 # devicegate_lease_records_total), the snapshots, and the PUBACK latency
-# p50/p99 the simulator measured.
+# p50/p99 the simulator measured, and the gateway's user and system CPU.
 # Usage: scripts/lease-cost.sh OUTDIR (needs ./gateway: make build).
 # DEVICES (10000), RATE (1/s), DURATION (30s), LIMIT (100), WINDOW (10s).
 set -euo pipefail
@@ -43,16 +43,21 @@ run() { # run NAME AFTER_CRASH
 		--ramp-up 500 --drain 10s --limit "$limit" --window "$window" --client lean \
 		--json "$dir/sim.json" >"$dir/sim.txt" 2>&1 || status=$?
 	curl -fsS -H "Authorization: Bearer $token" "http://127.0.0.1:$admin/metrics" >"$dir/metrics.after"
+	# The gateway's user and system CPU so far (clock ticks in
+	# /proc/PID/stat fields 14 and 15), before its shutdown.
+	local cpu
+	cpu=$(awk -v hz="$(getconf CLK_TCK)" '{printf "CPU %.1f + %.1f = %.1f s", $14/hz, $15/hz, ($14+$15)/hz}' "/proc/$gw/stat")
 	kill -TERM "$gw"
 	wait "$gw" || true
 	local b=$dir/metrics.before a=$dir/metrics.after
 	local decided=0
 	decided=$(awk '$1 ~ /^devicegate_publishes_total/ {s+=$2} END {printf "%d", s}' "$a")
-	printf '%-8s %-8s decided %8s  lease writes %6s  lease records %7s  snapshots %4s  %s  (simulator exit %s)\n' \
+	printf '%-8s %-8s decided %8s  lease writes %6s  lease records %7s  snapshots %4s  gateway %s  %s  (simulator exit %s)\n' \
 		"$name" "$mode" "$decided" \
 		$(($(metric devicegate_lease_writes_total "$a") - $(metric devicegate_lease_writes_total "$b"))) \
 		$(($(metric devicegate_lease_records_total "$a") - $(metric devicegate_lease_records_total "$b"))) \
 		$(($(metric devicegate_snapshots_total "$a") - $(metric devicegate_snapshots_total "$b"))) \
+		"$cpu" \
 		"$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["result"]["totals"]; print("sent %d acked %d PUBACK p50 %.1f ms p99 %.1f ms" % (t["sent"], t["acked"], t["latency_p50_ns"]/1e6, t["latency_p99_ns"]/1e6))' "$dir/sim.json" 2>/dev/null || grep -E '^ +[0-9]' "$dir/sim.txt" | head -1)" \
 		"$status"
 }
