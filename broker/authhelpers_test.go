@@ -54,7 +54,7 @@ func connect5(t *testing.T, conn net.Conn, l login, onMsg func(*paho.Publish)) (
 	t.Helper()
 	p := &pub5{lostCh: make(chan struct{})}
 	cfg := paho.ClientConfig{ClientID: l.id, Conn: conn, OnServerDisconnect: p.onDisconnect, OnClientError: p.onError,
-		PingHandler: noPinger{}}
+		PingHandler: noPinger{}, PacketTimeout: waitTimeout}
 	if onMsg != nil {
 		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){
 			func(r paho.PublishReceived) (bool, error) { onMsg(r.Packet); return true, nil },

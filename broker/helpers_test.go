@@ -20,8 +20,13 @@ import (
 )
 
 // waitTimeout bounds every wait for the network; nothing in these tests
-// waits for time to pass (the clock is manual).
-const waitTimeout = 10 * time.Second
+// waits for time to pass (the clock is manual). It only catches a broker
+// that never answers, so it is generous: on a loaded 2-core machine under
+// the race detector, twelve wrong argon2id passwords queued for two
+// processors (TestWrongPasswordFloodMemoryBounded) and 5,000 publishes
+// behind a consumer's writer (TestConsumerQueueAccounting) took over
+// 10 s at load 30.
+const waitTimeout = time.Minute
 
 const testBuckets = 10
 
@@ -404,6 +409,10 @@ func (f *fixture) tryDial5(t *testing.T, id, username string, w *will, onMsg fun
 		Conn:               conn,
 		OnServerDisconnect: onDisconnect,
 		OnClientError:      onError,
+		// paho's own bound on an acknowledgement (10 s by default) is
+		// ours: TestConsumerQueueAccounting's QoS 1 publish after 5,000
+		// waited longer at load 40.
+		PacketTimeout: waitTimeout,
 	}
 	if onMsg != nil {
 		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){
