@@ -107,8 +107,8 @@ func ReloadChanges(running, next Config) ([]Change, error) {
 	var changes []Change
 	var refused []error
 	for _, k := range keys {
-		if a[k] == b[k] || inMissingItem(k, a) || inMissingItem(k, b) {
-			continue
+		if a[k] == b[k] || inMissingItem(k, a) || inMissingItem(k, b) || isItem(a[k]) && isItem(b[k]) {
+			continue // a list item on both sides: its keys say what changed
 		}
 		c := Change{Key: k, Old: valueOrNone(a, k), New: valueOrNone(b, k)}
 		if secret(k) {
@@ -183,6 +183,9 @@ func valueOrNone(side map[string]string, key string) string {
 	}
 	return "(none)"
 }
+
+// isItem reports whether v is a list item's value from itemLabel.
+func isItem(v string) bool { return strings.HasPrefix(v, "(item") }
 
 // itemLabel is a list item's value in a change: "(item name=NAME)" for
 // a struct with a non-empty name field, else "(item)".

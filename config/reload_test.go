@@ -64,7 +64,7 @@ func TestReloadForwardKeys(t *testing.T) {
 	for _, c := range changes {
 		got = append(got, c.String())
 	}
-	want := `auth.acl.publish: "devices/{device}/#" -> "devices/{device}/up/#"; forward[0].max_bytes: "0B" -> "1MiB"; forward[0].password: "(secret)" -> "(secret)"; forward[0].rate: "" -> "5"; mqtt.connect_rate.limit: "100" -> "3"; mqtt.consumers.client_ids[0]: "" -> "backend-*"`
+	want := `auth.acl.publish: "devices/{device}/#" -> "devices/{device}/up/#"; forward[0].max_bytes: "0B" -> "1MiB"; forward[0].password: "(secret)" -> "(secret)"; forward[0].rate: "(none)" -> "5"; mqtt.connect_rate.limit: "100" -> "3"; mqtt.consumers.client_ids[0]: "(none)" -> "backend-*"`
 	if strings.Join(got, "; ") != want {
 		t.Fatalf("changes:\n%s\nwant\n%s", strings.Join(got, "; "), want)
 	}
