@@ -107,8 +107,8 @@ func ReloadChanges(running, next Config) ([]Change, error) {
 	var changes []Change
 	var refused []error
 	for _, k := range keys {
-		if a[k] == b[k] || inMissingItem(k, a) || inMissingItem(k, b) || itemOnBothSides(k, a, b) {
-			continue
+		if a[k] == b[k] || inMissingItem(k, a) || inMissingItem(k, b) || isItem(a[k]) && isItem(b[k]) {
+			continue // a list item on both sides: its keys say what changed
 		}
 		c := Change{Key: k, Old: valueOrNone(a, k), New: valueOrNone(b, k)}
 		if secret(k) {
@@ -175,15 +175,6 @@ func flatten(v reflect.Value, key string, out map[string]string) {
 	}
 }
 
-// itemOnBothSides reports whether key is a list item (of structs) that
-// both sides hold: its label may differ (a renamed entry), but what
-// changed is said by its fields' own keys, not by the item's.
-func itemOnBothSides(key string, a, b map[string]string) bool {
-	va, oka := a[key]
-	vb, okb := b[key]
-	return oka && okb && strings.HasPrefix(va, "(item") && strings.HasPrefix(vb, "(item")
-}
-
 // valueOrNone returns side's value of key, or "(none)" when side lacks
 // the key.
 func valueOrNone(side map[string]string, key string) string {
@@ -192,6 +183,9 @@ func valueOrNone(side map[string]string, key string) string {
 	}
 	return "(none)"
 }
+
+// isItem reports whether v is a list item's value from itemLabel.
+func isItem(v string) bool { return strings.HasPrefix(v, "(item") }
 
 // itemLabel is a list item's value in a change: "(item name=NAME)" for
 // a struct with a non-empty name field, else "(item)".

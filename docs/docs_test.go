@@ -254,3 +254,18 @@ func undefinedVars(code string) []string {
 	}
 	return out
 }
+
+// TestMakefileCitesNoIssues: the Makefile's comments say what a target
+// does, not which issue asked for it (that history is git's).
+func TestMakefileCitesNoIssues(t *testing.T) {
+	b, err := os.ReadFile(path.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := regexp.MustCompile(`(?i)\bissues? \d+|\bissue \d+'s\b`)
+	for i, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") && issue.MatchString(line) {
+			t.Errorf("Makefile:%d cites an issue: %s", i+1, line)
+		}
+	}
+}
