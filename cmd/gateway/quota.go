@@ -19,6 +19,7 @@ import (
 	"github.com/devicegate/devicegate/admin"
 	"github.com/devicegate/devicegate/config"
 	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/flagvalue"
 )
 
 // quotaTimeout bounds one request of `gateway quota` to the admin API.
@@ -43,16 +44,16 @@ type quotaFlags struct {
 	dataDir   string
 	json      bool
 
-	limit     intValue
-	window    durationValue
+	limit     flagvalue.Int
+	window    flagvalue.Duration
 	windows   string
 	classes   classFlags
 	shadow    bool
 	feedback  string
 	policy    string
 	expiresAt string
-	forDur    durationValue
-	top       intValue
+	forDur    flagvalue.Duration
+	top       flagvalue.Int
 }
 
 func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
@@ -81,7 +82,7 @@ func newQuotaFlags(sub string, f *quotaFlags) *flag.FlagSet {
 		fs.StringVar(&f.expiresAt, "expires-at", "", "the override lapses at this RFC 3339 `time`")
 		fs.Var(&f.forDur, "for", "the override lapses after this `duration` from now")
 	case "throttled":
-		f.top.v = 10
+		f.top.V = 10
 		fs.Var(&f.top, "limit", "show at most `N` devices")
 	}
 	return fs
@@ -238,7 +239,7 @@ func quota(ctx context.Context, args []string, stdout io.Writer) error {
 	case "list":
 		return c.list(ctx)
 	case "throttled":
-		return c.throttled(ctx, f.top.v)
+		return c.throttled(ctx, f.top.V)
 	case "blocks":
 		v, raw, err := c.api.Blocks(ctx)
 		return c.print(sub, raw, err, func() {
@@ -298,7 +299,7 @@ func (f *quotaFlags) quotaBody(sub string, set map[string]bool) (admin.SetQuotaJ
 	case !set["limit"] || !set["window"]:
 		return body, usagef("quota %s: --limit and --window are required (or --windows)", sub)
 	default:
-		body.Limit, body.Window = f.limit.v, f.window.v.String()
+		body.Limit, body.Window = f.limit.V, f.window.V.String()
 	}
 	if set["expires-at"] && set["for"] {
 		return body, usagef("quota %s: give --expires-at or --for, not both", sub)
@@ -310,7 +311,7 @@ func (f *quotaFlags) quotaBody(sub string, set map[string]bool) (admin.SetQuotaJ
 	case set["expires-at"]:
 		body.ExpiresAt = f.expiresAt
 	case set["for"]:
-		body.ExpiresAt = time.Now().Add(f.forDur.v).UTC().Format(time.RFC3339Nano)
+		body.ExpiresAt = time.Now().Add(f.forDur.V).UTC().Format(time.RFC3339Nano)
 	}
 	return body, nil
 }
