@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -252,6 +254,29 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
 		return n, &TransportError{fmt.Errorf("backup cut short after %d bytes: %w", n, err)}
 	}
 	return n, nil
+}
+
+// BackupFile writes the copy Backup streams to a temporary file beside
+// path, syncs it and renames it to path: path appears only once the
+// whole copy is in it, and a failed copy leaves nothing behind.
+func (c *Client) BackupFile(ctx context.Context, path string) (int64, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".part-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, nothing is there
+	defer tmp.Close()
+	n, err := c.Backup(ctx, tmp)
+	if err != nil {
+		return n, err
+	}
+	if err := tmp.Sync(); err != nil {
+		return n, err
+	}
+	if err := tmp.Close(); err != nil {
+		return n, err
+	}
+	return n, os.Rename(tmp.Name(), path)
 }
 
 // apiError is the APIError of a non-2xx answer with body b.
