@@ -130,10 +130,10 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 			cfg.Limits.Defer.RestoreDelay = config.Duration(f.restoreDelay.V)
 		case "limit":
 			cfg.Limits.Default.Limit = f.limit.V
-			oneWindow(&cfg.Limits.Default)
+			cfg.Limits.Default.OneWindow()
 		case "window":
 			cfg.Limits.Default.Window = config.Duration(f.window.V)
-			oneWindow(&cfg.Limits.Default)
+			cfg.Limits.Default.OneWindow()
 		case "policy":
 			named("policy", f.policy, func(s string) (err error) { cfg.Limits.Default.Policy, err = config.ParsePolicy(s); return err })
 		case "buckets":
@@ -191,21 +191,4 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return reportedError{err}
 	}
 	return err
-}
-
-// oneWindow makes q, given --limit or --window over a file whose default
-// quota has several windows, one window again: the flag's, with the
-// built-in default's limit or window for the one not given.
-func oneWindow(q *config.Quota) {
-	if len(q.Windows) == 0 {
-		return
-	}
-	q.Windows = nil
-	d := config.Default().Limits.Default
-	if q.Limit == 0 {
-		q.Limit = d.Limit
-	}
-	if q.Window == 0 {
-		q.Window = d.Window
-	}
 }
