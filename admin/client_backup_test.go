@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -53,5 +54,40 @@ func TestBackupFile(t *testing.T) {
 	}
 	if _, err := client("ok").BackupFile(context.Background(), filepath.Join(dir, "no", "dir", "x.db")); err == nil {
 		t.Error("BackupFile into a missing directory: no error")
+	}
+}
+
+// TestHealth: the status and body of /healthz, healthy or not; an
+// address that makes no URL is an *AddrError naming it; no answer is an
+// error.
+func TestHealth(t *testing.T) {
+	var sick atomic.Bool
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" || r.Header.Get("Authorization") != "" {
+			http.Error(w, "wrong request", http.StatusBadRequest)
+			return
+		}
+		if sick.Load() {
+			http.Error(w, "data file unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	}))
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	ctx := context.Background()
+	if st, body, err := Health(ctx, addr); err != nil || st != 200 || body != "ok\n" {
+		t.Fatalf("healthy: %d %q %v", st, body, err)
+	}
+	sick.Store(true)
+	if st, body, err := Health(ctx, addr); err != nil || st != 503 || body != "data file unavailable\n" {
+		t.Fatalf("unhealthy: %d %q %v", st, body, err)
+	}
+	var ae *AddrError
+	if _, _, err := Health(ctx, "127.0.0.1:80/%zz"); !errors.As(err, &ae) || !strings.Contains(err.Error(), `admin address "127.0.0.1:80/%zz"`) {
+		t.Fatalf("bad address: %v", err)
+	}
+	ts.Close()
+	if _, _, err := Health(ctx, addr); err == nil || errors.As(err, &ae) {
+		t.Fatalf("closed server: %v", err)
 	}
 }
