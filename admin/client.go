@@ -9,8 +9,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Client calls a gateway's admin API: `gateway quota` and the simulator
@@ -253,6 +256,60 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	}
 	return n, nil
 }
+
+// BackupFile writes the copy Backup streams to a temporary file beside
+// path, syncs it and renames it to path: path appears only once the
+// whole copy is in it, and a failed copy leaves nothing behind.
+func (c *Client) BackupFile(ctx context.Context, path string) (int64, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".part-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, nothing is there
+	defer tmp.Close()
+	n, err := c.Backup(ctx, tmp)
+	if err != nil {
+		return n, err
+	}
+	if err := tmp.Sync(); err != nil {
+		return n, err
+	}
+	if err := tmp.Close(); err != nil {
+		return n, err
+	}
+	return n, os.Rename(tmp.Name(), path)
+}
+
+// HealthTimeout bounds Health.
+const HealthTimeout = 3 * time.Second
+
+// Health asks GET /healthz at addr (no token) and returns the status
+// and the first 4 KiB of the answer. An address that makes no URL is an
+// *AddrError; a request that got no answer, the HTTP client's error.
+func Health(ctx context.Context, addr string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, HealthTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+	if err != nil {
+		return 0, "", &AddrError{Addr: addr, Err: err}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(body), nil
+}
+
+// AddrError is an admin address that makes no URL.
+type AddrError struct {
+	Addr string
+	Err  error
+}
+
+func (e *AddrError) Error() string { return fmt.Sprintf("admin address %q: %v", e.Addr, e.Err) }
+func (e *AddrError) Unwrap() error { return e.Err }
 
 // apiError is the APIError of a non-2xx answer with body b.
 func apiError(status int, b []byte) *APIError {

@@ -11,54 +11,55 @@ import (
 	"time"
 
 	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/flagvalue"
 	"github.com/devicegate/devicegate/simulator"
 )
 
 // simulateFlags are the simulate command's flags.
 type simulateFlags struct {
 	addr        string
-	devices     intValue
+	devices     flagvalue.Int
 	idPattern   string
 	rate        rateValue
 	pattern     string
-	burst       intValue
-	period      durationValue
+	burst       flagvalue.Int
+	period      flagvalue.Duration
 	seed        uint64
-	qos         intValue
+	qos         flagvalue.Int
 	protocol    protocolValue
-	payloadSize intValue
+	payloadSize flagvalue.Int
 	topic       string
-	duration    durationValue
+	duration    flagvalue.Duration
 	rampUp      floatValue
-	limit       intValue
-	window      durationValue
+	limit       flagvalue.Int
+	window      flagvalue.Duration
 	policy      string
-	tolerance   durationValue
+	tolerance   flagvalue.Duration
 	jsonFile    string
 	reportFile  string
-	drain       durationValue
+	drain       flagvalue.Duration
 	mix         string
 	windows     string
 	topicClass  string
 	group       string
 	flood       string
 	client      string
-	stormAt     durationValue
-	restartAt   durationValue
+	stormAt     flagvalue.Duration
+	restartAt   flagvalue.Duration
 	target      targetFlags
 	auth        simAuthFlags
 }
 
 func newSimulateFlags(f *simulateFlags) *flag.FlagSet {
-	f.devices.v = 10
+	f.devices.V = 10
 	f.rate.v = 1
 	f.protocol.v = 5
-	f.qos.v = 1
-	f.duration.v = 10 * time.Second
-	f.limit.v = 100
-	f.window.v = 10 * time.Second
-	f.tolerance.v = 50 * time.Millisecond
-	f.drain.v = 2 * time.Second
+	f.qos.V = 1
+	f.duration.V = 10 * time.Second
+	f.limit.V = 100
+	f.window.V = 10 * time.Second
+	f.tolerance.V = 50 * time.Millisecond
+	f.drain.V = 2 * time.Second
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; help goes to stdout
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:1883", "MQTT `address` of the gateway; loopback only (127.0.0.0/8, ::1, localhost)")
@@ -133,48 +134,48 @@ func ParseSimulate(args []string) (*Simulation, error) {
 		return bad("policy", "must be drop, defer or disconnect", strconv.Quote(f.policy))
 	}
 	switch {
-	case f.devices.v <= 0:
-		return bad("devices", "must be > 0", f.devices.v)
-	case f.qos.v < 0 || f.qos.v > 2:
-		return bad("qos", "must be 0, 1 or 2", f.qos.v)
-	case f.payloadSize.v < 0:
-		return bad("payload-size", "must be >= 0", f.payloadSize.v)
-	case f.duration.v <= 0:
-		return bad("duration", "must be > 0", f.duration.v)
-	case f.limit.v <= 0:
-		return bad("limit", "must be > 0", f.limit.v)
-	case f.window.v <= 0:
-		return bad("window", "must be > 0", f.window.v)
-	case f.drain.v <= 0:
-		return bad("drain", "must be > 0", f.drain.v)
-	case f.tolerance.v < 0:
-		return bad("tolerance", "must be >= 0", f.tolerance.v)
+	case f.devices.V <= 0:
+		return bad("devices", "must be > 0", f.devices.V)
+	case f.qos.V < 0 || f.qos.V > 2:
+		return bad("qos", "must be 0, 1 or 2", f.qos.V)
+	case f.payloadSize.V < 0:
+		return bad("payload-size", "must be >= 0", f.payloadSize.V)
+	case f.duration.V <= 0:
+		return bad("duration", "must be > 0", f.duration.V)
+	case f.limit.V <= 0:
+		return bad("limit", "must be > 0", f.limit.V)
+	case f.window.V <= 0:
+		return bad("window", "must be > 0", f.window.V)
+	case f.drain.V <= 0:
+		return bad("drain", "must be > 0", f.drain.V)
+	case f.tolerance.V < 0:
+		return bad("tolerance", "must be >= 0", f.tolerance.V)
 	case f.rampUp.v < 0:
 		return bad("ramp-up", "must be >= 0", f.rampUp.v)
-	case f.burst.v < 0:
-		return bad("burst", "must be > 0", f.burst.v)
-	case f.period.v < 0:
-		return bad("period", "must be > 0", f.period.v)
+	case f.burst.V < 0:
+		return bad("burst", "must be > 0", f.burst.V)
+	case f.period.V < 0:
+		return bad("period", "must be > 0", f.period.V)
 	}
 	cfg := simulator.Config{
 		Addr:        f.addr,
-		Devices:     f.devices.v,
+		Devices:     f.devices.V,
 		IDPattern:   f.idPattern,
 		Rate:        f.rate.v,
 		Pattern:     f.pattern,
 		Seed:        f.seed,
-		Burst:       f.burst.v,
-		Period:      f.period.v,
-		QoS:         byte(f.qos.v),
+		Burst:       f.burst.V,
+		Period:      f.period.V,
+		QoS:         byte(f.qos.V),
 		Protocol:    f.protocol.v,
 		Client:      f.client,
-		PayloadSize: f.payloadSize.v,
+		PayloadSize: f.payloadSize.V,
 		Topic:       f.topic,
-		Duration:    f.duration.v,
+		Duration:    f.duration.V,
 		RampUp:      f.rampUp.v,
-		Quota:       devicelimit.Quota{Limit: f.limit.v, Window: f.window.v, Policy: policy},
-		Tolerance:   f.tolerance.v,
-		Drain:       f.drain.v,
+		Quota:       devicelimit.Quota{Limit: f.limit.V, Window: f.window.V, Policy: policy},
+		Tolerance:   f.tolerance.V,
+		Drain:       f.drain.V,
 	}
 	if cfg.Tolerance == 0 {
 		// The simulator treats 0 as "default"; a tiny slack is the
@@ -223,7 +224,7 @@ func ParseSimulate(args []string) (*Simulation, error) {
 	if err := f.auth.apply(&cfg, set, f.target.embedded || f.target.spawn); err != nil {
 		return nil, err
 	}
-	cfg.StormAt, cfg.RestartAt = f.stormAt.v, f.restartAt.v
+	cfg.StormAt, cfg.RestartAt = f.stormAt.V, f.restartAt.V
 	return &Simulation{Config: cfg, JSON: f.jsonFile, Report: f.reportFile, Own: f.target.embedded || f.target.spawn, f: f, set: set}, nil
 }
 
@@ -318,31 +319,5 @@ func (f *floatValue) Set(s string) error {
 		return errors.New("must be a number")
 	}
 	f.v = v
-	return nil
-}
-
-// intValue is an int flag whose parse errors read like the config's.
-type intValue struct{ v int }
-
-func (i *intValue) String() string { return strconv.Itoa(i.v) }
-func (i *intValue) Set(s string) error {
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return errors.New("must be an integer")
-	}
-	i.v = v
-	return nil
-}
-
-// durationValue is a duration flag that asks for a unit.
-type durationValue struct{ v time.Duration }
-
-func (d *durationValue) String() string { return d.v.String() }
-func (d *durationValue) Set(s string) error {
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return errors.New(`must be a duration like "10s"`)
-	}
-	d.v = v
 	return nil
 }

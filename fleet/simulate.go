@@ -43,28 +43,28 @@ func (f *simulateFlags) checkTarget(set map[string]bool) error {
 		return usagef("simulate: --admin-addr: only with --addr; an embedded or spawned gateway is set up directly")
 	case set["admin-token"] && !set["admin-addr"]:
 		return usagef("simulate: --admin-token: only with --admin-addr")
-	case t.snapshotInterval.v < 0:
-		return usagef("simulate: --snapshot-interval: must be > 0 (got %s)", t.snapshotInterval.v)
-	case f.stormAt.v < 0 || f.stormAt.v >= f.duration.v:
-		return usagef("simulate: --storm-at: must be within --duration (got %s)", f.stormAt.v)
-	case f.restartAt.v < 0 || f.restartAt.v >= f.duration.v:
-		return usagef("simulate: --restart-at: must be within --duration (got %s)", f.restartAt.v)
-	case f.restartAt.v > 0 && !own:
+	case t.snapshotInterval.V < 0:
+		return usagef("simulate: --snapshot-interval: must be > 0 (got %s)", t.snapshotInterval.V)
+	case f.stormAt.V < 0 || f.stormAt.V >= f.duration.V:
+		return usagef("simulate: --storm-at: must be within --duration (got %s)", f.stormAt.V)
+	case f.restartAt.V < 0 || f.restartAt.V >= f.duration.V:
+		return usagef("simulate: --restart-at: must be within --duration (got %s)", f.restartAt.V)
+	case f.restartAt.V > 0 && !own:
 		return usagef("simulate: --restart-at: needs a gateway the simulator starts (--embedded or --spawn)")
 	case t.restart != "sigterm" && t.restart != "kill":
 		return usagef("simulate: --restart: must be sigterm or kill (got %q)", t.restart)
 	case t.restart == "kill" && !t.spawn:
 		return usagef("simulate: --restart kill: only with --spawn; an embedded gateway cannot be killed apart from the simulator")
-	case set["restart"] && f.restartAt.v == 0:
+	case set["restart"] && f.restartAt.V == 0:
 		return usagef("simulate: --restart: only with --restart-at")
-	case set["clock-step"] && (!t.embedded || f.restartAt.v == 0):
+	case set["clock-step"] && (!t.embedded || f.restartAt.V == 0):
 		return usagef("simulate: --clock-step: only with --embedded and --restart-at")
 	case set["upstream-outage-at"] && (t.upstream == "" || !own):
 		return usagef("simulate: --upstream-outage-at: needs --upstream and a gateway the simulator starts (--embedded or --spawn), whose link it cuts")
-	case t.outageAt.v < 0 || t.outageAt.v >= f.duration.v:
-		return usagef("simulate: --upstream-outage-at: must be within --duration (got %s)", t.outageAt.v)
-	case set["upstream-outage-at"] != set["upstream-outage-for"] || t.outageFor.v < 0:
-		return usagef("simulate: --upstream-outage-at and --upstream-outage-for go together, the length > 0 (got %s)", t.outageFor.v)
+	case t.outageAt.V < 0 || t.outageAt.V >= f.duration.V:
+		return usagef("simulate: --upstream-outage-at: must be within --duration (got %s)", t.outageAt.V)
+	case set["upstream-outage-at"] != set["upstream-outage-for"] || t.outageFor.V < 0:
+		return usagef("simulate: --upstream-outage-at and --upstream-outage-for go together, the length > 0 (got %s)", t.outageFor.V)
 	case t.upstream != "" && t.upstream != "embedded" && !isLoopbackAddr(t.upstream):
 		return usagef("simulate: --upstream: \"embedded\" or a loopback host:port (got %q)", t.upstream)
 	}
@@ -144,8 +144,8 @@ func (s *Simulation) Run(ctx context.Context) (out *Outcome, err error) {
 			fw := up.forward()
 			f.target.forward = &fw
 		}
-		if f.target.outageAt.v > 0 {
-			cfg.UpstreamOutageAt, cfg.UpstreamOutageFor, cfg.UpstreamOutage = f.target.outageAt.v, f.target.outageFor.v, up.link.set
+		if f.target.outageAt.V > 0 {
+			cfg.UpstreamOutageAt, cfg.UpstreamOutageFor, cfg.UpstreamOutage = f.target.outageAt.V, f.target.outageFor.V, up.link.set
 		}
 		if !set["drain"] {
 			cfg.Drain = time.Minute // a forwarded backlog takes its time; the drain ends when all arrived
@@ -193,8 +193,8 @@ func (s *Simulation) Run(ctx context.Context) (out *Outcome, err error) {
 			// file, else the default).
 			cfg.CrashLoss = time.Duration(gcfg.Persist.SnapshotInterval) + crashSlack
 		}
-		if f.target.clockStep.v != 0 {
-			cfg.RestartMode += ", wall clock " + signed(f.target.clockStep.v)
+		if f.target.clockStep.V != 0 {
+			cfg.RestartMode += ", wall clock " + signed(f.target.clockStep.V)
 		}
 	}
 	out.Report, err = simulator.Run(ctx, cfg)
@@ -256,7 +256,7 @@ func startTarget(f *simulateFlags, set map[string]bool) (target simTarget, gcfg 
 	}
 	gcfg = &c
 	if t.embedded {
-		e, err := startEmbedded(c, tmp, t.clockStep.v)
+		e, err := startEmbedded(c, tmp, t.clockStep.V)
 		if err != nil {
 			return fail(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/devicegate/devicegate/admin"
 	"github.com/devicegate/devicegate/config"
 	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/flagvalue"
 	"github.com/devicegate/devicegate/server"
 	"github.com/devicegate/devicegate/simulator"
 )
@@ -39,16 +40,16 @@ type targetFlags struct {
 	gatewayBin       string
 	dataDir          string
 	config           string
-	snapshotInterval durationValue
+	snapshotInterval flagvalue.Duration
 	restart          string
-	clockStep        durationValue
+	clockStep        flagvalue.Duration
 	adminAddr        string
 	adminToken       string
 	// upstream is --upstream (see upstream.go), outageAt and
 	// outageFor the link's outage; forward, when set, is added to the
 	// started gateway's configuration.
 	upstream            string
-	outageAt, outageFor durationValue
+	outageAt, outageFor flagvalue.Duration
 	forward             *config.Forward
 }
 
@@ -80,7 +81,7 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 	}
 	given := map[string]bool{"snapshot-interval": set["snapshot-interval"], "windows": set["windows"]}
 	if given["snapshot-interval"] {
-		cfg.Persist.SnapshotInterval = config.Duration(f.target.snapshotInterval.v)
+		cfg.Persist.SnapshotInterval = config.Duration(f.target.snapshotInterval.V)
 	}
 	for _, name := range []string{"limit", "window", "policy"} {
 		given[name] = (f.target.config == "" || set[name]) && !set["windows"]
@@ -101,10 +102,10 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 		given["policy"] = f.target.config == "" || set["policy"]
 	}
 	if given["limit"] {
-		cfg.Limits.Default.Limit = f.limit.v
+		cfg.Limits.Default.Limit = f.limit.V
 	}
 	if given["window"] {
-		cfg.Limits.Default.Window = config.Duration(f.window.v)
+		cfg.Limits.Default.Window = config.Duration(f.window.V)
 	}
 	var errs []error
 	if given["policy"] {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 
 	"github.com/devicegate/devicegate/admin"
 )
@@ -51,7 +49,7 @@ func backupCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	// The copy may take longer than an API call's timeout: ctx bounds it.
 	api := *c.api
 	api.HTTP = &http.Client{}
-	n, err := writeBackup(ctx, &api, *out)
+	n, err := api.BackupFile(ctx, *out)
 	if err != nil {
 		var te *admin.TransportError
 		if errors.As(err, &te) {
@@ -61,26 +59,4 @@ func backupCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "backup: %d bytes written to %s\n", n, *out)
 	return nil
-}
-
-// writeBackup writes the copy to a temporary file beside path, syncs
-// it and renames it to path.
-func writeBackup(ctx context.Context, api *admin.Client, path string) (int64, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".part-*")
-	if err != nil {
-		return 0, err
-	}
-	defer os.Remove(tmp.Name()) // after the rename, nothing is there
-	defer tmp.Close()
-	n, err := api.Backup(ctx, tmp)
-	if err != nil {
-		return n, err
-	}
-	if err := tmp.Sync(); err != nil {
-		return n, err
-	}
-	if err := tmp.Close(); err != nil {
-		return n, err
-	}
-	return n, os.Rename(tmp.Name(), path)
 }

@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
+	"github.com/devicegate/devicegate/admin"
 	"github.com/devicegate/devicegate/config"
 )
 
@@ -43,21 +43,16 @@ func healthCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if *addr == "" {
 		*addr = config.Default().Admin.Addr
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+*addr+"/healthz", nil)
-	if err != nil {
-		return usagef("health: admin address %q: %v", *addr, err)
+	status, body, err := admin.Health(ctx, *addr)
+	if errors.As(err, new(*admin.AddrError)) {
+		return usagef("health: %v", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("health: %w", err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("health: %s answered %d: %s", *addr, resp.StatusCode, strings.TrimSpace(string(body)))
+	if status != http.StatusOK {
+		return fmt.Errorf("health: %s answered %d: %s", *addr, status, strings.TrimSpace(body))
 	}
-	fmt.Fprint(stdout, string(body))
+	fmt.Fprint(stdout, body)
 	return nil
 }

@@ -524,11 +524,12 @@ func TestVersionProcess(t *testing.T) {
 
 // TestLimitFlagOverWindows: --limit over a file whose default quota has
 // several windows makes it one window: the flag's limit and the
-// built-in window.
+// built-in window (config.Quota.OneWindow).
 func TestLimitFlagOverWindows(t *testing.T) {
-	q := config.Quota{Limit: 7, Windows: []config.QuotaWindow{{Messages: 1, Window: config.Duration(time.Second)}}}
-	oneWindow(&q)
-	if q.Windows != nil || q.Limit != 7 || q.Window != config.Default().Limits.Default.Window {
-		t.Fatalf("after --limit 7: %+v", q)
+	file := writeConfig(t, "limits:\n  default: {windows: [{messages: 1, window: 1s}]}\n")
+	cfg, err := serveConfig([]string{"--config", file, "--limit", "7"}, io.Discard)
+	q := cfg.Limits.Default
+	if err != nil || q.Windows != nil || q.Limit != 7 || q.Window != config.Default().Limits.Default.Window {
+		t.Fatalf("after --limit 7: %+v %v", q, err)
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,27 +41,17 @@ Flags:
 	printFlags(w, fs)
 }
 
-// maxPassword is the longest password an MQTT CONNECT can carry.
-const maxPassword = 65535
-
 // passwd runs gateway passwd. Flags may come before or after USERNAME.
 func passwd(args []string, stdin io.Reader, stdout io.Writer) error {
 	var f passwdFlags
 	fs := newPasswdFlags(&f)
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				printPasswdUsage(stdout, fs)
-				return err
-			}
-			return usagef("passwd: %v (run \"gateway help passwd\")", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+	positional, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		printPasswdUsage(stdout, fs)
+		return err
+	}
+	if err != nil {
+		return usagef("passwd: %v (run \"gateway help passwd\")", err)
 	}
 	switch {
 	case len(positional) != 1:
@@ -78,18 +67,12 @@ func passwd(args []string, stdin io.Reader, stdout io.Writer) error {
 	if f.clientIDs != "" {
 		e.ClientIDs = strings.Split(f.clientIDs, ",")
 	}
-	// Read a little past the longest password MQTT carries, so that a
-	// longer one is refused rather than cut to a hash no device matches.
-	line, err := bufio.NewReader(io.LimitReader(stdin, int64(maxPassword+len("\r\n")+1))).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("passwd: read password: %w", err)
+	password, err := auth.ReadPassword(stdin)
+	if errors.Is(err, auth.ErrEmptyPassword) || errors.Is(err, auth.ErrPasswordTooLong) {
+		return fmt.Errorf("passwd: %w; nothing changed", err)
 	}
-	password := strings.TrimRight(line, "\r\n")
-	switch {
-	case password == "":
-		return errors.New("passwd: empty password on standard input; nothing changed")
-	case len(password) > maxPassword:
-		return fmt.Errorf("passwd: password longer than %d bytes, the most an MQTT CONNECT carries; nothing changed", maxPassword)
+	if err != nil {
+		return fmt.Errorf("passwd: %w", err)
 	}
 	if e.Hash, err = auth.HashPassword(f.hash, []byte(password)); err != nil {
 		return fmt.Errorf("passwd: %w; nothing changed", err)

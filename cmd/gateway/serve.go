@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"time"
 
 	"github.com/devicegate/devicegate/config"
 	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/flagvalue"
 	"github.com/devicegate/devicegate/persist"
 	"github.com/devicegate/devicegate/server"
 )
@@ -23,12 +22,12 @@ type serveFlags struct {
 	mqttAddr         string
 	adminAddr        string
 	dataDir          string
-	snapshotInterval durationValue
-	restoreDelay     durationValue
-	limit            intValue
-	window           durationValue
+	snapshotInterval flagvalue.Duration
+	restoreDelay     flagvalue.Duration
+	limit            flagvalue.Int
+	window           flagvalue.Duration
 	policy           string
-	buckets          intValue
+	buckets          flagvalue.Int
 	logLevel         string
 }
 
@@ -126,19 +125,19 @@ func serveConfig(args []string, stdout io.Writer) (config.Config, error) {
 		case "data-dir":
 			cfg.DataDir = f.dataDir
 		case "snapshot-interval":
-			cfg.Persist.SnapshotInterval = config.Duration(f.snapshotInterval.v)
+			cfg.Persist.SnapshotInterval = config.Duration(f.snapshotInterval.V)
 		case "defer-restore-delay":
-			cfg.Limits.Defer.RestoreDelay = config.Duration(f.restoreDelay.v)
+			cfg.Limits.Defer.RestoreDelay = config.Duration(f.restoreDelay.V)
 		case "limit":
-			cfg.Limits.Default.Limit = f.limit.v
-			oneWindow(&cfg.Limits.Default)
+			cfg.Limits.Default.Limit = f.limit.V
+			cfg.Limits.Default.OneWindow()
 		case "window":
-			cfg.Limits.Default.Window = config.Duration(f.window.v)
-			oneWindow(&cfg.Limits.Default)
+			cfg.Limits.Default.Window = config.Duration(f.window.V)
+			cfg.Limits.Default.OneWindow()
 		case "policy":
 			named("policy", f.policy, func(s string) (err error) { cfg.Limits.Default.Policy, err = config.ParsePolicy(s); return err })
 		case "buckets":
-			cfg.Limits.Buckets = f.buckets.v
+			cfg.Limits.Buckets = f.buckets.V
 		case "log-level":
 			named("log-level", f.logLevel, func(s string) (err error) { cfg.Log.Level, err = config.ParseLevel(s); return err })
 		}
@@ -192,47 +191,4 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return reportedError{err}
 	}
 	return err
-}
-
-// intValue is an int flag whose parse errors read like the config's.
-type intValue struct{ v int }
-
-func (i *intValue) String() string { return strconv.Itoa(i.v) }
-func (i *intValue) Set(s string) error {
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return errors.New("must be an integer")
-	}
-	i.v = v
-	return nil
-}
-
-// durationValue is a duration flag that asks for a unit.
-type durationValue struct{ v time.Duration }
-
-func (d *durationValue) String() string { return d.v.String() }
-func (d *durationValue) Set(s string) error {
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return errors.New(`must be a duration like "10s"`)
-	}
-	d.v = v
-	return nil
-}
-
-// oneWindow makes q, given --limit or --window over a file whose default
-// quota has several windows, one window again: the flag's, with the
-// built-in default's limit or window for the one not given.
-func oneWindow(q *config.Quota) {
-	if len(q.Windows) == 0 {
-		return
-	}
-	q.Windows = nil
-	d := config.Default().Limits.Default
-	if q.Limit == 0 {
-		q.Limit = d.Limit
-	}
-	if q.Window == 0 {
-		q.Window = d.Window
-	}
 }

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +28,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	sim.Warn = func(msg string) { fmt.Fprintf(stderr, "gateway: simulate: warning: %s\n", msg) }
 	if isTerminal(stdout) && sim.JSON != "-" {
-		sim.Config.Progress = progressLine(stdout)
+		sim.Config.Progress = simulator.ProgressLine(stdout)
 	}
 	out, err := sim.Run(ctx)
 	if sim.Config.Progress != nil {
@@ -88,13 +86,13 @@ func simulateOutput(ctx context.Context, rep *simulator.Report, sim *fleetrun.Si
 		}
 	}
 	if sim.JSON != "" {
-		if err := writeReportJSON(sim.JSON, rep, stdout); err != nil {
-			return err
+		if err := rep.SaveJSON(sim.JSON, stdout); err != nil {
+			return fmt.Errorf("simulate: --json: %w", err)
 		}
 	}
 	if sim.Report != "" {
-		if err := writeReportHTML(sim.Report, rep); err != nil {
-			return err
+		if err := rep.SaveHTML(sim.Report); err != nil {
+			return fmt.Errorf("simulate: --report: %w", err)
 		}
 	}
 	for _, e := range rep.Errors {
@@ -110,47 +108,13 @@ func simulateOutput(ctx context.Context, rep *simulator.Report, sim *fleetrun.Si
 		return fmt.Errorf("simulate: FAIL: the gateway refused %d of %d devices at CONNECT (see above); check --username, --password-file or $%s, and the account's client IDs (--id-pattern)",
 			rep.RefusedAtConnect, rep.Config.Devices, fleetrun.SimPasswordEnv)
 	}
-	if hint := lostHint(rep, !sim.Own); hint != "" {
+	if hint := rep.LostHint(!sim.Own); hint != "" {
 		fmt.Fprintf(stderr, "gateway: simulate: %s\n", hint)
 	}
 	if len(rep.Verdict.Worst) > 0 {
 		return fmt.Errorf("simulate: FAIL: worst devices: %s", strings.Join(rep.Verdict.Worst, ", "))
 	}
 	return errors.New("simulate: FAIL: the subscriber lost its connection, so arrivals could not all be seen")
-}
-
-// writeReportHTML writes the HTML report to the file name.
-func writeReportHTML(name string, rep *simulator.Report) error {
-	file, err := os.Create(name)
-	if err != nil {
-		return fmt.Errorf("simulate: --report: %w", err)
-	}
-	err = rep.WriteHTML(file)
-	if cerr := file.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("simulate: --report: %w", err)
-	}
-	return nil
-}
-
-// writeReportJSON writes rep as indented JSON to the file name, or to
-// stdout when name is "-".
-func writeReportJSON(name string, rep *simulator.Report, stdout io.Writer) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return fmt.Errorf("simulate: --json: %w", err)
-	}
-	b = append(b, '\n')
-	if name == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	if err := os.WriteFile(name, b, 0o644); err != nil {
-		return fmt.Errorf("simulate: --json: %w", err)
-	}
-	return nil
 }
 
 // isTerminal reports whether w is a character device (a terminal).
@@ -161,40 +125,6 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := file.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// progressLine returns a Progress callback that redraws one line on w:
-// connected devices, messages and refusals per second since the last
-// call, devices over quota so far.
-func progressLine(w io.Writer) func(simulator.Progress) {
-	var last simulator.Progress
-	return func(p simulator.Progress) {
-		dt := (p.Elapsed - last.Elapsed).Seconds()
-		if dt <= 0 {
-			dt = 1
-		}
-		fmt.Fprintf(w, "\r\033[K%5.0fs  connected %s  sent/s %s  refused/s %s  over quota %d",
-			p.Elapsed.Seconds(), strconv.Itoa(p.Connected),
-			strconv.FormatFloat(float64(p.Sent-last.Sent)/dt, 'f', 0, 64),
-			strconv.FormatFloat(float64(p.Refused-last.Refused)/dt, 'f', 0, 64), p.Over)
-		last = p
-	}
-}
-
-// lostHint explains lost messages in a run against a gateway the
-// simulator did not start (remote): its subscriber takes every device's
-// messages, and unless the gateway names it a backend consumer its
-// queue is a plain subscriber's, whose overflow the gateway drops.
-// Empty when nothing was lost, or the gateway is the simulator's own
-// (which names its subscriber itself).
-func lostHint(rep *simulator.Report, remote bool) string {
-	n := rep.Result.Totals.Lost
-	if n == 0 || !remote || rep.SubscriberLost {
-		return ""
-	}
-	return fmt.Sprintf("%d acknowledged messages never reached the subscriber; if the gateway's devicegate_slow_subscriber_drops_total grew by as many, "+
-		"its queue for the subscriber overflowed: name the subscriber a backend consumer in the gateway's configuration "+
-		"(mqtt.consumers: {client_ids: [\"simulator-sub-*\"]}, or the --sub-client-id or username it uses; docs/simulator.md)", n)
 }
 
 // simulateFlagSet is the simulate command's flags, for its help.

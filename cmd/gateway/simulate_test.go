@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/devicegate/devicegate/simulator"
 )
 
 // TestSimulateProcess runs `gateway simulate` against a gateway child
@@ -161,40 +159,5 @@ func TestSimulateMixThroughAdminAPI(t *testing.T) {
 		"--devices", "2", "--duration", "1s", "--mix", "50%:20/1s,50%:3/1s")
 	if code != 1 || !strings.Contains(stderr, "--mix: set the quota of dev-00000") || !strings.Contains(stderr, "401") {
 		t.Errorf("wrong token: exit %d, stderr %q", code, stderr)
-	}
-}
-
-func TestProgressLine(t *testing.T) {
-	var b strings.Builder
-	p := progressLine(&b)
-	p(simulator.Progress{Elapsed: time.Second, Connected: 10, Sent: 100, Refused: 20, Over: 0})
-	p(simulator.Progress{Elapsed: 3 * time.Second, Connected: 9, Sent: 300, Refused: 60, Over: 2})
-	want := "\r\033[K    1s  connected 10  sent/s 100  refused/s 20  over quota 0" +
-		"\r\033[K    3s  connected 9  sent/s 100  refused/s 20  over quota 2"
-	if b.String() != want {
-		t.Fatalf("got %q\nwant %q", b.String(), want)
-	}
-}
-
-// TestLostHint: lost messages in a run against a gateway the simulator
-// did not start come with the likely cause and the fix; not when
-// nothing was lost, when the gateway is the simulator's own, or when the
-// subscriber's connection ended (then lost counts are not to be
-// trusted).
-func TestLostHint(t *testing.T) {
-	rep := &simulator.Report{}
-	rep.Result.Totals.Lost = 76
-	if h := lostHint(rep, true); !strings.HasPrefix(h, "76 acknowledged messages never reached the subscriber") || !strings.Contains(h, `mqtt.consumers: {client_ids: ["simulator-sub-*"]}`) {
-		t.Fatalf("hint %q", h)
-	}
-	if h := lostHint(rep, false); h != "" {
-		t.Fatalf("an own gateway: %q", h)
-	}
-	rep.SubscriberLost = true
-	if h := lostHint(rep, true); h != "" {
-		t.Fatalf("subscriber lost: %q", h)
-	}
-	if h := lostHint(&simulator.Report{}, true); h != "" {
-		t.Fatalf("nothing lost: %q", h)
 	}
 }
