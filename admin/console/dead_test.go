@@ -13,6 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/devicegate/devicegate/internal/gatewaytest"
 	"github.com/devicegate/devicegate/internal/mosquittotest"
 	"github.com/devicegate/devicegate/internal/mqtttest"
 	"github.com/devicegate/devicegate/internal/poll"
@@ -101,12 +102,12 @@ func TestConsoleDeadLetters(t *testing.T) {
 	// A first run leaves a dead letter, damaged in the data file before
 	// the gateway the test uses starts on it.
 	dir := t.TempDir()
-	g0, stop0 := startLive(t, statesConfig(dir, up.Addr))
+	g0, stop0 := gatewaytest.StartStoppable(t, statesConfig(dir, up.Addr))
 	mqtttest.Dial5(t, g0.Addr().String(), "cls-dmg").MustPublish(t, "fwd/bad/dmg", "m", mqtttest.CodeSuccess)
 	poll.Until(t, 20*time.Second, "the dead letter to damage", func() bool { return deadHeld(t, "http://"+g0.AdminAddr().String()) == 1 })
 	stop0()
 	damageFirstDead(t, dir, "cloud/0")
-	g, _ := startLive(t, statesConfig(dir, up.Addr))
+	g, _ := gatewaytest.StartStoppable(t, statesConfig(dir, up.Addr))
 	base := "http://" + g.AdminAddr().String()
 
 	dev := mqtttest.Dial5(t, g.Addr().String(), "cls-dl")

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -10,8 +9,8 @@ import (
 
 	"github.com/devicegate/devicegate/config"
 	"github.com/devicegate/devicegate/devicelimit"
+	"github.com/devicegate/devicegate/internal/gatewaytest"
 	"github.com/devicegate/devicegate/internal/mqtttest"
-	"github.com/devicegate/devicegate/server"
 )
 
 // liveConfig is a gateway's configuration for TestConsoleLive: admin
@@ -27,33 +26,6 @@ func liveConfig(dir, adminAddr, tok string) config.Config {
 	return cfg
 }
 
-// startLive starts a gateway on cfg, closed by the test's end unless
-// stop is called first.
-func startLive(t *testing.T, cfg config.Config) (g *server.Gateway, stop func()) {
-	t.Helper()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	g, err := server.Start(cfg, server.Deps{})
-	if err != nil {
-		t.Fatalf("start gateway: %v", err)
-	}
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		ctx, cancel := context.WithTimeout(context.Background(), server.ShutdownTimeout)
-		defer cancel()
-		if err := g.Close(ctx); err != nil {
-			t.Errorf("close gateway: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return g, stop
-}
-
 // TestConsoleLive: pages refresh by themselves while the operator works
 // on them: a half-typed override keeps its text and its focus, a
 // selection on Devices stays selected, the scroll stays where it was;
@@ -62,7 +34,7 @@ func startLive(t *testing.T, cfg config.Config) (g *server.Gateway, stop func())
 // tab's token sends the tab to the login form at its next refresh.
 func TestConsoleLive(t *testing.T) {
 	dir := t.TempDir()
-	g, stop := startLive(t, liveConfig(dir, "127.0.0.1:0", token))
+	g, stop := gatewaytest.StartStoppable(t, liveConfig(dir, "127.0.0.1:0", token))
 	admin := g.AdminAddr().String()
 	base := "http://" + admin
 	dev := mqtttest.Dial5(t, g.Addr().String(), "live-1")
@@ -106,13 +78,13 @@ func TestConsoleLive(t *testing.T) {
 	stop()
 	b.waitFor("unreachable said", `!document.getElementById("offline").hidden && document.getElementById("offline").textContent.includes("does not answer")`)
 	b.shot("offline")
-	g2, stop2 := startLive(t, liveConfig(dir, admin, token)) // the same address: the tab's origin
+	g2, stop2 := gatewaytest.StartStoppable(t, liveConfig(dir, admin, token)) // the same address: the tab's origin
 	mqtttest.Dial5(t, g2.Addr().String(), "back-1")
 	b.waitFor("back by itself", `document.getElementById("offline").hidden && document.getElementById("card-connected").querySelector(".value").textContent === "1"`)
 
 	// Restarted with another token: the next refresh logs the tab out.
 	stop2()
-	startLive(t, liveConfig(dir, admin, "another-token"))
+	gatewaytest.StartStoppable(t, liveConfig(dir, admin, "another-token"))
 	b.waitFor("the login form", `!document.getElementById("login").hidden && document.getElementById("login-error").textContent.includes("refused")`)
 	if got := eval[string](b, `sessionStorage.getItem("devicegate.token") || ""`); got != "" {
 		t.Errorf("the refused token was kept: %q", got)

@@ -4,6 +4,7 @@ package gatewaytest
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/devicegate/devicegate/config"
@@ -15,6 +16,15 @@ import (
 // listeners (loopback, port 0) and the data directory.
 func Start(t testing.TB, cfg config.Config) *server.Gateway {
 	t.Helper()
+	g, _ := StartStoppable(t, cfg)
+	return g
+}
+
+// StartStoppable is Start, with stop closing the gateway before the
+// test ends (a restart on the same data directory); stop may be called
+// more than once, and the test's end calls it if nobody did.
+func StartStoppable(t testing.TB, cfg config.Config) (g *server.Gateway, stop func()) {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -22,12 +32,16 @@ func Start(t testing.TB, cfg config.Config) *server.Gateway {
 	if err != nil {
 		t.Fatalf("start gateway: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), server.ShutdownTimeout)
-		defer cancel()
-		if err := g.Close(ctx); err != nil {
-			t.Errorf("close gateway: %v", err)
-		}
-	})
-	return g
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), server.ShutdownTimeout)
+			defer cancel()
+			if err := g.Close(ctx); err != nil {
+				t.Errorf("close gateway: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return g, stop
 }
