@@ -68,10 +68,6 @@ func isStatusTopicOf(topic, id string) bool {
 type statusHook struct {
 	mqtt.HookBase
 	t *throttle
-	// subacks counts the watches whose SUBACK is still to go (a client
-	// that leaves before its SUBACK leaves its count here: Provides then
-	// stays true, which costs what it did before there was a count).
-	subacks atomic.Int64
 }
 
 // statusWatch is a connection that subscribed to its status topic; it
@@ -117,7 +113,7 @@ func (h *statusHook) Provides(b byte) bool {
 	case mqtt.OnSubscribed, mqtt.OnUnsubscribed:
 		return true
 	case mqtt.OnPacketSent:
-		return h.subacks.Load() > 0
+		return h.t.statusSubacks.Load() > 0
 	}
 	return false
 }
@@ -138,7 +134,7 @@ func (h *statusHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []by
 			}
 			w.mu.Lock()
 			if w.suback == 0 {
-				h.subacks.Add(1)
+				h.t.statusSubacks.Add(1)
 			}
 			w.suback = pk.PacketID
 			w.mu.Unlock()
@@ -183,7 +179,7 @@ func (h *statusHook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, _ []byte) 
 		return
 	}
 	w.suback = 0
-	h.subacks.Add(-1)
+	h.t.statusSubacks.Add(-1)
 	now := h.t.clock.Now()
 	if w.sent && !w.allowed(now) {
 		w.due = true
@@ -266,4 +262,20 @@ func (h *throttle) sendStatus(cl *mqtt.Client, w *statusWatch, st *deviceStatus,
 	if err := cl.WritePacket(pk); err != nil {
 		h.log.Debug("status not sent", "client", cl.ID, "error", err)
 	}
+}
+
+// forgetSuback takes a leaving connection's awaited SUBACK out of the
+// count (throttle.forget): one client gone before its SUBACK would
+// otherwise keep OnPacketSent, and its copy of every packet, for good.
+func (t *throttle) forgetSuback(c *connInfo) {
+	w := c.status.Load()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if w.suback != 0 {
+		w.suback = 0
+		t.statusSubacks.Add(-1)
+	}
+	w.mu.Unlock()
 }

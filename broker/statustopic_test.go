@@ -7,6 +7,7 @@ import (
 	"time"
 
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+	mqtt "github.com/mochi-mqtt/server/v2"
 	mochipk "github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/devicegate/devicegate/devicelimit"
@@ -355,5 +356,30 @@ func BenchmarkOnPublishStatusWatcher(b *testing.B) {
 			b.Fatal(err)
 		}
 		s.hook.OnPacketEncode(cl, ack)
+	}
+}
+
+// TestStatusSubackForgottenWithItsClient: a client that leaves between
+// its SUBSCRIBE to its status topic and the SUBACK takes its awaited
+// SUBACK with it, so the status hook stops asking for OnPacketSent
+// (mochi's copy of every packet written). Before, the count stayed at 1
+// for good.
+func TestStatusSubackForgottenWithItsClient(t *testing.T) {
+	s, cl, _ := newHookClient(t, devicelimit.Quota{Limit: 10, Window: time.Second})
+	sh := newStatusHook(s.hook)
+	sub := mochipk.Packet{FixedHeader: mochipk.FixedHeader{Type: mochipk.Subscribe}, PacketID: 7,
+		Filters: mochipk.Subscriptions{{Filter: StatusPrefix + cl.ID}}}
+	sh.OnSubscribed(cl, sub, []byte{0})
+	if !sh.Provides(mqtt.OnPacketSent) {
+		t.Fatal("a SUBACK awaited, and OnPacketSent not provided")
+	}
+	s.hook.OnDisconnect(cl, nil, false)
+	if n := s.hook.statusSubacks.Load(); n != 0 || sh.Provides(mqtt.OnPacketSent) {
+		t.Fatalf("after the client left: %d SUBACKs awaited, OnPacketSent provided %v; want 0, false", n, sh.Provides(mqtt.OnPacketSent))
+	}
+	// Its SUBACK reported after all (mochi's order) counts nothing.
+	sh.OnPacketSent(cl, mochipk.Packet{FixedHeader: mochipk.FixedHeader{Type: mochipk.Suback}, PacketID: 7}, nil)
+	if n := s.hook.statusSubacks.Load(); n != 0 {
+		t.Fatalf("%d SUBACKs awaited after a late SUBACK of a gone client, want 0", n)
 	}
 }

@@ -105,6 +105,10 @@ const refusalLogWindow = time.Minute
 type throttle struct {
 	mqtt.HookBase
 
+	// statusSubacks counts the status watches whose SUBACK is still to
+	// go: the status hook wants OnPacketSent only while it is not 0.
+	statusSubacks atomic.Int64
+
 	srv      *mqtt.Server // to refuse a CONNECT
 	table    *devicelimit.Table
 	limiter  Limiter // decides publishes: Options.Limiter, else table
