@@ -289,6 +289,13 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 		}
 		d := o.get(device, now)
 		d.mu.Lock()
+		if !o.leased() {
+			// The fence passed while this waited for the device's lock
+			// (a group's Redis call holds it up to the timeout): past it
+			// no lease of this gateway's counts.
+			d.mu.Unlock()
+			return o.fallbackGroup(device, class, q, ls, size, now, g)
+		}
 		if d.state != stReady {
 			// The claim failed, or the device was lost: this message takes
 			// the policy, the next one claims it again.
