@@ -3,6 +3,7 @@ package forward
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -216,9 +217,12 @@ func (f *Forwarder) HeldDead(ids []string) ([]string, error) {
 // their order), each under the ID it had, and removes them from the
 // dead-letter log; it returns how many. A damaged one stays. Replays,
 // drops and the forwarder's own moves exclude each other, so two
-// replays at once send each dead letter once. A crash between the
-// append and the removal may leave a replayed message in both: a second
-// replay then sends it again, under the same ID.
+// replays at once send each dead letter once. When an append is
+// refused (a full log under refuse_new, the disk), those already
+// appended leave the dead-letter log, the rest stay, and it returns how
+// many went with the error. A crash between the append and the removal
+// may leave a replayed message in both: a second replay then sends it
+// again, under the same ID.
 func (f *Forwarder) ReplayDead(ids ...string) (int, error) {
 	f.dead.log.Lock()
 	defer f.dead.log.Unlock()
@@ -228,6 +232,7 @@ func (f *Forwarder) ReplayDead(ids ...string) (int, error) {
 	}
 	var waits []func() error
 	var seqs []uint64
+	var appendErr error
 	for i := range dead {
 		if dead[i].Damaged {
 			continue // nothing sound to send: drop deletes it
@@ -236,17 +241,28 @@ func (f *Forwarder) ReplayDead(ids ...string) (int, error) {
 		m.ID = dead[i].ID
 		w, err := f.AppendAsync(&m)
 		if err != nil {
-			return 0, err
+			appendErr = err // a full log, the disk: the rest stay dead letters
+			break
 		}
 		waits = append(waits, w)
 		seqs = append(seqs, dead[i].Seq)
 	}
-	for _, w := range waits {
+	// Those appended and durable leave the dead-letter log whatever
+	// failed after them: kept there too, the next replay would send them
+	// twice.
+	var sent []uint64
+	var waitErr error
+	for i, w := range waits {
 		if err := w(); err != nil {
-			return 0, err
+			waitErr = errors.Join(waitErr, err)
+			continue
 		}
+		sent = append(sent, seqs[i])
 	}
-	return len(seqs), f.forgetDead(seqs)
+	if err := f.forgetDead(sent); err != nil {
+		return 0, errors.Join(appendErr, waitErr, err)
+	}
+	return len(sent), errors.Join(appendErr, waitErr)
 }
 
 // DropDead deletes the dead letters whose ID is in ids (every one when
