@@ -150,11 +150,16 @@ func (t *Table) ChargedAt(device, class string, q Quota, size int, now Tick) boo
 			return false // re-cut since: the charge's bucket is another's
 		}
 		nb := max(bucketOf(now, t.buckets, l.Window), r.head())
-		// The counts still in a window reaching now.
-		total := r.total()
-		for k := r.head() - int64(t.buckets); k < nb-int64(t.buckets); k++ {
-			if k >= 0 {
-				total -= r.count(int(k % int64(t.buckets+1)))
+		// The counts still in a window reaching now: none once the gap
+		// passes the ring (rec.advance's shortcut; walking it would take a
+		// step per bucket of an idle device's gap, and count slots twice).
+		total := 0
+		if nb-r.head() < int64(t.buckets+1) {
+			total = r.total()
+			for k := r.head() - int64(t.buckets); k < nb-int64(t.buckets); k++ {
+				if k >= 0 {
+					total -= r.count(int(k % int64(t.buckets+1)))
+				}
 			}
 		}
 		if total+n <= l.N {
