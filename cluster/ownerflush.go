@@ -293,6 +293,10 @@ func (o *Owner) Close() {
 	o.once.Do(func() {
 		close(o.stop)
 		o.wg.Wait()
+		// No lease counts from here: its devices are released below, and
+		// the liveness key deleted after, on which a claim settles at
+		// once; a decision still coming takes the failure policy.
+		o.fence.Store(0)
 		_ = o.pubsub.Close()
 		var devices []string
 		for i := range o.shards {
