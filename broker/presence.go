@@ -146,6 +146,7 @@ func (h *throttle) forget(cl *mqtt.Client) {
 		return // authenticated, never established (its CONNACK failed)
 	}
 	c.ack.close()
+	h.forgetSuback(c)
 	h.connected.Add(-1)
 	h.devMu.Lock()
 	defer h.devMu.Unlock()
