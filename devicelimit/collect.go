@@ -22,7 +22,10 @@ func (t *Table) Collect(fn func(device string, enc []byte)) int {
 
 // CollectLeases is Collect that also hands out, with each window, what
 // its snapshot records of its lease (zero without one): the store
-// writes it in the same transaction as the window. A window with an
+// writes it in the same transaction as the window. With a deletion
+// (enc nil) the mark holds only the deleted window's incarnation (0 if
+// it had no lease): a lease write of a later incarnation of the same
+// key may commit before the deletion does, and must survive it. A window with an
 // open lease is looked at again by the next collection, and handed out
 // only when it admitted since (or its lease closes): once idleCollects
 // collections in a row found it admitting nothing, its lease is closed:
@@ -37,8 +40,8 @@ func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) i
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		for _, device := range s.gone {
-			fn(device, nil, LeaseMark{})
+		for _, g := range s.gone {
+			fn(g.key, nil, LeaseMark{Inc: g.inc})
 			n++
 		}
 		clear(s.gone)

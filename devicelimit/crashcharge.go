@@ -53,11 +53,11 @@ func (t *Table) SettleLease(key string, l StoredLease, at, now Tick) (changed bo
 	if l.Cap <= held {
 		return changed, 0, nil
 	}
-	units := int(min(l.Cap-held, MaxBytes))
-	if err := t.chargeLease(key, l.Length, units, min(at, now), now); err != nil {
+	units, err := t.chargeLease(key, l.Length, int(min(l.Cap-held, MaxBytes)), min(at, now), now)
+	if err != nil {
 		return changed, 0, err
 	}
-	return true, units, nil
+	return changed || units > 0, units, nil
 }
 
 // notGone takes key off its shard's evicted windows (Collect), where
@@ -66,28 +66,36 @@ func (t *Table) notGone(key string) {
 	s, _ := t.shardOfKey(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.gone = slices.DeleteFunc(s.gone, func(k string) bool { return k == key })
+	s.gone = slices.DeleteFunc(s.gone, func(g goneWindow) bool { return g.key == key })
 }
 
 // chargeLease charges the window under key units at tick at (not after
 // now). A window not restored is made, of the lease's length; one
 // restored keeps its length. The window's lease remembers the charge
 // and its bucket, so that a refusal can tell it was caused by the
-// charge alone (ChargedAt).
-func (t *Table) chargeLease(key string, length time.Duration, units int, at, now Tick) error {
+// charge alone (ChargedAt). It returns the units charged: none when at
+// is out of every window reaching now (no window is made then).
+func (t *Table) chargeLease(key string, length time.Duration, units int, at, now Tick) (int, error) {
 	if err := validKey(key); err != nil {
-		return err
+		return 0, err
 	}
 	if length < t.minWindow || length > MaxWindow {
-		return fmt.Errorf("%w: lease of window %q: length %s out of range", ErrBadSnapshot, key, length)
+		return 0, fmt.Errorf("%w: lease of window %q: length %s out of range", ErrBadSnapshot, key, length)
 	}
 	if units <= 0 {
-		return nil
+		return 0, nil
 	}
 	s, h := t.shardOfKey(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i := s.index.find(key, h); i < 0 && inBuffer(s, key) {
+	i := s.index.find(key, h)
+	if i >= 0 {
+		length = s.rec(s.index.slots[i].ref()).length()
+	}
+	if bucketOf(at, t.buckets, length) < bucketOf(now, t.buckets, length)-int64(t.buckets) {
+		return 0, nil // out of every window reaching now
+	}
+	if i < 0 && inBuffer(s, key) {
 		key = strings.Clone(key)
 	}
 	r, _, _ := s.lookup(key, h, units, true)
@@ -98,11 +106,7 @@ func (t *Table) chargeLease(key string, length time.Duration, units int, at, now
 	total := r.total()
 	units = min(units, MaxBytes-total)
 	r, ref, _ := s.lookup(key, h, total+units, true) // wide enough
-	length = r.length()
-	nbC := bucketOf(at, t.buckets, length)
-	if nbC < bucketOf(now, t.buckets, length)-int64(t.buckets) {
-		return nil // out of every window reaching now
-	}
+	nbC := bucketOf(at, t.buckets, r.length())
 	// at is not after now: advancing to its bucket expires only counts
 	// that no window reaching now holds.
 	r.advance(nbC, t.buckets+1)
@@ -117,7 +121,7 @@ func (t *Table) chargeLease(key string, length time.Duration, units int, at, now
 		ls := s.lease(ref)
 		ls.charge, ls.chargeBucket = uint32(units), uint32(nb)
 	}
-	return nil
+	return units, nil
 }
 
 // ChargedAt reports whether a refusal of a message of size bytes at now

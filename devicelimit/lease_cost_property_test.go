@@ -181,3 +181,23 @@ func TestChargedAtTellsTheChargesRefusals(t *testing.T) {
 		t.Error("a refusal after the charge left the window told as the charge's")
 	}
 }
+
+// A lease whose last possible admission is out of every window reaching
+// the restart charges nothing: no window is made, none to write, and
+// the settle says so.
+func TestSettleLeaseLongAgoChargesNothing(t *testing.T) {
+	tab := newTable(t, 10)
+	tab.EnableLeases(DefaultLeasePolicy)
+	now := t0.Add(time.Hour)
+	changed, units, err := tab.SettleLease("d", StoredLease{Inc: 1, Cap: 11, Recorded: 2, Length: time.Second}, t0, now)
+	if err != nil || changed || units != 0 {
+		t.Fatalf("settle an hour after a 1 s window's last admission: changed %v, charged %d, %v; want nothing", changed, units, err)
+	}
+	if n := tab.Len(); n != 0 {
+		t.Errorf("the table holds %d windows, want none", n)
+	}
+	// Within reach, the same lease charges its 9.
+	if _, units, err := tab.SettleLease("d", StoredLease{Inc: 1, Cap: 11, Recorded: 2, Length: time.Second}, now, now); err != nil || units != 9 {
+		t.Errorf("settle at the restart: charged %d, %v; want 9", units, err)
+	}
+}

@@ -208,7 +208,7 @@ func (w *leaseWorld) snapshot(keep int) {
 	for _, c := range cs[:keep] {
 		if c.enc == nil {
 			delete(w.st.windows, c.key)
-			if sl, ok := w.st.leases[c.key]; ok {
+			if sl, ok := w.st.leases[c.key]; ok && sl.inc <= c.m.Inc {
 				sl.rec, sl.adm, sl.window = max(sl.rec, sl.adm), 0, nil // as persist does: the counts are gone
 				w.st.leases[c.key] = sl
 			}

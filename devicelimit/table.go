@@ -36,11 +36,12 @@ type shard struct {
 	// them out. See Collect. dirty is kept only once a Collect has run
 	// (collected): a table nobody collects (a log or connect-rate
 	// limiter) would otherwise list its devices without end.
-	dirty, gone []string
-	collected   bool
-	scratch     []byte // PeekAt's copy of a record (peekCopy)
-	keyBuf      []byte // the key of a device's other windows (windowKey)
-	_           [64]byte
+	dirty     []string
+	gone      []goneWindow
+	collected bool
+	scratch   []byte // PeekAt's copy of a record (peekCopy)
+	keyBuf    []byte // the key of a device's other windows (windowKey)
+	_         [64]byte
 }
 
 // cut does a shard's bucket arithmetic for one bucket count and caches
@@ -319,10 +320,23 @@ func (s *shard) evict(i int) {
 	slot := &s.index.slots[i]
 	ref := slot.ref()
 	if s.rec(ref).flags()&flagStored != 0 {
-		s.gone = append(s.gone, slot.keyString())
+		g := goneWindow{key: slot.keyString()}
+		if s.slabs[ref>>refClassShift].leased {
+			g.inc = s.lease(ref).inc
+		}
+		s.gone = append(s.gone, g)
 	}
 	s.free(ref)
 	s.index.deleteAt(i)
+}
+
+// goneWindow is a window evicted or reset after a Collect handed it
+// out: its key, and the incarnation of its lease (0: none), which a
+// store needs to tell its deletion from a later incarnation's lease
+// write under the same key (CollectLeases).
+type goneWindow struct {
+	key string
+	inc uint64
 }
 
 // Len returns the number of windows held.

@@ -30,7 +30,8 @@ import (
 // kinds of transaction commit. A snapshot writes a window's mark only
 // when its lease closes (devicelimit's CollectLeases); one that deletes
 // the window drops the lease write's counts (the window is gone: they
-// must not bring it back), its admissions then counting as recorded.
+// must not bring it back), its admissions then counting as recorded,
+// unless the record is of a later incarnation than the deleted window.
 // The buckets are made by the first write and emptied at every
 // start (SettleLeases).
 var (
@@ -93,7 +94,7 @@ func decodeLease(v []byte) (leaseRecord, error) {
 const (
 	leaseWrite  = iota // a lease write: inc, cap, length, adm, window
 	leaseMark          // a snapshot's mark: inc, rec
-	leaseWindow        // a snapshot deleted the window: drop adm and window
+	leaseWindow        // a snapshot deleted the window of incarnation inc: drop adm and window
 )
 
 // mergeLease merges a lease write, a snapshot's mark or a window's
@@ -125,6 +126,13 @@ func mergeLease(tx *bolt.Tx, key string, l leaseRecord, how int) error {
 	}
 	switch {
 	case how == leaseWindow:
+		if cur.inc > l.inc {
+			// A later incarnation of the key took a lease, and its
+			// write committed first: its counts are not the deleted
+			// window's, and dropping them would let a crash forget
+			// its admissions.
+			return nil
+		}
 		// The window's counts are gone (expired, or reset): those of
 		// its admissions up to the lease write's are held by nothing,
 		// and need no charge.

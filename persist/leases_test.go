@@ -223,7 +223,7 @@ func TestLeaseRecordKeepsNewestCounts(t *testing.T) {
 	if got, want := get(), (leaseRecord{inc: 2, cap: 8, rec: 2, length: time.Second, adm: 3, window: encA}); !reflect.DeepEqual(got, want) {
 		t.Errorf("stored %+v, want %+v", got, want)
 	}
-	if err := s.update(func(tx *bolt.Tx) error { return mergeLease(tx, "dev", leaseRecord{}, leaseWindow) }); err != nil {
+	if err := s.update(func(tx *bolt.Tx) error { return mergeLease(tx, "dev", leaseRecord{inc: 2}, leaseWindow) }); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := get(), (leaseRecord{inc: 2, cap: 8, rec: 3, length: time.Second}); !reflect.DeepEqual(got, want) {
@@ -253,5 +253,103 @@ func TestLeaseRecordDamagedWindow(t *testing.T) {
 	_, err := s.SettleLeases(tab, true, t0, t0)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "dev-7") {
 		t.Fatalf("settle over a damaged lease window: %v, want ErrCorrupt naming dev-7", err)
+	}
+}
+
+// A window reset (or evicted) after a snapshot collected it is deleted
+// by that snapshot's transaction; when the window's next incarnation
+// took its leases and their writes committed before that transaction,
+// the deletion must leave them alone: they hold the new admissions,
+// which no snapshot holds yet, and a crash then must cost at most a
+// lease, never those admissions.
+func TestLeaseWriteOfNextIncarnationSurvivesDeletion(t *testing.T) {
+	s := open(t, t.TempDir())
+	tab := newTable(t, 10)
+	tab.EnableLeases(devicelimit.DefaultLeasePolicy)
+	l := NewLeaser(s, tab, nil)
+	clock := &stepClock{now: t0}
+	sn := NewSnapshotter(s, tab, clock, time.Hour, nil)
+	q := devicelimit.Quota{Limit: 100, Window: time.Hour}
+	admit := func(n int) {
+		for range n {
+			clock.now = clock.now.Add(ms)
+			d := tab.AllowAt("dev", q, clock.now)
+			if !d.Allowed || !tab.WaitLease(d.Lease, 5*time.Second) {
+				t.Fatalf("admission: %+v", d)
+			}
+		}
+	}
+	admit(5)
+	if _, err := sn.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	tab.Reset("dev")
+	// A snapshot collects the deletion (Snapshotter.snapshot, split at
+	// the point where the lease writes below can interleave) ...
+	sn.mu.Lock()
+	sn.pend.grow(sn.table.Dirty())
+	sn.table.CollectLeases(sn.add)
+	sn.mu.Unlock()
+	// ... the next incarnation admits 50, its lease writes committing
+	// (all of them: Close writes those still asked) ...
+	admit(50)
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// ... and then the snapshot's transaction commits.
+	sn.mu.Lock()
+	sn.pend.sort()
+	sn.long.sort()
+	_, err := sn.write(false)
+	sn.pend.reset()
+	sn.long.reset()
+	sn.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := open(t, copyStore(t, s)) // kill -9: no final snapshot
+	tab2 := newTable(t, 10)
+	if _, err := s2.RestoreWindows(tab2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.SettleLeases(tab2, true, clock.now, clock.now); err != nil {
+		t.Fatal(err)
+	}
+	lease := devicelimit.DefaultLeasePolicy.Size(devicelimit.Limit{Unit: devicelimit.Messages, N: 100, Window: time.Hour}, 1)
+	if got := tab2.PeekAt("dev", q, clock.now).Count; got < 50 || got > 50+lease {
+		t.Errorf("after the crash the window counts %d, want the 50 admitted since the reset and at most a lease (%d) more", got, lease)
+	}
+}
+
+// A deletion of an older incarnation, merged after a lease write of a
+// newer one, leaves the newer record as it is.
+func TestMergeLeaseDeletionOfOlderIncarnation(t *testing.T) {
+	s := open(t, t.TempDir())
+	win, _ := devicelimit.Window{Length: time.Second, Head: 7, Counts: []uint32{0, 1, 2}}.MarshalBinary()
+	newer := leaseRecord{inc: 2, cap: 8, length: time.Second, adm: 3, window: win}
+	for _, w := range []struct {
+		l   leaseRecord
+		how int
+	}{
+		{leaseRecord{inc: 1, cap: 5, length: time.Second, adm: 4}, leaseWrite},
+		{newer, leaseWrite},
+		{leaseRecord{inc: 1}, leaseWindow}, // the deletion of incarnation 1, late
+	} {
+		if err := s.update(func(tx *bolt.Tx) error { return mergeLease(tx, "dev", w.l, w.how) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		got, err := decodeLease(bytes.Clone(tx.Bucket(bucketLeases).Get([]byte("dev"))))
+		if err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(got, newer) {
+			t.Errorf("stored %+v, want %+v", got, newer)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -269,10 +269,12 @@ func (sn *Snapshotter) snapshot(final bool) (SnapshotStats, error) {
 	return st, nil
 }
 
-// longMark is the lease mark of a long device ID's window.
+// longMark is the lease mark of a long device ID's window, or the
+// incarnation of its deleted window (del).
 type longMark struct {
 	key string
 	m   devicelimit.LeaseMark
+	del bool
 }
 
 // add is Table.CollectLeases' callback. The change of a device ID too
@@ -280,7 +282,8 @@ type longMark struct {
 // in the value (see longKey); a window that emptied is a deletion
 // there. A window's lease mark goes in front of its encoding (see
 // splitMarked), to be merged into its lease in the transaction that
-// writes the window.
+// writes the window; the deletion of a leased window is its mark (the
+// incarnation deleted) with no encoding.
 func (sn *Snapshotter) add(device string, enc []byte, m devicelimit.LeaseMark) {
 	if longID(device) {
 		var v []byte
@@ -288,13 +291,13 @@ func (sn *Snapshotter) add(device string, enc []byte, m devicelimit.LeaseMark) {
 			v = appendLongValue(nil, device, enc)
 		}
 		sn.long.add(string(longKey(device)), v)
-		if m.Inc != 0 || enc == nil { // a mark, or a deletion (no mark)
-			sn.longMarks = append(sn.longMarks, longMark{device, m})
+		if m.Inc != 0 || enc == nil { // a mark, or a deletion
+			sn.longMarks = append(sn.longMarks, longMark{device, m, enc == nil})
 		}
 		return
 	}
-	if enc == nil {
-		sn.pend.add(device, nil)
+	if enc == nil && m.Inc == 0 {
+		sn.pend.add(device, nil) // a window without a lease: no lease record to touch
 		return
 	}
 	b := sn.markBuf[:0]
@@ -358,7 +361,7 @@ func (sn *Snapshotter) writeLong(tx *bolt.Tx, st *SnapshotStats) error {
 	}
 	for _, lm := range sn.longMarks {
 		how := leaseMark
-		if lm.m.Inc == 0 {
+		if lm.del {
 			how = leaseWindow
 		}
 		if err := mergeLease(tx, lm.key, leaseRecord{inc: lm.m.Inc, rec: lm.m.Recorded}, how); err != nil {
@@ -410,13 +413,15 @@ func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 				if value != nil {
 					var m devicelimit.LeaseMark
 					m, value = splitMarked(value)
+					how := leaseMark
+					if len(value) == 0 {
+						how, value = leaseWindow, nil // the deletion of a leased window
+					}
 					if m.Inc != 0 {
-						if err := mergeLease(tx, string(key), leaseRecord{inc: m.Inc, rec: m.Recorded}, leaseMark); err != nil {
+						if err := mergeLease(tx, string(key), leaseRecord{inc: m.Inc, rec: m.Recorded}, how); err != nil {
 							return err
 						}
 					}
-				} else if err := mergeLease(tx, string(key), leaseRecord{}, leaseWindow); err != nil {
-					return err
 				}
 				// A window whose counts all expired after its last
 				// admission (Sweep advances the ring) is deleted: a
