@@ -3,8 +3,10 @@ package admin
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // The text forms of the API's answers, as `gateway quota` prints them
@@ -280,4 +282,67 @@ func joinNames[T any](xs []T, name func(T) string, sep string) string {
 		names[i] = name(x)
 	}
 	return strings.Join(names, sep)
+}
+
+// WriteText writes the upstreams as `gateway forward status` prints
+// them: a table, then a line for each upstream's error, low disk and
+// dead letters by reason.
+func (v ForwardListJSON) WriteText(w io.Writer) {
+	if len(v.Upstreams) == 0 {
+		fmt.Fprintln(w, "no upstreams: the gateway's config has no forward:")
+		return
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "UPSTREAM\tCONNECTED\tFORWARDED\tBACKLOG\tBACKLOG BYTES\tOLDEST\tDROPPED OLDEST\tREFUSED\tEXPIRED\tDEAD LETTERS")
+	for _, u := range v.Upstreams {
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\n", u.Name, u.Connected, u.Connections, u.Forwarded, u.BacklogMessages,
+			u.BacklogBytes, seconds(u.OldestAgeSeconds), u.DroppedOldest, u.Refused, u.Expired, u.DeadLetters)
+	}
+	tw.Flush()
+	for _, u := range v.Upstreams {
+		switch {
+		case u.LastError != "" && u.RetryInSeconds > 0:
+			fmt.Fprintf(w, "%s: %s (next attempt in %s)\n", u.Name, u.LastError, seconds(u.RetryInSeconds))
+		case u.LastError != "":
+			fmt.Fprintf(w, "%s: %s\n", u.Name, u.LastError)
+		}
+		if u.LowSpace > 0 {
+			fmt.Fprintf(w, "%s: %d messages refused or dropped since start: the data file's disk at its free-space floor (persist.min_free_bytes)\n", u.Name, u.LowSpace)
+		}
+		if len(u.DeadLettersByReason) > 0 {
+			reasons := make([]string, 0, len(u.DeadLettersByReason))
+			for r, n := range u.DeadLettersByReason {
+				reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
+			}
+			sort.Strings(reasons)
+			fmt.Fprintf(w, "%s: refused for good since start: %s (gateway forward dead list %s)\n", u.Name, strings.Join(reasons, ", "), u.Name)
+		}
+	}
+}
+
+// seconds is s seconds as a duration, to the millisecond.
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond)
+}
+
+// WriteText writes the dead letters as `gateway forward dead list`
+// prints them: a table, and how many of the total it shows.
+func (v DeadListJSON) WriteText(w io.Writer) {
+	if v.Total == 0 {
+		fmt.Fprintf(w, "%s: no dead letters\n", v.Upstream)
+		return
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tREFUSED AT\tREASON\tDEVICE\tTOPIC\tBYTES\tERROR")
+	for _, d := range v.DeadLetters {
+		reason := d.Reason
+		if d.Damaged {
+			reason = "DAMAGED " + reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", d.ID, OrDash(d.RefusedAt), OrDash(reason), d.Device, d.Topic, d.PayloadBytes, d.Error)
+	}
+	tw.Flush()
+	if v.Total > len(v.DeadLetters) {
+		fmt.Fprintf(w, "%d of %d shown (--limit)\n", len(v.DeadLetters), v.Total)
+	}
 }

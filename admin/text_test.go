@@ -259,3 +259,51 @@ func TestParseClasses(t *testing.T) {
 		t.Error("ParseWindows took a malformed value")
 	}
 }
+
+// The forward status and the dead-letter list in text, as `gateway
+// forward status` and `gateway forward dead list` print them: every
+// field of the answer lands in its cell or line.
+func TestForwardText(t *testing.T) {
+	var b strings.Builder
+	ForwardListJSON{Upstreams: []UpstreamJSON{{
+		Name: "up", Connections: 2, Connected: 1, LastError: "dial refused", RetryInSeconds: 1.5,
+		Forwarded: 7, BacklogMessages: 3, BacklogBytes: 90, OldestAgeSeconds: 0.25,
+		DroppedOldest: 4, Refused: 5, Expired: 6, LowSpace: 2, DeadLetters: 8,
+		DeadLettersByReason: map[string]uint64{"too_large": 1, "not_authorized": 7},
+	}}}.WriteText(&b)
+	want := []string{
+		"UPSTREAM  CONNECTED  FORWARDED  BACKLOG  BACKLOG BYTES  OLDEST  DROPPED OLDEST  REFUSED  EXPIRED  DEAD LETTERS",
+		"up        1/2        7          3        90             250ms   4               5        6        8",
+		"up: dial refused (next attempt in 1.5s)",
+		"up: 2 messages refused or dropped since start: the data file's disk at its free-space floor (persist.min_free_bytes)",
+		"up: refused for good since start: not_authorized 7, too_large 1 (gateway forward dead list up)",
+	}
+	if got := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("forward status:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	b.Reset()
+	ForwardListJSON{}.WriteText(&b)
+	if got := b.String(); got != "no upstreams: the gateway's config has no forward:\n" {
+		t.Errorf("no upstreams: %q", got)
+	}
+
+	b.Reset()
+	DeadListJSON{Upstream: "up", Total: 3, DeadLetters: []DeadLetterJSON{
+		{ID: "a1", RefusedAt: "2026-11-28T10:00:00Z", Reason: "too_large", Error: "0x95", Device: "d1", Topic: "t/1", PayloadBytes: 12},
+		{ID: "a2", Reason: "", Device: "d2", Topic: "t/2", Damaged: true},
+	}}.WriteText(&b)
+	want = []string{
+		"ID  REFUSED AT            REASON     DEVICE  TOPIC  BYTES  ERROR",
+		"a1  2026-11-28T10:00:00Z  too_large  d1      t/1    12     0x95",
+		"a2  -                     DAMAGED    d2      t/2    0      ",
+		"2 of 3 shown (--limit)",
+	}
+	if got := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("dead list:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	b.Reset()
+	DeadListJSON{Upstream: "up"}.WriteText(&b)
+	if got := b.String(); got != "up: no dead letters\n" {
+		t.Errorf("no dead letters: %q", got)
+	}
+}

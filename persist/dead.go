@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -148,6 +149,22 @@ func deadBucket(tx *bolt.Tx, log string) *bolt.Bucket {
 // DeadLogs returns the names of the forward logs whose dead-letter logs
 // hold entries, in name order.
 func (s *Store) DeadLogs() ([]string, error) { return s.logsHolding(bucketDead, "dead-letter logs") }
+
+// HeldLogs returns the names of the forward logs that hold messages or
+// dead letters, in name order, each once.
+func (s *Store) HeldLogs() ([]string, error) {
+	logs, err := s.ForwardLogs()
+	if err != nil {
+		return nil, err
+	}
+	dead, err := s.DeadLogs()
+	if err != nil {
+		return nil, err
+	}
+	logs = append(logs, dead...)
+	slices.Sort(logs)
+	return slices.Compact(logs), nil
+}
 
 // logsHolding returns the names of the buckets under root that hold
 // keys, in name order; what names them in the error.

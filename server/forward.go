@@ -45,7 +45,7 @@ func newForward(cfg config.Config, store *persist.Store, log *slog.Logger, now f
 	deliver func(topic string, payload []byte, retain bool, qos byte) error) (_ *forward.Set, conns [][]forwardConn, _ error) {
 	// The logs holding messages or dead letters: each needs an entry
 	// (or an adopting one), even with no forward: at all.
-	logs, err := heldLogs(store)
+	logs, err := store.HeldLogs()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -177,20 +177,42 @@ func adopts(fc config.Forward, name string) bool {
 	return slices.Contains(fc.Adopt, forward.LogUpstream(name))
 }
 
-// heldLogs returns the names of the forward logs that hold messages or
-// dead letters, in name order.
-func heldLogs(store *persist.Store) ([]string, error) {
-	logs, err := store.ForwardLogs()
+// DroppedLog is what DropFormerLogs deleted of one forward log.
+type DroppedLog struct {
+	Log                   string
+	Messages, DeadLetters int
+}
+
+// DropFormerLogs deletes, for good, the messages and dead letters of
+// every forward log of former (a forward: entry renamed or removed) in
+// the data file of dataDir, whose gateway must be stopped, and returns
+// what it deleted per log (none: former has no log holding anything).
+func DropFormerLogs(dataDir, former string) ([]DroppedLog, error) {
+	st, err := persist.Open(dataDir, persist.Options{})
 	if err != nil {
 		return nil, err
 	}
-	dead, err := store.DeadLogs()
+	defer st.Close()
+	logs, err := st.HeldLogs()
 	if err != nil {
 		return nil, err
 	}
-	logs = append(logs, dead...)
-	slices.Sort(logs)
-	return slices.Compact(logs), nil
+	var out []DroppedLog
+	for _, name := range logs {
+		if forward.LogUpstream(name) != former {
+			continue
+		}
+		n, err := st.DropForward(name)
+		if err != nil {
+			return out, err
+		}
+		d, err := st.DropDeadLog(name)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, DroppedLog{name, n, d})
+	}
+	return out, nil
 }
 
 // stranded refuses a start that would leave a forward log holding

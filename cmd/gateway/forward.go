@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/devicegate/devicegate/config"
-	"github.com/devicegate/devicegate/forward"
-	"github.com/devicegate/devicegate/persist"
+	"github.com/devicegate/devicegate/server"
 )
 
 const forwardUsage = `Usage:
@@ -78,38 +74,7 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("forward status: %w", err)
 	}
 	v, raw, err := c.api.Forward(ctx)
-	return forwardPrint(c, "forward status", raw, err, func() {
-		if len(v.Upstreams) == 0 {
-			fmt.Fprintln(c.out, "no upstreams: the gateway's config has no forward:")
-			return
-		}
-		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "UPSTREAM\tCONNECTED\tFORWARDED\tBACKLOG\tBACKLOG BYTES\tOLDEST\tDROPPED OLDEST\tREFUSED\tEXPIRED\tDEAD LETTERS")
-		for _, u := range v.Upstreams {
-			fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\n", u.Name, u.Connected, u.Connections, u.Forwarded, u.BacklogMessages,
-				u.BacklogBytes, time.Duration(u.OldestAgeSeconds*float64(time.Second)).Round(time.Millisecond), u.DroppedOldest, u.Refused, u.Expired, u.DeadLetters)
-		}
-		tw.Flush()
-		for _, u := range v.Upstreams {
-			switch {
-			case u.LastError != "" && u.RetryInSeconds > 0:
-				fmt.Fprintf(c.out, "%s: %s (next attempt in %s)\n", u.Name, u.LastError, time.Duration(u.RetryInSeconds*float64(time.Second)).Round(time.Millisecond))
-			case u.LastError != "":
-				fmt.Fprintf(c.out, "%s: %s\n", u.Name, u.LastError)
-			}
-			if u.LowSpace > 0 {
-				fmt.Fprintf(c.out, "%s: %d messages refused or dropped since start: the data file's disk at its free-space floor (persist.min_free_bytes)\n", u.Name, u.LowSpace)
-			}
-			if len(u.DeadLettersByReason) > 0 {
-				reasons := make([]string, 0, len(u.DeadLettersByReason))
-				for r, n := range u.DeadLettersByReason {
-					reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
-				}
-				sort.Strings(reasons)
-				fmt.Fprintf(c.out, "%s: refused for good since start: %s (gateway forward dead list %s)\n", u.Name, strings.Join(reasons, ", "), u.Name)
-			}
-		}
-	})
+	return forwardPrint(c, "forward status", raw, err, func() { v.WriteText(c.out) })
 }
 
 // forwardDeadSubcommands are the subcommands of `gateway forward dead`.
@@ -180,25 +145,7 @@ func forwardDeadCmd(ctx context.Context, args []string, stdout io.Writer) error 
 		return forwardPrint(c, sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters deleted for good\n", name, deref(v.Dropped)) })
 	}
 	v, raw, err := c.api.DeadLetters(ctx, name, limit)
-	return forwardPrint(c, sub, raw, err, func() {
-		if v.Total == 0 {
-			fmt.Fprintf(c.out, "%s: no dead letters\n", name)
-			return
-		}
-		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tREFUSED AT\tREASON\tDEVICE\tTOPIC\tBYTES\tERROR")
-		for _, d := range v.DeadLetters {
-			reason := d.Reason
-			if d.Damaged {
-				reason = "DAMAGED " + reason
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", d.ID, orDash(d.RefusedAt), orDash(reason), d.Device, d.Topic, d.PayloadBytes, d.Error)
-		}
-		tw.Flush()
-		if v.Total > len(v.DeadLetters) {
-			fmt.Fprintf(c.out, "%d of %d shown (--limit)\n", len(v.DeadLetters), v.Total)
-		}
-	})
+	return forwardPrint(c, sub, raw, err, func() { v.WriteText(c.out) })
 }
 
 func deref(n *int) int {
@@ -243,36 +190,14 @@ func forwardDropLogCmd(args []string, stdout io.Writer) error {
 	if len(pos) != 1 || pos[0] == "" || strings.Contains(pos[0], "/") {
 		return usagef("forward drop-log: want one former entry's name, without '/' (got %q)", pos)
 	}
-	st, err := persist.Open(*dir, persist.Options{})
-	if err != nil {
-		return fmt.Errorf("forward drop-log: %w", err)
-	}
-	defer st.Close()
-	logs, err := st.ForwardLogs()
-	if err != nil {
-		return fmt.Errorf("forward drop-log: %w", err)
-	}
-	dead, err := st.DeadLogs()
-	if err != nil {
-		return fmt.Errorf("forward drop-log: %w", err)
-	}
-	logs = append(logs, dead...)
-	slices.Sort(logs)
+	dropped, err := server.DropFormerLogs(*dir, pos[0])
 	total := 0
-	for _, name := range slices.Compact(logs) {
-		if forward.LogUpstream(name) != pos[0] {
-			continue
-		}
-		n, err := st.DropForward(name)
-		if err != nil {
-			return fmt.Errorf("forward drop-log: %w", err)
-		}
-		d, err := st.DropDeadLog(name)
-		if err != nil {
-			return fmt.Errorf("forward drop-log: %w", err)
-		}
-		total += n + d
-		fmt.Fprintf(stdout, "dropped %d messages and %d dead letters of forward log %s\n", n, d, name)
+	for _, d := range dropped {
+		total += d.Messages + d.DeadLetters
+		fmt.Fprintf(stdout, "dropped %d messages and %d dead letters of forward log %s\n", d.Messages, d.DeadLetters, d.Log)
+	}
+	if err != nil {
+		return fmt.Errorf("forward drop-log: %w", err)
 	}
 	if total == 0 {
 		fmt.Fprintf(stdout, "no forward log of %q holds messages or dead letters in %s\n", pos[0], *dir)
