@@ -43,7 +43,12 @@ type clusterParts struct {
 	overrides *cluster.Overrides
 	blocks    *cluster.Blocks
 	groups    *cluster.GroupRegistry
+	settings  *cluster.Settings // agreed with the other gateways
 }
+
+// settingsWait bounds how long start-up waits for Redis to compare this
+// gateway's cluster settings with the others' (cluster.Agree).
+const settingsWait = 2 * time.Second
 
 // startCluster connects the gateway to Redis when cfg asks for it; the
 // gateway runs alone otherwise. It needs the table, resolver and clock.
@@ -67,6 +72,9 @@ func (g *Gateway) startCluster(cfg config.Config) error {
 	})
 	g.cluster = c
 	log := g.log.With("component", "cluster")
+	if c.settings, err = cluster.Agree(c.control, cluster.DefaultPrefix, cfg.Cluster.Decisions, settingsWait, log); err != nil {
+		return err
+	}
 	c.limiter, err = cluster.New(cluster.Options{Client: c.decisions, Local: g.table, Timeout: timeout, Policy: policy, Logger: log})
 	if err != nil {
 		return err
@@ -213,6 +221,9 @@ func (g *Gateway) closeCluster(context.Context) error {
 	}
 	if c.groups != nil {
 		c.groups.Close()
+	}
+	if c.settings != nil {
+		c.settings.Close()
 	}
 	errs = append(errs, c.decisions.Close(), c.control.Close())
 	if err := errors.Join(errs...); err != nil {

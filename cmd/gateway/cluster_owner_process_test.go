@@ -240,3 +240,21 @@ cluster:
 		g.stop()
 	}
 }
+
+// TestClusterDecisionsDisagreeProcess: a gateway deciding in Redis is
+// refused at start beside one deciding where the device is (a device
+// moving between them would get two windows), with an error naming
+// cluster.decisions; the owner-mode gateway keeps serving.
+func TestClusterDecisionsDisagreeProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	a := startClusterGW(t, ownerConfig(t, srv), "--limit", "3", "--window", "1h")
+	code, _, stderr := runBinary(t, "serve", "--config", clusterConfig(t, srv, "fail-closed"), "--data-dir", t.TempDir(),
+		"--mqtt-addr", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, `cluster.decisions: "redis" here, but the gateways sharing this redis run with "owner"`) {
+		t.Fatalf("redis-mode gateway beside an owner-mode one: exit %d, stderr:\n%s", code, stderr)
+	}
+	c := dial5(t, a.mqtt, "dev-1")
+	c.mustPublish(t, "t", "still served", codeSuccess)
+	c.close()
+	a.stop()
+}
