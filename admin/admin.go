@@ -115,6 +115,10 @@ type Options struct {
 	// Console, when not nil, is served under /ui/ (the operator
 	// console, package admin/console).
 	Console http.Handler
+	// NoDefer, when not "", refuses a device's quota override with
+	// policy defer, its own or a class's, answering 400 with this reason
+	// (cluster.decisions: owner, config.OwnerNoDefer).
+	NoDefer string
 	// Backup writes a consistent copy of the data file to w and returns
 	// the bytes written (GET /api/v1/backup); nil: the route answers 404.
 	Backup func(w io.Writer) (int64, error)

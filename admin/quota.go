@@ -317,3 +317,21 @@ func parseLimit(s string) (int, error) {
 	}
 	return int(f), nil
 }
+
+// refuseDefer is the error of an override with policy defer, its own or
+// a class's, when the gateway cannot defer (Options.NoDefer); nil
+// otherwise.
+func (s *Server) refuseDefer(o devicelimit.Override) error {
+	if s.opts.NoDefer == "" {
+		return nil
+	}
+	if o.Quota.Policy == devicelimit.PolicyDefer {
+		return fmt.Errorf("policy: %s; nothing was set", s.opts.NoDefer)
+	}
+	for i, c := range o.Classes {
+		if c.Quota.Policy == devicelimit.PolicyDefer {
+			return fmt.Errorf("classes[%d].quota.policy: %s; nothing was set", i, s.opts.NoDefer)
+		}
+	}
+	return nil
+}

@@ -334,6 +334,9 @@ func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o, err := parseQuotaBody(body, s.opts.Resolver.Buckets(), s.opts.Clock.Now())
+	if err == nil {
+		err = s.refuseDefer(o)
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return

@@ -116,6 +116,10 @@ func (v *validator) cluster(c Cluster) {
 	}
 }
 
+// OwnerNoDefer is why policy defer is refused in owner mode, in the
+// configuration and in overrides set through the admin API.
+const OwnerNoDefer = "defer cannot be used with cluster.decisions: owner: releasing a deferred message would take the device from the gateway it is connected to; use drop or disconnect"
+
 // ownerDefer refuses policy defer in owner mode: a gateway releasing a
 // device's deferred messages would claim the device from the gateway it
 // is connected to, and so close its session there.
@@ -123,7 +127,7 @@ func (v *validator) ownerDefer(c Config) {
 	if !c.Cluster.Enabled() || c.Cluster.Decisions != "owner" {
 		return
 	}
-	const msg = "defer cannot be used with cluster.decisions: owner: releasing a deferred message would take the device from the gateway it is connected to; use drop or disconnect"
+	const msg = OwnerNoDefer
 	check := func(key string, q Quota, ckey string, cs []Class) {
 		if q.Policy == devicelimit.PolicyDefer {
 			v.add(key+".policy", msg)

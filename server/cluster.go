@@ -316,3 +316,12 @@ func (s sharedBlockStore) DeleteBlock(device string) error {
 func (s sharedBlockStore) BlockedUntil(device string) (devicelimit.Tick, bool, error) {
 	return s.shared.Until(device)
 }
+
+// noDefer is why the admin API refuses overrides with policy defer: ""
+// unless decisions are where the device is.
+func noDefer(cfg config.Config) string {
+	if cfg.Cluster.Enabled() && cfg.Cluster.Decisions == "owner" {
+		return config.OwnerNoDefer
+	}
+	return ""
+}

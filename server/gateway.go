@@ -342,6 +342,7 @@ func Start(cfg config.Config, d Deps) (_ *Gateway, err error) {
 			return forwardStats(g.forward)
 		},
 		Dead:     deadLetters{g.forward},
+		NoDefer:  noDefer(cfg),
 		Backup:   g.snap.Backup,
 		Reload:   g.adminReload,
 		Deferred: brokerDevices{srv}.Deferred,

@@ -244,7 +244,8 @@ cluster:
 // TestClusterDecisionsDisagreeProcess: a gateway deciding in Redis is
 // refused at start beside one deciding where the device is (a device
 // moving between them would get two windows), with an error naming
-// cluster.decisions; the owner-mode gateway keeps serving.
+// cluster.decisions; the owner-mode gateway keeps serving, and refuses
+// an override with policy defer as its configuration would.
 func TestClusterDecisionsDisagreeProcess(t *testing.T) {
 	srv := redistest.Start(t)
 	a := startClusterGW(t, ownerConfig(t, srv), "--limit", "3", "--window", "1h")
@@ -256,5 +257,10 @@ func TestClusterDecisionsDisagreeProcess(t *testing.T) {
 	c := dial5(t, a.mqtt, "dev-1")
 	c.mustPublish(t, "t", "still served", codeSuccess)
 	c.close()
+	// Nor can an override bring defer in at run time.
+	code, _, stderr = runBinary(t, "quota", "set", "dev-1", "--limit", "5", "--window", "1m", "--policy", "defer", "--admin-addr", a.admin, "--data-dir", a.dir)
+	if code != 1 || !strings.Contains(stderr, "policy: defer cannot be used with cluster.decisions: owner") {
+		t.Errorf("quota set --policy defer in owner mode: exit %d, stderr:\n%s", code, stderr)
+	}
 	a.stop()
 }
