@@ -8,6 +8,15 @@ type ClusterStats struct {
 	Policy    string
 	Fallbacks uint64
 	Up        bool
+	// Owner holds owner mode's counters (cluster.decisions: owner); nil
+	// otherwise.
+	Owner *OwnerStats
+}
+
+// OwnerStats are owner mode's counters (cluster.OwnerStats).
+type OwnerStats struct {
+	Claims, ClaimWaits, Charges, Checkpoints, Fenced, Releases, Fallbacks uint64
+	Owned                                                                 int
 }
 
 // ClusterSource reports the shared-window limiter's counters.
@@ -22,6 +31,29 @@ var (
 		"1 while Redis answers the shared-window decisions, 0 from a failed decision until one succeeds.", nil, nil)
 )
 
+// Owner mode's metrics, each a counter but the owned devices.
+var ownerDescs = [...]struct {
+	desc *prometheus.Desc
+	get  func(OwnerStats) float64
+}{
+	{prometheus.NewDesc("devicegate_cluster_owner_claims_total", "Devices this gateway claimed (owner mode), at their connection or first decision.", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.Claims) }},
+	{prometheus.NewDesc("devicegate_cluster_owner_claim_waits_total", "Claims that waited for a live previous owner to release the device.", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.ClaimWaits) }},
+	{prometheus.NewDesc("devicegate_cluster_owner_charges_total", "Windows charged, at a claim, the lease their previous owner could not account for (it crashed or was cut off).", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.Charges) }},
+	{prometheus.NewDesc("devicegate_cluster_owner_checkpoints_total", "Device checkpoints written to Redis.", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.Checkpoints) }},
+	{prometheus.NewDesc("devicegate_cluster_owner_fenced_total", "Checkpoints refused because another gateway owned the device meanwhile: the device was dropped here.", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.Fenced) }},
+	{prometheus.NewDesc("devicegate_cluster_owner_releases_total", "Devices released to another gateway, or at shutdown.", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.Releases) }},
+	{prometheus.NewDesc("devicegate_cluster_owner_fallbacks_total", "Decisions taken by the failure policy because this gateway could not use its lease on the device.", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.Fallbacks) }},
+	{prometheus.NewDesc("devicegate_cluster_owned_devices", "Devices this gateway decides for now (owner mode).", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.Owned) }},
+}
+
 type clusterCollector struct{ src ClusterSource }
 
 // NewClusterCollector returns a collector of the shared-window
@@ -32,6 +64,9 @@ func NewClusterCollector(src ClusterSource) prometheus.Collector { return cluste
 func (clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descClusterFallbacks
 	ch <- descClusterUp
+	for _, d := range ownerDescs {
+		ch <- d.desc
+	}
 }
 
 func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
@@ -42,4 +77,14 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descClusterFallbacks, prometheus.CounterValue, float64(s.Fallbacks), s.Policy)
 	ch <- prometheus.MustNewConstMetric(descClusterUp, prometheus.GaugeValue, up)
+	if s.Owner == nil {
+		return
+	}
+	for i, d := range ownerDescs {
+		kind := prometheus.CounterValue
+		if i == len(ownerDescs)-1 {
+			kind = prometheus.GaugeValue
+		}
+		ch <- prometheus.MustNewConstMetric(d.desc, kind, d.get(*s.Owner))
+	}
 }

@@ -191,15 +191,24 @@ func (g *Gateway) adminOverrides() admin.Overrides {
 // registerClusterMetrics adds the shared-window metrics to reg.
 func (g *Gateway) registerClusterMetrics(reg *prometheus.Registry) {
 	if g.cluster != nil {
-		reg.MustRegister(admin.NewClusterCollector(clusterStats{g.cluster.limiter}))
+		reg.MustRegister(admin.NewClusterCollector(clusterStats{g.cluster.limiter, g.cluster.owner}))
 	}
 }
 
-type clusterStats struct{ l *cluster.Limiter }
+type clusterStats struct {
+	l     *cluster.Limiter
+	owner *cluster.Owner // nil unless decisions are where the device is
+}
 
 func (s clusterStats) ClusterStats() admin.ClusterStats {
 	st := s.l.Stats()
-	return admin.ClusterStats{Policy: st.Policy.String(), Fallbacks: st.Fallbacks, Up: st.Up}
+	out := admin.ClusterStats{Policy: st.Policy.String(), Fallbacks: st.Fallbacks, Up: st.Up}
+	if s.owner != nil {
+		o := s.owner.Stats()
+		out.Owner = &admin.OwnerStats{Claims: o.Claims, ClaimWaits: o.ClaimWaits, Charges: o.Charges, Checkpoints: o.Checkpoints,
+			Fenced: o.Fenced, Releases: o.Releases, Fallbacks: o.Fallbacks, Owned: o.Owned}
+	}
+	return out
 }
 
 // closeCluster stops the shared-state parts; call it once MQTT and the

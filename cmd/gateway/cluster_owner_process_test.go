@@ -64,6 +64,27 @@ func TestClusterOwnerMoveProcess(t *testing.T) {
 	if !strings.Contains(a.stderr(), `msg="device taken over by another gateway; its session here closed" component=cluster device=dev-1`) {
 		t.Fatalf("A does not log the takeover; stderr:\n%s", a.stderr())
 	}
+	// The metrics tell the move: claimed on both, released by A, held
+	// by B only.
+	sa, _ := a.scrape(t)
+	sb, _ := b.scrape(t)
+	for _, c := range []struct {
+		gw     string
+		metric string
+		got    float64
+		ok     bool
+	}{
+		{"A", "devicegate_cluster_owner_claims_total", sa["devicegate_cluster_owner_claims_total"], sa["devicegate_cluster_owner_claims_total"] >= 1},
+		{"A", "devicegate_cluster_owner_releases_total", sa["devicegate_cluster_owner_releases_total"], sa["devicegate_cluster_owner_releases_total"] >= 1},
+		{"A", "devicegate_cluster_owned_devices", sa["devicegate_cluster_owned_devices"], sa["devicegate_cluster_owned_devices"] == 0},
+		{"B", "devicegate_cluster_owner_claims_total", sb["devicegate_cluster_owner_claims_total"], sb["devicegate_cluster_owner_claims_total"] >= 1},
+		{"B", "devicegate_cluster_owned_devices", sb["devicegate_cluster_owned_devices"], sb["devicegate_cluster_owned_devices"] == 1},
+		{"B", "devicegate_cluster_owner_fenced_total", sb["devicegate_cluster_owner_fenced_total"], sb["devicegate_cluster_owner_fenced_total"] == 0},
+	} {
+		if !c.ok {
+			t.Errorf("%s: %s = %v", c.gw, c.metric, c.got)
+		}
+	}
 	moved.close()
 	a.stop()
 	b.stop()

@@ -1,0 +1,38 @@
+package cluster
+
+// OwnerStats are an Owner's counters since it started, and the devices
+// it holds now (docs/operations.md, "Metrics").
+type OwnerStats struct {
+	// Claims of devices this gateway took (at their connection or first
+	// decision); ClaimWaits of them waited for a live previous owner's
+	// release; Charges the windows charged a lease the previous owner
+	// could not account for.
+	Claims, ClaimWaits, Charges uint64
+	// Checkpoints written; Fenced of them refused because another
+	// gateway owned the device meanwhile.
+	Checkpoints, Fenced uint64
+	// Releases of devices to another gateway or at Close.
+	Releases uint64
+	// Fallbacks are decisions taken by the failure policy because this
+	// gateway could not use its lease (Redis unreachable, a claim
+	// failed).
+	Fallbacks uint64
+	// Owned are the devices this gateway holds now.
+	Owned int
+}
+
+// Stats returns o's counters and the devices it holds.
+func (o *Owner) Stats() OwnerStats {
+	s := OwnerStats{
+		Claims: o.stats.claims.Load(), ClaimWaits: o.stats.waits.Load(), Charges: o.stats.charges.Load(),
+		Checkpoints: o.stats.checkpoints.Load(), Fenced: o.stats.fenced.Load(), Releases: o.stats.releases.Load(),
+		Fallbacks: o.stats.fallbacks.Load(),
+	}
+	for i := range o.shards {
+		sh := &o.shards[i]
+		sh.mu.RLock()
+		s.Owned += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return s
+}
