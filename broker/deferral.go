@@ -323,9 +323,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device, cla
 	n := int64(len(record))
 
 	sh.mu.Lock()
-	ok := len(dq.msgs)+dq.writers <= d.limits.MaxMessagesPerDevice &&
-		dq.bytes+dq.reserved+n <= d.limits.MaxBytesPerDevice &&
-		d.reserve(n)
+	ok := d.fits(dq, dq.writers, n) && d.reserve(n)
 	if !ok {
 		dq.writers--
 		d.forgetIfIdle(sh, dq)
@@ -386,6 +384,14 @@ func (d *deferrer) queueLen(device string) int {
 
 // reserve takes n bytes of the global budget, or reports that they
 // would exceed it.
+// fits reports whether dq, with writers messages being stored (this
+// one's included), takes a message of n record bytes within the
+// per-device bounds (the budget of all devices is reserve's). Called
+// with the shard's lock held.
+func (d *deferrer) fits(dq *devQueue, writers int, n int64) bool {
+	return len(dq.msgs)+writers <= d.limits.MaxMessagesPerDevice && dq.bytes+dq.reserved+n <= d.limits.MaxBytesPerDevice
+}
+
 func (d *deferrer) reserve(n int64) bool {
 	for {
 		cur := d.budget.Load()

@@ -101,9 +101,13 @@ func (h *throttle) next(device, class string, q devicelimit.Quota, v *ruleView, 
 	if h.defers(&q, v) {
 		// deferrer.deferPublish: behind the queue when there is one,
 		// else the windows decide whether it is stored.
-		if n.Queued = h.def.queued(device, class); n.Queued > 0 {
+		// The next message's size is not known: judged for the
+		// smallest record the quota's message could make.
+		smallest := int64(len(deferredRecord(&deferredMsg{Quota: q})))
+		var full bool
+		if n.Queued, full = h.def.queueState(device, class, smallest); n.Queued > 0 {
 			n.Outcome, n.By = NextDeferred, "queue"
-			if n.Queued >= h.def.limits.MaxMessagesPerDevice {
+			if full {
 				n.Outcome, n.By = NextRefused, "queue full"
 			}
 			return n, nil
@@ -113,6 +117,9 @@ func (h *throttle) next(device, class string, q devicelimit.Quota, v *ruleView, 
 			return n, err
 		}
 		n.Outcome, n.By, n.RetryAfter = NextDeferred, "window", vd.RetryAfter
+		if full {
+			n.Outcome, n.By, n.RetryAfter = NextRefused, "queue full", 0
+		}
 		return n, nil
 	}
 	dv, err := peek(device, class, q.Limits(), 0, now)
@@ -166,14 +173,19 @@ func letThrough(d devicelimit.GroupDecision, q, gq *devicelimit.Quota) bool {
 	return !d.Allowed && (d.Group && gq.Shadow || !d.Group && q.Shadow)
 }
 
-// queued returns how many messages of device's class are queued or
-// being stored.
-func (d *deferrer) queued(device, class string) int {
+// queueState returns how many messages of device's class are queued or
+// being stored, and whether its queue is full: it would take no message
+// of n record bytes (deferPublish's bounds: messages and bytes per
+// device, bytes of all devices).
+func (d *deferrer) queueState(device, class string, n int64) (queued int, full bool) {
 	sh := d.shard(device)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if dq := sh.queues[queueKey(device, class)]; dq != nil {
-		return len(dq.msgs) + dq.writers
+	dq := sh.queues[queueKey(device, class)]
+	if dq == nil {
+		dq = &devQueue{}
+	} else {
+		queued = len(dq.msgs) + dq.writers
 	}
-	return 0
+	return queued, !d.fits(dq, dq.writers+1, n) || d.budget.Load()+n > d.limits.MaxTotalBytes
 }

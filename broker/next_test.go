@@ -10,7 +10,8 @@ import (
 // TestNextMessagesAgree: before every publish of devices in each kind of
 // quota (enforced, shadow, a group enforced or in shadow mode under an
 // enforced or shadow device quota, a topic class, policy defer with and
-// without a queue, a full queue), NextMessages says what the publish
+// without a queue, a queue full by messages, by bytes and by the budget
+// of all devices), NextMessages says what the publish
 // then gets: admitted (0x00, counted allowed), would_refuse (0x00,
 // counted would-refuse), refused (0x97), deferred (0x00, counted
 // deferred).
@@ -30,16 +31,34 @@ func TestNextMessagesAgree(t *testing.T) {
 		{Name: "slow", ClientID: "slow-*", Quota: devicelimit.Quota{Limit: 1, Window: sec, Policy: devicelimit.PolicyDefer}},
 	}
 	f := start(t, fixtureOpts{rules: rules, store: openStore(t, t.TempDir()), limits: DeferLimits{MaxMessagesPerDevice: 2}})
+	checkNext(t, f, []nextCase{
+		{"plain-1", "x", 4}, {"shadow-1", "x", 4}, {"grp-1", "x", 4}, {"gshadow-1", "x", 5},
+		{"dshadow-1", "x", 5}, {"both-1", "x", 5}, {"cls-1", "a/1", 3}, {"cls-1", "x", 2}, {"slow-1", "x", 5},
+	})
+	// A queue full by its bytes (room for one record, not two), and one
+	// full by the budget of all devices (room for none): the first
+	// message is deferred then refused, or refused at once.
+	rec := int64(len(deferredRecord(&deferredMsg{Quota: rules[7].Quota, Version: 5, QoS: 1, Topic: "x", Payload: []byte("m")})))
+	f = start(t, fixtureOpts{rules: rules, store: openStore(t, t.TempDir()), limits: DeferLimits{MaxMessagesPerDevice: 100, MaxBytesPerDevice: rec + rec/2}})
+	checkNext(t, f, []nextCase{{"slow-2", "x", 4}})
+	f = start(t, fixtureOpts{rules: rules, store: openStore(t, t.TempDir()), limits: DeferLimits{MaxMessagesPerDevice: 100, MaxTotalBytes: 1}})
+	checkNext(t, f, []nextCase{{"slow-3", "x", 3}})
+}
+
+// nextCase is n publishes of device on topic.
+type nextCase struct {
+	device, topic string
+	n             int
+}
+
+// checkNext publishes each case's messages through f, and before each
+// compares NextMessages' outcome with what the publish gets.
+func checkNext(t *testing.T, f *fixture, cases []nextCase) {
+	t.Helper()
 	peek := func(device, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) (devicelimit.Verdict, error) {
 		return f.table.PeekAllAt(device, class, ls, size, now), nil
 	}
-	for _, c := range []struct {
-		device, topic string
-		n             int
-	}{
-		{"plain-1", "x", 4}, {"shadow-1", "x", 4}, {"grp-1", "x", 4}, {"gshadow-1", "x", 5},
-		{"dshadow-1", "x", 5}, {"both-1", "x", 5}, {"cls-1", "a/1", 3}, {"cls-1", "x", 2}, {"slow-1", "x", 5},
-	} {
+	for _, c := range cases {
 		p := f.connect(t, 5, c.device, "")
 		for i := range c.n {
 			next, err := f.srv.NextMessages(c.device, peek)
