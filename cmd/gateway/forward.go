@@ -73,8 +73,9 @@ func forwardCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("forward status: %w", err)
 	}
+	c.prefix = ""
 	v, raw, err := c.api.Forward(ctx)
-	return forwardPrint(c, "forward status", raw, err, func() { v.WriteText(c.out) })
+	return c.print("forward status", raw, err, func() { v.WriteText(c.out) })
 }
 
 // forwardDeadSubcommands are the subcommands of `gateway forward dead`.
@@ -136,16 +137,17 @@ func forwardDeadCmd(ctx context.Context, args []string, stdout io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("%s: %w", sub, err)
 	}
+	c.prefix = ""
 	switch args[0] {
 	case "replay":
 		v, raw, err := c.api.ReplayDead(ctx, name, ids...)
-		return forwardPrint(c, sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters sent again\n", name, deref(v.Replayed)) })
+		return c.print(sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters sent again\n", name, deref(v.Replayed)) })
 	case "drop":
 		v, raw, err := c.api.DropDead(ctx, name, ids...)
-		return forwardPrint(c, sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters deleted for good\n", name, deref(v.Dropped)) })
+		return c.print(sub, raw, err, func() { fmt.Fprintf(c.out, "%s: %d dead letters deleted for good\n", name, deref(v.Dropped)) })
 	}
 	v, raw, err := c.api.DeadLetters(ctx, name, limit)
-	return forwardPrint(c, sub, raw, err, func() { v.WriteText(c.out) })
+	return c.print(sub, raw, err, func() { v.WriteText(c.out) })
 }
 
 func deref(n *int) int {
@@ -154,24 +156,6 @@ func deref(n *int) int {
 	}
 	return *n
 }
-
-// forwardPrint is quotaClient.print for a forward subcommand: its errors
-// read "forward ..." where print's read "quota forward ...".
-func forwardPrint(c *quotaClient, sub string, raw []byte, err error, text func()) error {
-	if err := c.print(sub, raw, err, text); err != nil {
-		return renamedError{strings.TrimPrefix(err.Error(), "quota "), err}
-	}
-	return nil
-}
-
-// renamedError is err read under another message.
-type renamedError struct {
-	msg string
-	err error
-}
-
-func (e renamedError) Error() string { return e.msg }
-func (e renamedError) Unwrap() error { return e.err }
 
 // forwardDropLogCmd runs `gateway forward drop-log FORMER --data-dir
 // DIR`: it deletes the messages of FORMER's forward logs in the data

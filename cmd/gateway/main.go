@@ -1,18 +1,6 @@
 // Command gateway runs devicegate, an MQTT gateway that holds every
-// device to its message quota.
-//
-// Usage:
-//
-//	gateway [serve] [flags]   run the gateway (the default command)
-//	gateway quota ...         read and change device quotas through the admin API
-//	gateway simulate [flags]  drive a simulated fleet at a gateway (running, spawned or embedded) and judge it
-//	gateway passwd ...        add or replace an account in a credentials file
-//	gateway check --config F  validate a configuration file as serve would
-//	gateway reload            make the running gateway read its config file again
-//	gateway backup --out F    write a copy of the running gateway's data file
-//	gateway health            ask a running gateway's /healthz (exit 0: healthy)
-//	gateway version           print the version (also --version)
-//	gateway help [command]    show help
+// device to its message quota. "gateway help" lists its commands
+// (docs/cli.md).
 package main
 
 import (
@@ -99,35 +87,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_ = help([]string{cmd}, stdout)
 		return flag.ErrHelp
 	}
-	switch cmd {
-	case "serve":
-		return serve(ctx, rest, stdout, stderr)
-	case "quota":
-		return quota(ctx, rest, stdout)
-	case "forward":
-		return forwardCmd(ctx, rest, stdout)
-	case "simulate":
-		return simulate(ctx, rest, stdout, stderr)
-	case "passwd":
-		return passwd(rest, os.Stdin, stdout)
-	case "check":
-		return check(rest, stdout)
-	case "backup":
-		return backupCmd(ctx, rest, stdout)
-	case "health":
-		return healthCmd(ctx, rest, stdout)
-	case "reload":
-		return reloadCmd(ctx, rest, stdout)
-	case "version":
-		if len(rest) > 0 {
-			return usagef("version takes no arguments (got %q)", rest)
-		}
-		fmt.Fprint(stdout, buildVersion().String())
-		return nil
-	case "help":
-		return help(rest, stdout)
+	if c, ok := commandsByName()[cmd]; ok {
+		return c.run(ctx, rest, stdout, stderr)
 	}
 	return usagef("unknown command %q; commands are %s (run \"gateway help\")", cmd, commands)
+}
+
+// command is a command's action and its help.
+type command struct {
+	run  func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	help func(w io.Writer)
+}
+
+// commandsByName are the commands, by name.
+func commandsByName() map[string]command {
+	text := func(s string) func(io.Writer) { return func(w io.Writer) { fmt.Fprint(w, s) } }
+	return map[string]command{
+		"serve":    {serve, func(w io.Writer) { printServeUsage(w, newServeFlags(new(serveFlags))) }},
+		"quota":    {func(ctx context.Context, a []string, out, _ io.Writer) error { return quota(ctx, a, out) }, printQuotaUsage},
+		"forward":  {func(ctx context.Context, a []string, out, _ io.Writer) error { return forwardCmd(ctx, a, out) }, text(forwardUsage)},
+		"simulate": {simulate, func(w io.Writer) { printSimulateUsage(w, simulateFlagSet()) }},
+		"passwd": {func(_ context.Context, a []string, out, _ io.Writer) error { return passwd(a, os.Stdin, out) },
+			func(w io.Writer) { printPasswdUsage(w, newPasswdFlags(new(passwdFlags))) }},
+		"check":  {func(_ context.Context, a []string, out, _ io.Writer) error { return check(a, out) }, text(checkUsage)},
+		"backup": {func(ctx context.Context, a []string, out, _ io.Writer) error { return backupCmd(ctx, a, out) }, text(backupUsage)},
+		"health": {func(ctx context.Context, a []string, out, _ io.Writer) error { return healthCmd(ctx, a, out) }, text(healthUsage)},
+		"reload": {func(ctx context.Context, a []string, out, _ io.Writer) error { return reloadCmd(ctx, a, out) }, text(reloadUsage)},
+		"version": {func(_ context.Context, a []string, out, _ io.Writer) error {
+			if len(a) > 0 {
+				return usagef("version takes no arguments (got %q)", a)
+			}
+			fmt.Fprint(out, buildVersion().String())
+			return nil
+		}, text(versionUsage)},
+		"help": {func(_ context.Context, a []string, out, _ io.Writer) error { return help(a, out) }, text("Usage: gateway help [command]\n")},
+	}
 }
 
 func help(args []string, stdout io.Writer) error {
@@ -153,39 +147,11 @@ Run "gateway help serve" for the flags of serve, "gateway help quota"
 for the quota subcommands, "gateway help simulate" for the simulator's.
 `)
 		return nil
-	case len(args) == 1 && args[0] == "serve":
-		printServeUsage(stdout, newServeFlags(new(serveFlags)))
-		return nil
-	case len(args) == 1 && args[0] == "quota":
-		printQuotaUsage(stdout)
-		return nil
-	case len(args) == 1 && args[0] == "forward":
-		fmt.Fprint(stdout, forwardUsage)
-		return nil
-	case len(args) == 1 && args[0] == "simulate":
-		printSimulateUsage(stdout, simulateFlagSet())
-		return nil
-	case len(args) == 1 && args[0] == "passwd":
-		printPasswdUsage(stdout, newPasswdFlags(new(passwdFlags)))
-		return nil
-	case len(args) == 1 && args[0] == "reload":
-		fmt.Fprint(stdout, reloadUsage)
-		return nil
-	case len(args) == 1 && args[0] == "health":
-		fmt.Fprint(stdout, healthUsage)
-		return nil
-	case len(args) == 1 && args[0] == "backup":
-		fmt.Fprint(stdout, backupUsage)
-		return nil
-	case len(args) == 1 && args[0] == "check":
-		fmt.Fprint(stdout, checkUsage)
-		return nil
-	case len(args) == 1 && args[0] == "version":
-		fmt.Fprint(stdout, versionUsage)
-		return nil
-	case len(args) == 1 && args[0] == "help":
-		fmt.Fprintln(stdout, "Usage: gateway help [command]")
-		return nil
+	case len(args) == 1:
+		if c, ok := commandsByName()[args[0]]; ok {
+			c.help(stdout)
+			return nil
+		}
 	}
 	return usagef("help: unknown command %q; commands are %s", strings.Join(args, " "), commands)
 }

@@ -24,9 +24,10 @@ const quotaSubcommands = "get, set, delete, list, reset, throttled, rules, enfor
 // quotaClient is what `gateway quota` knows of the admin API: the typed
 // client, and how to print.
 type quotaClient struct {
-	api  *admin.Client
-	json bool
-	out  io.Writer
+	api    *admin.Client
+	json   bool
+	out    io.Writer
+	prefix string // of the subcommand in errors: "quota "
 }
 
 // quotaFlags are the flags every quota subcommand takes, plus the ones
@@ -302,7 +303,7 @@ func newQuotaClient(f quotaFlags, out io.Writer) (*quotaClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &quotaClient{api: api, json: f.json, out: out}, nil
+	return &quotaClient{api: api, json: f.json, out: out, prefix: "quota "}, nil
 }
 
 // print prints a call's answer: the API's JSON indented with --json,
@@ -312,9 +313,9 @@ func (c *quotaClient) print(sub string, raw []byte, err error, text func()) erro
 	if err != nil {
 		var te *admin.TransportError
 		if errors.As(err, &te) {
-			return fmt.Errorf("quota %s: cannot reach the admin API at %s (is the gateway running? --admin-addr or GATEWAY_ADMIN_ADDR): %w", sub, c.api.Addr, te.Err)
+			return fmt.Errorf("%s%s: cannot reach the admin API at %s (is the gateway running? --admin-addr or GATEWAY_ADMIN_ADDR): %w", c.prefix, sub, c.api.Addr, te.Err)
 		}
-		return fmt.Errorf("quota %s: %w", sub, err)
+		return fmt.Errorf("%s%s: %w", c.prefix, sub, err)
 	}
 	if c.json {
 		var buf bytes.Buffer
