@@ -330,9 +330,6 @@ func (c *quotaClient) print(sub string, raw []byte, err error, text func()) erro
 	return nil
 }
 
-// orDash is s, or "-" when empty, for a table cell.
-var orDash = admin.OrDash
-
 // classFlags collects --class NAME:WINDOWS:FILTER flags
 // (admin.ParseClasses reads them).
 type classFlags []string
