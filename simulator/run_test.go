@@ -239,9 +239,22 @@ func TestRunReportsViolationAgainstAStricterQuota(t *testing.T) {
 	}
 	totalsAddUp(t, rep)
 	tt := rep.Result.Totals
-	// Two bursts of 8 each: 5 admitted, 3 refused per burst.
-	if tt.Sent != 12*16 || tt.Accepted != 12*10 || tt.Refused != 12*6 {
+	// Two bursts of 8 each: 5 admitted, 3 refused of the first; as many
+	// of the second when it reaches the gateway more than T (and a
+	// bucket) after the first's last admission. On a loaded machine the
+	// first burst's messages arrive up to a few hundred ms late while
+	// the second starts on time, and its first messages are refused as
+	// the docs say (docs/quotas.md: the counted span is up to T·(1+1/B)
+	// long): so each device has 5 to 10
+	// admitted. What the test is about holds either way: every device
+	// shows 5 in a window against the checker's 3.
+	if tt.Sent != 12*16 || tt.Accepted+tt.Refused != tt.Sent || tt.Accepted < 12*5 || tt.Accepted > 12*10 {
 		t.Fatalf("got %+v", tt)
+	}
+	for _, d := range rep.Result.Devices {
+		if d.Accepted < 5 || d.Accepted > 10 {
+			t.Errorf("%s: %d admitted of two bursts of 8 under 5 per second, want 5 to 10", d.Device, d.Accepted)
+		}
 	}
 	if tt.Violations != 12 || tt.MaxExcess != 2 || tt.ExcessTotal != 24 || rep.Verdict.OK || len(rep.Verdict.Worst) != 10 {
 		t.Fatalf("want 12 devices 2 over, got %+v, verdict %+v", tt, rep.Verdict)
