@@ -112,7 +112,9 @@ type Phase struct {
 	StandaloneRSS     int64
 	StandaloneTotals  simulator.Counts
 	StandaloneDevices int
-	Errors            []string
+	// Steady is the phase at steady state (steady.go).
+	Steady Steady
+	Errors []string
 }
 
 // Report is a fleet run's phases and events.
@@ -225,7 +227,9 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 		_ = gws.Kill(gws.Len() - 1)
 		logf("gateway %d killed (SIGKILL)", gws.Len()-1)
 	})
+	steady := watchPhase(ctx, spec, spec.Devices, spec.KillGatewayAt, spec.Duration, gws, alone, redis)
 	ph, err := runPhase(ctx, spec, "all devices", shares, alone != nil, gws, alone, redis)
+	ph.Steady = steady()
 	waitKill()
 	rep.Phases = append(rep.Phases, ph)
 	if err != nil || spec.TenantDevices == 0 {
@@ -247,7 +251,9 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 	})
 	defer waitKill()
 	rep.Phase2Started = time.Now()
+	steady = watchPhase(ctx, spec, spec.TenantDevices, spec.KillRedisAt, spec.TenantDuration, gws, nil, redis)
 	ph, err = runPhase(ctx, spec, "one tenant", split(p2, "tenant", spec.PerProcess), false, gws, nil, redis)
+	ph.Steady = steady()
 	rep.Phases = append(rep.Phases, ph)
 	return rep, err
 }

@@ -97,6 +97,7 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "  Redis: %d commands, %.3f per admitted message; CPU %s, %s per admitted message\n", p.Redis.Commands, p.CommandsPerAdmitted(),
 			p.Redis.CPU.Round(time.Millisecond), perMsg.Round(100*time.Nanosecond))
 		fmt.Fprintf(w, "  Redis commands most called: %s\n", strings.Join(p.Redis.Top(6), ", "))
+		p.Steady.write(w)
 		if n := len(p.Failovers); n > 0 {
 			fmt.Fprintf(w, "  connections lost and admitted again elsewhere: %d; from the loss seen by the device p50 %s, p95 %s, max %s\n", n,
 				p.Failovers.Quantile(0.5).Round(time.Millisecond), p.Failovers.Quantile(0.95).Round(time.Millisecond), p.Failovers.Quantile(1).Round(time.Millisecond))

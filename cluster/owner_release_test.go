@@ -1,0 +1,108 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/devicelimit"
+)
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOwnerLapseVoidsLeases: gateway A's liveness renewals fail for
+// longer than its TTL (its control connection refused by Redis, its
+// decision connection fine); its key expires, and B claims A's device
+// without asking A (A is taken for dead). When A's renewals come back,
+// A must not admit on the lease it held: every device passes a
+// checkpoint first, which Redis refuses (B's epoch), and A drops it.
+// Before, A admitted on its old lease until its next checkpoint.
+func TestOwnerLapseVoidsLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	admin := srv.Client()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "ctl", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	shared, _ := newLimiter(t, srv, 10, PolicyFailClosed, time.Second)
+	rdb := redis.NewClient(ClientOptions(srv.Addr, time.Second))
+	ctl := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "ctl", Password: "pw", MaxRetries: -1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { rdb.Close(); ctl.Close() })
+	a, err := NewOwner(OwnerOptions{Client: rdb, Control: ctl, Shared: shared, GatewayTTL: 500 * time.Millisecond, FlushInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	waitLeased(t, a)
+	q := devicelimit.Quota{Limit: 10, Window: time.Minute}
+	now := t0
+	for i := range 2 {
+		if !a.AllowAt("d", q, now).Allowed {
+			t.Fatalf("message %d on A refused", i)
+		}
+	}
+	// A's control connection cut: no renewal lands; its key expires.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "ctl", "off").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "KILL", "USER", "ctl").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A's liveness key to expire", func() bool {
+		n, err := admin.Exists(ctx, a.prefix+"gw:"+a.id).Result()
+		return err == nil && n == 0 && !a.leased()
+	})
+	b := newOwner(t, srv, 10, 500*time.Millisecond)
+	if err := b.o.Claim("d"); err != nil {
+		t.Fatal(err)
+	}
+	if !b.o.AllowAt("d", q, now).Allowed {
+		t.Fatal("message on B refused")
+	}
+	// A's renewals land again.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "ctl", "on").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A's renewals to land again", a.leased)
+	if d := a.AllowAt("d", q, now); d.Allowed {
+		t.Fatal("A admitted on the lease it held before the lapse, while B owns the device")
+	}
+}
+
+// TestOwnerCloseRedisFrozen: Close with a Redis that does not answer
+// (SIGSTOP) and many devices to release returns within closeTimeout and
+// a margin: one batch waits, the rest are left to their crash charge.
+// Before, Close released one device at a time within 5 s in all: the
+// whole of a gateway's shutdown deadline.
+func TestOwnerCloseRedisFrozen(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newOwner(t, srv, 10, time.Second)
+	q := devicelimit.Quota{Limit: 10, Window: time.Minute}
+	for i := range 500 {
+		if !g.o.AllowAt(fmt.Sprint("dev-", i), q, t0).Allowed {
+			t.Fatalf("device %d refused", i)
+		}
+	}
+	srv.Stop()
+	t.Cleanup(srv.Cont)
+	start := time.Now()
+	g.o.Close()
+	if d := time.Since(start); d > closeTimeout+1500*time.Millisecond {
+		t.Fatalf("Close took %s with Redis frozen, want at most %s", d, closeTimeout+1500*time.Millisecond)
+	}
+}
