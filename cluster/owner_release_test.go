@@ -30,7 +30,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // without asking A (A is taken for dead). When A's renewals come back,
 // A must not admit on the lease it held: every device passes a
 // checkpoint first, which Redis refuses (B's epoch), and A drops it.
-// Before, A admitted on its old lease until its next checkpoint.
+// Before, A admitted on its old lease until its next checkpoint, B
+// owning the device.
 func TestOwnerLapseVoidsLeases(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
@@ -79,7 +80,10 @@ func TestOwnerLapseVoidsLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "A's renewals to land again", a.leased)
-	if d := a.AllowAt("d", q, now); d.Allowed {
+	// A may admit only once it has the device back (its decision claims
+	// it again once the refused checkpoint dropped it: B releases it
+	// first); never while B still owns it.
+	if d := a.AllowAt("d", q, now); d.Allowed && b.o.Owns("d") {
 		t.Fatal("A admitted on the lease it held before the lapse, while B owns the device")
 	}
 }
@@ -104,5 +108,37 @@ func TestOwnerCloseRedisFrozen(t *testing.T) {
 	g.o.Close()
 	if d := time.Since(start); d > closeTimeout+1500*time.Millisecond {
 		t.Fatalf("Close took %s with Redis frozen, want at most %s", d, closeTimeout+1500*time.Millisecond)
+	}
+}
+
+// TestOwnerManyMovesReleased: 2,000 devices move from A to B at once
+// (B claims them all). A reads the requests at its renewals and
+// releases every one (written in batches, none dropped while the
+// releaser is busy), so B charges none: each move is exact. Before, a
+// renewal that found the releaser busy dropped the requests and the
+// releaser wrote one device at a time, so claims waited out A's TTL and
+// charged the lease.
+func TestOwnerManyMovesReleased(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newOwner(t, srv, 10, 500*time.Millisecond)
+	b := newOwner(t, srv, 10, 500*time.Millisecond)
+	q := devicelimit.Quota{Limit: 10, Window: time.Minute}
+	const devices = 2000
+	for i := range devices {
+		if !a.o.AllowAt(fmt.Sprint("dev-", i), q, t0).Allowed {
+			t.Fatalf("device %d refused on A", i)
+		}
+	}
+	errs := make(chan error, devices)
+	for i := range devices {
+		go func() { errs <- b.o.Claim(fmt.Sprint("dev-", i)) }()
+	}
+	for range devices {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, c := a.o.stats.releases.Load(), b.o.stats.charges.Load(); r != devices || c != 0 {
+		t.Fatalf("A released %d of %d devices; B charged %d windows (want 0)", r, devices, c)
 	}
 }
