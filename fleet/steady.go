@@ -58,9 +58,10 @@ func readSteady(ctx context.Context, gws, alone *Gateways, redis *Redis) steadyP
 
 // watchSteady measures Steady from start until end: it polls until the
 // gateways hold at least devices connections, waits settle (a window of
-// T), reads the counters, and reads them again at end. The result comes
+// T), reads the counters, and reads them again after as many whole
+// periods (of the devices' messages) as fit before end. The result comes
 // on the channel once end has passed (or stop was closed).
-func watchSteady(ctx context.Context, start, end time.Time, devices int, settle time.Duration, gws, alone *Gateways, redis *Redis, stop <-chan struct{}) <-chan Steady {
+func watchSteady(ctx context.Context, logf func(string, ...any), start, end time.Time, devices int, settle, period time.Duration, gws, alone *Gateways, redis *Redis, stop <-chan struct{}) <-chan Steady {
 	out := make(chan Steady, 1)
 	go func() {
 		var s Steady
@@ -90,10 +91,21 @@ func watchSteady(ctx context.Context, start, end time.Time, devices int, settle 
 			return
 		}
 		p0 := readSteady(ctx, gws, alone, redis)
-		if !wait(time.Until(end)) {
+		logf("steady state from %s: %.0f connections, %.0f admitted and %.0f decided so far, %s gateway CPU",
+			p0.at.Sub(start).Round(time.Millisecond), p0.connected, p0.admitted, p0.decided, p0.cpu)
+		// Whole periods of the devices' rate: devices that connected
+		// together publish together, so a part of a period counts a part
+		// of them.
+		length := time.Until(end)
+		if n := length / period; n >= 1 {
+			length = n * period
+		}
+		if !wait(length) {
 			return
 		}
 		p1 := readSteady(ctx, gws, alone, redis)
+		logf("steady state to %s: %.0f connections, %.0f admitted and %.0f decided so far, %s gateway CPU",
+			p1.at.Sub(start).Round(time.Millisecond), p1.connected, p1.admitted, p1.decided, p1.cpu)
 		s = Steady{From: p0.at.Sub(start), To: p1.at.Sub(start), Admitted: p1.admitted - p0.admitted, Decided: p1.decided - p0.decided,
 			Redis: p1.redis.Sub(p0.redis), GatewayCPU: p1.cpu - p0.cpu, StandaloneCPU: p1.aloneCPU - p0.aloneCPU,
 			StandaloneDecided: p1.aloneDecided - p0.aloneDecided}
@@ -140,14 +152,18 @@ func (s Steady) write(w io.Writer) {
 // watchPhase watches a phase of devices starting now for its steady
 // state, until its kill (or its end when there is none); the function
 // returned, called once the phase ended, returns it.
-func watchPhase(ctx context.Context, spec Spec, devices int, kill, duration time.Duration, gws, alone *Gateways, redis *Redis) func() Steady {
+func watchPhase(ctx context.Context, spec Spec, devices int, rate float64, kill, duration time.Duration, gws, alone *Gateways, redis *Redis) func() Steady {
 	start := time.Now()
 	end := start.Add(duration)
 	if kill > 0 {
-		end = start.Add(kill)
+		end = start.Add(kill - time.Second) // the killed gateway's counters still count
+	}
+	logf := spec.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
 	}
 	stop := make(chan struct{})
-	ch := watchSteady(ctx, start, end, devices, spec.Quota.Window, gws, alone, redis, stop)
+	ch := watchSteady(ctx, logf, start, end, devices, spec.Quota.Window, time.Duration(float64(time.Second)/max(rate, 1e-3)), gws, alone, redis, stop)
 	return func() Steady {
 		close(stop)
 		return <-ch
