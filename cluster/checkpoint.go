@@ -120,9 +120,8 @@ func decodeCheckpoint(s string) ([]savedWin, error) {
 
 // charged returns w with units more counted at instant at, in the
 // bucket holding at (the ring moved forward to it when at is later than
-// its head; counts it pushes out of the ring while a window reaching at
-// still holds them move to its oldest bucket, so nothing expires
-// earlier). A window with no counts is made of length length. The
+// its head; the counts it pushes out of the ring have expired for every
+// window reaching at). A window with no counts is made of length length. The
 // charge is capped at limit: the old owner admitted at most limit in
 // any window of its length.
 func charged(w devicelimit.Window, has bool, units, limit, buckets int, length time.Duration, at devicelimit.Tick) devicelimit.Window {
@@ -136,18 +135,15 @@ func charged(w devicelimit.Window, has bool, units, limit, buckets int, length t
 	nb := bucketAt(at, buckets, w.Length)
 	if shift := nb - w.Head; shift > 0 {
 		// Counts[i] is bucket Head-buckets+i: move the ring forward by
-		// shift, keeping what leaves it in the new oldest bucket.
+		// shift. What leaves it is in buckets before nb-buckets, out of
+		// every window reaching at (a decision in bucket nb counts
+		// nb-buckets..nb, devicelimit/window.go): dropped.
 		counts := make([]uint32, buckets+1)
-		var keep uint32
 		for i, c := range w.Counts {
-			j := int64(i) - shift
-			if j < 0 {
-				keep += c
-				continue
+			if j := int64(i) - shift; j >= 0 {
+				counts[j] = c
 			}
-			counts[j] = c
 		}
-		counts[0] += keep
 		w.Counts, w.Head = counts, nb
 	}
 	// at before the head (a clock behind the old owner's): the head

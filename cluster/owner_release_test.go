@@ -142,3 +142,30 @@ func TestOwnerManyMovesReleased(t *testing.T) {
 		t.Fatalf("A released %d of %d devices; B charged %d windows (want 0)", r, devices, c)
 	}
 }
+
+// TestOwnerCrashAfterIdleChargesLeaseOnly: A admits a device's whole
+// window and crashes; the device comes back to B an hour later. A's
+// checkpoint has long expired: B charges only A's lease (2 of 5) and
+// admits 3. Before, charged() moved the expired counts into the ring's
+// oldest bucket, and B refused the device for about T/B.
+func TestOwnerCrashAfterIdleChargesLeaseOnly(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newOwner(t, srv, 10, time.Second)
+	q := devicelimit.Quota{Limit: 5, Window: 10 * time.Second}
+	for i := range 5 {
+		if !a.o.AllowAt("d", q, t0).Allowed {
+			t.Fatalf("message %d on A refused", i)
+		}
+	}
+	crash(t, srv, a)
+	b := newOwner(t, srv, 10, time.Second)
+	later := t0.Add(time.Hour)
+	for i := range 3 {
+		if !b.o.AllowAt("d", q, later).Allowed {
+			t.Fatalf("message %d on B an hour later refused: expired counts charged", i)
+		}
+	}
+	if b.o.AllowAt("d", q, later).Allowed {
+		t.Fatal("a 4th message admitted on B: A's lease of 2 not charged")
+	}
+}
