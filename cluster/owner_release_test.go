@@ -169,3 +169,29 @@ func TestOwnerCrashAfterIdleChargesLeaseOnly(t *testing.T) {
 		t.Fatal("a 4th message admitted on B: A's lease of 2 not charged")
 	}
 }
+
+// TestOwnerRedisEmptyVoidsLeases: Redis restarts empty while A owns a
+// device that sends little (no checkpoint due); B claims it as new (its
+// record is gone). A's next renewal finds its liveness key gone before
+// its TTL and voids its leases: A does not admit while B owns the
+// device. Before, A admitted on its lease with B owning the device.
+func TestOwnerRedisEmptyVoidsLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newOwner(t, srv, 10, 2*time.Second)
+	b := newOwner(t, srv, 10, 2*time.Second)
+	q := devicelimit.Quota{Limit: 5, Window: time.Hour}
+	if !a.o.AllowAt("d", q, t0).Allowed {
+		t.Fatal("first message on A refused")
+	}
+	srv.Kill()
+	srv.Restart() // empty: no persistence
+	if err := b.o.Claim("d"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A's liveness key written again", func() bool {
+		return srv.Client().Exists(context.Background(), a.o.prefix+"gw:"+a.o.id).Val() == 1 && a.o.leased()
+	})
+	if v := a.o.AllowAt("d", q, t0); v.Allowed && b.o.Owns("d") {
+		t.Fatal("A admitted on its lease from before Redis lost its data, while B owns the device")
+	}
+}

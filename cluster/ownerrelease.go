@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // closeTimeout bounds Close's release of every device, Redis being slow
@@ -16,8 +19,9 @@ const closeTimeout = 2 * time.Second
 // devices stop being decided here (their release is written after, off
 // this loop), and after a lapse (the fence passed before the renewal
 // was acknowledged: the gateway may have been taken for dead and its
-// devices claimed without a request) every lease is void until a
-// checkpoint Redis accepts.
+// devices claimed without a request), or after its key vanished before
+// its TTL (Redis lost its data), every lease is void until a checkpoint
+// Redis accepts.
 func (o *Owner) heartbeat() {
 	defer o.wg.Done()
 	tick := time.NewTicker(o.ttl / 4)
@@ -26,12 +30,19 @@ func (o *Owner) heartbeat() {
 		sent := o.mono()
 		ctx, cancel := context.WithTimeout(context.Background(), o.ttl/4)
 		pipe := o.ctl.Pipeline()
-		pipe.Set(ctx, o.prefix+"gw:"+o.id, o.ttl.Milliseconds(), o.ttl)
+		set := pipe.SetArgs(ctx, o.prefix+"gw:"+o.id, o.ttl.Milliseconds(), redis.SetArgs{TTL: o.ttl, Get: true})
 		rq := pipe.SMembers(ctx, o.prefix+"rq:{"+o.id+"}")
 		_, err := pipe.Exec(ctx)
 		cancel()
+		if errors.Is(err, redis.Nil) {
+			err = rq.Err() // the key was not there: SET's GET answers nil
+		}
 		if err == nil {
-			if o.mono() >= o.fence.Load() {
+			// A key gone before its TTL (Redis restarted empty, or a
+			// failover lost it) is a lapse too: the devices' records went
+			// with it, and another gateway may have claimed them as new.
+			gone := errors.Is(set.Err(), redis.Nil) && o.fence.Load() != 0
+			if o.mono() >= o.fence.Load() || gone {
 				o.lapsed()
 			}
 			if devs := rq.Val(); len(devs) > 0 {
