@@ -89,9 +89,10 @@ type Owner struct {
 	relq    []parting
 	gen     atomic.Int64 // lapses of the liveness so far
 
-	cmu    sync.Mutex
-	claimq []claimReq
-	cwake  chan struct{} // capacity 1: claimq has claims to run
+	cmu      sync.Mutex
+	claimq   []claimReq
+	cstopped bool          // the claimer has stopped: claims fail at once
+	cwake    chan struct{} // capacity 1: claimq has claims to run
 
 	wmu     sync.Mutex
 	waiters map[string]chan struct{} // claims waiting for a release

@@ -66,6 +66,11 @@ func (o *Owner) start1(device string, now devicelimit.Tick) *owned {
 		return d
 	}
 	o.cmu.Lock()
+	if o.cstopped {
+		o.cmu.Unlock()
+		o.settle(d, errClaimLost) // stopped: no claimer runs it
+		return d
+	}
 	o.claimq = append(o.claimq, claimReq{d: d, now: now, begin: time.Now()})
 	o.cmu.Unlock()
 	select {
@@ -141,7 +146,7 @@ func (o *Owner) claimer() {
 		case <-o.stop:
 			o.cmu.Lock()
 			rs := o.claimq
-			o.claimq = nil
+			o.claimq, o.cstopped = nil, true
 			o.cmu.Unlock()
 			o.failClaims(rs, errClaimLost)
 			return
@@ -260,99 +265,94 @@ func (o *Owner) install(r claimReq, c string, lm, lb int64) {
 // itself. Then one settle script call for all: the checkpoint and the
 // lease left to charge.
 func (o *Owner) waitRelease(rs []claimReq) {
-	byPrev := make(map[string][]int)
-	for i, r := range rs {
-		byPrev[r.prev] = append(byPrev[r.prev], i)
+	byPrev := make(map[string][]claimReq)
+	for _, r := range rs {
+		byPrev[r.prev] = append(byPrev[r.prev], r)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
 	pipe := o.ctl.Pipeline()
 	ttls := make(map[string]*redis.StringCmd, len(byPrev))
 	for prev := range byPrev {
 		ttls[prev] = pipe.Get(ctx, o.prefix+"gw:"+prev)
 	}
 	_, _ = pipe.Exec(ctx)
-	cancel()
-	var failed []claimReq
-	var ferr error
-	wait := time.Duration(0)
+	var gone, asked []claimReq
 	var chans []chan struct{}
+	wait := time.Duration(0)
 	pipe = o.ctl.Pipeline()
-	asked := false
-	ctx, cancel = context.WithTimeout(context.Background(), controlTimeout)
-	defer cancel()
-	for prev, idx := range byPrev {
+	for prev, group := range byPrev {
 		ttlMs, err := ttls[prev].Int64()
 		switch {
 		case errors.Is(err, redis.Nil):
-			continue // gone: settles at once
+			gone = append(gone, group...)
+			continue
 		case err != nil:
-			for _, i := range idx {
-				failed = append(failed, rs[i])
-			}
-			ferr = fmt.Errorf("read the liveness of gateway %s: %w", prev, err)
-			byPrev[prev] = nil
+			o.failClaims(group, fmt.Errorf("read the liveness of gateway %s: %w", prev, err))
 			continue
 		}
 		wait = max(wait, time.Duration(ttlMs)*time.Millisecond, o.ttl)
-		devs := make([]any, len(idx))
-		for k, i := range idx {
-			devs[k] = rs[i].d.device
-			chans = append(chans, o.waiter(rs[i].d.device))
+		devs := make([]any, len(group))
+		for k, r := range group {
+			devs[k] = r.d.device
+			chans = append(chans, o.waiter(r.d.device))
 		}
 		pipe.SAdd(ctx, o.prefix+"rq:{"+prev+"}", devs...)
 		pipe.Publish(ctx, o.prefix+"gwc:"+prev, "q")
-		asked = true
+		asked = append(asked, group...)
 	}
-	o.stats.waits.Add(uint64(len(chans)))
-	if asked {
-		if _, err := pipe.Exec(ctx); err != nil {
-			// Not asked: the claims fail, and the next decisions claim
-			// again (the records name the owners to ask).
-			o.unwait(rs)
-			o.failClaims(rs, fmt.Errorf("ask gateways to release: %w", err))
+	// Those whose previous owner is gone settle at once.
+	o.settleClaims(ctx, gone)
+	if len(asked) == 0 {
+		return
+	}
+	defer o.unwait(asked)
+	o.stats.waits.Add(uint64(len(asked)))
+	if _, err := pipe.Exec(ctx); err != nil {
+		// Not asked: the claims fail, and the next decisions claim again
+		// (the records name the owners to ask).
+		o.failClaims(asked, fmt.Errorf("ask gateways to release: %w", err))
+		return
+	}
+	// The requests are in Redis once the pipeline answered: within the
+	// TTL each owner reads them at a liveness renewal, or fences itself.
+	timer := time.NewTimer(wait + wait/10)
+	defer timer.Stop()
+wait:
+	for _, ch := range chans {
+		select {
+		case <-ch:
+		case <-timer.C:
+			break wait
+		case <-o.stop:
+			o.failClaims(asked, errClaimLost)
 			return
 		}
-		// The requests are in Redis once the pipeline answered: within
-		// the TTL each owner reads them at a liveness renewal, or fences
-		// itself.
-		timer := time.NewTimer(wait + wait/10)
-		for _, ch := range chans {
-			select {
-			case <-ch:
-				continue
-			case <-timer.C:
-			case <-o.stop:
-				timer.Stop()
-				o.unwait(rs)
-				o.failClaims(rs, errClaimLost)
-				return
-			}
-			break
-		}
-		timer.Stop()
-		o.unwait(rs)
 	}
-	o.failClaims(failed, ferr)
-	var keys []string
-	var args []any
-	var settling []claimReq
-	for _, idx := range byPrev {
-		for _, i := range idx {
-			keys = append(keys, o.recordKey(rs[i].d.device))
-			args = append(args, rs[i].epoch)
-			settling = append(settling, rs[i])
+	ctx2, cancel2 := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel2()
+	o.settleClaims(ctx2, asked)
+}
+
+// settleClaims runs the settle script over rs, in batches, and installs
+// the devices that are this gateway's.
+func (o *Owner) settleClaims(ctx context.Context, rs []claimReq) {
+	var lost, failed []claimReq
+	var ferr error
+	chunks(len(rs), func(lo, hi int) {
+		part := rs[lo:hi]
+		keys := make([]string, len(part))
+		args := make([]any, len(part))
+		for i, r := range part {
+			keys[i], args[i] = o.recordKey(r.d.device), r.epoch
 		}
-	}
-	var lost, unsettled []claimReq
-	var uerr error
-	chunks(len(settling), func(lo, hi int) {
-		res, errs := o.many(ctx, o.ctl, settleScript, keys[lo:hi], []any{o.id}, args[lo:hi])
-		for k, r := range settling[lo:hi] {
-			v, _ := res[k].([]any)
+		res, errs := o.many(ctx, o.ctl, settleScript, keys, []any{o.id}, args)
+		for i, r := range part {
+			v, _ := res[i].([]any)
 			switch {
-			case errs[k] != nil:
-				unsettled, uerr = append(unsettled, r), fmt.Errorf("settle: %w", errs[k])
-			case len(v) != 4 || v[0].(int64) != 1:
+			case errs[i] != nil:
+				failed, ferr = append(failed, r), fmt.Errorf("settle: %w", errs[i])
+			case len(v) != 4 || v[0] != int64(1):
 				lost = append(lost, r)
 			default:
 				c, _ := v[1].(string)
@@ -363,7 +363,7 @@ func (o *Owner) waitRelease(rs []claimReq) {
 		}
 	})
 	o.failClaims(lost, errClaimLost)
-	o.failClaims(unsettled, uerr)
+	o.failClaims(failed, ferr)
 }
 
 // waiter registers a claim waiting for device's release; the listener
