@@ -114,7 +114,11 @@ type Phase struct {
 	StandaloneDevices int
 	// Steady is the phase at steady state (steady.go).
 	Steady Steady
-	Errors []string
+	// SimulatorCPU is the simulator processes' CPU time over the phase
+	// (phase 1 only: the processes killed in phase 2 blur it), the
+	// standalone gateway's share included.
+	SimulatorCPU time.Duration
+	Errors       []string
 }
 
 // Report is a fleet run's phases and events.
@@ -222,8 +226,11 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 		shares = append(shares, s)
 	}
 	rep.Phase1Started = time.Now()
+	children := childrenCPU()
+	var killedCPU time.Duration
 	waitKill := at(spec.KillGatewayAt, func() {
 		rep.GatewayKilled = time.Now()
+		killedCPU = gws.Stats()[gws.Len()-1].CPU // counted in childrenCPU once reaped
 		_ = gws.Kill(gws.Len() - 1)
 		logf("gateway %d killed (SIGKILL)", gws.Len()-1)
 	})
@@ -231,6 +238,7 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 	ph, err := runPhase(ctx, spec, "all devices", shares, alone != nil, gws, alone, redis)
 	ph.Steady = steady()
 	waitKill()
+	ph.SimulatorCPU = max(0, childrenCPU()-children-killedCPU)
 	rep.Phases = append(rep.Phases, ph)
 	if err != nil || spec.TenantDevices == 0 {
 		return rep, err

@@ -90,6 +90,10 @@ func (r *Report) Write(w io.Writer) {
 				p.StandaloneDevices, float64(p.StandaloneRSS)/(1<<20), float64(cl)/float64(al))
 		}
 		fmt.Fprintln(w)
+		if sent := t.Sent + p.StandaloneTotals.Sent; p.SimulatorCPU > 0 && sent > 0 {
+			fmt.Fprintf(w, "  simulator CPU: %s, %s per message sent (standalone's share included)\n",
+				p.SimulatorCPU.Round(time.Millisecond), (p.SimulatorCPU / time.Duration(sent)).Round(100*time.Nanosecond))
+		}
 		perMsg := time.Duration(0)
 		if t.Accepted > 0 {
 			perMsg = p.Redis.CPU / time.Duration(t.Accepted)
