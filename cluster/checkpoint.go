@@ -121,7 +121,7 @@ func decodeCheckpoint(s string) ([]savedWin, error) {
 // charged returns w with units more counted at instant at, in the
 // bucket holding at (the ring moved forward to it when at is later than
 // its head; the counts it pushes out of the ring have expired for every
-// window reaching at). A window with no counts is made of length length. The
+// window reaching at, unless the quota's window is now longer than w's). A window with no counts is made of length length. The
 // charge is capped at limit: the old owner admitted at most limit in
 // any window of its length.
 func charged(w devicelimit.Window, has bool, units, limit, buckets int, length time.Duration, at devicelimit.Tick) devicelimit.Window {
@@ -135,21 +135,35 @@ func charged(w devicelimit.Window, has bool, units, limit, buckets int, length t
 	nb := bucketAt(at, buckets, w.Length)
 	if shift := nb - w.Head; shift > 0 {
 		// Counts[i] is bucket Head-buckets+i: move the ring forward by
-		// shift. What leaves it is in buckets before nb-buckets, out of
-		// every window reaching at (a decision in bucket nb counts
-		// nb-buckets..nb, devicelimit/window.go): dropped.
+		// shift. What leaves it is out of every window of w.Length
+		// reaching at (a decision in bucket nb counts nb-buckets..nb,
+		// devicelimit/window.go): dropped, unless the quota's window is
+		// longer now (length: an override grew it) and still holds it;
+		// then it moves to the new oldest bucket, expiring later.
 		counts := make([]uint32, buckets+1)
+		var keep uint32
+		span := max(length, w.Length)
 		for i, c := range w.Counts {
 			if j := int64(i) - shift; j >= 0 {
 				counts[j] = c
+			} else if end := bucketStart(w.Head-int64(buckets)+int64(i)+1, buckets, w.Length); end > at.Add(-span) {
+				keep += c
 			}
 		}
+		counts[0] += keep
 		w.Counts, w.Head = counts, nb
 	}
 	// at before the head (a clock behind the old owner's): the head
 	// bucket, which expires later still.
 	w.Counts[len(w.Counts)-1] += uint32(units)
 	return w
+}
+
+// bucketStart returns the first instant of bucket k (bucketAt's
+// inverse, rounded up).
+func bucketStart(k int64, buckets int, length time.Duration) devicelimit.Tick {
+	q, r := k/int64(buckets), k%int64(buckets)
+	return devicelimit.Tick(q*int64(length) + (r*int64(length)+int64(buckets)-1)/int64(buckets))
 }
 
 // bucketAt returns floor(at*buckets/length), the table's bucket number.

@@ -319,6 +319,9 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 		var m, b int64
 		if quota {
 			spanM, spanB = d.span(devicelimit.Messages), d.span(devicelimit.Bytes)
+			if d.sinceM.respanned(spanM) || d.sinceB.respanned(spanB) {
+				d.leasedM, d.leasedB = 0, 0 // a window's length changed
+			}
 			m, b = d.sinceM.sum(now, spanM)+1, d.sinceB.sum(now, spanB)+int64(size)
 		}
 		if known && (!quota || (m <= d.leasedM && b <= d.leasedB)) {

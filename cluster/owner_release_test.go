@@ -195,3 +195,35 @@ func TestOwnerRedisEmptyVoidsLeases(t *testing.T) {
 		t.Fatal("A admitted on its lease from before Redis lost its data, while B owns the device")
 	}
 }
+
+// TestOwnerLongerWindowThenCrash: a device's window grows from 1 s to an
+// hour (an override) just after its lease's count let go of admissions
+// its table still holds (the count spans 1 s and a sixteenth, the table
+// 1 s and a tenth at 10 buckets); A then crashes and B takes the device.
+// Every admission lies within the hour: at most N in all, as on one
+// gateway. Before, A went on on its lease from a checkpoint that did not
+// hold those admissions, and B, charging one lease on that checkpoint,
+// admitted 5 more: 13 of 10.
+func TestOwnerLongerWindowThenCrash(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newOwner(t, srv, 10, time.Second)
+	short := devicelimit.Quota{Limit: 10, Window: time.Second}
+	long := devicelimit.Quota{Limit: 10, Window: time.Hour}
+	admitted := 0
+	allow := func(g *ownerRig, q devicelimit.Quota, at time.Duration, n int) {
+		for range n {
+			if g.o.AllowAt("d", q, t0.Add(at)).Allowed {
+				admitted++
+			}
+		}
+	}
+	allow(a, short, 0, 4) // the first checkpoint holds none of them
+	allow(a, short, 1080*time.Millisecond, 1)
+	allow(a, long, 1090*time.Millisecond, 3)
+	crash(t, srv, a)
+	b := newOwner(t, srv, 10, time.Second)
+	allow(b, long, 2*time.Second, 20)
+	if admitted > long.Limit {
+		t.Fatalf("%d admitted within an hour through A and B, want at most %d", admitted, long.Limit)
+	}
+}

@@ -26,12 +26,24 @@ type recent struct {
 	n    [recentSlots + 1]int64
 }
 
+// slotOf returns the slot length of span.
+func slotOf(span time.Duration) time.Duration {
+	return max((span+recentSlots-1)/recentSlots, 1)
+}
+
+// respanned reports whether r counted over another span than span: a
+// longer span needs counts r has already let go of, so the owner voids
+// the lease then (a checkpoint lands before the next admission).
+func (r *recent) respanned(span time.Duration) bool {
+	return r.slot != 0 && r.slot != slotOf(span)
+}
+
 // advance moves r to now (span the window it covers): slots that left
 // it are emptied. A new span re-slots r with everything it held in the
 // newest slot (kept longer, never shorter). An instant before the head
 // counts in the head.
 func (r *recent) advance(now devicelimit.Tick, span time.Duration) {
-	slot := max((span+recentSlots-1)/recentSlots, 1)
+	slot := slotOf(span)
 	idx := max(int64(now)/int64(slot), 0)
 	if slot != r.slot {
 		var total int64
