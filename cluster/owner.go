@@ -322,7 +322,10 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 			if d.sinceM.respanned(spanM) || d.sinceB.respanned(spanB) {
 				d.leasedM, d.leasedB = 0, 0 // a window's length changed
 			}
-			m, b = d.sinceM.sum(now, spanM)+1, d.sinceB.sum(now, spanB)+int64(size)
+			m = d.sinceM.sum(now, spanM) + 1
+			if spanB > 0 { // else no byte window: its lease is infinite
+				b = d.sinceB.sum(now, spanB) + int64(size)
+			}
 		}
 		if known && (!quota || (m <= d.leasedM && b <= d.leasedB)) {
 			var v devicelimit.GroupDecision
@@ -335,7 +338,9 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 			}
 			if counted && quota {
 				d.sinceM.add(now, spanM, 1)
-				d.sinceB.add(now, spanB, int64(size))
+				if spanB > 0 {
+					d.sinceB.add(now, spanB, int64(size))
+				}
 				if !d.queued && (d.leasedM-m < o.leaseM(d)/4 || d.leasedB-b < o.leaseB(d)/4) {
 					o.enqueue(d, false)
 				}

@@ -21,9 +21,10 @@ const recentSlots = 16
 // its whole slot is a span old, so the sum never misses an admission of
 // the last span. The zero value is empty.
 type recent struct {
-	slot time.Duration // a slot's length; 0 until the first add
-	head int64         // the newest slot's number (instant / slot)
-	n    [recentSlots + 1]int64
+	slot  time.Duration // a slot's length; 0 until the first add
+	head  int64         // the newest slot's number (instant / slot)
+	total int64         // the sum of n
+	n     [recentSlots + 1]int64
 }
 
 // slotOf returns the slot length of span.
@@ -46,23 +47,21 @@ func (r *recent) advance(now devicelimit.Tick, span time.Duration) {
 	slot := slotOf(span)
 	idx := max(int64(now)/int64(slot), 0)
 	if slot != r.slot {
-		var total int64
-		for i := range r.n {
-			total += r.n[i]
-			r.n[i] = 0
-		}
+		r.n = [recentSlots + 1]int64{}
 		r.slot, r.head = slot, idx
-		r.n[r.pos(idx)] = total
+		r.n[r.pos(idx)] = r.total
 		return
 	}
 	if idx <= r.head {
 		return
 	}
-	if idx-r.head >= int64(len(r.n)) {
-		r.n = [recentSlots + 1]int64{}
+	if idx-r.head >= int64(len(r.n)) || r.total == 0 {
+		r.n, r.total = [recentSlots + 1]int64{}, 0
 	} else {
 		for j := r.head + 1; j <= idx; j++ {
-			r.n[r.pos(j)] = 0
+			p := r.pos(j)
+			r.total -= r.n[p]
+			r.n[p] = 0
 		}
 	}
 	r.head = idx
@@ -73,17 +72,14 @@ func (r *recent) pos(j int64) int { return int(j % int64(len(r.n))) }
 // sum returns the count over the last span at now.
 func (r *recent) sum(now devicelimit.Tick, span time.Duration) int64 {
 	r.advance(now, span)
-	var s int64
-	for _, v := range r.n {
-		s += v
-	}
-	return s
+	return r.total
 }
 
 // add counts v at now.
 func (r *recent) add(now devicelimit.Tick, span time.Duration, v int64) {
 	r.advance(now, span)
 	r.n[r.pos(r.head)] += v
+	r.total += v
 }
 
 // drop takes out of r what the copy old held (a checkpoint taken with
@@ -96,7 +92,9 @@ func (r *recent) drop(old *recent) {
 	}
 	for j := max(old.head, r.head, int64(len(r.n))-1) - int64(len(r.n)) + 1; j <= min(old.head, r.head); j++ {
 		p := r.pos(j)
-		r.n[p] -= min(r.n[p], old.n[p])
+		d := min(r.n[p], old.n[p])
+		r.n[p] -= d
+		r.total -= d
 	}
 }
 
