@@ -232,3 +232,47 @@ func TestOwnerLongerWindowThenCrash(t *testing.T) {
 		t.Fatalf("%d admitted within an hour through A and B, want at most %d", admitted, long.Limit)
 	}
 }
+
+// TestOwnerRestsWhileRedisDown: with Redis frozen (SIGSTOP), the first
+// claim waits its timeout and fails; then, while Redis rests
+// (RetryInterval), the claims of 300 more devices fail at once and their
+// decisions take the failure policy without waiting. Before, each
+// decision of a device not yet owned tried a claim of its own: 300
+// took 3 s (three waited the timeout of 1 s before the Redis client's
+// pool began failing its dials at once; a Redis that answers late, not
+// at all, costs the timeout each).
+func TestOwnerRestsWhileRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	tab, err := devicelimit.NewTable(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(ClientOptions(srv.Addr, time.Second))
+	t.Cleanup(func() { rdb.Close() })
+	shared, err := New(Options{Client: rdb, Local: tab, Timeout: time.Second, Policy: PolicyFailClosed, RetryInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(shared.Close)
+	o, err := NewOwner(OwnerOptions{Client: rdb, Shared: shared, GatewayTTL: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	waitLeased(t, o)
+	srv.Stop()
+	t.Cleanup(srv.Cont)
+	q := devicelimit.Quota{Limit: 10, Window: time.Minute}
+	if o.AllowAt("first", q, t0).Allowed {
+		t.Fatal("admitted with Redis frozen and the failure policy closed")
+	}
+	start := time.Now()
+	for i := range 300 {
+		if o.AllowAt(fmt.Sprint("dev-", i), q, t0).Allowed {
+			t.Fatalf("device %d admitted with Redis frozen and the failure policy closed", i)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("300 decisions took %s with Redis resting after a failure, want them at once", d)
+	}
+}
