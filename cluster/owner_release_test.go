@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -275,4 +277,38 @@ func TestOwnerRestsWhileRedisDown(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("300 decisions took %s with Redis resting after a failure, want them at once", d)
 	}
+}
+
+// TestOwnerConnectStormBatched: 5,000 devices connect at once (a claim
+// each, as the broker's connection hook makes them): every claim
+// succeeds, in a few script calls of many devices. Before, each claim
+// was a script call of its own, 5,000 callers for a pool of 20
+// connections: under a loaded gateway they timed out into the failure
+// policy, and each timed-out connection was dialled again (HELLO).
+func TestOwnerConnectStormBatched(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newOwner(t, srv, 10, time.Second)
+	ctx := context.Background()
+	if err := srv.Client().ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const devices = 5000
+	errs := make(chan error, devices)
+	for i := range devices {
+		go func() { errs <- g.o.Claim(fmt.Sprint("dev-", i)) }()
+	}
+	for range devices {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	info := srv.Client().Info(ctx, "commandstats").Val()
+	var calls int
+	if _, rest, ok := strings.Cut(info, "cmdstat_evalsha:calls="); ok {
+		calls, _ = strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+	}
+	if calls == 0 || calls > devices/100 {
+		t.Fatalf("%d script calls for %d claims, want at most %d", calls, devices, devices/100)
+	}
+	t.Logf("%d claims in %d script calls", devices, calls)
 }
