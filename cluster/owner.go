@@ -319,13 +319,8 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 		var m, b int64
 		if quota {
 			spanM, spanB = d.span(devicelimit.Messages), d.span(devicelimit.Bytes)
-			if d.sinceM.respanned(spanM) || d.sinceB.respanned(spanB) {
-				d.leasedM, d.leasedB = 0, 0 // a window's length changed
-			}
-			m = d.sinceM.sum(now, spanM) + 1
-			if spanB > 0 { // else no byte window: its lease is infinite
-				b = d.sinceB.sum(now, spanB) + int64(size)
-			}
+			m = d.since(&d.sinceM, now, spanM, 1)
+			b = d.since(&d.sinceB, now, spanB, int64(size))
 		}
 		if known && (!quota || (m <= d.leasedM && b <= d.leasedB)) {
 			var v devicelimit.GroupDecision
@@ -337,7 +332,9 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 				v, counted = o.withGroup(device, class, q, ls, size, now, g)
 			}
 			if counted && quota {
-				d.sinceM.add(now, spanM, 1)
+				if spanM > 0 {
+					d.sinceM.add(now, spanM, 1)
+				}
 				if spanB > 0 {
 					d.sinceB.add(now, spanB, int64(size))
 				}

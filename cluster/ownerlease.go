@@ -109,3 +109,21 @@ func (d *owned) span(u devicelimit.Unit) time.Duration {
 	}
 	return s
 }
+
+// since returns r's count over span at now with n more (d.mu held): 0
+// when span is 0 (no window of the unit: its lease is infinite; r is
+// emptied). A span other than r's voids d's lease: r let go of counts a
+// longer span needs, so a checkpoint must land before the next
+// admission.
+func (d *owned) since(r *recent, now devicelimit.Tick, span time.Duration, n int64) int64 {
+	if span == 0 {
+		if r.slot != 0 {
+			*r = recent{}
+		}
+		return 0
+	}
+	if r.respanned(span) {
+		d.leasedM, d.leasedB = 0, 0
+	}
+	return r.sum(now, span) + n
+}
