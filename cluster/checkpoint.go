@@ -120,11 +120,14 @@ func decodeCheckpoint(s string) ([]savedWin, error) {
 
 // charged returns w with units more counted at instant at, in the
 // bucket holding at (the ring moved forward to it when at is later than
-// its head; the counts it pushes out of the ring have expired for every
-// window reaching at, unless the quota's window is now longer than w's). A window with no counts is made of length length. The
+// its head). The counts it pushes out of the ring are dropped when they
+// have expired for every window reaching from (the first decision the
+// charge is for: at is later by the claim's time) under the longer of
+// w's length and the quota's (length: an override may have grown it);
+// else they move to the new oldest bucket, expiring later. A window with no counts is made of length length. The
 // charge is capped at limit: the old owner admitted at most limit in
 // any window of its length.
-func charged(w devicelimit.Window, has bool, units, limit, buckets int, length time.Duration, at devicelimit.Tick) devicelimit.Window {
+func charged(w devicelimit.Window, has bool, units, limit, buckets int, length time.Duration, from, at devicelimit.Tick) devicelimit.Window {
 	if !has || len(w.Counts) != buckets+1 || w.Length <= 0 {
 		w = devicelimit.Window{Length: length, Head: bucketAt(at, buckets, length), Counts: make([]uint32, buckets+1)}
 	}
@@ -135,18 +138,15 @@ func charged(w devicelimit.Window, has bool, units, limit, buckets int, length t
 	nb := bucketAt(at, buckets, w.Length)
 	if shift := nb - w.Head; shift > 0 {
 		// Counts[i] is bucket Head-buckets+i: move the ring forward by
-		// shift. What leaves it is out of every window of w.Length
-		// reaching at (a decision in bucket nb counts nb-buckets..nb,
-		// devicelimit/window.go): dropped, unless the quota's window is
-		// longer now (length: an override grew it) and still holds it;
-		// then it moves to the new oldest bucket, expiring later.
+		// shift (a decision in bucket nb counts nb-buckets..nb,
+		// devicelimit/window.go).
 		counts := make([]uint32, buckets+1)
 		var keep uint32
 		span := max(length, w.Length)
 		for i, c := range w.Counts {
 			if j := int64(i) - shift; j >= 0 {
 				counts[j] = c
-			} else if end := bucketStart(w.Head-int64(buckets)+int64(i)+1, buckets, w.Length); end > at.Add(-span) {
+			} else if end := bucketStart(w.Head-int64(buckets)+int64(i)+1, buckets, w.Length); end > from.Add(-span) {
 				keep += c
 			}
 		}

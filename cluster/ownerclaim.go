@@ -239,7 +239,7 @@ func (o *Owner) install(r claimReq, c string, lm, lb int64) {
 		}
 		if units > 0 {
 			o.stats.charges.Add(1)
-			w = charged(sw.w, sw.has, units, sw.n, o.table.Buckets(), sw.length, at)
+			w = charged(sw.w, sw.has, units, sw.n, o.table.Buckets(), sw.length, r.now, at)
 		}
 		if w.Length > 0 && w.Total() > 0 {
 			if err := o.table.Restore(sw.key(d.device), w); err != nil {
