@@ -13,7 +13,9 @@ import (
 // session takeover, cluster-wide). Server.CloseDevice is the other
 // half: the owner calls it for a device another gateway claimed.
 type Claimer interface {
-	Claim(device string) error
+	// ClaimSoon queues the device's claim and returns at once (the
+	// claims of a connection storm go to Redis in batches).
+	ClaimSoon(device string)
 }
 
 // claimHook claims each device as its session is established.
@@ -28,18 +30,13 @@ func (h *claimHook) ID() string { return "devicegate-cluster-claim" }
 
 func (h *claimHook) Provides(b byte) bool { return b == mqtt.OnSessionEstablished }
 
-// OnSessionEstablished claims the device off the connect path: its
-// first publish waits for the claim in the limiter.
+// OnSessionEstablished queues the device's claim off the connect path:
+// its first publish waits for the claim in the limiter (which logs a
+// failed claim).
 func (h *claimHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
-	c := h.conns.info(cl)
-	if c == nil {
-		return
+	if c := h.conns.info(cl); c != nil {
+		h.c.ClaimSoon(c.device)
 	}
-	go func() {
-		if err := h.c.Claim(c.device); err != nil {
-			h.log.Warn("device not claimed at its connection", "device", c.device, "err", err.Error())
-		}
-	}()
 }
 
 // addClaimHook adds the claim hook when the limiter owns devices.

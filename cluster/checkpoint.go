@@ -120,12 +120,14 @@ func decodeCheckpoint(s string) ([]savedWin, error) {
 
 // charged returns w with units more counted at instant at, in the
 // bucket holding at (the ring moved forward to it when at is later than
-// its head; counts it pushes out of the ring while a window reaching at
-// still holds them move to its oldest bucket, so nothing expires
-// earlier). A window with no counts is made of length length. The
+// its head). The counts it pushes out of the ring are dropped when they
+// have expired for every window reaching from (the first decision the
+// charge is for: at is later by the claim's time) under the longer of
+// w's length and the quota's (length: an override may have grown it);
+// else they move to the new oldest bucket, expiring later. A window with no counts is made of length length. The
 // charge is capped at limit: the old owner admitted at most limit in
 // any window of its length.
-func charged(w devicelimit.Window, has bool, units, limit, buckets int, length time.Duration, at devicelimit.Tick) devicelimit.Window {
+func charged(w devicelimit.Window, has bool, units, limit, buckets int, length time.Duration, from, at devicelimit.Tick) devicelimit.Window {
 	if !has || len(w.Counts) != buckets+1 || w.Length <= 0 {
 		w = devicelimit.Window{Length: length, Head: bucketAt(at, buckets, length), Counts: make([]uint32, buckets+1)}
 	}
@@ -136,16 +138,17 @@ func charged(w devicelimit.Window, has bool, units, limit, buckets int, length t
 	nb := bucketAt(at, buckets, w.Length)
 	if shift := nb - w.Head; shift > 0 {
 		// Counts[i] is bucket Head-buckets+i: move the ring forward by
-		// shift, keeping what leaves it in the new oldest bucket.
+		// shift (a decision in bucket nb counts nb-buckets..nb,
+		// devicelimit/window.go).
 		counts := make([]uint32, buckets+1)
 		var keep uint32
+		span := max(length, w.Length)
 		for i, c := range w.Counts {
-			j := int64(i) - shift
-			if j < 0 {
+			if j := int64(i) - shift; j >= 0 {
+				counts[j] = c
+			} else if end := bucketStart(w.Head-int64(buckets)+int64(i)+1, buckets, w.Length); end > from.Add(-span) {
 				keep += c
-				continue
 			}
-			counts[j] = c
 		}
 		counts[0] += keep
 		w.Counts, w.Head = counts, nb
@@ -154,6 +157,13 @@ func charged(w devicelimit.Window, has bool, units, limit, buckets int, length t
 	// bucket, which expires later still.
 	w.Counts[len(w.Counts)-1] += uint32(units)
 	return w
+}
+
+// bucketStart returns the first instant of bucket k (bucketAt's
+// inverse, rounded up).
+func bucketStart(k int64, buckets int, length time.Duration) devicelimit.Tick {
+	q, r := k/int64(buckets), k%int64(buckets)
+	return devicelimit.Tick(q*int64(length) + (r*int64(length)+int64(buckets)-1)/int64(buckets))
 }
 
 // bucketAt returns floor(at*buckets/length), the table's bucket number.

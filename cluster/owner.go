@@ -84,7 +84,15 @@ type Owner struct {
 	pending []*owned
 	wake    chan struct{} // capacity 1: an urgent checkpoint waits
 	beat    chan struct{} // capacity 1: read the release requests now
-	rel     chan []string // capacity 1: devices to release
+	rel     chan struct{} // capacity 1: relq has releases to write
+	relMu   sync.Mutex
+	relq    []parting
+	gen     atomic.Int64 // lapses of the liveness so far
+
+	cmu      sync.Mutex
+	claimq   []claimReq
+	cstopped bool          // the claimer has stopped: claims fail at once
+	cwake    chan struct{} // capacity 1: claimq has claims to run
 
 	wmu     sync.Mutex
 	waiters map[string]chan struct{} // claims waiting for a release
@@ -127,16 +135,18 @@ type owned struct {
 	mu    sync.Mutex
 	state int
 	epoch int64
-	// usedM and usedB count the quota messages and bytes admitted since
-	// the claim; capM and capB are the durable caps: admissions stay
-	// within them (a checkpoint taken at used u with lease L raises the
-	// cap to u+L once Redis has it).
-	usedM, usedB, capM, capB int64
-	wins                     []win
-	durWins                  int // wins[:durWins] are in the durable checkpoint
-	maxSize                  int
-	queued                   bool
-	landed                   chan struct{} // closed and renewed at each checkpoint's answer
+	// sinceM and sinceB count the quota messages and bytes admitted
+	// since the last durable checkpoint over the last span (ownerlease.go);
+	// leasedM and leasedB are that checkpoint's lease: admissions keep
+	// those counts within it (a checkpoint taken with the counts at c
+	// takes c out of them once Redis has it).
+	sinceM, sinceB   recent
+	leasedM, leasedB int64
+	wins             []win
+	durWins          int // wins[:durWins] are in the durable checkpoint
+	maxSize          int
+	queued           bool
+	landed           chan struct{} // closed and renewed at each checkpoint's answer
 }
 
 // NewOwner builds an owner and starts its liveness renewal, its
@@ -184,7 +194,7 @@ func NewOwner(opts OwnerOptions) (*Owner, error) {
 		rdb: opts.Client, ctl: opts.Control, shared: opts.Shared, table: table, id: opts.ID,
 		prefix: opts.Shared.prefix, share: opts.LeaseShare, ttl: opts.GatewayTTL, flush: opts.FlushInterval,
 		timeout: opts.Shared.timeout, clock: opts.Clock, onLost: opts.OnLost, log: log,
-		start: time.Now(), wake: make(chan struct{}, 1), beat: make(chan struct{}, 1), rel: make(chan []string, 1),
+		start: time.Now(), wake: make(chan struct{}, 1), beat: make(chan struct{}, 1), rel: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
 		waiters: make(map[string]chan struct{}), stop: make(chan struct{}),
 	}
 	_, o.multi = opts.Client.(*redis.Client)
@@ -192,7 +202,8 @@ func NewOwner(opts OwnerOptions) (*Owner, error) {
 		o.shards[i].m = make(map[string]*owned)
 	}
 	o.pubsub = o.ctl.Subscribe(ctxBackground(), o.prefix+"gwc:"+o.id)
-	o.wg.Add(4)
+	o.wg.Add(5)
+	go o.claimer()
 	go o.releaser()
 	go o.heartbeat()
 	go o.flusher()
@@ -304,7 +315,14 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}
 		known := d.know(class, ls)
-		if known && (!quota || (d.usedM < d.capM && d.usedB+int64(size) <= d.capB)) {
+		var spanM, spanB time.Duration
+		var m, b int64
+		if quota {
+			spanM, spanB = d.span(devicelimit.Messages), d.span(devicelimit.Bytes)
+			m = d.since(&d.sinceM, now, spanM, 1)
+			b = d.since(&d.sinceB, now, spanB, int64(size))
+		}
+		if known && (!quota || (m <= d.leasedM && b <= d.leasedB)) {
 			var v devicelimit.GroupDecision
 			counted := false
 			if g.key == "" {
@@ -314,9 +332,13 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 				v, counted = o.withGroup(device, class, q, ls, size, now, g)
 			}
 			if counted && quota {
-				d.usedM++
-				d.usedB += int64(size)
-				if !d.queued && (d.capM-d.usedM < o.leaseM(d)/4 || d.capB-d.usedB < o.leaseB(d)/4) {
+				if spanM > 0 {
+					d.sinceM.add(now, spanM, 1)
+				}
+				if spanB > 0 {
+					d.sinceB.add(now, spanB, int64(size))
+				}
+				if !d.queued && (d.leasedM-m < o.leaseM(d)/4 || d.leasedB-b < o.leaseB(d)/4) {
 					o.enqueue(d, false)
 				}
 			}
@@ -324,8 +346,14 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 			return v
 		}
 		// A window new to the checkpoint, or the lease used up: wait for
-		// the next checkpoint.
+		// the next checkpoint; none is written while Redis rests after a
+		// failure: the policy decides at once.
 		d.maxSize = max(d.maxSize, size)
+		if o.shared.health.skip() {
+			o.enqueue(d, false)
+			d.mu.Unlock()
+			return o.fallbackGroup(device, class, q, ls, size, now, g)
+		}
 		o.enqueue(d, true)
 		ch := d.landed
 		d.mu.Unlock()

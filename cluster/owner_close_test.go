@@ -19,3 +19,22 @@ func TestOwnerClosedDecidesNoLease(t *testing.T) {
 		t.Fatal("a closed owner still decides on its leases")
 	}
 }
+
+// TestOwnerClaimAfterClose: a claim made after Close (a connection the
+// broker accepted while it stopped) fails at once instead of waiting
+// for a claimer that no longer runs.
+func TestOwnerClaimAfterClose(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newOwner(t, srv, 20, 30*time.Second)
+	g.o.Close()
+	done := make(chan error, 1)
+	go func() { done <- g.o.Claim("late") }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a claim after Close succeeded")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a claim after Close still waits a minute later")
+	}
+}

@@ -115,3 +115,40 @@ func checkGroup(t *testing.T, gws [2]*Owner) {
 		}
 	}
 }
+
+// TestOwnerMovesRedisCluster: 500 devices decided on A move to B at once
+// on a real three-master Redis Cluster: their claims, A's releases and
+// the settles go as one pipelined script call per device; every device
+// is released (none charged) and its window moves exact.
+func TestOwnerMovesRedisCluster(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	cfg := Config{Addrs: rc.Addrs(), Timeout: time.Second}
+	a, b := ownerOn(t, cfg), ownerOn(t, cfg)
+	q := devicelimit.Quota{Limit: 4, Window: time.Hour}
+	const devices = 500
+	for i := range devices {
+		for range 3 {
+			if !a.AllowAt(fmt.Sprint("dev-", i), q, t0).Allowed {
+				t.Fatalf("device %d refused on A", i)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range devices {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.ClaimSoon(fmt.Sprint("dev-", i)) }()
+	}
+	wg.Wait()
+	for i := range devices {
+		dev := fmt.Sprint("dev-", i)
+		if !b.AllowAt(dev, q, t0).Allowed {
+			t.Fatalf("%s: its 4th message refused on B", dev)
+		}
+		if b.AllowAt(dev, q, t0).Allowed {
+			t.Fatalf("%s: a 5th message admitted on B", dev)
+		}
+	}
+	if r, c := a.stats.releases.Load(), b.stats.charges.Load(); r != devices || c != 0 {
+		t.Fatalf("A released %d of %d devices; B charged %d windows (want 0)", r, devices, c)
+	}
+}

@@ -112,7 +112,13 @@ type Phase struct {
 	StandaloneRSS     int64
 	StandaloneTotals  simulator.Counts
 	StandaloneDevices int
-	Errors            []string
+	// Steady is the phase at steady state (steady.go).
+	Steady Steady
+	// SimulatorCPU is the simulator processes' CPU time over the phase
+	// (phase 1 only: the processes killed in phase 2 blur it), the
+	// standalone gateway's share included.
+	SimulatorCPU time.Duration
+	Errors       []string
 }
 
 // Report is a fleet run's phases and events.
@@ -220,13 +226,19 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 		shares = append(shares, s)
 	}
 	rep.Phase1Started = time.Now()
+	children := childrenCPU()
+	var killedCPU time.Duration
 	waitKill := at(spec.KillGatewayAt, func() {
 		rep.GatewayKilled = time.Now()
+		killedCPU = gws.Stats()[gws.Len()-1].CPU // counted in childrenCPU once reaped
 		_ = gws.Kill(gws.Len() - 1)
 		logf("gateway %d killed (SIGKILL)", gws.Len()-1)
 	})
+	steady := watchPhase(ctx, spec, spec.Devices, spec.Rate, spec.KillGatewayAt, spec.Duration, gws, alone, redis)
 	ph, err := runPhase(ctx, spec, "all devices", shares, alone != nil, gws, alone, redis)
+	ph.Steady = steady()
 	waitKill()
+	ph.SimulatorCPU = max(0, childrenCPU()-children-killedCPU)
 	rep.Phases = append(rep.Phases, ph)
 	if err != nil || spec.TenantDevices == 0 {
 		return rep, err
@@ -247,7 +259,9 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 	})
 	defer waitKill()
 	rep.Phase2Started = time.Now()
+	steady = watchPhase(ctx, spec, spec.TenantDevices, spec.TenantRate, spec.KillRedisAt, spec.TenantDuration, gws, nil, redis)
 	ph, err = runPhase(ctx, spec, "one tenant", split(p2, "tenant", spec.PerProcess), false, gws, nil, redis)
+	ph.Steady = steady()
 	rep.Phases = append(rep.Phases, ph)
 	return rep, err
 }

@@ -90,6 +90,10 @@ func (r *Report) Write(w io.Writer) {
 				p.StandaloneDevices, float64(p.StandaloneRSS)/(1<<20), float64(cl)/float64(al))
 		}
 		fmt.Fprintln(w)
+		if sent := t.Sent + p.StandaloneTotals.Sent; p.SimulatorCPU > 0 && sent > 0 {
+			fmt.Fprintf(w, "  simulator CPU: %s, %s per message sent (standalone's share included)\n",
+				p.SimulatorCPU.Round(time.Millisecond), (p.SimulatorCPU / time.Duration(sent)).Round(100*time.Nanosecond))
+		}
 		perMsg := time.Duration(0)
 		if t.Accepted > 0 {
 			perMsg = p.Redis.CPU / time.Duration(t.Accepted)
@@ -97,6 +101,7 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "  Redis: %d commands, %.3f per admitted message; CPU %s, %s per admitted message\n", p.Redis.Commands, p.CommandsPerAdmitted(),
 			p.Redis.CPU.Round(time.Millisecond), perMsg.Round(100*time.Nanosecond))
 		fmt.Fprintf(w, "  Redis commands most called: %s\n", strings.Join(p.Redis.Top(6), ", "))
+		p.Steady.write(w)
 		if n := len(p.Failovers); n > 0 {
 			fmt.Fprintf(w, "  connections lost and admitted again elsewhere: %d; from the loss seen by the device p50 %s, p95 %s, max %s\n", n,
 				p.Failovers.Quantile(0.5).Round(time.Millisecond), p.Failovers.Quantile(0.95).Round(time.Millisecond), p.Failovers.Quantile(1).Round(time.Millisecond))
