@@ -111,7 +111,7 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 	// A command is acknowledged once delivered (handler), not when it
 	// arrives.
 	opts.SetAutoAckDisabled(commands)
-	c, err := mqtt3.Connect(ctx, opts)
+	c, kept, err := mqtt3.ConnectSession(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
@@ -128,12 +128,37 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 				m.Ack()
 			}
 		})
-		if !tok.WaitTimeout(timeout) || tok.Error() != nil {
+		if kept {
+			subscribeKept(conn.Ending, func() error {
+				if tok.Wait(); tok.Error() != nil {
+					return fmt.Errorf("subscribe upstream to %v: %v", d.Subscribe, tok.Error())
+				}
+				return nil
+			})
+		} else if !tok.WaitTimeout(timeout) || tok.Error() != nil {
 			c.Disconnect(0)
 			return nil, fmt.Errorf("subscribe upstream to %v: %v", d.Subscribe, tok.Error())
 		}
 	}
 	return conn, nil
+}
+
+// subscribeKept waits for the answer to the SUBSCRIBE (wait) in the
+// background, ending the connection e when it fails. It serves a
+// connection whose session the upstream kept (persistent_session, the
+// CONNACK's session present): the upstream kept the subscriptions too,
+// and first delivers the commands it queued for the session while the
+// gateway was away, each stored durably before the next is read, so the
+// SUBACK comes after them, however long they take (a backlog of
+// thousands, an fsync each, on a loaded disk). Waiting for it within
+// the connection's timeout failed the connection and started the
+// backlog again, for ever.
+func subscribeKept(e *Ending, wait func() error) {
+	go func() {
+		if err := wait(); err != nil {
+			e.EndWith(err)
+		}
+	}()
 }
 
 // deliver hands a command from upstream to Deliver and reports whether

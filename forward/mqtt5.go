@@ -74,17 +74,33 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 		for _, s := range d.Subscribe {
 			sub.Subscriptions = append(sub.Subscriptions, paho.SubscribeOptions{Topic: s, QoS: 1})
 		}
-		sa, err := conn.c.Subscribe(cctx, sub)
-		if err == nil {
-			for _, r := range sa.Reasons {
-				if r >= 0x80 {
-					err = fmt.Errorf("refused with reason 0x%02X", r)
+		subscribe := func(ctx context.Context) error {
+			sa, err := conn.c.Subscribe(ctx, sub)
+			if err == nil {
+				for _, r := range sa.Reasons {
+					if r >= 0x80 {
+						err = fmt.Errorf("refused with reason 0x%02X", r)
+					}
 				}
 			}
+			if err != nil {
+				return fmt.Errorf("subscribe upstream to %v: %w", d.Subscribe, err)
+			}
+			return nil
 		}
-		if err != nil {
+		if ca.SessionPresent {
+			subscribeKept(conn.Ending, func() error {
+				// paho gives up on the SUBACK after its PacketTimeout (and
+				// takes a late one quietly): only a refusal or a lost
+				// connection ends this one.
+				if err := subscribe(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+					return err
+				}
+				return nil
+			})
+		} else if err := subscribe(cctx); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("subscribe upstream to %v: %w", d.Subscribe, err)
+			return nil, err
 		}
 	}
 	return conn, nil

@@ -50,10 +50,15 @@ func commandsAcrossRestarts(t *testing.T, version string) {
 	args := []string{"--config", conf, "--mqtt-addr", addr}
 	g := startGW(t, dir, args...)
 	connected := func() {
-		poll.Until(t, 20*time.Second, "the upstream connection", func() bool {
-			_, v := g.call(t, "GET", "/api/v1/forward", "")
-			return strings.Contains(fmt.Sprint(v), "connected:1")
-		})
+		t.Helper()
+		var v any
+		deadline := time.Now().Add(20 * time.Second)
+		for _, v = g.call(t, "GET", "/api/v1/forward", ""); !strings.Contains(fmt.Sprint(v), "connected:1"); _, v = g.call(t, "GET", "/api/v1/forward", "") {
+			if time.Now().After(deadline) {
+				t.Fatalf("no upstream connection after 20s: %v\ngateway stderr:\n%s", v, g.stderr())
+			}
+			time.Sleep(10 * time.Millisecond) // polling the admin API
+		}
 	}
 	connected()
 
@@ -98,8 +103,20 @@ func commandsAcrossRestarts(t *testing.T, version string) {
 	}
 	defer back.Disconnect(0)
 	var sent atomic.Int64
+	var pubErr atomic.Pointer[string] // the backend's first failed publish
 	stop := make(chan struct{})
 	done := make(chan int)
+	// The publisher stops on every way out of the test: a t.Errorf from
+	// it after the test returned would panic and hide the failure.
+	var stopOnce sync.Once
+	n := 0
+	stopPublisher := func() {
+		stopOnce.Do(func() {
+			close(stop)
+			n = <-done
+		})
+	}
+	defer stopPublisher()
 	go func() {
 		n := 0
 		tick := time.NewTicker(every)
@@ -115,7 +132,8 @@ func commandsAcrossRestarts(t *testing.T, version string) {
 			for i := range devices + 1 {
 				tok := back.Publish(fmt.Sprintf("devices/dev-%02d/cmd", i), 1, false, strconv.Itoa(n))
 				if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-					t.Errorf("command %d: %v", n, tok.Error())
+					msg := fmt.Sprintf("backend: command %d to dev-%02d not acknowledged by mosquitto within 10s: %v", n, i, tok.Error())
+					pubErr.CompareAndSwap(nil, &msg)
 				}
 			}
 			sent.Store(int64(n))
@@ -142,8 +160,10 @@ func commandsAcrossRestarts(t *testing.T, version string) {
 		connected()
 	}
 	commands(25)
-	close(stop)
-	n := <-done
+	stopPublisher()
+	if msg := pubErr.Load(); msg != nil {
+		t.Fatal(*msg)
+	}
 	if t.Failed() {
 		return
 	}

@@ -17,18 +17,26 @@ import (
 // connection refused"), not paho's "network Error : dial tcp ...",
 // and still matches packets.ErrorNetworkError with errors.Is.
 func Connect(ctx context.Context, opts *mqtt.ClientOptions) (mqtt.Client, error) {
+	c, _, err := ConnectSession(ctx, opts)
+	return c, err
+}
+
+// ConnectSession is Connect that also reports whether the server kept
+// the client's session (the CONNACK's session present flag).
+func ConnectSession(ctx context.Context, opts *mqtt.ClientOptions) (mqtt.Client, bool, error) {
 	c := mqtt.NewClient(opts)
 	tok := c.Connect()
 	select {
 	case <-tok.Done():
 	case <-ctx.Done():
 		c.Disconnect(0)
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	if err := tok.Error(); err != nil {
-		return nil, plainNetworkError(err)
+		return nil, false, plainNetworkError(err)
 	}
-	return c, nil
+	ct, ok := tok.(*mqtt.ConnectToken)
+	return c, ok && ct.SessionPresent(), nil
 }
 
 // networkError is a network failure of a CONNECT, told as itself.
