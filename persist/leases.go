@@ -273,6 +273,9 @@ type Leaser struct {
 	table *devicelimit.Table
 	log   *slog.Logger
 
+	// lazy is how long leases asked early may wait (lazyAfter).
+	lazy time.Duration
+
 	writes  sync.Mutex // guards stats
 	batches uint64     // lease writes committed
 	records uint64     // lease records written
@@ -285,10 +288,16 @@ type Leaser struct {
 // NewLeaser returns a Leaser of t's leases into s and starts it. log
 // nil discards.
 func NewLeaser(s *Store, t *devicelimit.Table, log *slog.Logger) *Leaser {
+	return newLeaser(s, t, log, lazyAfter)
+}
+
+// newLeaser is NewLeaser with leases asked early written lazy after
+// they are asked.
+func newLeaser(s *Store, t *devicelimit.Table, log *slog.Logger, lazy time.Duration) *Leaser {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &Leaser{store: s, table: t, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Leaser{store: s, table: t, log: log, lazy: lazy, stop: make(chan struct{}), done: make(chan struct{})}
 	go l.run()
 	return l
 }
@@ -296,14 +305,39 @@ func NewLeaser(s *Store, t *devicelimit.Table, log *slog.Logger) *Leaser {
 // retryAfter is the pause before a failed lease write is tried again.
 const retryAfter = 100 * time.Millisecond
 
+// lazyAfter is how long leases that no admission waits for yet (asked
+// early by windows that do not ask often, devicelimit.Table.LeaseAsked)
+// may wait for their write: a write every lazyAfter at most takes them
+// all, however many windows asked, in one transaction, instead of one
+// per disk commit (a fleet of quiet devices asks a lease for nearly
+// every message at a lease of 1: make bench-lease measures what that
+// costs). A window that needs its lease sooner has it written at once
+// (LeaseWake).
+const lazyAfter = time.Second
+
 func (l *Leaser) run() {
 	defer close(l.done)
 	failing := false
+	lazy := time.NewTimer(l.lazy)
+	lazy.Stop()
+	armed := false
 	for {
 		select {
 		case <-l.stop:
 			return
+		case <-l.table.LeaseAsked():
+			if !armed {
+				lazy.Reset(l.lazy)
+				armed = true
+			}
+			continue
+		case <-lazy.C:
+			armed = false
 		case <-l.table.LeaseWake():
+			if armed {
+				lazy.Stop()
+				armed = false
+			}
 		}
 		err := l.write()
 		switch {
