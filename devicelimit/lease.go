@@ -15,11 +15,13 @@ import (
 // admissions (adm) and holds a cap: an admission is acted on (acked,
 // forwarded) only once a durable record says the window may have
 // admitted up to cap. Admissions below a cap already durable need no
-// write; a window running low on its lease asks for the next one
-// (cap = adm + L) early, so a steady publisher rarely waits for it; the
-// store writes the caps asked since its last write in one group commit
-// (TakeLeases, LeasesDurable), each with the window's counts and adm
-// as they are then. A snapshot records, with each window's counts, the
+// write; a window with less than half a lease left (rounded up: at a
+// lease of 1, none) asks for the next one (cap = adm + L) early, so a
+// steady publisher rarely waits for it; the store writes the caps asked
+// since its last write in one group commit (TakeLeases, LeasesDurable),
+// each with the window's counts and adm as they are then, at once when
+// an admission waits for one (LeaseWake), else when it likes
+// (LeaseAsked): a fleet of quiet devices' early asks go in one write. A snapshot records, with each window's counts, the
 // adm they hold (CollectLeases). After a crash, a window is restored
 // from the newer of the two and charged cap minus the adm they hold:
 // the admissions its open lease could have made beyond them, never

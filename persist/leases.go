@@ -262,11 +262,12 @@ func putWindow(tx *bolt.Tx, t *devicelimit.Table, key string) error {
 	return tx.Bucket(bucketWindows).Put([]byte(key), enc)
 }
 
-// Leaser writes a Table's leases (devicelimit.Table.EnableLeases) as
-// they are asked for: every lease asked since its last write goes in the
-// next, through the store's group commit (shared with deferred
-// messages), and the admissions waiting for them are let go once it is
-// durable. A failed write is retried with the next batch. Create it
+// Leaser writes a Table's leases (devicelimit.Table.EnableLeases):
+// every lease asked since its last write goes in the next, through the
+// store's group commit (shared with deferred messages), and the
+// admissions waiting for them are let go once it is durable. A write
+// comes at once when an admission waits (after writeGap since the
+// last), and at most lazyAfter after a lease asked early. A failed write is retried with the next batch. Create it
 // with NewLeaser; safe for concurrent use.
 type Leaser struct {
 	store *Store
