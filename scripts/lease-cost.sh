@@ -83,6 +83,8 @@ summary() {
 			cpu["charge"]/n["charge"], cpu["forgive"]/n["forgive"], (cpu["charge"]/n["charge"])/(cpu["forgive"]/n["forgive"]),
 			p99["charge"]/n["charge"], p99["forgive"]/n["forgive"], (p99["charge"]/n["charge"])/(p99["forgive"]/n["forgive"]),
 			dec["charge"]/n["charge"], dec["forgive"]/n["forgive"], (dec["charge"]/n["charge"])/(dec["forgive"]/n["forgive"])
+		printf "charge / forgive: gateway CPU per decided publish %.1f us / %.1f us = %.2fx (the runs decided as many unless the machine was saturated)\n",
+			1e6*cpu["charge"]/dec["charge"], 1e6*cpu["forgive"]/dec["forgive"], (cpu["charge"]/dec["charge"])/(cpu["forgive"]/dec["forgive"])
 		printf "charge: lease records %.0f per second, lease transactions %.1f per second (of %s s runs)\n",
 			r["charge"]/n["charge"]/secs, w["charge"]/n["charge"]/secs, secs
 	}' "$out/runs"
