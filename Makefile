@@ -161,9 +161,11 @@ BENCH_FORWARD_FLAGS ?=
 .PHONY: bench-forward
 bench-forward: tools
 	$(GO) run ./bench/harness -mode forward $(BENCH_FORWARD_FLAGS)
-# bench-lease: what crash leases cost, 10,000 devices at 1 message/s,
-# with persist.after_crash charge and forgive back to back in both
-# orders (scripts/lease-cost.sh; DEVICES, RATE, DURATION change it).
+# bench-lease: what crash leases cost, make sim-10k's fleet (10,000
+# devices at 0.2 messages/s, 5 per 10 s, 60 s), with
+# persist.after_crash charge and forgive back to back in both orders,
+# and charge over forgive (scripts/lease-cost.sh; DEVICES, RATE,
+# DURATION, LIMIT, WINDOW change it).
 .PHONY: bench-lease
 bench-lease: build
 	scripts/lease-cost.sh lease-out

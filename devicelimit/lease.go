@@ -15,11 +15,13 @@ import (
 // admissions (adm) and holds a cap: an admission is acted on (acked,
 // forwarded) only once a durable record says the window may have
 // admitted up to cap. Admissions below a cap already durable need no
-// write; a window running low on its lease asks for the next one
-// (cap = adm + L) early, so a steady publisher rarely waits for it; the
-// store writes the caps asked since its last write in one group commit
-// (TakeLeases, LeasesDurable), each with the window's counts and adm
-// as they are then. A snapshot records, with each window's counts, the
+// write; a window with less than half a lease left (rounded up: at a
+// lease of 1, none) asks for the next one (cap = adm + L) early, so a
+// steady publisher rarely waits for it; the store writes the caps asked
+// since its last write in one group commit (TakeLeases, LeasesDurable),
+// each with the window's counts and adm as they are then, at once when
+// an admission waits for one (LeaseWake), else when it likes
+// (LeaseAsked): a fleet of quiet devices' early asks go in one write. A snapshot records, with each window's counts, the
 // adm they hold (CollectLeases). After a crash, a window is restored
 // from the newer of the two and charged cap minus the adm they hold:
 // the admissions its open lease could have made beyond them, never
@@ -108,7 +110,9 @@ type leases struct {
 	pending []string // keys of windows whose cap grew in batch open
 	spare   []string
 	done    chan struct{} // closed when durable grows
-	wake    chan struct{} // capacity 1: pending is not empty
+	// wake (capacity 1): an admission waits for a lease of pending;
+	// asked (capacity 1): pending is not empty.
+	wake, asked chan struct{}
 }
 
 // EnableLeases makes every window of the table take leases sized by p
@@ -120,6 +124,7 @@ func (t *Table) EnableLeases(p LeasePolicy) {
 	l.on, l.policy, l.open, l.idleAfter = true, p, 1, idleCollects
 	l.done = make(chan struct{})
 	l.wake = make(chan struct{}, 1)
+	l.asked = make(chan struct{}, 1)
 	for i := range t.shards {
 		s := &t.shards[i]
 		for c := range s.slabs {
@@ -155,11 +160,16 @@ func (t *Table) leaseAdmit(s *shard, r rec, ref uint32, key string, l Limit, n i
 	if ls.gen <= d {
 		ls.dcap = ls.cap
 	}
-	if ls.adm > ls.cap || (ls.gen <= d && ls.cap-ls.adm < uint64(t.lease.policy.Size(l, n))/2) {
+	if ls.adm > ls.cap || (ls.gen <= d && ls.cap-ls.adm < (uint64(t.lease.policy.Size(l, n))+1)/2) {
 		t.askLease(s, ls, key, l, n)
 	}
 	if ls.adm <= ls.dcap {
 		return 0
+	}
+	// This admission waits for its lease: the writer goes now.
+	select {
+	case t.lease.wake <- struct{}{}:
+	default:
 	}
 	if g := uint32(ls.gen); g != 0 {
 		return g
@@ -168,24 +178,46 @@ func (t *Table) leaseAdmit(s *shard, r rec, ref uint32, key string, l Limit, n i
 }
 
 // askLease raises ls's cap to a lease beyond its admissions and queues
-// the window for the next write.
+// the window for the next write, once per batch: the write takes the
+// cap as it is then. No admission waits for it yet (leaseAdmit wakes
+// the writer when one does), so the writer may take its time (asked),
+// unless the window asked its last lease in one of the latest batches
+// (fastAsk): then it is likely to need this one before a lazy write,
+// and the writer goes now (wake).
 func (t *Table) askLease(s *shard, ls *lease, key string, l Limit, n int) {
 	if ls.inc == 0 {
 		ls.inc = t.lease.inc.Add(1)
 	}
 	ls.cap = ls.adm + uint64(t.lease.policy.Size(l, n))
-	if inBuffer(s, key) {
-		key = strings.Clone(key) // the queue keeps it
-	}
 	t.lease.mu.Lock()
-	ls.gen = t.lease.open
-	t.lease.pending = append(t.lease.pending, key)
+	open := t.lease.open
+	queued := ls.gen == open
+	urgent := !queued && ls.gen != 0 && open-ls.gen <= fastAsk
+	if !queued {
+		if inBuffer(s, key) {
+			key = strings.Clone(key) // the queue keeps it
+		}
+		ls.gen = open
+		t.lease.pending = append(t.lease.pending, key)
+	}
 	t.lease.mu.Unlock()
+	if queued {
+		return
+	}
+	ch := t.lease.asked
+	if urgent {
+		ch = t.lease.wake
+	}
 	select {
-	case t.lease.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
+
+// fastAsk is how many batches back a window's previous ask makes its
+// next urgent: a window asking in consecutive lazy writes uses a lease
+// in less time than they are apart.
+const fastAsk = 2
 
 // leasePending reports whether the window ref of s waits for a lease
 // not yet durable: Sweep keeps it.
@@ -217,9 +249,16 @@ type LeaseMark struct {
 	Inc, Recorded uint64
 }
 
-// LeaseWake returns a channel that receives when windows wait for a
-// lease write; nil without leases.
+// LeaseWake returns a channel that receives when an admission waits for
+// a lease write: write the leases asked now. Nil without leases.
 func (t *Table) LeaseWake() <-chan struct{} { return t.lease.wake }
+
+// LeaseAsked returns a channel that receives when leases are asked that
+// no admission waits for yet (a window asks for its next lease early):
+// they may wait for a later write, which then holds many of them, as
+// long as it comes before the windows need them (LeaseWake says when
+// one does). Nil without leases.
+func (t *Table) LeaseAsked() <-chan struct{} { return t.lease.asked }
 
 // TakeLeases hands the leases asked since the last TakeLeases to fn,
 // for a store to write in one transaction, and returns their batch:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -351,5 +352,104 @@ func TestMergeLeaseDeletionOfOlderIncarnation(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Leases asked early (a device at a lease of 1 asks for the next right
+// after an admission) wait for a write that an admission needs, and go
+// in it all together: 50 devices' early asks and the lease a new
+// device waits for make one transaction. Before, those devices asked
+// no lease until their next admission, and that one waited for it.
+func TestEarlyLeasesJoinTheNextWrite(t *testing.T) {
+	s := open(t, t.TempDir())
+	tab := newTable(t, 10)
+	tab.EnableLeases(devicelimit.DefaultLeasePolicy)
+	l := newLeaser(s, tab, nil, time.Hour) // early asks wait for a needed write
+	defer l.Close(context.Background())
+	q := devicelimit.Quota{Limit: 5, Window: 10 * time.Second} // a lease of 1
+	admit := func(device string, at devicelimit.Tick) devicelimit.Decision {
+		d := tab.AllowAt(device, q, at)
+		if !d.Allowed {
+			t.Fatalf("%s refused", device)
+		}
+		return d
+	}
+	now := t0
+	for i := range 50 {
+		if d := admit(fmt.Sprint("meter-", i), now); !tab.WaitLease(d.Lease, 10*time.Second) {
+			t.Fatalf("meter-%d: first lease not written", i)
+		}
+	}
+	// Other devices' first leases: writes that make the meters' next
+	// asks several batches after their last (asks in the batches right
+	// after wake the writer at once, devicelimit's fastAsk).
+	for i := range 3 {
+		if d := admit(fmt.Sprint("other-", i), now); !tab.WaitLease(d.Lease, 10*time.Second) {
+			t.Fatalf("other-%d: first lease not written", i)
+		}
+	}
+	writes0, records0 := l.Stats()
+	now = now.Add(5 * time.Second)
+	for i := range 50 {
+		if d := admit(fmt.Sprint("meter-", i), now); d.Lease != 0 {
+			t.Fatalf("meter-%d's second admission waits for lease batch %d, want its lease durable", i, d.Lease)
+		}
+	}
+	if d := admit("newcomer", now); !tab.WaitLease(d.Lease, 10*time.Second) {
+		t.Fatal("the newcomer's lease not written")
+	}
+	writes, records := l.Stats()
+	if writes-writes0 != 1 || records-records0 != 51 {
+		t.Fatalf("%d lease writes of %d records, want 1 of 51 (50 early asks and the newcomer's)", writes-writes0, records-records0)
+	}
+	// The next admissions find their leases durable.
+	now = now.Add(5 * time.Second)
+	for i := range 50 {
+		if d := admit(fmt.Sprint("meter-", i), now); d.Lease != 0 {
+			t.Fatalf("meter-%d's third admission waits for lease batch %d", i, d.Lease)
+		}
+	}
+}
+
+// An early ask that no admission needs yet is written all the same,
+// lazyAfter after it was asked, with no admission waiting nor other
+// writes.
+func TestEarlyLeaseWrittenWithoutAWait(t *testing.T) {
+	s := open(t, t.TempDir())
+	tab := newTable(t, 10)
+	tab.EnableLeases(devicelimit.DefaultLeasePolicy)
+	l := NewLeaser(s, tab, nil)
+	defer l.Close(context.Background())
+	q := devicelimit.Quota{Limit: 5, Window: 10 * time.Second}
+	for _, device := range []string{"meter", "other-1", "other-2", "other-3"} {
+		if d := tab.AllowAt(device, q, t0); !tab.WaitLease(d.Lease, 10*time.Second) {
+			t.Fatalf("%s: first lease not written", device)
+		}
+	}
+	writes0, records0 := l.Stats()
+	if d := tab.AllowAt("meter", q, t0.Add(5*time.Second)); !d.Allowed || d.Lease != 0 {
+		t.Fatalf("second admission %+v, want admitted under its durable lease", d)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if writes, records := l.Stats(); records > records0 {
+			if writes != writes0+1 || records != records0+1 {
+				t.Fatalf("%d lease writes of %d records, want 1 of 1", writes-writes0, records-records0)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease asked early was not written in 30 s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the condition
+	}
+	var cap uint64
+	err := s.view(func(tx *bolt.Tx) error {
+		rec, err := decodeLease(tx.Bucket(bucketLeases).Get([]byte("meter")))
+		cap = rec.cap
+		return err
+	})
+	if err != nil || cap != 3 {
+		t.Fatalf("meter's stored cap %d (%v), want 3: its two admissions and a lease of 1", cap, err)
 	}
 }

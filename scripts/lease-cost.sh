@@ -6,16 +6,22 @@
 # Per run it prints the publishes decided, the lease transactions and
 # records written (devicegate_lease_writes_total,
 # devicegate_lease_records_total), the snapshots, and the PUBACK latency
-# p50/p99 the simulator measured, and the gateway's user and system CPU.
-# Usage: scripts/lease-cost.sh OUTDIR (needs ./gateway: make build).
-# DEVICES (10000), RATE (1/s), DURATION (30s), LIMIT (100), WINDOW (10s).
+# p50/p99 the simulator measured, and the gateway's user and system CPU;
+# then, side by side, charge over forgive (the two runs of each added):
+# the gateway's CPU, the PUBACK p99 and the publishes decided, and the
+# lease records and transactions per second with charge.
+# Usage: scripts/lease-cost.sh OUTDIR (needs ./gateway: make build, or
+# GATEWAY=path of another build).
+# The fleet is make sim-10k's: DEVICES (10000), RATE (0.2/s), DURATION
+# (60s), LIMIT (5), WINDOW (10s): a lease of 1 message, the dearest.
 set -euo pipefail
 
 out=${1:-lease-out}
+gateway=${GATEWAY:-./gateway}
 devices=${DEVICES:-10000}
-rate=${RATE:-1/s}
-duration=${DURATION:-30s}
-limit=${LIMIT:-100}
+rate=${RATE:-0.2/s}
+duration=${DURATION:-60s}
+limit=${LIMIT:-5}
 window=${WINDOW:-10s}
 mkdir -p "$out"
 ulimit -n "$(ulimit -Hn)"
@@ -29,7 +35,7 @@ run() { # run NAME AFTER_CRASH
 	local port admin token=lease-cost-token
 	port=$(free_port)
 	admin=$(free_port)
-	GATEWAY_ADMIN_TOKEN=$token ./gateway serve --config "$dir/gateway.yaml" --mqtt-addr "127.0.0.1:$port" \
+	GATEWAY_ADMIN_TOKEN=$token "$gateway" serve --config "$dir/gateway.yaml" --mqtt-addr "127.0.0.1:$port" \
 		--admin-addr "127.0.0.1:$admin" --data-dir "$dir/data" --limit "$limit" --window "$window" \
 		--log-level warn 2>"$dir/gateway.log" &
 	local gw=$!
@@ -39,32 +45,56 @@ run() { # run NAME AFTER_CRASH
 	done
 	curl -fsS -H "Authorization: Bearer $token" "http://127.0.0.1:$admin/metrics" >"$dir/metrics.before"
 	local status=0
-	./gateway simulate --addr "127.0.0.1:$port" --devices "$devices" --rate "$rate" --duration "$duration" \
+	"$gateway" simulate --addr "127.0.0.1:$port" --devices "$devices" --rate "$rate" --duration "$duration" \
 		--ramp-up 500 --drain 10s --limit "$limit" --window "$window" --client lean \
 		--json "$dir/sim.json" >"$dir/sim.txt" 2>&1 || status=$?
 	curl -fsS -H "Authorization: Bearer $token" "http://127.0.0.1:$admin/metrics" >"$dir/metrics.after"
 	# The gateway's user and system CPU so far (clock ticks in
 	# /proc/PID/stat fields 14 and 15), before its shutdown.
-	local cpu
+	local cpu cpusec
 	cpu=$(awk -v hz="$(getconf CLK_TCK)" '{printf "CPU %.1f + %.1f = %.1f s", $14/hz, $15/hz, ($14+$15)/hz}' "/proc/$gw/stat")
+	cpusec=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14+$15)/hz}' "/proc/$gw/stat")
 	kill -TERM "$gw"
 	wait "$gw" || true
 	local b=$dir/metrics.before a=$dir/metrics.after
-	local decided=0
+	local decided=0 writes records p99
 	decided=$(awk '$1 ~ /^devicegate_publishes_total/ {s+=$2} END {printf "%d", s}' "$a")
+	writes=$(($(metric devicegate_lease_writes_total "$a") - $(metric devicegate_lease_writes_total "$b")))
+	records=$(($(metric devicegate_lease_records_total "$a") - $(metric devicegate_lease_records_total "$b")))
+	p99=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["result"]["totals"]["latency_p99_ns"]/1e6)' "$dir/sim.json" 2>/dev/null || echo nan)
 	printf '%-8s %-8s decided %8s  lease writes %6s  lease records %7s  snapshots %4s  gateway %s  %s  (simulator exit %s)\n' \
-		"$name" "$mode" "$decided" \
-		$(($(metric devicegate_lease_writes_total "$a") - $(metric devicegate_lease_writes_total "$b"))) \
-		$(($(metric devicegate_lease_records_total "$a") - $(metric devicegate_lease_records_total "$b"))) \
+		"$name" "$mode" "$decided" "$writes" "$records" \
 		$(($(metric devicegate_snapshots_total "$a") - $(metric devicegate_snapshots_total "$b"))) \
 		"$cpu" \
 		"$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["result"]["totals"]; print("sent %d acked %d PUBACK p50 %.1f ms p99 %.1f ms" % (t["sent"], t["acked"], t["latency_p50_ns"]/1e6, t["latency_p99_ns"]/1e6))' "$dir/sim.json" 2>/dev/null || grep -E '^ +[0-9]' "$dir/sim.txt" | head -1)" \
 		"$status"
+	# mode, CPU seconds, p99 ms, decided, lease writes, lease records: for the summary.
+	printf '%s %s %s %s %s %s\n' "$mode" "$cpusec" "$p99" "$decided" "$writes" "$records" >>"$out/runs"
+}
+
+# summary prints charge over forgive from $out/runs (the runs of each
+# setting added up) and the lease records and transactions per second.
+summary() {
+	awk -v secs="$(python3 -c 'import sys,re; m=re.fullmatch(r"([0-9.]+)(ms|s|m|h)", sys.argv[1]); print(float(m[1])*{"ms":0.001,"s":1,"m":60,"h":3600}[m[2]])' "$duration")" '
+	{ n[$1]++; cpu[$1]+=$2; p99[$1]+=$3; dec[$1]+=$4; w[$1]+=$5; r[$1]+=$6 }
+	END {
+		if (!n["charge"] || !n["forgive"] || !cpu["forgive"] || !p99["forgive"] || !dec["forgive"]) { print "lease-cost: no comparison (a run failed)"; exit 1 }
+		printf "charge / forgive: gateway CPU %.1f s / %.1f s = %.2fx  PUBACK p99 %.1f ms / %.1f ms = %.2fx  decided %d / %d = %.3fx\n",
+			cpu["charge"]/n["charge"], cpu["forgive"]/n["forgive"], (cpu["charge"]/n["charge"])/(cpu["forgive"]/n["forgive"]),
+			p99["charge"]/n["charge"], p99["forgive"]/n["forgive"], (p99["charge"]/n["charge"])/(p99["forgive"]/n["forgive"]),
+			dec["charge"]/n["charge"], dec["forgive"]/n["forgive"], (dec["charge"]/n["charge"])/(dec["forgive"]/n["forgive"])
+		printf "charge / forgive: gateway CPU per decided publish %.1f us / %.1f us = %.2fx (the runs decided as many unless the machine was saturated)\n",
+			1e6*cpu["charge"]/dec["charge"], 1e6*cpu["forgive"]/dec["forgive"], (cpu["charge"]/dec["charge"])/(cpu["forgive"]/dec["forgive"])
+		printf "charge: lease records %.0f per second, lease transactions %.1f per second (of %s s runs)\n",
+			r["charge"]/n["charge"]/secs, w["charge"]/n["charge"]/secs, secs
+	}' "$out/runs"
 }
 
 echo "lease-cost: $devices devices at $rate for $duration, quota $limit per $window, QoS 1; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+rm -f "$out/runs"
 run 1 charge
 run 2 forgive
 run 3 forgive
 run 4 charge
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+summary
