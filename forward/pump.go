@@ -283,6 +283,14 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 	// data) would otherwise have a device's later messages stored
 	// before its earlier ones, which are sent again after them.
 	window := 1
+	h, batch := c.(holder)
+	// full is the window once open: Window, or less when the
+	// destination takes fewer unacknowledged (an MQTT 5 upstream's
+	// Receive Maximum).
+	full := f.cfg.Window
+	if l, ok := c.(inflightLimiter); ok && l.MaxInflight() > 0 {
+		full = min(full, l.MaxInflight())
+	}
 	for {
 		if l := f.live.Load(); l != live {
 			if l.Rate != live.Rate {
@@ -302,11 +310,20 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			}
 		}
 		if len(queue) == 0 && len(sent) < window {
+			// On from the newest number read: every message before it
+			// was sent on this connection, or left the log (expired,
+			// trimmed, set aside), and the log never holds a number
+			// before a lower one (AppendAsync), so nothing before it
+			// waits. The deleter is not waited for: what it still
+			// deletes was acknowledged and is never read again here.
+			// Before, a connection with nothing in flight waited for
+			// the deletion's fsync and read from the log's start, at
+			// every window a fast upstream emptied.
 			from := read + 1
-			if len(sent) == 0 {
-				// Nothing in flight: read from the log's start, once
-				// what was acknowledged has left it (trimmed or expired
-				// messages may have gone from before read).
+			if read == 0 {
+				// The connection's first read (or the first after a
+				// trim with nothing in flight): from the log's start,
+				// once what was acknowledged has left it.
 				if err := del.flush(); err != nil {
 					return err
 				}
@@ -318,6 +335,9 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			}
 		}
 		var paceWait time.Duration
+		if batch {
+			h.Hold() // the batch below leaves in one write
+		}
 		for len(queue) > 0 && len(sent) < window && !isClosed(c.Lost()) {
 			if paceWait = pace.wait(time.Now()); paceWait > 0 {
 				break
@@ -338,6 +358,9 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			if failedNow(a) || isClosed(c.Lost()) {
 				break // no more on a connection that failed: each Send may take up to its write deadline
 			}
+		}
+		if batch {
+			h.Release()
 		}
 		var paced <-chan time.Time
 		if paceWait > 0 {
@@ -399,7 +422,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				}
 				// Refused for good: to the dead letters, and on.
 				if sent[0].seq >= opensAt {
-					window = f.cfg.Window // an answer all the same
+					window = full // an answer all the same
 				}
 				refused = true
 				if err := f.deadLetter(sent[0].seq, ref); err != nil {
@@ -410,7 +433,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				continue
 			}
 			if sent[0].seq >= opensAt {
-				window = f.cfg.Window
+				window = full
 			}
 			if f.closes.seq == sent[0].seq {
 				f.closes.n = 0
@@ -429,6 +452,19 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 		del.add(done, doneBytes)
 	}
 }
+
+// holder is a Conn that can keep back what its Sends write and write
+// it together (MQTT: batchConn.Hold). The pump holds while it sends a
+// batch; Release never waits.
+type holder interface {
+	Hold()
+	Release()
+}
+
+// inflightLimiter is a Conn whose destination takes at most
+// MaxInflight messages unacknowledged (MQTT 5: the upstream's Receive
+// Maximum).
+type inflightLimiter interface{ MaxInflight() int }
 
 // overBound reports whether the log holds more than its bound under
 // DropOldest (trim has work): MaxBytes, or less while the disk is at
