@@ -19,7 +19,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 	var logged string
 	var loggedAt time.Time
 	for ctx.Err() == nil {
-		progressed := false
+		atOnce := false // the next attempt need not wait (see below)
 		f.attempts.Add(1)
 		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		dial := f.live.Load().Dial
@@ -36,11 +36,22 @@ func (f *Forwarder) Run(ctx context.Context) {
 			// destination accepts and then fails at once (a produce
 			// refused, a login taken back) would otherwise be retried
 			// every MinBackoff, and logged each time.
-			progressed = f.forwarded.Load() > acked || f.deadMoved.Load() > moved
-			if progressed || time.Since(since) >= stableConnection {
+			stable := time.Since(since) >= stableConnection
+			progressed := f.forwarded.Load() > acked || f.deadMoved.Load() > moved
+			if progressed || stable {
 				logged = ""
 				backoff = f.cfg.MinBackoff
 			}
+			// At once after a connection that lasted, or that set a
+			// message aside (each such connection takes one out of
+			// the log, so they end): an upstream that ends the
+			// connection after each refusal (Mosquitto with
+			// max_queued_messages 0) would otherwise hold the log to
+			// a refusal per backoff. Not after acknowledgements
+			// alone: an upstream that acknowledges a message and
+			// drops every connection would be dialled again in a
+			// loop; it gets the first step of the backoff.
+			atOnce = stable || f.deadMoved.Load() > moved
 		}
 		if ctx.Err() != nil {
 			f.setConnected(false, "")
@@ -49,7 +60,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 		if f.setAsideClosing() {
 			logged = ""
 			backoff = f.cfg.MinBackoff // something moved on
-			progressed = true
+			atOnce = true
 		}
 		f.setConnected(false, err.Error())
 		if msg := err.Error(); msg != logged || time.Since(loggedAt) >= failureLogEvery {
@@ -58,11 +69,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 				"backlog", f.backlog.Load(), "retry_in", backoff)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		if progressed {
-			// A connection that moved messages on ended: the next at
-			// once (an upstream that ends the connection after each
-			// refusal, Mosquitto with max_queued_messages 0, would
-			// otherwise hold the log to a refusal per backoff).
+		if atOnce {
 			wait = 0
 		}
 		f.setRetry(time.Now().Add(wait))

@@ -152,7 +152,8 @@ func TestWindowInFlightAtMosquitto(t *testing.T) {
 // TestOrderAcrossDropsMidWindow: an upstream that ends the connection
 // (stopped, and started again on its persisted sessions) while a window
 // of a device's messages is in flight: every message arrives, first
-// arrivals in order, and at most a window's worth twice per drop.
+// arrivals in order, and per drop at most a window's worth twice (and
+// what Mosquitto had in flight to the subscriber).
 func TestOrderAcrossDropsMidWindow(t *testing.T) {
 	for _, v5 := range []bool{false, true} {
 		t.Run(protocol(v5), func(t *testing.T) {
@@ -196,8 +197,11 @@ func TestOrderAcrossDropsMidWindow(t *testing.T) {
 				}
 				seen[p] = true
 			}
-			if dups > drops*window {
-				t.Fatalf("%d duplicates over %d drops: more than the %d in flight each", dups, drops, window)
+			// Per drop, the forwarder's window sent again, and what
+			// Mosquitto had in flight to the subscriber (its
+			// max_inflight_messages, 20) delivered again.
+			if dups > drops*(window+20) {
+				t.Fatalf("%d duplicates over %d drops: more than the %d in flight each and Mosquitto's 20 to the subscriber", dups, drops, window)
 			}
 			t.Logf("%d messages, %d drops mid-window, %d duplicates", n, drops, dups)
 		})
