@@ -342,8 +342,11 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			}
 		}
 		var paceWait time.Duration
-		if batch {
-			h.Hold() // the batch below leaves in one write
+		// A batch of at least minHeld leaves in one write; fewer go as
+		// they come (a message or two freed by an acknowledgement).
+		held := batch && min(len(queue), window-len(sent)) >= minHeld
+		if held {
+			h.Hold()
 		}
 		for len(queue) > 0 && len(sent) < window && !isClosed(c.Lost()) {
 			if paceWait = pace.wait(time.Now()); paceWait > 0 {
@@ -366,7 +369,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				break // no more on a connection that failed: each Send may take up to its write deadline
 			}
 		}
-		if batch {
+		if held {
 			h.Release()
 		}
 		var paced <-chan time.Time
@@ -467,6 +470,12 @@ type holder interface {
 	Hold()
 	Release()
 }
+
+// minHeld is the fewest messages the pump sends under Hold: holding one
+// or two gains no syscall (the client's writer may take the last ones
+// after Release anyway) and may cost a goroutine when a write is under
+// way.
+const minHeld = 8
 
 // inflightLimiter is a Conn whose destination takes at most
 // MaxInflight messages unacknowledged (MQTT 5: the upstream's Receive
