@@ -3,6 +3,8 @@ package forward
 import (
 	"bufio"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/devicegate/devicegate/internal/spool"
@@ -20,22 +22,85 @@ import (
 // connection, so the client sees it as lost; what was pending is then
 // not sent, which costs nothing here: a message leaves the forward log
 // only once acknowledged.
+//
+// Hold and Release (the holder interface) keep the packets written in
+// between back and hand them to the spool together: the pump holds
+// while it sends a batch of messages, so that the batch leaves in one
+// syscall rather than one or two packets each (the spool's writer,
+// idle, takes each packet as it comes).
 type batchConn struct {
 	net.Conn
 	r *bufio.Reader
 	w *spool.Writer
+	// hold is set between Hold and Release; mu orders the writes to
+	// the spool and guards held, what Write kept back meanwhile.
+	hold atomic.Bool
+	mu   sync.Mutex
+	held []byte
 }
 
 // maxPendingWrite bounds the bytes Write accepts ahead of the spool's
 // writer; beyond it Write waits.
 const maxPendingWrite = 1 << 20
 
+// maxHeld bounds the bytes kept back between Hold and Release; beyond
+// it writes go on to the spool.
+const maxHeld = 256 << 10
+
 func newBatchConn(c net.Conn) *batchConn {
 	return &batchConn{Conn: c, r: bufio.NewReaderSize(c, 32<<10), w: spool.New(c, maxPendingWrite, nil, nil)}
 }
 
-func (b *batchConn) Read(p []byte) (int, error)  { return b.r.Read(p) }
-func (b *batchConn) Write(p []byte) (int, error) { return b.w.Write(p) }
+func (b *batchConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// Write copies p into the spool, or keeps it back while held. What
+// was kept back goes first, so the bytes keep their order.
+func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.hold.Load() && len(b.held)+len(p) <= maxHeld {
+		b.held = append(b.held, p...)
+		return len(p), nil
+	}
+	if err := b.releaseLocked(); err != nil {
+		return 0, err
+	}
+	return b.w.Write(p)
+}
+
+// releaseLocked hands what was kept back to the spool (b.mu held).
+func (b *batchConn) releaseLocked() error {
+	if len(b.held) == 0 {
+		return nil
+	}
+	_, err := b.w.Write(b.held)
+	b.held = b.held[:0]
+	return err
+}
+
+// Hold keeps the packets written from now on back until Release.
+func (b *batchConn) Hold() { b.hold.Store(true) }
+
+// Release hands what was kept back to the spool. It never waits (the
+// pump calls it): when a write is under way or the spool is too full to
+// take it at once, a goroutine of its own hands it on, and any Write
+// that comes before hands it on first.
+func (b *batchConn) Release() {
+	b.hold.Store(false)
+	if b.mu.TryLock() {
+		if len(b.held) == 0 || b.w.Pending()+len(b.held) <= b.w.Limit() {
+			_ = b.releaseLocked() // a failure shows in the next Write, and the spool closes the socket
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+	}
+	go func() {
+		b.mu.Lock()
+		_ = b.releaseLocked()
+		b.mu.Unlock()
+	}()
+}
 
 // SetWriteDeadline does nothing: a Write only copies into the spool, and
 // the socket's write deadline is the spool's (Close sets it, to end a
@@ -48,7 +113,9 @@ func (b *batchConn) SetWriteDeadline(time.Time) error { return nil }
 func (b *batchConn) SetDeadline(t time.Time) error { return b.Conn.SetReadDeadline(t) }
 
 // Close sends what is pending (a DISCONNECT, say), for at most
-// spool.Drain, then closes the connection.
+// spool.Drain, then closes the connection. What is still held is
+// dropped: a connection ends with its messages unacknowledged, and
+// they are sent again on the next.
 func (b *batchConn) Close() error {
 	err := b.w.Close()
 	b.w.Wait()

@@ -94,7 +94,7 @@ func runForwarderLog(t *testing.T, cfg Config, logger *slog.Logger) (*Forwarder,
 }
 
 // startForwarder runs a forwarder of cfg on st until the test ends.
-func startForwarder(t *testing.T, cfg Config, st *persist.Store, logger *slog.Logger) *Forwarder {
+func startForwarder(t *testing.T, cfg Config, st Log, logger *slog.Logger) *Forwarder {
 	t.Helper()
 	f, err := New(cfg, st, logger)
 	if err != nil {

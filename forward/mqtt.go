@@ -103,7 +103,14 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 		SetWriteTimeout(writeTimeout).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) { conn.EndWith(err) })
 	// Our own dial, to read and write through a batchConn.
-	opts.SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) { return d.dial(ctx, timeout) })
+	opts.SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) {
+		bc, err := d.dial(ctx, timeout)
+		if err != nil {
+			return nil, err
+		}
+		conn.bc = bc
+		return bc, nil
+	})
 	if d.Username != "" {
 		opts.SetUsername(d.Username).SetPassword(d.Password)
 	}
@@ -183,7 +190,7 @@ const DefaultWriteTimeout = time.Second
 
 // dial opens the TCP or TLS connection, reading and writing through a
 // batchConn.
-func (d *MQTT) dial(ctx context.Context, timeout time.Duration) (net.Conn, error) {
+func (d *MQTT) dial(ctx context.Context, timeout time.Duration) (*batchConn, error) {
 	dialer := &net.Dialer{Timeout: timeout}
 	var c net.Conn
 	var err error
@@ -199,9 +206,15 @@ func (d *MQTT) dial(ctx context.Context, timeout time.Duration) (net.Conn, error
 }
 
 type mqttConn struct {
-	c mqtt.Client
+	c  mqtt.Client
+	bc *batchConn // the socket paho reads and writes
 	*Ending
 }
+
+// Hold and Release make mqttConn a holder: the publishes of a batch
+// leave in one write.
+func (c *mqttConn) Hold()    { c.bc.Hold() }
+func (c *mqttConn) Release() { c.bc.Release() }
 
 func (c *mqttConn) Send(m *Message, qos byte) Ack {
 	return v3Ack{c.c.Publish(m.Topic, qos, m.Retain, m.Payload)}

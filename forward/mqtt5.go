@@ -25,7 +25,7 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
-	conn := &mqtt5Conn{Ending: NewEnding(), sess: &ackSession{SessionManager: state.NewInMemory()}}
+	conn := &mqtt5Conn{Ending: NewEnding(), bc: nc, sess: &ackSession{SessionManager: state.NewInMemory()}}
 	cfg := paho.ClientConfig{ClientID: d.ClientID, Conn: nc, Session: conn.sess, PacketTimeout: timeout,
 		OnClientError: conn.EndWith,
 		OnServerDisconnect: func(dc *paho.Disconnect) {
@@ -68,6 +68,10 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 			return nil, fmt.Errorf("connect to %s: refused: %s (reason 0x%02X)", d.Addr(), reasonText(ca.Properties), ca.ReasonCode)
 		}
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
+	}
+	conn.receiveMax = 65535 // MQTT 5, 3.2.2.3.3: absent, 65,535
+	if ca.Properties != nil && ca.Properties.ReceiveMaximum != nil {
+		conn.receiveMax = int(*ca.Properties.ReceiveMaximum)
 	}
 	if len(d.Subscribe) > 0 && d.Deliver != nil {
 		sub := &paho.Subscribe{}
@@ -117,9 +121,24 @@ func reasonText(p *paho.ConnackProperties) string {
 
 type mqtt5Conn struct {
 	c    *paho.Client
+	bc   *batchConn // the socket paho reads and writes
 	sess *ackSession
+	// receiveMax is the upstream's Receive Maximum (its CONNACK): the
+	// QoS 1 publishes it takes unacknowledged. paho.golang's publish
+	// waits for room beyond it.
+	receiveMax int
 	*Ending
 }
+
+// MaxInflight is the upstream's Receive Maximum: the pump keeps at most
+// that many in flight, so that a Send never waits for room (and never
+// while the pump holds the publishes that would make it: Hold).
+func (c *mqtt5Conn) MaxInflight() int { return c.receiveMax }
+
+// Hold and Release make mqtt5Conn a holder: the publishes of a batch
+// leave in one write.
+func (c *mqtt5Conn) Hold()    { c.bc.Hold() }
+func (c *mqtt5Conn) Release() { c.bc.Release() }
 
 func (c *mqtt5Conn) Send(m *Message, qos byte) Ack {
 	a := NewPending()

@@ -19,7 +19,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 	var logged string
 	var loggedAt time.Time
 	for ctx.Err() == nil {
-		progressed := false
+		atOnce := false // the next attempt need not wait (see below)
 		f.attempts.Add(1)
 		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		dial := f.live.Load().Dial
@@ -36,11 +36,22 @@ func (f *Forwarder) Run(ctx context.Context) {
 			// destination accepts and then fails at once (a produce
 			// refused, a login taken back) would otherwise be retried
 			// every MinBackoff, and logged each time.
-			progressed = f.forwarded.Load() > acked || f.deadMoved.Load() > moved
-			if progressed || time.Since(since) >= stableConnection {
+			stable := time.Since(since) >= stableConnection
+			progressed := f.forwarded.Load() > acked || f.deadMoved.Load() > moved
+			if progressed || stable {
 				logged = ""
 				backoff = f.cfg.MinBackoff
 			}
+			// At once after a connection that lasted, or that set a
+			// message aside (each such connection takes one out of
+			// the log, so they end): an upstream that ends the
+			// connection after each refusal (Mosquitto with
+			// max_queued_messages 0) would otherwise hold the log to
+			// a refusal per backoff. Not after acknowledgements
+			// alone: an upstream that acknowledges a message and
+			// drops every connection would be dialled again in a
+			// loop; it gets the first step of the backoff.
+			atOnce = stable || f.deadMoved.Load() > moved
 		}
 		if ctx.Err() != nil {
 			f.setConnected(false, "")
@@ -49,7 +60,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 		if f.setAsideClosing() {
 			logged = ""
 			backoff = f.cfg.MinBackoff // something moved on
-			progressed = true
+			atOnce = true
 		}
 		f.setConnected(false, err.Error())
 		if msg := err.Error(); msg != logged || time.Since(loggedAt) >= failureLogEvery {
@@ -58,11 +69,7 @@ func (f *Forwarder) Run(ctx context.Context) {
 				"backlog", f.backlog.Load(), "retry_in", backoff)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		if progressed {
-			// A connection that moved messages on ended: the next at
-			// once (an upstream that ends the connection after each
-			// refusal, Mosquitto with max_queued_messages 0, would
-			// otherwise hold the log to a refusal per backoff).
+		if atOnce {
 			wait = 0
 		}
 		f.setRetry(time.Now().Add(wait))
@@ -283,6 +290,14 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 	// data) would otherwise have a device's later messages stored
 	// before its earlier ones, which are sent again after them.
 	window := 1
+	h, batch := c.(holder)
+	// full is the window once open: Window, or less when the
+	// destination takes fewer unacknowledged (an MQTT 5 upstream's
+	// Receive Maximum).
+	full := f.cfg.Window
+	if l, ok := c.(inflightLimiter); ok && l.MaxInflight() > 0 {
+		full = min(full, l.MaxInflight())
+	}
 	for {
 		if l := f.live.Load(); l != live {
 			if l.Rate != live.Rate {
@@ -302,11 +317,20 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			}
 		}
 		if len(queue) == 0 && len(sent) < window {
+			// On from the newest number read: every message before it
+			// was sent on this connection, or left the log (expired,
+			// trimmed, set aside), and the log never holds a number
+			// before a lower one (AppendAsync), so nothing before it
+			// waits. The deleter is not waited for: what it still
+			// deletes was acknowledged and is never read again here.
+			// Before, a connection with nothing in flight waited for
+			// the deletion's fsync and read from the log's start, at
+			// every window a fast upstream emptied.
 			from := read + 1
-			if len(sent) == 0 {
-				// Nothing in flight: read from the log's start, once
-				// what was acknowledged has left it (trimmed or expired
-				// messages may have gone from before read).
+			if read == 0 {
+				// The connection's first read (or the first after a
+				// trim with nothing in flight): from the log's start,
+				// once what was acknowledged has left it.
 				if err := del.flush(); err != nil {
 					return err
 				}
@@ -318,6 +342,12 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			}
 		}
 		var paceWait time.Duration
+		// A batch of at least minHeld leaves in one write; fewer go as
+		// they come (a message or two freed by an acknowledgement).
+		held := batch && min(len(queue), window-len(sent)) >= minHeld
+		if held {
+			h.Hold()
+		}
 		for len(queue) > 0 && len(sent) < window && !isClosed(c.Lost()) {
 			if paceWait = pace.wait(time.Now()); paceWait > 0 {
 				break
@@ -338,6 +368,9 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 			if failedNow(a) || isClosed(c.Lost()) {
 				break // no more on a connection that failed: each Send may take up to its write deadline
 			}
+		}
+		if held {
+			h.Release()
 		}
 		var paced <-chan time.Time
 		if paceWait > 0 {
@@ -399,7 +432,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				}
 				// Refused for good: to the dead letters, and on.
 				if sent[0].seq >= opensAt {
-					window = f.cfg.Window // an answer all the same
+					window = full // an answer all the same
 				}
 				refused = true
 				if err := f.deadLetter(sent[0].seq, ref); err != nil {
@@ -410,7 +443,7 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 				continue
 			}
 			if sent[0].seq >= opensAt {
-				window = f.cfg.Window
+				window = full
 			}
 			if f.closes.seq == sent[0].seq {
 				f.closes.n = 0
@@ -429,6 +462,25 @@ func (f *Forwarder) pump(ctx context.Context, c Conn) (err error) {
 		del.add(done, doneBytes)
 	}
 }
+
+// holder is a Conn that can keep back what its Sends write and write
+// it together (MQTT: batchConn.Hold). The pump holds while it sends a
+// batch; Release never waits.
+type holder interface {
+	Hold()
+	Release()
+}
+
+// minHeld is the fewest messages the pump sends under Hold: holding one
+// or two gains no syscall (the client's writer may take the last ones
+// after Release anyway) and may cost a goroutine when a write is under
+// way.
+const minHeld = 8
+
+// inflightLimiter is a Conn whose destination takes at most
+// MaxInflight messages unacknowledged (MQTT 5: the upstream's Receive
+// Maximum).
+type inflightLimiter interface{ MaxInflight() int }
 
 // overBound reports whether the log holds more than its bound under
 // DropOldest (trim has work): MaxBytes, or less while the disk is at

@@ -154,3 +154,56 @@ func TestMessageExpiryHonoured(t *testing.T) {
 		t.Fatalf("expired %d, want 1", st.Expired)
 	}
 }
+
+// ackOnceDialer connects every time, to a connection that acknowledges
+// the first message it is sent and then ends (an upstream that drops
+// every connection after a message), and records when it was dialled.
+type ackOnceDialer struct{ flappingDialer }
+
+func (d *ackOnceDialer) Dial(context.Context) (Conn, error) {
+	d.mu.Lock()
+	d.dials = append(d.dials, time.Now())
+	d.mu.Unlock()
+	return &ackOnceConn{Ending: NewEnding()}, nil
+}
+
+type ackOnceConn struct{ *Ending }
+
+func (c *ackOnceConn) Send(*Message, byte) Ack {
+	a := NewPending()
+	a.Finish(nil)
+	c.EndWith(errors.New("dropped after one message"))
+	return a
+}
+func (c *ackOnceConn) Close() {}
+
+// TestAckThenDropBacksOff: an upstream that acknowledges one message on
+// each connection and then drops it is not dialled again at once: each
+// attempt waits at least the first step of the backoff (half of
+// MinBackoff, with jitter), and every message goes. Before, a
+// connection that had a message acknowledged made the next attempt at
+// once: dials in a loop, as fast as the upstream accepted them.
+func TestAckThenDropBacksOff(t *testing.T) {
+	st, err := persist.Open(t.TempDir(), persist.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	d := new(ackOnceDialer)
+	const minBackoff = 40 * time.Millisecond
+	f := startForwarder(t, Config{Name: "drop/0", Dial: d, MinBackoff: minBackoff, MaxBackoff: time.Second}, st, nil)
+	const n = 10
+	for i := range n {
+		if err := f.Append(msg("devices/d/t", string(rune('a'+i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, 20*time.Second, "every message acknowledged", func() bool { return f.Stats().Forwarded == n })
+	ts := d.times()
+	for i := 1; i < len(ts); i++ {
+		if gap := ts[i].Sub(ts[i-1]); gap < minBackoff/2 {
+			t.Fatalf("attempt %d %s after the one before, after a connection that acknowledged a message and dropped: want at least %s",
+				i+1, gap, minBackoff/2)
+		}
+	}
+}

@@ -47,3 +47,27 @@ func TestBaselineBinaryCopied(t *testing.T) {
 		t.Fatalf("baseline binary: %q, %v", b, err)
 	}
 }
+
+// TestBesideBaseline: each forwarding setup of the baseline runs right
+// after the same setup of this build; the setups without a forwarder
+// keep their places.
+func TestBesideBaseline(t *testing.T) {
+	fw := &forwardingGateway{}
+	var targets, base []forwardTarget
+	for _, name := range []string{setupPlain, setupForward, setupBridge, "gateway -> redis streams"} {
+		tg := forwardTarget{name: name}
+		if strings.Contains(name, "->") && name != setupBridge {
+			tg.fwd = fw
+			base = append(base, forwardTarget{name: baselineName(name, "abc1234"), fwd: fw})
+		}
+		targets = append(targets, tg)
+	}
+	var got []string
+	for _, tg := range besideBaseline(targets, base, "abc1234") {
+		got = append(got, tg.name)
+	}
+	want := []string{setupPlain, setupForward, "gateway @abc1234 -> mosquitto", setupBridge, "gateway -> redis streams", "gateway @abc1234 -> redis streams"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("order %q, want %q", got, want)
+	}
+}

@@ -94,9 +94,9 @@ func forwardBench(ctx context.Context, dir string, o options, fo forwardOptions,
 		return err
 	}
 	targets := []forwardTarget{
-		{"gateway, no forwarding", plain.addr, plain.addr, plain.p, nil, nil},
-		{"gateway -> mosquitto", fwd.addr, upAddr, fwd.p, nil, fwd},
-		{"mosquitto bridge -> mosquitto", bridgeAddr, bridgeUpAddr, bridgeProc, nil, nil},
+		{setupPlain, plain.addr, plain.addr, plain.p, nil, nil},
+		{setupForward, fwd.addr, upAddr, fwd.p, nil, fwd},
+		{setupBridge, bridgeAddr, bridgeUpAddr, bridgeProc, nil, nil},
 	}
 	for i, s := range streams {
 		g, err := startForwardingGateway(dir, "stream-"+strconv.Itoa(i), withKeys(s.keys), pprof)
@@ -118,15 +118,16 @@ func forwardBench(ctx context.Context, dir string, o options, fo forwardOptions,
 		if err != nil {
 			return err
 		}
-		targets = append(targets, forwardTarget{"gateway @" + o.label + " -> mosquitto", fwdBase.addr, upAddr, fwdBase.p, nil, fwdBase})
+		base := []forwardTarget{{"gateway @" + o.label + " -> mosquitto", fwdBase.addr, upAddr, fwdBase.p, nil, fwdBase}}
 		for i, s := range streams {
 			g, err := startForwardingGatewayOf(dir, "stream-baseline-"+strconv.Itoa(i), baselineBin(dir), withKeys(s.keys), false)
 			keep(fwdProc(g))
 			if err != nil {
 				return err
 			}
-			targets = append(targets, forwardTarget{baselineName(s.name, o.label), g.addr, "", g.p, s.proc, g})
+			base = append(base, forwardTarget{baselineName(s.name, o.label), g.addr, "", g.p, s.proc, g})
 		}
+		targets = besideBaseline(targets, base, o.label)
 	}
 	results := map[string][]result{}
 	for r := range o.rounds {
@@ -170,6 +171,30 @@ func forwardBench(ctx context.Context, dir string, o options, fo forwardOptions,
 	}
 	return nil
 }
+
+// besideBaseline puts each of the baseline's setups right after the
+// same setup of this build, so that the two compared run one after the
+// other in every round (with one round, minutes apart otherwise, under
+// whatever else the machine did meanwhile).
+func besideBaseline(targets, base []forwardTarget, label string) []forwardTarget {
+	var out []forwardTarget
+	for _, tg := range targets {
+		out = append(out, tg)
+		for _, b := range base {
+			if tg.fwd != nil && b.name == baselineName(tg.name, label) {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
+// The setups every forward run has, by name.
+const (
+	setupPlain   = "gateway, no forwarding"
+	setupForward = "gateway -> mosquitto"
+	setupBridge  = "mosquitto bridge -> mosquitto"
+)
 
 // fwdProc is g's process, or nil.
 func fwdProc(g *forwardingGateway) *proc {
@@ -388,13 +413,13 @@ func printForwardTable(w io.Writer, o options, targets []forwardTarget, results 
 			spreadOf(column(rs, func(r result) float64 { return r.AckP50 })), spreadOf(column(rs, func(r result) float64 { return r.AckP99 })))
 	}
 	med := func(name string) float64 { return spreadOf(column(results[name], delivered)).med }
-	fw, plain, br := med(targets[1].name), med(targets[0].name), med(targets[2].name)
+	fw, plain, br := med(setupForward), med(setupPlain), med(setupBridge)
 	verdict := func(ok bool) string { return map[bool]string{true: "met", false: "not met"}[ok] }
 	fmt.Fprintln(w, "\n| goal | measured | |")
 	fmt.Fprintln(w, "|---|---|---|")
 	fmt.Fprintf(w, "| forwarding ≥ 0.95 × the gateway without forwarding (delivered) | %.2f | %s |\n", fw/plain, verdict(fw/plain >= 0.95))
 	fmt.Fprintf(w, "| forwarding ≥ 1.0 × Mosquitto's bridge (delivered) | %.2f | %s |\n", fw/br, verdict(fw/br >= 1.0))
-	in := spreadOf(column(results[targets[0].name], received)).med
+	in := spreadOf(column(results[setupPlain], received)).med
 	for _, tg := range targets {
 		if tg.stream() {
 			r := med(tg.name) / in
