@@ -28,12 +28,12 @@ type Steady struct {
 
 // steadyPoint is one reading of the counters Steady compares.
 type steadyPoint struct {
-	at                 time.Time
-	admitted, decided  float64
-	redis              RedisStats
-	cpu, aloneCPU      time.Duration
-	aloneDecided       float64
-	connected, devices float64
+	at                time.Time
+	admitted, decided float64
+	redis             RedisStats
+	cpu, aloneCPU     time.Duration
+	aloneDecided      float64
+	connected         float64
 }
 
 // read takes a steadyPoint over gws, alone (nil for none) and redis.
