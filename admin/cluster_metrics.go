@@ -50,7 +50,7 @@ var ownerDescs = [...]struct {
 		func(s OwnerStats) float64 { return float64(s.Releases) }},
 	{prometheus.NewDesc("devicegate_cluster_owner_fallbacks_total", "Decisions taken by the failure policy because this gateway could not use its lease on the device.", nil, nil),
 		func(s OwnerStats) float64 { return float64(s.Fallbacks) }},
-	{prometheus.NewDesc("devicegate_cluster_owned_devices", "Devices this gateway decides for now (owner mode).", nil, nil),
+	{prometheus.NewDesc("devicegate_cluster_owned_devices", "Devices in this gateway's owner table (owner mode): those it decides for, being claimed or just lost.", nil, nil),
 		func(s OwnerStats) float64 { return float64(s.Owned) }},
 }
 

@@ -17,7 +17,8 @@ type OwnerStats struct {
 	// gateway could not use its lease (Redis unreachable, a claim
 	// failed).
 	Fallbacks uint64
-	// Owned are the devices this gateway holds now.
+	// Owned are the devices in the owner table now: decided here, being
+	// claimed, or just lost.
 	Owned int
 }
 
