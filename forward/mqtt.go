@@ -118,6 +118,20 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 	// A command is acknowledged once delivered (handler), not when it
 	// arrives.
 	opts.SetAutoAckDisabled(commands)
+	if commands {
+		// paho calls the handler on one goroutine, in arrival order, and
+		// sends each PUBACK when Ack is called. It is the default handler,
+		// in place before the CONNECT: an upstream that kept the session
+		// sends its queued commands right after the CONNACK, before the
+		// SUBSCRIBE below gives paho a route, and paho drops, unacknowledged,
+		// a message no handler takes (the upstream then holds it in flight
+		// and, once its in-flight window is full, sends nothing more).
+		opts.SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) {
+			if d.deliver(m.Topic(), m.Payload(), m.Retained(), m.Qos(), conn.Ending) {
+				m.Ack()
+			}
+		})
+	}
 	c, kept, err := mqtt3.ConnectSession(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
@@ -128,13 +142,7 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 		for _, s := range d.Subscribe {
 			filters[s] = 1
 		}
-		// paho calls the handler on one goroutine, in arrival order, and
-		// sends each PUBACK when Ack is called.
-		tok := c.SubscribeMultiple(filters, func(_ mqtt.Client, m mqtt.Message) {
-			if d.deliver(m.Topic(), m.Payload(), m.Retained(), m.Qos(), conn.Ending) {
-				m.Ack()
-			}
-		})
+		tok := c.SubscribeMultiple(filters, nil) // the default handler takes them
 		if kept {
 			subscribeKept(conn.Ending, func() error {
 				if tok.Wait(); tok.Error() != nil {

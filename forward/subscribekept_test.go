@@ -18,7 +18,10 @@ import (
 // kept: the upstream sends them ahead of the SUBACK, each kept before
 // the next is read. Before, the connection gave up on the SUBACK after
 // its timeout (200 ms here, 5 s by default) and started the backlog
-// again, for ever (a real Mosquitto; MQTT 3.1.1 and 5).
+// again, for ever (a real Mosquitto; MQTT 3.1.1 and 5). And none is
+// lost: commands that arrived before the SUBSCRIBE gave paho a route
+// were dropped unacknowledged, and the upstream, its in-flight window
+// full of them, sent nothing more (0 or 285 of 300 kept, 5 runs in 15).
 func TestSubscribeKeptSessionBacklog(t *testing.T) {
 	for _, v5 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("v5=%v", v5), func(t *testing.T) {
