@@ -134,16 +134,7 @@ func (h *throttle) next(device, class string, q devicelimit.Quota, v *ruleView, 
 		if err != nil {
 			return n, err
 		}
-		if q.Shadow != gq.Shadow {
-			// Table.AllowGroupAt: the enforced part decides first,
-			// alone; the other is decided only when it admits.
-			if !q.Shadow && !dv.Allowed {
-				gv = devicelimit.Verdict{}
-			} else if !gq.Shadow && !gv.Allowed {
-				dv = devicelimit.Verdict{Allowed: true}
-			}
-		}
-		d = devicelimit.CombineGroup(dv, gv)
+		d = devicelimit.CombineGroup(devicelimit.OrderOf(q, gq).Peeked(dv, gv))
 	}
 	if d.Allowed {
 		return n, nil

@@ -56,7 +56,8 @@ func (l *Limiter) fillGroup(r *request, device, class string, q devicelimit.Quot
 		return devicelimit.GroupDecision{Decision: d, Group: true}, true
 	}
 	r.reset()
-	r.cond, r.groupFirst = q.Shadow != gq.Shadow, q.Shadow && !gq.Shadow
+	order := devicelimit.OrderOf(q, gq)
+	r.cond, r.groupFirst = order != devicelimit.BothParts, order == devicelimit.GroupFirst
 	copy(r.ls[:], ls)
 	copy(r.gls[:], gls)
 	type part struct {

@@ -373,23 +373,24 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 // the device's windows counted the message (its lease's business).
 func (o *Owner) withGroup(device, class string, q devicelimit.Quota, ls []devicelimit.Limit, size int, now devicelimit.Tick, g groupPart) (devicelimit.GroupDecision, bool) {
 	var dv, gv devicelimit.Verdict
-	switch {
-	case q.Shadow == g.q.Shadow:
+	order := devicelimit.OrderOf(q, g.q)
+	switch order {
+	case devicelimit.BothParts:
 		if dv = o.table.PeekAllAt(device, class, ls, size, now); dv.Allowed {
 			if gv = o.shared.decideVerdict(g.key, "", g.ls, size, now); gv.Allowed {
 				dv = o.table.AllowAllAt(device, class, ls, size, now)
 			}
 		}
-	case g.q.Shadow: // the device's part enforced, first
+	case devicelimit.DeviceFirst:
 		if dv = o.table.AllowAllAt(device, class, ls, size, now); dv.Allowed {
 			gv = o.shared.decideVerdict(g.key, "", g.ls, size, now)
 		}
-	default: // the group's part enforced, first
+	default: // GroupFirst
 		if gv = o.shared.decideVerdict(g.key, "", g.ls, size, now); gv.Allowed {
 			dv = o.table.AllowAllAt(device, class, ls, size, now)
 		}
 	}
-	counted := dv.Allowed && (q.Shadow != g.q.Shadow || gv.Allowed)
+	counted := dv.Allowed && (order != devicelimit.BothParts || gv.Allowed)
 	return devicelimit.CombineGroup(dv, gv), counted
 }
 

@@ -44,7 +44,8 @@ func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq 
 	if second != first {
 		second.mu.Lock()
 	}
-	if q.Shadow == gq.Shadow {
+	o := OrderOf(q, gq)
+	if o == BothParts {
 		// Both decided, so a refusal names the part that admits last.
 		dok := t.prepare(&dp, dls, size, now, true, false)
 		if t.prepare(&gp, gls, size, now, true, false) && dok {
@@ -53,7 +54,7 @@ func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq 
 		}
 	} else {
 		a, b, als, bls := &dp, &gp, dls, gls // the enforced part first
-		if q.Shadow {
+		if o == GroupFirst {
 			a, b, als, bls = &gp, &dp, gls, dls
 		}
 		if t.prepare(a, als, size, now, true, len(als) == 1) {
@@ -70,6 +71,48 @@ func (t *Table) AllowGroupAt(device, class string, q Quota, groupKey string, gq 
 	}
 	first.mu.Unlock()
 	return groupDecision(&dp, &gp)
+}
+
+// GroupOrder is how AllowGroupAt decides a device's part of a message
+// and its group's; every other decider of both parts (a peek, a shared
+// limiter, an owner deciding the group in Redis) follows it.
+type GroupOrder uint8
+
+const (
+	// BothParts: both parts enforced, or both in shadow mode. Both are
+	// decided, and the message counted in either only when both admit.
+	BothParts GroupOrder = iota
+	// DeviceFirst: the group in shadow mode. The device's part decides
+	// alone; the group's is decided only for a message it admitted.
+	DeviceFirst
+	// GroupFirst: the device in shadow mode. The group's part decides
+	// alone; the device's is decided only for a message it admitted.
+	GroupFirst
+)
+
+// OrderOf returns the order of a device under q in a group under gq.
+func OrderOf(q, gq Quota) GroupOrder {
+	switch {
+	case q.Shadow == gq.Shadow:
+		return BothParts
+	case gq.Shadow:
+		return DeviceFirst
+	}
+	return GroupFirst
+}
+
+// Peeked turns the verdicts of the two parts, each peeked alone, into
+// those AllowGroupAt would reach in order o: the part decided second is
+// not decided (gv zero; a device's part taken as admitting) when the
+// first refused.
+func (o GroupOrder) Peeked(dv, gv Verdict) (Verdict, Verdict) {
+	switch {
+	case o == DeviceFirst && !dv.Allowed:
+		gv = Verdict{}
+	case o == GroupFirst && !gv.Allowed:
+		dv = Verdict{Allowed: true}
+	}
+	return dv, gv
 }
 
 // groupDecision sums a group decision up (see CombineGroup).
