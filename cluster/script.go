@@ -48,8 +48,8 @@ import "github.com/redis/go-redis/v9"
 // needs the ring, which is the costly part of the script). The high-water
 // is the latest time the window was decided at; a decision never runs
 // earlier, so a Redis clock stepped back cannot empty a window. The key
-// expires when its newest bucket leaves the window: idle devices cost
-// nothing.
+// expires when its newest bucket leaves the window, and no sooner than
+// ten seconds after it was written: idle devices cost nothing.
 const windowLua = windowFuncsLua + windowMainLua
 
 // windowFuncsLua reads the clock and defines the window functions.
@@ -227,13 +227,16 @@ local function prepare(key, limit, T, B, units, now)
 end
 
 -- store writes the window back (use(st) done). The key outlives its
--- newest bucket by at least a second of Redis's real time: 'now' is the
--- caller's clock, and a window of a few milliseconds must not vanish
+-- newest bucket by at least ten seconds of Redis's real time: 'now' is
+-- the caller's clock, and a window of a few milliseconds must not vanish
 -- while a slow caller is still deciding in it (a key kept longer is
--- judged by its bucket times all the same).
+-- judged by its bucket times all the same). One second was too little:
+-- a gateway stalled over a second between two decisions of one device
+-- (the race detector at load 20) found the window gone and admitted
+-- what it had refused.
 local function store(st, untilT)
   local ttl = bucketStart(st.head + st.S, st.B, st.T) - st.now
-  local ms = math.max(math.floor(ttl / 1000) + 1, 1000)
+  local ms = math.max(math.floor(ttl / 1000) + 1, 10000)
   redis.call('SET', st.key, struct.pack(HDR, st.head, st.now, st.T, untilT, st.total, st.limit, st.B, W) .. body, 'PX', ms)
 end
 
