@@ -45,11 +45,14 @@ func TestSimulateRestartProcess(t *testing.T) {
 				}
 			case "kill":
 				// The bound: what arrived in one snapshot interval (plus
-				// slack) before the kill: 10/s over 0.85 s, at most 9 or
-				// 10. A gateway that forgot every window would let 12
-				// more through (15 minus the 3 refused by 1.2 s).
+				// slack) before the kill: 10/s over 0.85 s, 9 or 10 on a
+				// quiet machine. A gateway that forgot every window would
+				// let 12 more through (15 minus the 3 refused by 1.2 s),
+				// so an excess over 10 fails whatever the allowance: the
+				// allowance counts arrivals, which a loaded machine
+				// bunches (11 in the interval at load 20).
 				for _, d := range rep.Result.Devices {
-					if d.Excess > d.Allowance || d.Allowance > 10 {
+					if d.Excess > d.Allowance || d.Excess > 10 {
 						t.Errorf("%s: excess %d, allowance %d", d.Device, d.Excess, d.Allowance)
 					}
 				}
