@@ -288,8 +288,9 @@ func TestDeferExpiry(t *testing.T) {
 }
 
 // A released message is the message the device sent: topic, payload,
-// QoS, retain flag and the MQTT 5 properties, and it becomes the topic's
-// retained message.
+// QoS, retain flag and the MQTT 5 properties, with the instant of its
+// release added last (devicelimit.ReleasedProperty), and it becomes the
+// topic's retained message.
 func TestDeferKeepsMessage(t *testing.T) {
 	f := start(t, fixtureOpts{rules: []devicelimit.Rule{deferRule("dev-*", 1, time.Second)}, store: openStore(t, t.TempDir())})
 	sub := f.subscribeMsgs(t, "sub", "#")
@@ -308,6 +309,7 @@ func TestDeferKeepsMessage(t *testing.T) {
 			User:            paho.UserProperties{{Key: "unit", Value: "C"}, {Key: "unit", Value: "K"}, {Key: "b", Value: ""}},
 		},
 	}
+	before := f.clock.Now().Time() // the gateway's clock: released at a later step of it
 	if code := publish5(t, p, sent); code != 0 {
 		t.Fatalf("deferred publish: PUBREC 0x%02x", code)
 	}
@@ -317,8 +319,19 @@ func TestDeferKeepsMessage(t *testing.T) {
 	f.releaseAll(t, sub, 1, 500*time.Millisecond, 10)
 	sub.waitLen(t, 2)
 	got := sub.all()[1].pub
+	after := f.clock.Now().Time()
 	gp, sp := got.Properties, sent.Properties
+	var released time.Time
+	if gp != nil && len(gp.User) == len(sp.User)+1 && gp.User[len(sp.User)].Key == devicelimit.ReleasedProperty {
+		var err error
+		if released, err = time.Parse(time.RFC3339Nano, gp.User[len(sp.User)].Value); err != nil {
+			t.Fatalf("release stamp: %v", err)
+		}
+		gp.User = gp.User[:len(sp.User)]
+	}
 	switch {
+	case !released.After(before) || released.After(after):
+		t.Fatalf("released at %v (%q), want after the publish at %v and by the receipt at %v", released, devicelimit.ReleasedProperty, before, after)
 	case got.Topic != sent.Topic || string(got.Payload) != string(sent.Payload) || got.QoS != 2 || !got.Retain:
 		t.Fatalf("got topic %q payload %q QoS %d retain %v, want %q %q 2 true", got.Topic, got.Payload, got.QoS, got.Retain, sent.Topic, sent.Payload)
 	case gp == nil || gp.ContentType != sp.ContentType || gp.PayloadFormat == nil || *gp.PayloadFormat != 1 ||

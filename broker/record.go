@@ -39,6 +39,11 @@ type deferredMsg struct {
 	ResponseTopic   string
 	CorrelationData []byte
 	User            []packets.UserProperty
+
+	// Released, when not 0, is the instant the message is released at,
+	// sent as the user property devicelimit.ReleasedProperty (not
+	// stored).
+	Released devicelimit.Tick
 }
 
 // deferredVersion is the record format version, its first byte;
@@ -106,6 +111,11 @@ func (m *deferredMsg) packet(expiry uint32) packets.Packet {
 			CorrelationData:       m.CorrelationData,
 			User:                  m.User,
 		},
+	}
+	if m.Released != 0 {
+		// A copy: m.User's array is the decoded record's.
+		pk.Properties.User = append(m.User[:len(m.User):len(m.User)], packets.UserProperty{
+			Key: devicelimit.ReleasedProperty, Val: m.Released.Time().UTC().Format(time.RFC3339Nano)})
 	}
 	if m.QoS > 0 {
 		pk.PacketID = 1 // required; an inline publish is never acked

@@ -178,6 +178,7 @@ type batchItem struct {
 func (d *deferrer) release(device string, m *queuedMsg, now devicelimit.Tick) {
 	msg, err := decodeStored(m.rec)
 	if err == nil {
+		msg.Released = now
 		err = d.publish(device, &msg, remainingExpiry(m, now))
 	}
 	if err != nil {

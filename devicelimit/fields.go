@@ -16,6 +16,11 @@ import (
 const (
 	PolicyProperty    = "RateLimit-Policy"
 	RateLimitProperty = "RateLimit"
+	// ReleasedProperty is the user property a deferred message carries
+	// to MQTT 5 subscribers once released: the instant the gateway
+	// admitted it, RFC 3339 with nanoseconds, UTC
+	// (docs/limits.md, "Deferred messages").
+	ReleasedProperty = "devicegate-released-at"
 )
 
 // GroupPolicy is the first part of a group window's policy name,

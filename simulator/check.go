@@ -78,6 +78,9 @@ type Sent struct {
 type Arrival struct {
 	Seq uint64    `json:"seq"`
 	At  time.Time `json:"at"`
+	// Released is the instant the gateway released the message, when it
+	// was deferred and says so (devicelimit.ReleasedProperty, MQTT 5).
+	Released time.Time `json:"released,omitzero"`
 }
 
 // DeviceLog is everything observed about one device: its quota, what it
@@ -416,7 +419,7 @@ func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []
 			r.Phantom++
 		}
 	}
-	ws := judgeWindows(l, first, opts, deferPolicy, r.Released > 0)
+	ws := judgeWindows(l, placeReleases(l, first), opts, deferPolicy, r.Released > 0)
 	r.JudgedWindow = worstWindow(ws, r.Released > 0)
 	w := ws[r.JudgedWindow]
 	r.Limit, r.WindowNS, r.Allowance = w.Limit, w.WindowNS, w.Allowance

@@ -326,3 +326,39 @@ func BenchmarkCheck10kDevices(b *testing.B) {
 		}
 	}
 }
+
+// TestCheckPlacesReleasesAtTheirStamp: a subscriber that fell behind
+// receives two released messages together with the next second's two
+// admissions, four within a window of 2. The gateway's release stamps
+// (devicelimit.ReleasedProperty) place them where it admitted them, a
+// second earlier: no excess. A stamp outside the message's send and
+// arrival (another clock) is ignored, and the crowd counts again.
+func TestCheckPlacesReleasesAtTheirStamp(t *testing.T) {
+	released := func(seq uint64, at, rel int) Arrival { a := arr(seq, at); a.Released = ms(rel); return a }
+	log := func(a3, a4 Arrival) DeviceLog {
+		return DeviceLog{
+			Device: "d",
+			Quota:  devicelimit.Quota{Limit: 2, Window: time.Second, Policy: devicelimit.PolicyDefer},
+			Sent: []Sent{sent(1, 0, AckSuccess), sent(2, 10, AckSuccess), sent(3, 20, AckSuccess), sent(4, 30, AckSuccess),
+				sent(5, 2100, AckSuccess), sent(6, 2110, AckSuccess)},
+			Arrivals: []Arrival{arr(1, 5), arr(2, 15), a3, a4, arr(5, 2105), arr(6, 2115)},
+		}
+	}
+	opts := CheckOptions{Immediate: 100 * time.Millisecond, Tolerance: 50 * time.Millisecond}
+	for _, tc := range []struct {
+		name   string
+		a3, a4 Arrival
+		excess int
+	}{
+		{"no stamps", arr(3, 2000), arr(4, 2001), 2},
+		{"stamped", released(3, 2000, 1000), released(4, 2001, 1010), 0},
+		{"stamped after the arrival", released(3, 2000, 3000), released(4, 2001, 3010), 2},
+		{"stamped before the send", released(3, 2000, 10), released(4, 2001, 10), 2},
+	} {
+		d := Check([]DeviceLog{log(tc.a3, tc.a4)}, opts).Devices[0]
+		partition(t, d)
+		if d.Released != 2 || d.Excess != tc.excess || d.Failed() != (tc.excess > 0) {
+			t.Errorf("%s: released %d, excess %d (want %d), failed %v", tc.name, d.Released, d.Excess, tc.excess, d.Failed())
+		}
+	}
+}

@@ -71,7 +71,7 @@ func TestAllowances(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	logs := []DeviceLog{
-		{Device: "a", Arrivals: []Arrival{{0, at(100)}, {1, at(900)}, {2, at(1500)}, {2, at(1600)}, {3, at(2000)}, {4, at(2001)}}},
+		{Device: "a", Arrivals: []Arrival{{Seq: 0, At: at(100)}, {Seq: 1, At: at(900)}, {Seq: 2, At: at(1500)}, {Seq: 2, At: at(1600)}, {Seq: 3, At: at(2000)}, {Seq: 4, At: at(2001)}}},
 		{Device: "b"},
 	}
 	restarts := []RestartEvent{{At: at(2000)}}
@@ -86,7 +86,7 @@ func TestAllowances(t *testing.T) {
 	}
 	res := Check([]DeviceLog{{Device: "c", Quota: devicelimit.Quota{Limit: 1, Window: time.Second},
 		Sent:      []Sent{{Seq: 0, At: at(0), Ack: AckSuccess}, {Seq: 1, At: at(10), Ack: AckSuccess}, {Seq: 2, At: at(20), Ack: AckSuccess}},
-		Arrivals:  []Arrival{{0, at(1)}, {1, at(11)}, {2, at(21)}},
+		Arrivals:  []Arrival{{Seq: 0, At: at(1)}, {Seq: 1, At: at(11)}, {Seq: 2, At: at(21)}},
 		Allowance: 2}}, CheckOptions{})
 	if d := res.Devices[0]; d.Excess != 2 || d.Violation() || res.Totals.Violations != 0 || res.Totals.WithinBound != 1 || !Decide(res, 1).OK {
 		t.Fatalf("excess within the allowance: %+v, totals %+v", d, res.Totals)

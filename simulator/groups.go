@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -62,7 +63,7 @@ func judgeGroups(logs []DeviceLog, opts CheckOptions) []GroupResult {
 			merged.Allowance += l.Allowance
 		}
 		first, _ := firstArrivals(merged.Arrivals)
-		ws := judgeWindows(merged, first, opts, false, false)
+		ws := judgeWindows(merged, placeReleases(merged, first), opts, false, false)
 		r := GroupResult{Group: name, Devices: n, Windows: ws}
 		for _, w := range ws {
 			r.Violated = r.Violated || w.violation(false)
@@ -70,6 +71,36 @@ func judgeGroups(logs []DeviceLog, opts CheckOptions) []GroupResult {
 		out = append(out, r)
 	}
 	return out
+}
+
+// placeReleases returns first with each released message placed at its
+// release instant instead of its arrival: the gateway decided on it
+// then, and a subscriber that fell behind (a loaded machine) receives
+// releases together, long after, so their arrivals crowd into windows
+// they were never admitted in. A stamp is used only when it lies
+// between the message's send and its arrival, where the release must
+// be; one outside (another clock: the gateway's stepped) is ignored.
+// first itself is returned when no arrival carries a stamp.
+func placeReleases(l DeviceLog, first map[uint64]time.Time) map[uint64]time.Time {
+	var placed map[uint64]time.Time
+	for _, a := range l.Arrivals {
+		if a.Released.IsZero() || a.Released.After(first[a.Seq]) {
+			continue
+		}
+		if placed == nil {
+			placed = maps.Clone(first)
+		}
+		placed[a.Seq] = a.Released
+	}
+	if placed == nil {
+		return first
+	}
+	for _, s := range l.Sent {
+		if at, ok := placed[s.Seq]; ok && at.Before(s.At) {
+			placed[s.Seq] = first[s.Seq]
+		}
+	}
+	return placed
 }
 
 // firstArrivals returns each sequence number's first arrival, and how

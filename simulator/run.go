@@ -225,6 +225,23 @@ func subscribe(ctx context.Context, cfg Config, rec *recorder) (*subscriber, err
 // subscribeAt connects a subscriber at addr: an upstream broker (plain
 // TCP, no login), or a gateway. A tolerant subscriber's loss is noted,
 // not a lost subscriber of the run (Config.SubAddrs).
+// releasedAt returns the release instant a released deferred message
+// carries (devicelimit.ReleasedProperty), or the zero time.
+func releasedAt(p *paho.PublishProperties) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	v := p.User.Get(devicelimit.ReleasedProperty)
+	if v == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
 func subscribeAt(ctx context.Context, cfg Config, rec *recorder, addr string, upstream, tolerant bool) (*subscriber, error) {
 	dial := func(ctx context.Context, addr string) (net.Conn, error) { return cfg.Auth.dialConn(ctx, addr, nil) }
 	user, password := cfg.Auth.subCredentials()
@@ -272,7 +289,7 @@ func subscribeAt(ctx context.Context, cfg Config, rec *recorder, addr string, up
 				rec.badPayload(fmt.Errorf("subscriber: topic %q: %w", pr.Packet.Topic, err))
 				return true, nil
 			}
-			rec.arrival(h.Device, Arrival{Seq: h.Seq, At: now})
+			rec.arrival(h.Device, Arrival{Seq: h.Seq, At: now, Released: releasedAt(pr.Packet.Properties)})
 			return true, nil
 		}},
 	})
