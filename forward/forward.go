@@ -34,7 +34,10 @@ type Log interface {
 	// entry, in one transaction, keeping at most max of them (the
 	// oldest go; dropped says how many).
 	MoveForwardDead(log string, seq uint64, entry []byte, max int) (dropped int, err error)
-	ReadDead(log string, fn func(seq uint64, entry []byte) bool) error
+	// ReadDead reads the dead letters from number from on.
+	ReadDead(log string, from uint64, fn func(seq uint64, entry []byte) bool) error
+	// DeleteDead deletes dead letters seqs, all or (one not held:
+	// persist.ErrNotHeld) none.
 	DeleteDead(log string, seqs []uint64) error
 	DeadCount(log string) (int, error)
 	// SpaceLow reports that the data file's disk is at its free-space
@@ -342,6 +345,9 @@ func New(cfg Config, log Log, logger *slog.Logger) (*Forwarder, error) {
 		f.idPrefix = cfg.Origin + "/" + f.idPrefix
 	}
 	if f.dead.held, err = log.DeadCount(cfg.Name); err != nil {
+		return nil, err
+	}
+	if err := f.loadAgain(); err != nil {
 		return nil, err
 	}
 	f.backlog.Store(int64(msgs))
