@@ -37,7 +37,7 @@ func deadLog(t *testing.T, st *persist.Store, name string, n int, again uint64) 
 
 // idle returns a forwarder of log name whose upstream never answers
 // (nothing listens on port 1 of loopback): what it appends stays.
-func idle(t *testing.T, st *persist.Store, name string) *Forwarder {
+func idle(t *testing.T, st Log, name string) *Forwarder {
 	return startForwarder(t, Config{Name: name, Dial: &MQTT{Address: "127.0.0.1:1", ClientID: "gw-" + name},
 		MaxQoS: 1, AckTimeout: time.Second, MinBackoff: time.Hour, MaxBackoff: time.Hour}, st, nil)
 }
@@ -180,5 +180,37 @@ func TestDeadAcrossLogs(t *testing.T) {
 	}
 	if n, err := DropDeadOf(fs, nil); n != 6 || err != nil || held() != [2]int{0, 0} {
 		t.Fatalf("drop all: %d, %v, %v held; want 6, then none", n, err, held())
+	}
+}
+
+// deadDeleteFails is a data file whose deletions of dead letters fail,
+// as a crash between a replay's append and its deletion would leave it.
+type deadDeleteFails struct{ *persist.Store }
+
+func (deadDeleteFails) DeleteDead(string, []uint64) error { return errors.New("crashed") }
+
+// TestReplayOneTransaction: a replayed dead letter leaves the dead
+// letters in the transaction that appends it to the forward log, so no
+// moment (a crash) finds it in both: with the dead letters' own
+// deletion failing, the replay still moves each message whole, once.
+// Before, the replay appended, then deleted apart: with that deletion
+// failing (a crash between the two), the messages were in both logs,
+// to be sent again by the next replay.
+func TestReplayOneTransaction(t *testing.T) {
+	st, err := persist.Open(t.TempDir(), persist.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	deadLog(t, st, "up/0", 3, 0)
+	f := idle(t, deadDeleteFails{st}, "up/0")
+	n, err := f.ReplayDead("up/0/1", "up/0/3")
+	held, _ := st.DeadCount("up/0")
+	if got := forwardIDs(t, st, "up/0"); n != 2 || err != nil || held != 1 || !slices.Equal(got, []string{"up/0/1", "up/0/3"}) {
+		t.Fatalf("replay: %d, %v; forward log %v, %d dead letters left; want 2 replayed, in the forward log only", n, err, got, held)
+	}
+	wait, _ := st.ReplayDeadAsync("up/0", 1, 9, []byte("x"))
+	if err := wait(); !errors.Is(err, persist.ErrNotHeld) || len(forwardIDs(t, st, "up/0")) != 2 {
+		t.Fatalf("replay of a dead letter gone: %v, forward log %v; want ErrNotHeld and nothing written", err, forwardIDs(t, st, "up/0"))
 	}
 }

@@ -21,16 +21,15 @@ func (e *NoDeadError) Error() string {
 // ReplayDead appends the dead letters whose ID is in ids (every one
 // when none is given) to the forward log again (after what it holds, in
 // their order), each under the ID it had, and removes them from the
-// dead-letter log; it returns how many. A damaged one stays. An ID the
+// dead-letter log in the same transaction; it returns how many. A damaged one stays. An ID the
 // log does not hold gives a *NoDeadError, and nothing is replayed.
 // Replays, drops and the forwarder's own moves exclude each other,
 // the check of the IDs included, so of two replays of one ID at once
 // one sends it and the other answers *NoDeadError. When an append is
 // refused (a full log under refuse_new, the disk), those already
 // appended leave the dead-letter log, the rest stay, and it returns how
-// many went with the error. A crash between the append and the removal
-// may leave a replayed message in both: a second replay then sends it
-// again, under the same ID.
+// many went with the error. A crash leaves each message in one of
+// the two logs, never both.
 func (f *Forwarder) ReplayDead(ids ...string) (int, error) {
 	return ReplayDeadOf([]*Forwarder{f}, ids)
 }
@@ -153,7 +152,8 @@ func (f *Forwarder) deadAt(seq uint64) (d DeadLetter, ok bool, err error) {
 	return d, ok, err
 }
 
-// replay is ReplayDead's act on dead, found in f's log.
+// replay is ReplayDead's act on dead, found in f's log: each message
+// leaves the dead letters in the transaction that appends it again.
 func (f *Forwarder) replay(dead []DeadLetter) (int, error) {
 	var waits []func() error
 	var appended []DeadLetter
@@ -164,7 +164,7 @@ func (f *Forwarder) replay(dead []DeadLetter) (int, error) {
 		}
 		m := dead[i].Message
 		m.ID = dead[i].ID
-		w, err := f.AppendAsync(&m)
+		w, err := f.appendAsync(&m, dead[i].Seq)
 		if err != nil {
 			appendErr = err // a full log, the disk: the rest stay dead letters
 			break
@@ -172,9 +172,6 @@ func (f *Forwarder) replay(dead []DeadLetter) (int, error) {
 		waits = append(waits, w)
 		appended = append(appended, dead[i])
 	}
-	// Those appended and durable leave the dead-letter log whatever
-	// failed after them: kept there too, the next replay would send them
-	// twice.
 	var sent []DeadLetter
 	var waitErr error
 	for i, w := range waits {
@@ -184,10 +181,7 @@ func (f *Forwarder) replay(dead []DeadLetter) (int, error) {
 		}
 		sent = append(sent, appended[i])
 	}
-	if err := f.forgetDead(sent); err != nil {
-		return 0, errors.Join(appendErr, waitErr, err)
-	}
-	return len(sent), errors.Join(appendErr, waitErr)
+	return len(sent), errors.Join(appendErr, waitErr, f.forgotDead(sent))
 }
 
 // drop is DropDead's act on dead, found in f's log.
@@ -208,6 +202,15 @@ func (f *Forwarder) forgetDead(dead []DeadLetter) error {
 	}
 	if err := f.log.DeleteDead(f.cfg.Name, seqs); err != nil {
 		return err
+	}
+	return f.forgotDead(dead)
+}
+
+// forgotDead counts dead out of the dead-letter log (deleted, or
+// replayed). The caller holds f.dead.log.
+func (f *Forwarder) forgotDead(dead []DeadLetter) error {
+	if len(dead) == 0 {
+		return nil
 	}
 	for _, d := range dead {
 		f.unindexDead(d.ID, d.Seq)

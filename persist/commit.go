@@ -58,6 +58,10 @@ type request struct {
 	key  []byte
 	rec  []byte
 	dels [][]byte
+	// take, with a put of a forward log's message, is the key of the
+	// dead letter of that log the put replays: deleted in the same
+	// transaction, and the request fails (ErrNotHeld) without it.
+	take []byte
 	// fn, when set, is the request: it writes what it will in the
 	// transaction (a batch of leases, leases.go).
 	fn   func(*bolt.Tx) error
@@ -216,6 +220,11 @@ func (c *committer) commit(reqs []*request) {
 							return err
 						}
 						last, lastLog = b, r.log
+					}
+					if r.take != nil {
+						if err := takeDead(tx, r.log, r.take); err != nil {
+							return err
+						}
 					}
 					if err := r.apply(b); err != nil {
 						return err

@@ -141,6 +141,16 @@ func (s *Store) DeadCount(log string) (int, error) {
 	return n, nil
 }
 
+// takeDead deletes dead letter key of log, which must be there
+// (ErrNotHeld otherwise).
+func takeDead(tx *bolt.Tx, log, key []byte) error {
+	b := deadBucket(tx, string(log))
+	if b == nil || b.Get(key) == nil {
+		return fmt.Errorf("dead letter %d: %w", binary.BigEndian.Uint64(key), ErrNotHeld)
+	}
+	return b.Delete(key)
+}
+
 func deadBucket(tx *bolt.Tx, log string) *bolt.Bucket {
 	root := tx.Bucket(bucketDead)
 	if root == nil {
