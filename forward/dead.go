@@ -3,9 +3,6 @@ package forward
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -96,8 +93,14 @@ type deadCounts struct {
 	logged   map[string]time.Time
 	// log is held by whatever changes the dead-letter log (the
 	// forwarder moving a message there, a replay, a drop), so that two
-	// replays never send one dead letter twice.
+	// replays never send one dead letter twice, and by whatever reads
+	// again.
 	log sync.Mutex
+	// again holds the keys of the dead letters whose ID is not their
+	// log's prefix and key (a replayed message refused again keeps the
+	// ID it first had, under a new number), by ID: with it, a dead
+	// letter is found by its ID without reading the others (findDead).
+	again map[string][]uint64
 }
 
 // deadLetter moves message seq to the dead-letter log, refused for
@@ -126,6 +129,10 @@ func (f *Forwarder) moveDead(seq uint64, rec []byte, ref *RefusedError) error {
 	dropped, err := f.log.MoveForwardDead(f.cfg.Name, seq, appendDead(nil, f.cfg.Now(), ref.Reason, ref.Error(), rec), MaxDeadLetters)
 	if err != nil {
 		return err
+	}
+	f.indexDead(seq, rec)
+	if dropped > 0 {
+		f.pruneAgain()
 	}
 	d := &f.dead
 	d.mu.Lock()
@@ -162,7 +169,7 @@ func (f *Forwarder) moveDead(seq uint64, rec []byte, ref *RefusedError) error {
 func (f *Forwarder) DeadLetters(limit int) ([]DeadLetter, int, error) {
 	var out []DeadLetter
 	n := 0
-	err := f.log.ReadDead(f.cfg.Name, func(seq uint64, entry []byte) bool {
+	err := f.log.ReadDead(f.cfg.Name, 0, func(seq uint64, entry []byte) bool {
 		n++
 		if limit < 0 || len(out) < limit {
 			// entry is the file's memory, valid only during the read.
@@ -178,125 +185,7 @@ func (f *Forwarder) deadLetter1(seq uint64, entry []byte) DeadLetter {
 	d := decodeDead(seq, entry)
 	d.ID = d.Message.ID
 	if d.ID == "" {
-		d.ID = f.idPrefix + strconv.FormatUint(seq, 10)
+		d.ID = f.ownID(seq)
 	}
 	return d
-}
-
-// selectDead returns the dead letters whose ID is in ids (all when ids
-// is empty), oldest first.
-func (f *Forwarder) selectDead(ids []string) ([]DeadLetter, error) {
-	all, _, err := f.DeadLetters(-1)
-	if err != nil || len(ids) == 0 {
-		return all, err
-	}
-	var out []DeadLetter
-	for _, d := range all {
-		if slices.Contains(ids, d.ID) {
-			out = append(out, d)
-		}
-	}
-	return out, nil
-}
-
-// HeldDead returns those of ids that are dead letters of this log.
-func (f *Forwarder) HeldDead(ids []string) ([]string, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	sel, err := f.selectDead(ids)
-	held := make([]string, 0, len(sel))
-	for _, d := range sel {
-		held = append(held, d.ID)
-	}
-	return held, err
-}
-
-// ReplayDead appends the dead letters whose ID is in ids (every one
-// when none is given) to the forward log again (after what it holds, in
-// their order), each under the ID it had, and removes them from the
-// dead-letter log; it returns how many. A damaged one stays. Replays,
-// drops and the forwarder's own moves exclude each other, so two
-// replays at once send each dead letter once. When an append is
-// refused (a full log under refuse_new, the disk), those already
-// appended leave the dead-letter log, the rest stay, and it returns how
-// many went with the error. A crash between the append and the removal
-// may leave a replayed message in both: a second replay then sends it
-// again, under the same ID.
-func (f *Forwarder) ReplayDead(ids ...string) (int, error) {
-	f.dead.log.Lock()
-	defer f.dead.log.Unlock()
-	dead, err := f.selectDead(ids)
-	if err != nil {
-		return 0, err
-	}
-	var waits []func() error
-	var seqs []uint64
-	var appendErr error
-	for i := range dead {
-		if dead[i].Damaged {
-			continue // nothing sound to send: drop deletes it
-		}
-		m := dead[i].Message
-		m.ID = dead[i].ID
-		w, err := f.AppendAsync(&m)
-		if err != nil {
-			appendErr = err // a full log, the disk: the rest stay dead letters
-			break
-		}
-		waits = append(waits, w)
-		seqs = append(seqs, dead[i].Seq)
-	}
-	// Those appended and durable leave the dead-letter log whatever
-	// failed after them: kept there too, the next replay would send them
-	// twice.
-	var sent []uint64
-	var waitErr error
-	for i, w := range waits {
-		if err := w(); err != nil {
-			waitErr = errors.Join(waitErr, err)
-			continue
-		}
-		sent = append(sent, seqs[i])
-	}
-	if err := f.forgetDead(sent); err != nil {
-		return 0, errors.Join(appendErr, waitErr, err)
-	}
-	return len(sent), errors.Join(appendErr, waitErr)
-}
-
-// DropDead deletes the dead letters whose ID is in ids (every one when
-// none is given), damaged ones too, and returns how many.
-func (f *Forwarder) DropDead(ids ...string) (int, error) {
-	f.dead.log.Lock()
-	defer f.dead.log.Unlock()
-	var seqs []uint64
-	if len(ids) == 0 {
-		if err := f.log.ReadDead(f.cfg.Name, func(seq uint64, _ []byte) bool { seqs = append(seqs, seq); return true }); err != nil {
-			return 0, err
-		}
-	} else {
-		dead, err := f.selectDead(ids)
-		if err != nil {
-			return 0, err
-		}
-		for _, d := range dead {
-			seqs = append(seqs, d.Seq)
-		}
-	}
-	return len(seqs), f.forgetDead(seqs)
-}
-
-func (f *Forwarder) forgetDead(seqs []uint64) error {
-	if len(seqs) == 0 {
-		return nil
-	}
-	if err := f.log.DeleteDead(f.cfg.Name, seqs); err != nil {
-		return err
-	}
-	n, err := f.log.DeadCount(f.cfg.Name)
-	f.dead.mu.Lock()
-	f.dead.held = n
-	f.dead.mu.Unlock()
-	return err
 }

@@ -27,6 +27,9 @@ type Log interface {
 	// AppendForwardAsync queues rec; wait returns once it is durable.
 	// Records are committed in the order they are queued.
 	AppendForwardAsync(log string, seq uint64, rec []byte) (wait func() error, err error)
+	// ReplayDeadAsync is AppendForwardAsync whose transaction also
+	// deletes dead letter dead: the message is in one log or the other.
+	ReplayDeadAsync(log string, dead, seq uint64, rec []byte) (wait func() error, err error)
 	ReadForward(log string, from uint64, fn func(seq uint64, rec []byte) bool) error
 	DeleteForward(log string, seqs []uint64) error
 	ForwardStats(log string) (messages int, bytes int64, first, last uint64, err error)
@@ -34,7 +37,10 @@ type Log interface {
 	// entry, in one transaction, keeping at most max of them (the
 	// oldest go; dropped says how many).
 	MoveForwardDead(log string, seq uint64, entry []byte, max int) (dropped int, err error)
-	ReadDead(log string, fn func(seq uint64, entry []byte) bool) error
+	// ReadDead reads the dead letters from number from on.
+	ReadDead(log string, from uint64, fn func(seq uint64, entry []byte) bool) error
+	// DeleteDead deletes dead letters seqs, all or (one not held:
+	// persist.ErrNotHeld) none.
 	DeleteDead(log string, seqs []uint64) error
 	DeadCount(log string) (int, error)
 	// SpaceLow reports that the data file's disk is at its free-space
@@ -344,6 +350,9 @@ func New(cfg Config, log Log, logger *slog.Logger) (*Forwarder, error) {
 	if f.dead.held, err = log.DeadCount(cfg.Name); err != nil {
 		return nil, err
 	}
+	if err := f.loadAgain(); err != nil {
+		return nil, err
+	}
 	f.backlog.Store(int64(msgs))
 	f.backlogBytes.Store(bytes)
 	f.live.Store(&Live{Dial: cfg.Dial, Rate: cfg.Rate, MaxAge: cfg.MaxAge, MaxBytes: cfg.MaxBytes})
@@ -391,6 +400,12 @@ func (f *Forwarder) Append(m *Message) error {
 // and wait, called once, returns when it is durable. Until then the
 // message is not acknowledged to anyone.
 func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
+	return f.appendAsync(m, 0)
+}
+
+// appendAsync is AppendAsync of a dead letter's message when dead is
+// not 0: the transaction that appends it takes dead letter dead.
+func (f *Forwarder) appendAsync(m *Message, dead uint64) (wait func() error, err error) {
 	if m.At.IsZero() {
 		m.At = f.cfg.Now()
 	}
@@ -416,7 +431,12 @@ func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
 	// from the newest number it read, misses nothing. Queueing does not
 	// wait for the commit.
 	seal(rec, f.next)
-	durable, err := f.log.AppendForwardAsync(f.cfg.Name, f.next, rec)
+	var durable func() error
+	if dead == 0 {
+		durable, err = f.log.AppendForwardAsync(f.cfg.Name, f.next, rec)
+	} else {
+		durable, err = f.log.ReplayDeadAsync(f.cfg.Name, dead, f.next, rec)
+	}
 	if err != nil {
 		f.mu.Unlock()
 		return nil, err

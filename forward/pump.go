@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -212,7 +211,7 @@ func (f *Forwarder) readAhead(from, read uint64, queue []queued) ([]queued, uint
 		}
 		m.Topic = f.cfg.Map.Up(m.Topic)
 		if m.ID == "" {
-			m.ID = f.idPrefix + strconv.FormatUint(seq, 10)
+			m.ID = f.ownID(seq)
 		}
 		// rec is the file's memory, valid only during the read; the
 		// connection writes the payload later.

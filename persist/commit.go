@@ -47,6 +47,23 @@ type committer struct {
 	note func(err error, size int)
 	// space is the free-space floor puts must keep above; nil: none.
 	space *space
+	// txs counts the transactions committed, delsOnly those of them
+	// that carried deletions alone (Store.Commits).
+	txs, delsOnly atomic.Uint64
+}
+
+// Commits counts the group commit's transactions since Open.
+type Commits struct {
+	Transactions uint64 // committed (or failed) transactions
+	// DeletionsOnly are those of Transactions that carried deletions
+	// alone (of forward log messages or deferred ones), no put: with
+	// appends coming, a deletion rides in their transaction instead.
+	DeletionsOnly uint64
+}
+
+// Commits returns the counts of the group commit's transactions.
+func (s *Store) Commits() Commits {
+	return Commits{Transactions: s.commit.txs.Load(), DeletionsOnly: s.commit.delsOnly.Load()}
 }
 
 // request is one queued operation: a put of rec under key, or the
@@ -58,6 +75,10 @@ type request struct {
 	key  []byte
 	rec  []byte
 	dels [][]byte
+	// take, with a put of a forward log's message, is the key of the
+	// dead letter of that log the put replays: deleted in the same
+	// transaction, and the request fails (ErrNotHeld) without it.
+	take []byte
 	// fn, when set, is the request: it writes what it will in the
 	// transaction (a batch of leases, leases.go).
 	fn   func(*bolt.Tx) error
@@ -217,6 +238,11 @@ func (c *committer) commit(reqs []*request) {
 						}
 						last, lastLog = b, r.log
 					}
+					if r.take != nil {
+						if err := takeDead(tx, r.log, r.take); err != nil {
+							return err
+						}
+					}
 					if err := r.apply(b); err != nil {
 						return err
 					}
@@ -237,6 +263,7 @@ func (c *committer) commit(reqs []*request) {
 			size += len(r.rec)
 		}
 		c.note(err, size)
+		c.count(reqs)
 		for _, r := range reqs {
 			c.answer(r, err)
 		}
@@ -274,6 +301,17 @@ func (c *committer) keepFloor(reqs []*request) []*request {
 		}
 	}
 	return kept
+}
+
+// count counts the transaction of reqs in txs and delsOnly.
+func (c *committer) count(reqs []*request) {
+	c.txs.Add(1)
+	for _, r := range reqs {
+		if r.dels == nil {
+			return
+		}
+	}
+	c.delsOnly.Add(1)
 }
 
 func (c *committer) answer(r *request, err error) {

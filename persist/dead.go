@@ -68,9 +68,9 @@ func (s *Store) MoveForwardDead(log string, seq uint64, entry []byte, max int) (
 }
 
 // ReadDead calls fn, in sequence order, for the entries of log's
-// dead-letter log, until fn returns false. entry is valid only during
-// the call.
-func (s *Store) ReadDead(log string, fn func(seq uint64, entry []byte) bool) error {
+// dead-letter log from sequence number from on, until fn returns false.
+// entry is valid only during the call.
+func (s *Store) ReadDead(log string, from uint64, fn func(seq uint64, entry []byte) bool) error {
 	if err := validLog(log); err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func (s *Store) ReadDead(log string, fn func(seq uint64, entry []byte) bool) err
 			return nil
 		}
 		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
+		for k, v := c.Seek(forwardKey(from)); k != nil; k, v = c.Next() {
 			if len(k) != 8 {
 				return fmt.Errorf("%w: dead letters of %q: a key of %d bytes", ErrCorrupt, log, len(k))
 			}
@@ -96,16 +96,19 @@ func (s *Store) ReadDead(log string, fn func(seq uint64, entry []byte) bool) err
 	return nil
 }
 
-// DeleteDead removes entries of log's dead-letter log durably; numbers
-// not stored are not an error.
+// DeleteDead removes entries seqs of log's dead-letter log durably, in
+// one transaction that first checks they are all there: when one is
+// not, it deletes none and the error wraps ErrNotHeld.
 func (s *Store) DeleteDead(log string, seqs []uint64) error {
 	if err := validLog(log); err != nil {
 		return err
 	}
 	err := s.update(func(tx *bolt.Tx) error {
 		b := deadBucket(tx, log)
-		if b == nil {
-			return nil
+		for _, seq := range seqs {
+			if b == nil || b.Get(forwardKey(seq)) == nil {
+				return fmt.Errorf("dead letter %d: %w", seq, ErrNotHeld)
+			}
 		}
 		for _, seq := range seqs {
 			if err := b.Delete(forwardKey(seq)); err != nil {
@@ -136,6 +139,16 @@ func (s *Store) DeadCount(log string) (int, error) {
 		return 0, fmt.Errorf("count the dead letters of forward log %q in %q: %w", log, s.path, err)
 	}
 	return n, nil
+}
+
+// takeDead deletes dead letter key of log, which must be there
+// (ErrNotHeld otherwise).
+func takeDead(tx *bolt.Tx, log, key []byte) error {
+	b := deadBucket(tx, string(log))
+	if b == nil || b.Get(key) == nil {
+		return fmt.Errorf("dead letter %d: %w", binary.BigEndian.Uint64(key), ErrNotHeld)
+	}
+	return b.Delete(key)
 }
 
 func deadBucket(tx *bolt.Tx, log string) *bolt.Bucket {

@@ -30,7 +30,7 @@ func TestDeadLettersBounded(t *testing.T) {
 		t.Fatalf("%d dropped, want %d", dropped, 8-max)
 	}
 	var held []uint64
-	if err := s.ReadDead(log, func(seq uint64, _ []byte) bool { held = append(held, seq); return true }); err != nil {
+	if err := s.ReadDead(log, 0, func(seq uint64, _ []byte) bool { held = append(held, seq); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(held) != max || held[0] != 6 || held[2] != 8 {

@@ -20,4 +20,7 @@ var (
 	// ErrLowSpace reports an append refused because the room left for
 	// the data file is below Options.MinFreeBytes.
 	ErrLowSpace = errors.New("data file's disk below its free-space floor")
+	// ErrNotHeld reports an entry asked for by its number that the log
+	// does not hold (a dead letter deleted meanwhile).
+	ErrNotHeld = errors.New("not held")
 )

@@ -54,6 +54,22 @@ func (s *Store) AppendForward(log string, seq uint64, rec []byte) error {
 // takes its queue in order), so a caller that numbers and queues under
 // one lock never leaves a gap for a reader to see.
 func (s *Store) AppendForwardAsync(log string, seq uint64, rec []byte) (wait func() error, err error) {
+	return s.appendForward(log, seq, rec, 0)
+}
+
+// ReplayDeadAsync is AppendForwardAsync of a dead letter replayed: the
+// transaction that appends rec as message seq also deletes entry dead
+// of the log's dead-letter log, so that a crash leaves the message in
+// one of the two logs, never in both nor in neither. When the
+// dead-letter log does not hold dead (any longer), nothing is written
+// and wait's error wraps ErrNotHeld.
+func (s *Store) ReplayDeadAsync(log string, dead, seq uint64, rec []byte) (wait func() error, err error) {
+	return s.appendForward(log, seq, rec, dead)
+}
+
+// appendForward queues the append of rec as message seq of log, which
+// takes dead letter dead when dead is not 0 (no message is numbered 0).
+func (s *Store) appendForward(log string, seq uint64, rec []byte, dead uint64) (wait func() error, err error) {
 	if err := validLog(log); err != nil {
 		return nil, err
 	}
@@ -64,18 +80,26 @@ func (s *Store) AppendForwardAsync(log string, seq uint64, rec []byte) (wait fun
 	r.log = []byte(log)
 	r.key = binary.BigEndian.AppendUint64(r.key[:0], seq)
 	r.rec = rec
+	if dead != 0 {
+		r.take = binary.BigEndian.AppendUint64(r.take[:0], dead)
+	}
 	fail := func(err error) error {
+		if dead != 0 {
+			return fmt.Errorf("replay dead letter %d as message %d of forward log %q in %q: %w", dead, seq, log, s.path, err)
+		}
 		return fmt.Errorf("append message %d to forward log %q in %q: %w", seq, log, s.path, err)
 	}
-	if err := s.commit.submit(r); err != nil {
-		r.rec, r.log = nil, nil
+	release := func() {
+		r.rec, r.log, r.take = nil, nil, nil
 		requests.Put(r)
+	}
+	if err := s.commit.submit(r); err != nil {
+		release()
 		return nil, fail(err)
 	}
 	return func() error {
 		err := <-r.done
-		r.rec, r.log = nil, nil
-		requests.Put(r)
+		release()
 		if err != nil {
 			return fail(err)
 		}

@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -144,5 +145,34 @@ func TestForwardLogNeverReusesNumbers(t *testing.T) {
 	}
 	if other, _ := open(t, t.TempDir()).Origin(); other == origin {
 		t.Fatalf("two data files share the origin %q", origin)
+	}
+}
+
+// TestCommitsCountDeletionsAlone: Commits counts every group commit
+// transaction, and as deletions-only those that carried no put: a
+// deletion queued with an append shares its transaction.
+func TestCommitsCountDeletionsAlone(t *testing.T) {
+	s := open(t, t.TempDir())
+	if err := s.AppendForward("cloud/0", 1, []byte("m1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteForward("cloud/0", []uint64{1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Commits(); got != (Commits{Transactions: 2, DeletionsOnly: 1}) {
+		t.Fatalf("after an append and a deletion apart: %+v, want 2 transactions, 1 of deletions alone", got)
+	}
+	// An append and a deletion taken from the queue together (as the
+	// committer takes what was queued during its last transaction): one
+	// transaction, not of deletions alone.
+	put := &request{log: []byte("cloud/0"), key: forwardKey(2), rec: []byte("m2"), done: make(chan error, 1)}
+	del := &request{log: []byte("cloud/0"), dels: [][]byte{forwardKey(1)}, done: make(chan error, 1)}
+	s.commit.pending.Add(2)
+	s.commit.commit([]*request{put, del})
+	if err := errors.Join(<-put.done, <-del.done); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Commits(); got != (Commits{Transactions: 3, DeletionsOnly: 1}) {
+		t.Fatalf("after an append and a deletion together: %+v, want 3 transactions, still 1 of deletions alone", got)
 	}
 }

@@ -392,51 +392,23 @@ func (d deadLetters) DeadLetters(name string, limit int) (int, []admin.DeadLette
 }
 
 func (d deadLetters) ReplayDead(name string, ids []string) (int, error) {
-	return d.each(name, ids, (*forward.Forwarder).ReplayDead)
+	return d.each(name, ids, forward.ReplayDeadOf)
 }
 func (d deadLetters) DropDead(name string, ids []string) (int, error) {
-	return d.each(name, ids, (*forward.Forwarder).DropDead)
+	return d.each(name, ids, forward.DropDeadOf)
 }
 
-// each runs fn on every forwarder of upstream name, given those of ids
-// its dead-letter log holds (every one when ids is empty); an ID none
-// holds is an error before anything is done.
-func (d deadLetters) each(name string, ids []string, fn func(*forward.Forwarder, ...string) (int, error)) (int, error) {
+// each runs op on the forwarders of upstream name, which checks the IDs
+// and acts in one go: an ID none holds is an error before anything is
+// done.
+func (d deadLetters) each(name string, ids []string, op func([]*forward.Forwarder, []string) (int, error)) (int, error) {
 	fs, err := d.upstream(name)
 	if err != nil {
 		return 0, err
 	}
-	mine := make([][]string, len(fs))
-	if len(ids) > 0 {
-		found := map[string]bool{}
-		for i, f := range fs {
-			if mine[i], err = f.HeldDead(ids); err != nil {
-				return 0, err
-			}
-			for _, id := range mine[i] {
-				found[id] = true
-			}
-		}
-		var missing []string
-		for _, id := range ids {
-			if !found[id] {
-				missing = append(missing, id)
-			}
-		}
-		if missing != nil {
-			return 0, &admin.NoDeadError{IDs: missing}
-		}
+	n, err := op(fs, ids)
+	if none, ok := errors.AsType[*forward.NoDeadError](err); ok {
+		return 0, &admin.NoDeadError{IDs: none.IDs}
 	}
-	total := 0
-	for i, f := range fs {
-		if len(ids) > 0 && len(mine[i]) == 0 {
-			continue
-		}
-		n, err := fn(f, mine[i]...)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
+	return n, err
 }
