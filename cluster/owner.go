@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -97,8 +98,13 @@ type Owner struct {
 	wmu     sync.Mutex
 	waiters map[string]chan struct{} // claims waiting for a release
 
-	stats  ownerStats
-	stop   chan struct{}
+	stats ownerStats
+	stop  chan struct{}
+	// done is cancelled with stop: the control calls of the loops
+	// (liveness renewals, releases, release requests) end with it, so
+	// that Close does not wait out their timeouts.
+	done   context.Context
+	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
 	pubsub *redis.PubSub
@@ -197,6 +203,7 @@ func NewOwner(opts OwnerOptions) (*Owner, error) {
 		start: time.Now(), wake: make(chan struct{}, 1), beat: make(chan struct{}, 1), rel: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
 		waiters: make(map[string]chan struct{}), stop: make(chan struct{}),
 	}
+	o.done, o.cancel = context.WithCancel(context.Background())
 	_, o.multi = opts.Client.(*redis.Client)
 	for i := range o.shards {
 		o.shards[i].m = make(map[string]*owned)

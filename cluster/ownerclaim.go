@@ -269,7 +269,7 @@ func (o *Owner) waitRelease(rs []claimReq) {
 	for _, r := range rs {
 		byPrev[r.prev] = append(byPrev[r.prev], r)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	ctx, cancel := context.WithTimeout(o.done, controlTimeout)
 	defer cancel()
 	pipe := o.ctl.Pipeline()
 	ttls := make(map[string]*redis.StringCmd, len(byPrev))
@@ -329,7 +329,7 @@ wait:
 			return
 		}
 	}
-	ctx2, cancel2 := context.WithTimeout(context.Background(), controlTimeout)
+	ctx2, cancel2 := context.WithTimeout(o.done, controlTimeout)
 	defer cancel2()
 	o.settleClaims(ctx2, asked)
 }
