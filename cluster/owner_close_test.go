@@ -52,10 +52,7 @@ func TestOwnerCloseRenewalInFlight(t *testing.T) {
 	rdb, ctl := NewClients(Config{Addrs: []string{srv.Addr}, Timeout: time.Second}) // the gateway's clients
 	t.Cleanup(func() { rdb.Close(); ctl.Close() })
 	o := frozenOwner(t, srv, OwnerOptions{Client: rdb, Control: ctl, Shared: shared, GatewayTTL: 20 * time.Second})
-	select { // a renewal now, into the frozen server
-	case o.beat <- struct{}{}:
-	default: // one is asked for already
-	}
+	signal(o.beat) // a renewal now, into the frozen server
 	// The liveness loop took the request: its renewal is under way.
 	poll.Until(t, 10*time.Second, "a renewal asked of the frozen redis", func() bool { return len(o.beat) == 0 })
 	begin := time.Now()

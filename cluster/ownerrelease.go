@@ -168,10 +168,7 @@ func (o *Owner) giveUp(devs []string) {
 	o.relMu.Lock()
 	o.relq = append(o.relq, ps...)
 	o.relMu.Unlock()
-	select {
-	case o.rel <- struct{}{}:
-	default: // the releaser has a wake-up pending: it takes the whole queue
-	}
+	signal(o.rel) // a wake-up pending takes the whole queue too
 }
 
 // releaser writes the releases the liveness loop queued, in batches,
