@@ -30,3 +30,18 @@ func newLimiter(t testing.TB, srv *redistest.Server, buckets int, policy Policy,
 }
 
 func gomaxprocs() int { return runtime.GOMAXPROCS(0) }
+
+// frozenOwner starts an owner with opts, waits for its first liveness
+// renewal, then freezes srv (SIGSTOP; resumed at the test's end).
+func frozenOwner(t *testing.T, srv *redistest.Server, opts OwnerOptions) *Owner {
+	t.Helper()
+	o, err := NewOwner(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	waitLeased(t, o)
+	srv.Stop()
+	t.Cleanup(srv.Cont)
+	return o
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -83,6 +84,7 @@ type Owner struct {
 	pmu     sync.Mutex
 	pending []*owned
 	wake    chan struct{} // capacity 1: an urgent checkpoint waits
+	soon    chan struct{} // capacity 1: pending is no longer empty
 	beat    chan struct{} // capacity 1: read the release requests now
 	rel     chan struct{} // capacity 1: relq has releases to write
 	relMu   sync.Mutex
@@ -97,8 +99,13 @@ type Owner struct {
 	wmu     sync.Mutex
 	waiters map[string]chan struct{} // claims waiting for a release
 
-	stats  ownerStats
-	stop   chan struct{}
+	stats ownerStats
+	stop  chan struct{}
+	// done is cancelled with stop: the control calls of the loops
+	// (liveness renewals, releases, release requests) end with it, so
+	// that Close does not wait out their timeouts.
+	done   context.Context
+	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
 	pubsub *redis.PubSub
@@ -194,9 +201,10 @@ func NewOwner(opts OwnerOptions) (*Owner, error) {
 		rdb: opts.Client, ctl: opts.Control, shared: opts.Shared, table: table, id: opts.ID,
 		prefix: opts.Shared.prefix, share: opts.LeaseShare, ttl: opts.GatewayTTL, flush: opts.FlushInterval,
 		timeout: opts.Shared.timeout, clock: opts.Clock, onLost: opts.OnLost, log: log,
-		start: time.Now(), wake: make(chan struct{}, 1), beat: make(chan struct{}, 1), rel: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
+		start: time.Now(), wake: make(chan struct{}, 1), soon: make(chan struct{}, 1), beat: make(chan struct{}, 1), rel: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
 		waiters: make(map[string]chan struct{}), stop: make(chan struct{}),
 	}
+	o.done, o.cancel = context.WithCancel(context.Background())
 	_, o.multi = opts.Client.(*redis.Client)
 	for i := range o.shards {
 		o.shards[i].m = make(map[string]*owned)
@@ -298,12 +306,18 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 		if !o.leased() {
 			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}
-		d := o.get(device, now)
-		d.mu.Lock()
-		if !o.leased() {
-			// The fence passed while this waited for the device's lock
-			// (a group's Redis call holds it up to the timeout): past it
-			// no lease of this gateway's counts.
+		d, waited := o.get(device, now)
+		if !d.mu.TryLock() {
+			d.mu.Lock()
+			waited = true
+		}
+		if waited && !o.leased() {
+			// The fence passed while this waited for the device's claim
+			// or its lock (a group's Redis call holds it up to the
+			// timeout): past it no lease of this gateway's counts. Not
+			// asked again when nothing was waited for: the check above
+			// is as recent as a check here would be, less a map lookup,
+			// and the clock read is a tenth of an owned decision.
 			d.mu.Unlock()
 			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}

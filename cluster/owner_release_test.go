@@ -256,14 +256,7 @@ func TestOwnerRestsWhileRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(shared.Close)
-	o, err := NewOwner(OwnerOptions{Client: rdb, Shared: shared, GatewayTTL: 4 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(o.Close)
-	waitLeased(t, o)
-	srv.Stop()
-	t.Cleanup(srv.Cont)
+	o := frozenOwner(t, srv, OwnerOptions{Client: rdb, Shared: shared, GatewayTTL: 4 * time.Second})
 	q := devicelimit.Quota{Limit: 10, Window: time.Minute}
 	if o.AllowAt("first", q, t0).Allowed {
 		t.Fatal("admitted with Redis frozen and the failure policy closed")

@@ -33,13 +33,15 @@ type claimReq struct {
 // get returns the device's state once its claim has ended, claiming it
 // first when this gateway has no state for it (now: the decision's
 // instant). The claim may have failed (Redis down, overtaken): the
-// caller checks d.state.
-func (o *Owner) get(device string, now devicelimit.Tick) *owned {
-	d := o.start1(device, now)
+// caller checks d.state. waited reports whether it waited for the
+// claim.
+func (o *Owner) get(device string, now devicelimit.Tick) (d *owned, waited bool) {
+	d = o.start1(device, now)
 	if !d.settled.Load() {
 		<-d.ready
+		waited = true
 	}
-	return d // the caller checks its state under d.mu
+	return d, waited // the caller checks its state under d.mu
 }
 
 // start1 returns the device's state, its claim queued when this gateway
@@ -73,10 +75,7 @@ func (o *Owner) start1(device string, now devicelimit.Tick) *owned {
 	}
 	o.claimq = append(o.claimq, claimReq{d: d, now: now, begin: time.Now()})
 	o.cmu.Unlock()
-	select {
-	case o.cwake <- struct{}{}:
-	default:
-	}
+	signal(o.cwake)
 	return d
 }
 
@@ -84,7 +83,7 @@ func (o *Owner) start1(device string, now devicelimit.Tick) *owned {
 // decision (at its connection), so that the gateway it was on releases
 // it and closes its session there. It returns once the claim ended.
 func (o *Owner) Claim(device string) error {
-	d := o.get(device, o.clock.Now())
+	d, _ := o.get(device, o.clock.Now())
 	d.mu.Lock()
 	ok := d.state == stReady
 	d.mu.Unlock()
@@ -269,7 +268,7 @@ func (o *Owner) waitRelease(rs []claimReq) {
 	for _, r := range rs {
 		byPrev[r.prev] = append(byPrev[r.prev], r)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	ctx, cancel := context.WithTimeout(o.done, controlTimeout)
 	defer cancel()
 	pipe := o.ctl.Pipeline()
 	ttls := make(map[string]*redis.StringCmd, len(byPrev))
@@ -329,7 +328,7 @@ wait:
 			return
 		}
 	}
-	ctx2, cancel2 := context.WithTimeout(context.Background(), controlTimeout)
+	ctx2, cancel2 := context.WithTimeout(o.done, controlTimeout)
 	defer cancel2()
 	o.settleClaims(ctx2, asked)
 }

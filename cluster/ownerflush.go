@@ -7,39 +7,65 @@ import (
 )
 
 // enqueue queues d for the next checkpoint (d.mu held); urgent wakes
-// the writer at once (a decision waits for it).
+// the writer at once (a decision waits for it), else the first device
+// queued starts the flush interval.
 func (o *Owner) enqueue(d *owned, urgent bool) {
 	if !d.queued {
 		d.queued = true
 		o.pmu.Lock()
+		first := len(o.pending) == 0
 		o.pending = append(o.pending, d)
 		o.pmu.Unlock()
+		if first {
+			signal(o.soon)
+		}
 	}
 	if urgent {
-		select {
-		case o.wake <- struct{}{}:
-		default:
-		}
+		signal(o.wake)
+	}
+}
+
+// signal wakes the loop reading ch (capacity 1) unless it is woken
+// already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
 // flusher writes the queued checkpoints: at once when a decision waits,
-// else every flush interval; while Redis rests after a failure
-// (health.skip) they stay queued, and decisions that need one take the
-// failure policy at once.
+// else a flush interval after the first was queued; while Redis rests
+// after a failure (health.skip) they stay queued and are tried again
+// every interval, and decisions that need one take the failure policy
+// at once. With nothing queued it sleeps: a gateway whose devices stay
+// within their leases (most of a fleet at steady state) is not woken ten
+// times a second for nothing.
 func (o *Owner) flusher() {
 	defer o.wg.Done()
-	tick := time.NewTicker(o.flush)
-	defer tick.Stop()
+	timer := time.NewTimer(o.flush)
+	defer timer.Stop()
+	armed := true
+	arm := func() {
+		if !armed {
+			timer.Reset(o.flush)
+			armed = true
+		}
+	}
 	var batch []*owned
 	for {
 		select {
 		case <-o.stop:
 			return
+		case <-o.soon:
+			arm()
+			continue
 		case <-o.wake:
-		case <-tick.C:
+		case <-timer.C:
+			armed = false
 		}
 		if o.shared.health.skip() {
+			arm()
 			continue
 		}
 		o.pmu.Lock()
@@ -142,19 +168,13 @@ func (o *Owner) listen() {
 			}
 			switch {
 			case strings.HasPrefix(m.Payload, "q"):
-				select {
-				case o.beat <- struct{}{}:
-				default:
-				}
+				signal(o.beat)
 			case strings.HasPrefix(m.Payload, "r"):
 				o.wmu.Lock()
 				w := o.waiters[m.Payload[1:]]
 				o.wmu.Unlock()
 				if w != nil {
-					select {
-					case w <- struct{}{}:
-					default:
-					}
+					signal(w)
 				}
 			}
 		}

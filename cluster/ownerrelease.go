@@ -21,19 +21,23 @@ const closeTimeout = 2 * time.Second
 // was acknowledged: the gateway may have been taken for dead and its
 // devices claimed without a request), or after its key vanished before
 // its TTL (Redis lost its data), every lease is void until a checkpoint
-// Redis accepts.
+// Redis accepts. Stopping does not wait for a renewal under way
+// (renew).
 func (o *Owner) heartbeat() {
 	defer o.wg.Done()
 	tick := time.NewTicker(o.ttl / 4)
 	defer tick.Stop()
 	for {
 		sent := o.mono()
-		ctx, cancel := context.WithTimeout(context.Background(), o.ttl/4)
-		pipe := o.ctl.Pipeline()
-		set := pipe.SetArgs(ctx, o.prefix+"gw:"+o.id, o.ttl.Milliseconds(), redis.SetArgs{TTL: o.ttl, Get: true})
-		rq := pipe.SMembers(ctx, o.prefix+"rq:{"+o.id+"}")
-		_, err := pipe.Exec(ctx)
-		cancel()
+		var set *redis.StatusCmd
+		var rq *redis.StringSliceCmd
+		var err error
+		select {
+		case <-o.stop:
+			return
+		case r := <-o.renew():
+			set, rq, err = r.set, r.rq, r.err
+		}
 		if errors.Is(err, redis.Nil) {
 			err = rq.Err() // the key was not there: SET's GET answers nil
 		}
@@ -49,7 +53,7 @@ func (o *Owner) heartbeat() {
 				o.giveUp(devs)
 			}
 			o.fence.Store(sent + int64(o.ttl))
-		} else {
+		} else if o.done.Err() == nil { // not cut short by Close
 			o.log.Warn("liveness not renewed in redis", "err", err.Error())
 		}
 		select {
@@ -59,6 +63,36 @@ func (o *Owner) heartbeat() {
 		case <-o.beat:
 		}
 	}
+}
+
+// renewal is the answer to one liveness renewal.
+type renewal struct {
+	set *redis.StatusCmd
+	rq  *redis.StringSliceCmd
+	err error
+}
+
+// renew sends a liveness renewal, reading the release requests with it,
+// on a goroutine of its own: a Redis that does not answer (SIGSTOP, a
+// network cut) holds a read until its deadline, which cancelling the
+// context does not end, and Close must not wait for it (a gateway's
+// shutdown leaves its time to the releases and the final snapshot). An
+// answer after the heartbeat stopped goes unread: the goroutine only
+// ends, bounded by the renewal's timeout.
+func (o *Owner) renew() <-chan renewal {
+	ch := make(chan renewal, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(o.done, o.ttl/4)
+		defer cancel()
+		pipe := o.ctl.Pipeline()
+		r := renewal{
+			set: pipe.SetArgs(ctx, o.prefix+"gw:"+o.id, o.ttl.Milliseconds(), redis.SetArgs{TTL: o.ttl, Get: true}),
+			rq:  pipe.SMembers(ctx, o.prefix+"rq:{"+o.id+"}"),
+		}
+		_, r.err = pipe.Exec(ctx)
+		ch <- r
+	}()
+	return ch
 }
 
 // lapsed voids every lease after a lapse of the liveness: a device is
@@ -134,10 +168,7 @@ func (o *Owner) giveUp(devs []string) {
 	o.relMu.Lock()
 	o.relq = append(o.relq, ps...)
 	o.relMu.Unlock()
-	select {
-	case o.rel <- struct{}{}:
-	default: // the releaser has a wake-up pending: it takes the whole queue
-	}
+	signal(o.rel) // a wake-up pending takes the whole queue too
 }
 
 // releaser writes the releases the liveness loop queued, in batches,
@@ -154,7 +185,7 @@ func (o *Owner) releaser() {
 		ps := o.relq
 		o.relq = nil
 		o.relMu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+		ctx, cancel := context.WithTimeout(o.done, controlTimeout)
 		chunks(len(ps), func(lo, hi int) {
 			if ctx.Err() == nil {
 				o.releaseBatch(ctx, ps[lo:hi], true)
@@ -211,11 +242,13 @@ func (o *Owner) releaseBatch(ctx context.Context, ps []parting, notify bool) boo
 // Close stops the owner: it releases every device it owns, in batches
 // within closeTimeout in all (their next owner charges nothing; with
 // Redis slow or away, the first batch that fails ends it, and the rest
-// are charged their lease as after a crash), and deletes its liveness
-// key.
+// are charged their lease as after a crash), and, when the releases
+// were written, deletes its liveness key. The loops' calls to Redis
+// under way are cut short, not waited out.
 func (o *Owner) Close() {
 	o.once.Do(func() {
 		close(o.stop)
+		o.cancel()
 		o.wg.Wait()
 		// No lease counts from here: its devices are released below, and
 		// the liveness key deleted after, on which a claim settles at
@@ -245,7 +278,7 @@ func (o *Owner) Close() {
 				ok = o.releaseBatch(ctx, ps[lo:hi], false)
 			}
 		})
-		if ctx.Err() == nil {
+		if ok && ctx.Err() == nil {
 			o.ctl.Del(ctx, o.prefix+"gw:"+o.id, o.prefix+"rq:{"+o.id+"}")
 		}
 	})
@@ -257,6 +290,7 @@ func (o *Owner) kill() {
 	o.once.Do(func() {
 		o.fence.Store(0)
 		close(o.stop)
+		o.cancel()
 		o.wg.Wait()
 		_ = o.pubsub.Close()
 	})

@@ -25,10 +25,11 @@ type Cluster struct {
 	// refuses as over the limit, "local" decides on this gateway's own
 	// in-memory window.
 	FailurePolicy string `yaml:"failure_policy"`
-	// Decisions is where device publishes are decided: "redis", one
-	// script call per message on the shared windows; "owner", by the
-	// gateway the device is connected to, with Redis holding each
-	// device's owner, checkpoint and lease (docs/design.md).
+	// Decisions is where device publishes are decided: "owner" (the
+	// default), by the gateway the device is connected to, with Redis
+	// holding each device's owner, checkpoint and lease (docs/design.md);
+	// "redis", one script call per message on the shared windows, the
+	// mode that policy defer needs.
 	Decisions string `yaml:"decisions"`
 	// LeaseShare is, in owner mode, the share of each window a gateway
 	// may admit beyond its last checkpoint: what a gateway's crash costs
@@ -40,8 +41,8 @@ type Cluster struct {
 	GatewayTTL Duration `yaml:"gateway_ttl"`
 }
 
-// DecisionModes are the values of cluster.decisions.
-var DecisionModes = []string{"redis", "owner"}
+// DecisionModes are the values of cluster.decisions, the default first.
+var DecisionModes = []string{"owner", "redis"}
 
 // Owner mode's defaults and bounds.
 const (
@@ -101,7 +102,7 @@ func (v *validator) cluster(c Cluster) {
 		ok = ok || c.FailurePolicy == p
 	}
 	if c.Decisions != "redis" && c.Decisions != "owner" {
-		v.add("cluster.decisions", fmt.Sprintf("must be redis or owner (got %q)", c.Decisions))
+		v.add("cluster.decisions", fmt.Sprintf("must be owner or redis (got %q)", c.Decisions))
 	}
 	if !(c.LeaseShare > 0 && c.LeaseShare <= 1) {
 		v.add("cluster.lease_share", fmt.Sprintf("must be above 0 and at most 1 (got %v)", c.LeaseShare))
@@ -109,7 +110,7 @@ func (v *validator) cluster(c Cluster) {
 	if t := time.Duration(c.GatewayTTL); t < MinGatewayTTL || t > MaxGatewayTTL {
 		v.add("cluster.gateway_ttl", fmt.Sprintf("must be between %s and %s (got %q)", MinGatewayTTL, MaxGatewayTTL, t.String()))
 	} else if rt := time.Duration(c.Redis.Timeout); c.Decisions == "owner" && 4*rt > t {
-		v.add("cluster.gateway_ttl", fmt.Sprintf("must be at least 4 times cluster.redis.timeout (%s) in owner mode: a liveness renewal is given a quarter of it (got %q)", rt, t.String()))
+		v.add("cluster.gateway_ttl", fmt.Sprintf("must be at least 4 times cluster.redis.timeout (%s) with cluster.decisions: owner, the default: a liveness renewal is given a quarter of it (got %q); or set cluster.decisions: redis", rt, t.String()))
 	}
 	if !ok {
 		v.add("cluster.failure_policy", fmt.Sprintf("must be fail-open, fail-closed or local (got %q)", c.FailurePolicy))
@@ -117,8 +118,10 @@ func (v *validator) cluster(c Cluster) {
 }
 
 // OwnerNoDefer is why policy defer is refused in owner mode, in the
-// configuration and in overrides set through the admin API.
-const OwnerNoDefer = "defer cannot be used with cluster.decisions: owner: releasing a deferred message would take the device from the gateway it is connected to; use drop or disconnect"
+// configuration and in overrides set through the admin API. Owner mode
+// is the default with cluster.redis, so the message says so and names
+// both ways out.
+const OwnerNoDefer = "defer cannot be used with cluster.decisions: owner, the default with cluster.redis: releasing a deferred message would take the device from the gateway it is connected to; set cluster.decisions: redis to defer, or use drop or disconnect"
 
 // ownerDefer refuses policy defer in owner mode: a gateway releasing a
 // device's deferred messages would claim the device from the gateway it

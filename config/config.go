@@ -73,7 +73,7 @@
 //	    db: 0                      # database number, 0..15; must be 0 with several addrs
 //	    timeout: 50ms              # longest a decision waits for Redis
 //	  failure_policy: local        # Redis down or slow: fail-open, fail-closed or local
-//	  decisions: redis             # redis (a script call per message) or owner (decided where the device is)
+//	  decisions: owner             # owner (decided where the device is; no policy defer) or redis (a script call per message)
 //	  lease_share: 0.5             # owner: share of each window a gateway may admit past its last checkpoint
 //	  gateway_ttl: 3s              # owner: a crashed gateway's devices are served elsewhere after this
 //	auth:                          # allow-all while neither credentials_file nor mqtt.tls.client_ca_file is set
@@ -410,7 +410,7 @@ func Default() Config {
 		Cluster: Cluster{
 			Redis:         Redis{Timeout: Duration(DefaultRedisTimeout)},
 			FailurePolicy: "local",
-			Decisions:     "redis",
+			Decisions:     "owner",
 			LeaseShare:    DefaultLeaseShare,
 			GatewayTTL:    Duration(DefaultGatewayTTL),
 		},

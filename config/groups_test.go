@@ -70,7 +70,7 @@ func TestGroupConfigErrors(t *testing.T) {
   default: {limit: 10, window: 1m}
   group: {name: "{tenant}", quota: {limit: 10, window: 10s}}
 `, "limits.group.name: names the part {tenant}, which is not one of {client_id}, {username}"},
-		{rule(`{name: acme, quota: {limit: 10, window: 10s}}`) + `cluster: {redis: {addrs: ["127.0.0.1:7000", "127.0.0.1:7001"]}}`, "limits.rules[0].group: groups need one Redis server, not Redis Cluster"},
+		{rule(`{name: acme, quota: {limit: 10, window: 10s}}`) + `cluster: {redis: {addrs: ["127.0.0.1:7000", "127.0.0.1:7001"]}, decisions: redis}`, "limits.rules[0].group: groups need one Redis server, not Redis Cluster"},
 		{rule(`{name: acme, quota: {limit: 100, window: 10s}}`) + `    - match: {client_id: "acme-*"}
       quota: {limit: 5, window: 10s}
       group: {name: acme, quota: {limit: 100, window: 10s, enforce: false}}
@@ -98,9 +98,12 @@ func TestGroupConfigErrors(t *testing.T) {
 	if c, err := Parse(strings.NewReader(same)); err != nil || c.Validate() != nil {
 		t.Fatalf("one group, one quota: %v %v", err, c.Validate())
 	}
-	// Groups on Redis Cluster in owner mode: accepted.
-	owner := rule(`{name: acme, quota: {limit: 10, window: 10s}}`) + `cluster: {redis: {addrs: ["127.0.0.1:7000", "127.0.0.1:7001"]}, decisions: owner}`
-	if c, err := Parse(strings.NewReader(owner)); err != nil || c.Validate() != nil {
-		t.Fatalf("groups on Redis Cluster in owner mode: %v %v", err, c.Validate())
+	// Groups on Redis Cluster in owner mode, explicit or the default:
+	// accepted.
+	for _, decisions := range []string{", decisions: owner", ""} {
+		owner := rule(`{name: acme, quota: {limit: 10, window: 10s}}`) + `cluster: {redis: {addrs: ["127.0.0.1:7000", "127.0.0.1:7001"]}` + decisions + `}`
+		if c, err := Parse(strings.NewReader(owner)); err != nil || c.Validate() != nil {
+			t.Fatalf("groups on Redis Cluster in owner mode (%q): %v %v", decisions, err, c.Validate())
+		}
 	}
 }

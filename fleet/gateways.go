@@ -45,7 +45,7 @@ type GatewaySpec struct {
 	RedisTimeout time.Duration
 	// Decisions is cluster.decisions: "redis" (a script call per
 	// message) or "owner" (decided by the gateway the device is on);
-	// default the gateway's.
+	// default the gateway's (owner).
 	Decisions string
 	// BehindBalancer raises mqtt.max_pending_per_address to
 	// mqtt.max_pending_connections: every device then arrives from the

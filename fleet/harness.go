@@ -60,7 +60,7 @@ type Spec struct {
 	// that still do).
 	RedisTimeout time.Duration
 	// Decisions is the gateways' cluster.decisions ("redis" or
-	// "owner"); default the gateway's.
+	// "owner"); default the gateway's (owner).
 	Decisions string
 
 	// PerProcess bounds the devices of one simulator process; default

@@ -63,13 +63,17 @@ func mustStart(t *testing.T, cfg config.Config, d Deps) *Gateway {
 // these tests share windows through Redis, and at the default 50 ms a
 // loaded machine made decisions time out into the failure policy
 // (local windows), so that B admitted what A had counted
-// (TestWindowsSharedInCluster failed 3 of 5 runs at load 40).
+// (TestWindowsSharedInCluster failed 3 of 5 runs at load 40). Their
+// cluster.decisions is redis: these tests are of the windows shared in
+// Redis (owner mode, the default, has its own in cluster/ and
+// cmd/gateway).
 func twoGateways(t *testing.T, build func(dir string) config.Config) (a, b *Gateway) {
 	t.Helper()
 	srv := redistest.Start(t)
 	start := func() *Gateway {
 		c := build(t.TempDir())
 		c.Cluster.Redis.Addrs = []string{srv.Addr}
+		c.Cluster.Decisions = "redis"
 		if c.Cluster.Redis.Timeout == config.Duration(config.DefaultRedisTimeout) {
 			c.Cluster.Redis.Timeout = config.Duration(config.MaxRedisTimeout)
 		}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -280,8 +284,55 @@ func TestClusterDecisionsDisagreeProcess(t *testing.T) {
 	c.close()
 	// Nor can an override bring defer in at run time.
 	code, _, stderr = runBinary(t, "quota", "set", "dev-1", "--limit", "5", "--window", "1m", "--policy", "defer", "--admin-addr", a.admin, "--data-dir", a.dir)
-	if code != 1 || !strings.Contains(stderr, "policy: defer cannot be used with cluster.decisions: owner") {
+	if code != 1 || !strings.Contains(stderr, "policy: defer cannot be used with cluster.decisions: owner, the default with cluster.redis") {
 		t.Errorf("quota set --policy defer in owner mode: exit %d, stderr:\n%s", code, stderr)
 	}
 	a.stop()
+}
+
+// TestClusterDefaultOwnerProcess: with cluster.redis and no
+// cluster.decisions a gateway decides where each device is (owner mode
+// is the default). Policy defer in that configuration is refused at
+// start with an error naming cluster.decisions and both ways out, and
+// changes nothing: no data directory, nothing written to Redis; with
+// cluster.decisions: redis the same flags start.
+func TestClusterDefaultOwnerProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	plain := writeConfig(t, fmt.Sprintf("cluster:\n  redis:\n    addrs: [%q]\n    timeout: 50ms\n", srv.Addr))
+	deferring := writeConfig(t, fmt.Sprintf("limits:\n  default: {limit: 3, window: 1h, policy: defer}\ncluster:\n  redis:\n    addrs: [%q]\n", srv.Addr))
+	const why = "defer cannot be used with cluster.decisions: owner, the default with cluster.redis: " +
+		"releasing a deferred message would take the device from the gateway it is connected to; set cluster.decisions: redis to defer, or use drop or disconnect"
+	for _, tc := range []struct {
+		args []string
+		key  string
+	}{
+		{[]string{"--config", deferring}, "limits.default.policy"},
+		{[]string{"--config", plain, "--limit", "3", "--window", "1h", "--policy", "defer"}, "--policy"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		code, _, stderr := runBinary(t, append([]string{"serve", "--data-dir", dir, "--mqtt-addr", "127.0.0.1:0"}, tc.args...)...)
+		if code != 1 || !strings.Contains(stderr, tc.key+": "+why) {
+			t.Fatalf("defer with the default decisions (%v): exit %d, stderr:\n%s\nwant %q", tc.args, code, stderr, tc.key+": "+why)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the refused start left its data directory: %v", err)
+		}
+		if keys, err := srv.Client().Keys(context.Background(), "*").Result(); err != nil || len(keys) != 0 {
+			t.Errorf("the refused start wrote to redis: %v %v", keys, err)
+		}
+	}
+
+	g := startOwnerGW(t, plain, "--limit", "3", "--window", "1h")
+	c := dial5(t, g.mqtt, "dev-1")
+	c.mustPublish(t, "t", "decided here", codeSuccess)
+	c.close()
+	g.stop()
+
+	redisMode := writeConfig(t, fmt.Sprintf("cluster:\n  redis:\n    addrs: [%q]\n    timeout: 50ms\n  decisions: redis\n", srv.Addr))
+	srv.Client().FlushAll(context.Background()) // the owner-mode gateway's settings
+	d := startClusterGW(t, redisMode, "--limit", "3", "--window", "1h", "--policy", "defer")
+	if strings.Contains(d.stderr(), "deciding publishes where each device is connected") {
+		t.Fatalf("cluster.decisions: redis decides where devices are; stderr:\n%s", d.stderr())
+	}
+	d.stop()
 }

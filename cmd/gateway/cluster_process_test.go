@@ -13,10 +13,12 @@ import (
 // The process tests of several gateways sharing their state in one real
 // redis-server: real gateway child processes, real MQTT 5 clients.
 
-// clusterConfig writes a config file sharing state in srv.
+// clusterConfig writes a config file sharing state in srv, every
+// publish decided in Redis (cluster.decisions: redis; owner mode, the
+// default, has ownerConfig).
 func clusterConfig(t *testing.T, srv *redistest.Server, policy string) string {
 	t.Helper()
-	return writeConfig(t, fmt.Sprintf("cluster:\n  redis:\n    addrs: [%q]\n    timeout: 50ms\n  failure_policy: %s\n", srv.Addr, policy))
+	return writeConfig(t, fmt.Sprintf("cluster:\n  redis:\n    addrs: [%q]\n    timeout: 50ms\n  failure_policy: %s\n  decisions: redis\n", srv.Addr, policy))
 }
 
 func startClusterGW(t *testing.T, cfg string, args ...string) *gw {
