@@ -9,7 +9,9 @@ import (
 )
 
 // propertySequences is the number of generated arrival sequences; the
-// acceptance bar is 100k in total across the property tests.
+// acceptance bar is 100k in total across the property tests, run in full
+// without the race detector (`make test` runs them so; under it, a
+// tenth: raceScale).
 const propertySequences = 70_000
 
 func randomQuota(r *rand.Rand) (Quota, int) {
@@ -75,7 +77,7 @@ func TestPropertyNeverMoreThanNInAnyWindow(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	tables := tableSet{}
 	var admitted []Tick
-	for seq := 0; seq < propertySequences; seq++ {
+	for seq := 0; seq < propertySequences/raceScale; seq++ {
 		q, buckets := randomQuota(r)
 		tab := tables.get(t, buckets)
 		dev := fmt.Sprint("dev-", seq)
@@ -124,7 +126,7 @@ func checkRetryAfter(t *testing.T, tab *Table, dev string, q Quota, now Tick, re
 func TestPropertyEvenSenderNeverRefused(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	tables := tableSet{}
-	for seq := 0; seq < 100_000-propertySequences; seq++ {
+	for seq := 0; seq < (100_000-propertySequences)/raceScale; seq++ {
 		q, buckets := randomQuota(r)
 		tab := tables.get(t, buckets)
 		// N per T*(1+1/B) is a period of T*(B+1)/(B*N), rounded up to the
