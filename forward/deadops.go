@@ -50,7 +50,8 @@ func (f *Forwarder) DropDead(ids ...string) (int, error) {
 
 // ReplayDeadOf is ReplayDead over the logs of fs (an upstream's
 // connections) at once: an ID none of them holds gives a *NoDeadError
-// and nothing is replayed in any.
+// and nothing is replayed in any. With no ids, it replays what every
+// log held when it started, log by log, in chunks.
 func ReplayDeadOf(fs []*Forwarder, ids []string) (int, error) {
 	return deadOp(fs, ids, (*Forwarder).replay)
 }
