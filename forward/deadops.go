@@ -21,29 +21,37 @@ func (e *NoDeadError) Error() string {
 // ReplayDead appends the dead letters whose ID is in ids (every one
 // when none is given) to the forward log again (after what it holds, in
 // their order), each under the ID it had, and removes them from the
-// dead-letter log in the same transaction; it returns how many. A damaged one stays. An ID the
-// log does not hold gives a *NoDeadError, and nothing is replayed.
-// Replays, drops and the forwarder's own moves exclude each other,
-// the check of the IDs included, so of two replays of one ID at once
-// one sends it and the other answers *NoDeadError. When an append is
-// refused (a full log under refuse_new, the disk), those already
-// appended leave the dead-letter log, the rest stay, and it returns how
-// many went with the error. A crash leaves each message in one of
-// the two logs, never both.
+// dead-letter log in the same transaction; it returns how many. A
+// damaged one stays. An ID the log does not hold gives a *NoDeadError,
+// and nothing is replayed. Replays, drops and the forwarder's own moves
+// exclude each other, the check of the IDs included, so of two replays
+// of one ID at once one sends it and the other answers *NoDeadError.
+// A replay of every dead letter replays those the log held when it
+// started (one read), deadChunk at a time, each chunk under the lock
+// alone: the forwarder's move of a refused message waits for one chunk,
+// not the whole replay, and a dead letter that arrives meanwhile (a
+// replayed one refused again among them) waits for the next replay;
+// one dropped or replayed by someone else between chunks is skipped.
+// When an append is refused (a full log under refuse_new, the disk),
+// those already appended leave the dead-letter log, the rest stay, and
+// it returns how many went with the error. A crash leaves each message
+// in one of the two logs, never both.
 func (f *Forwarder) ReplayDead(ids ...string) (int, error) {
 	return ReplayDeadOf([]*Forwarder{f}, ids)
 }
 
 // DropDead deletes the dead letters whose ID is in ids (every one when
 // none is given), damaged ones too, and returns how many. An ID the log
-// does not hold gives a *NoDeadError, and nothing is deleted.
+// does not hold gives a *NoDeadError, and nothing is deleted. A drop of
+// every dead letter goes in chunks as ReplayDead's.
 func (f *Forwarder) DropDead(ids ...string) (int, error) {
 	return DropDeadOf([]*Forwarder{f}, ids)
 }
 
 // ReplayDeadOf is ReplayDead over the logs of fs (an upstream's
 // connections) at once: an ID none of them holds gives a *NoDeadError
-// and nothing is replayed in any.
+// and nothing is replayed in any. With no ids, it replays what every
+// log held when it started, log by log, in chunks.
 func ReplayDeadOf(fs []*Forwarder, ids []string) (int, error) {
 	return deadOp(fs, ids, (*Forwarder).replay)
 }
@@ -54,15 +62,25 @@ func DropDeadOf(fs []*Forwarder, ids []string) (int, error) {
 	return deadOp(fs, ids, (*Forwarder).drop)
 }
 
-// deadOp finds the dead letters of ids (all when none is given) in the
-// logs of fs and hands each log's to act, holding every log's dead
-// letters from the search to the end of act: nobody changes them
-// between the check and the act.
+// deadChunk is how many dead letters a replay or a drop of them all
+// takes at a time under its log's lock: what the forwarder's own move of
+// a refused message waits for at most (TestReplayDoesNotStallForwarder).
+// It is also the most IDs the admin API takes in one call
+// (admin/dead.go), so a call by IDs holds the locks as long as a chunk.
+const deadChunk = 1000
+
+// deadOp finds the dead letters of ids in the logs of fs and hands each
+// log's to act, holding every log's dead letters from the search to the
+// end of act: nobody changes them between the check and the act. With
+// no ids, it acts on all of them in chunks (deadOpAll).
 func deadOp(fs []*Forwarder, ids []string, act func(*Forwarder, []DeadLetter) (int, error)) (int, error) {
 	// One lock order for every caller: by name, each forwarder once.
 	fs = slices.Clone(fs)
 	slices.SortFunc(fs, func(a, b *Forwarder) int { return cmp.Compare(a.cfg.Name, b.cfg.Name) })
 	fs = slices.Compact(fs)
+	if len(ids) == 0 {
+		return deadOpAll(fs, act)
+	}
 	for _, f := range fs {
 		f.dead.log.Lock()
 		defer f.dead.log.Unlock()
@@ -101,15 +119,62 @@ func deadOp(fs []*Forwarder, ids []string, act func(*Forwarder, []DeadLetter) (i
 	return total, nil
 }
 
-// findDead returns the dead letters whose ID is in ids (all when ids is
-// empty), in key order, each once. A dead letter is looked for under
-// the number its ID names and under the keys again holds for it, not
-// by reading the others. The caller holds f.dead.log.
-func (f *Forwarder) findDead(ids []string) ([]DeadLetter, error) {
-	if len(ids) == 0 {
-		all, _, err := f.DeadLetters(-1)
-		return all, err
+// deadOpAll hands act the dead letters the logs of fs hold now (read
+// first, without a lock), deadChunk at a time, each chunk read again
+// and acted on under its log's lock alone: between chunks the forwarder
+// moves what is refused, and others replay or drop. A dead letter gone
+// meanwhile is skipped (whoever took it acted on it); one that arrived
+// meanwhile is not one of these. Chunks are taken in key order, so the
+// replayed messages keep their log's order.
+func deadOpAll(fs []*Forwarder, act func(*Forwarder, []DeadLetter) (int, error)) (int, error) {
+	keys := make([][]uint64, len(fs))
+	for i, f := range fs {
+		if err := f.log.ReadDead(f.cfg.Name, 0, func(seq uint64, _ []byte) bool {
+			keys[i] = append(keys[i], seq)
+			return true
+		}); err != nil {
+			return 0, err
+		}
 	}
+	total := 0
+	for i, f := range fs {
+		for ks := keys[i]; len(ks) > 0; {
+			chunk := ks[:min(len(ks), deadChunk)]
+			ks = ks[len(chunk):]
+			n, err := f.actOnDead(chunk, act)
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
+}
+
+// actOnDead hands act those of dead letters keys (in order) the log
+// still holds, under f.dead.log.
+func (f *Forwarder) actOnDead(keys []uint64, act func(*Forwarder, []DeadLetter) (int, error)) (int, error) {
+	f.dead.log.Lock()
+	defer f.dead.log.Unlock()
+	var sel []DeadLetter
+	last := keys[len(keys)-1]
+	if err := f.log.ReadDead(f.cfg.Name, keys[0], func(seq uint64, entry []byte) bool {
+		if _, ok := slices.BinarySearch(keys, seq); ok {
+			// entry is the file's memory, valid only during the read.
+			sel = append(sel, f.deadLetter1(seq, bytes.Clone(entry)))
+		}
+		return seq < last
+	}); err != nil || len(sel) == 0 {
+		return 0, err
+	}
+	return act(f, sel)
+}
+
+// findDead returns the dead letters whose ID is in ids, in key order,
+// each once. A dead letter is looked for under the number its ID names
+// and under the keys again holds for it, not by reading the others. The
+// caller holds f.dead.log.
+func (f *Forwarder) findDead(ids []string) ([]DeadLetter, error) {
 	var out []DeadLetter
 	for _, id := range ids {
 		keys := f.dead.again[id]

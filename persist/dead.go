@@ -25,12 +25,33 @@ func (s *Store) MoveForwardDead(log string, seq uint64, entry []byte, max int) (
 	if err := validLog(log); err != nil {
 		return 0, err
 	}
+	dropped, err = s.moveDead(log, []uint64{seq}, [][]byte{entry}, max)
+	if err != nil {
+		return 0, fmt.Errorf("move message %d of forward log %q to its dead letters in %q: %w", seq, log, s.path, err)
+	}
+	return dropped, nil
+}
+
+// MoveForwardDeadMany is MoveForwardDead of messages seqs, as entries
+// (one each), all in one transaction; the oldest make room after all
+// are in.
+func (s *Store) MoveForwardDeadMany(log string, seqs []uint64, entries [][]byte, max int) (dropped int, err error) {
+	if err := validLog(log); err != nil {
+		return 0, err
+	}
+	if len(seqs) != len(entries) {
+		return 0, fmt.Errorf("move %d messages of forward log %q to its dead letters: %d entries", len(seqs), log, len(entries))
+	}
+	dropped, err = s.moveDead(log, seqs, entries, max)
+	if err != nil {
+		return 0, fmt.Errorf("move %d messages of forward log %q to its dead letters in %q: %w", len(seqs), log, s.path, err)
+	}
+	return dropped, nil
+}
+
+// moveDead is MoveForwardDeadMany's transaction.
+func (s *Store) moveDead(log string, seqs []uint64, entries [][]byte, max int) (dropped int, err error) {
 	err = s.update(func(tx *bolt.Tx) error {
-		if b := forwardBucket(tx, log); b != nil {
-			if err := b.Delete(forwardKey(seq)); err != nil {
-				return err
-			}
-		}
 		root, err := tx.CreateBucketIfNotExists(bucketDead)
 		if err != nil {
 			return err
@@ -40,13 +61,21 @@ func (s *Store) MoveForwardDead(log string, seq uint64, entry []byte, max int) (
 			return err
 		}
 		// Stats counts the keys of the committed pages, not this
-		// transaction's changes: counted before the Put, plus it.
+		// transaction's changes: counted before the Puts, plus them.
 		held := d.Stats().KeyN
-		if d.Get(forwardKey(seq)) == nil {
-			held++
-		}
-		if err := d.Put(forwardKey(seq), entry); err != nil {
-			return err
+		b := forwardBucket(tx, log)
+		for i, seq := range seqs {
+			if b != nil {
+				if err := b.Delete(forwardKey(seq)); err != nil {
+					return err
+				}
+			}
+			if d.Get(forwardKey(seq)) == nil {
+				held++
+			}
+			if err := d.Put(forwardKey(seq), entries[i]); err != nil {
+				return err
+			}
 		}
 		if max <= 0 || held <= max {
 			return nil
@@ -61,10 +90,7 @@ func (s *Store) MoveForwardDead(log string, seq uint64, entry []byte, max int) (
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, fmt.Errorf("move message %d of forward log %q to its dead letters in %q: %w", seq, log, s.path, err)
-	}
-	return dropped, nil
+	return dropped, err
 }
 
 // ReadDead calls fn, in sequence order, for the entries of log's
