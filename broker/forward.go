@@ -25,12 +25,16 @@ func (h *throttle) forward(device string, pk *packets.Packet) error {
 
 // forwardMessage is pk of device as the forward log keeps it: with the
 // MQTT 5 properties that belong to the message (not the topic alias or
-// subscription identifiers, which belong to one hop).
+// subscription identifiers, which belong to one hop). Whatever the
+// device's protocol: an MQTT 3.1.1 device's publish has none of its
+// own, but a deferred one released carries the gateway's release stamp
+// (devicelimit.ReleasedProperty), and an MQTT 5 upstream gets it as from
+// an MQTT 5 device.
 func forwardMessage(device string, pk *packets.Packet) *forward.Message {
 	m := &forward.Message{Device: device, Topic: pk.TopicName, QoS: pk.FixedHeader.Qos, Retain: pk.FixedHeader.Retain, Payload: pk.Payload}
 	p := &pk.Properties
-	if pk.ProtocolVersion == 5 && (p.PayloadFormatFlag || p.MessageExpiryInterval > 0 || p.ContentType != "" || p.ResponseTopic != "" ||
-		len(p.CorrelationData) > 0 || len(p.User) > 0) {
+	if p.PayloadFormatFlag || p.MessageExpiryInterval > 0 || p.ContentType != "" || p.ResponseTopic != "" ||
+		len(p.CorrelationData) > 0 || len(p.User) > 0 {
 		fp := &forward.Props{PayloadFormat: p.PayloadFormat, HasPayloadFormat: p.PayloadFormatFlag, MessageExpiry: p.MessageExpiryInterval,
 			ContentType: p.ContentType, ResponseTopic: p.ResponseTopic, CorrelationData: p.CorrelationData}
 		for _, u := range p.User {
