@@ -40,11 +40,19 @@ type outageRun struct {
 	admitted int
 }
 
-func newOutageRun(t *testing.T, srv *redistest.Server) *outageRun {
+// newOutageRun starts k limiters on srv whose calls to Redis time out
+// after timeout. Redis killed refuses the connection at once, whatever
+// the timeout; Redis frozen (SIGSTOP) holds every call for all of it.
+// A call slower than the timeout while Redis is up is decided by the
+// failure policy too, on a window of its own, and the exact counts of
+// the phases with Redis no longer hold: on a loaded machine a durable
+// Redis (an fsync per write) answered later than 50 ms, so the timeout
+// is as long as each shape allows.
+func newOutageRun(t *testing.T, srv *redistest.Server, timeout time.Duration) *outageRun {
 	r := &outageRun{t: t, srv: srv, q: devicelimit.Quota{Limit: 4, Window: time.Hour},
 		now: devicelimit.TickOf(time.Now())}
 	for range outageK {
-		l, _ := newLimiter(t, srv, 20, PolicyLocal, 50*time.Millisecond)
+		l, _ := newLimiter(t, srv, 20, PolicyLocal, timeout)
 		r.lims = append(r.lims, l)
 	}
 	return r
@@ -120,7 +128,8 @@ func (r *outageRun) check(shape string, bound int) {
 // TestLocalBoundFreeze: Redis frozen (SIGSTOP) and resumed keeps its
 // windows: (k+1) x N.
 func TestLocalBoundFreeze(t *testing.T) {
-	r := newOutageRun(t, redistest.Start(t))
+	// Each of the 16 decisions while Redis is frozen waits the timeout.
+	r := newOutageRun(t, redistest.Start(t), 500*time.Millisecond)
 	N := r.q.Limit
 	if got := r.send(2 * N); got != N {
 		t.Fatalf("with Redis: %d admitted, want %d", got, N)
@@ -135,7 +144,7 @@ func TestLocalBoundFreeze(t *testing.T) {
 // TestLocalBoundRestartWithData: Redis killed and restarted with what it
 // had acknowledged (append-only file fsynced on every write): (k+1) x N.
 func TestLocalBoundRestartWithData(t *testing.T) {
-	r := newOutageRun(t, redistest.StartDurable(t))
+	r := newOutageRun(t, redistest.StartDurable(t), 5*time.Second)
 	N := r.q.Limit
 	if got := r.send(2 * N); got != N {
 		t.Fatalf("with Redis: %d admitted, want %d", got, N)
@@ -156,7 +165,7 @@ func TestLocalBoundRestartWithData(t *testing.T) {
 // windows are full after the first outage, Redis's is empty after every
 // wipe.
 func TestLocalBoundEmptyRestart(t *testing.T) {
-	r := newOutageRun(t, redistest.Start(t))
+	r := newOutageRun(t, redistest.Start(t), 5*time.Second)
 	N := r.q.Limit
 	if got := r.send(2 * N); got != N {
 		t.Fatalf("with Redis: %d admitted, want %d", got, N)

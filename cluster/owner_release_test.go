@@ -120,10 +120,16 @@ func TestOwnerCloseRedisFrozen(t *testing.T) {
 // renewal that found the releaser busy dropped the requests and the
 // releaser wrote one device at a time, so claims waited out A's TTL and
 // charged the lease.
+//
+// A claim waits for the release at most A's TTL and a tenth, then
+// charges (docs/design.md): at a TTL of 500 ms, on a loaded machine
+// under the race detector, 145 of the 2,000 releases landed after that,
+// correctly charged and not what this test is about. The default TTL
+// leaves the releases the time the design gives them.
 func TestOwnerManyMovesReleased(t *testing.T) {
 	srv := redistest.Start(t)
-	a := newOwner(t, srv, 10, 500*time.Millisecond)
-	b := newOwner(t, srv, 10, 500*time.Millisecond)
+	a := newOwner(t, srv, 10, DefaultGatewayTTL)
+	b := newOwner(t, srv, 10, DefaultGatewayTTL)
 	q := devicelimit.Quota{Limit: 10, Window: time.Minute}
 	const devices = 2000
 	for i := range devices {
