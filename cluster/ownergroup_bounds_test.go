@@ -1,0 +1,133 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/devicelimit"
+)
+
+// grantRest returns the unused rest of o's grant on the group's first
+// window.
+func grantRest(o *Owner, group string) int64 {
+	gs := o.grantsOf(group)
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	return gs.w[0].left
+}
+
+// allowGroup decides one message of dev in group on o, asked again
+// while the failure policy (fail-closed) answers: Redis coming back.
+func allowGroup(t *testing.T, o *Owner, dev, group string, gq devicelimit.Quota) bool {
+	t.Helper()
+	q := devicelimit.Quota{Limit: 100000, Window: time.Hour}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := o.AllowGroupAt(dev, "", q, group, gq, 10, t0)
+		if v.Allowed || v.RetryAfter != failRetryAfter {
+			return v.Allowed
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the failure policy still decides after 10 s", dev)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestOwnerGroupCutOffFromRedis: a gateway cut off from Redis keeps
+// admitting on its grant (counted in Redis) until its fence, then takes
+// the failure policy (fail-closed); the gateway still reaching Redis
+// gets the rest of the group's N: what both admitted and the cut-off
+// one's unused rest are N exactly (never more than N; the rest is all
+// the group loses).
+func TestOwnerGroupCutOffFromRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := startCutProxy(t, srv.Addr)
+	const ttl = 500 * time.Millisecond
+	shared, _ := newLimiter(t, srv, 10, PolicyFailClosed, 200*time.Millisecond)
+	rdb := redis.NewClient(ClientOptions(proxy.ln.Addr().String(), 200*time.Millisecond))
+	t.Cleanup(func() { rdb.Close() })
+	a, err := NewOwner(OwnerOptions{Client: rdb, Shared: shared, GatewayTTL: ttl, FlushInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	a.grants.explicit = true
+	waitLeased(t, a)
+	b := grantOwner(t, srv, 10)
+	group := devicelimit.GroupKey("acme")
+	gq := devicelimit.Quota{Limit: 400, Window: time.Hour}
+	onA := 0
+	for range 20 {
+		if allowGroup(t, a, "a", group, gq) {
+			onA++
+		}
+	}
+	if grantRest(a, group) < 3 {
+		t.Fatalf("A's grant has %d left, want at least 3", grantRest(a, group))
+	}
+	proxy.cutOff()
+	for range 2 {
+		if !a.AllowGroupAt("a", "", devicelimit.Quota{Limit: 100000, Window: time.Hour}, group, gq, 10, t0).Allowed {
+			t.Fatal("A cut off refused a message its grant holds")
+		}
+		onA++
+	}
+	for a.leased() {
+		time.Sleep(time.Millisecond) // A's fence: its liveness renewals fail
+	}
+	rest := grantRest(a, group)
+	if v := a.AllowGroupAt("a", "", devicelimit.Quota{Limit: 100000, Window: time.Hour}, group, gq, 10, t0); v.Allowed {
+		t.Fatalf("A admitted after its fence: %+v", v)
+	}
+	onB := 0
+	for allowGroup(t, b.o, "b", group, gq) {
+		onB++
+	}
+	t.Logf("A admitted %d (its grant's rest %d lost), B %d, of %d", onA, rest, onB, gq.Limit)
+	if onA+onB+int(rest) != gq.Limit {
+		t.Fatalf("%d admitted over both and %d left on A's grant, want the group's %d exactly", onA+onB, rest, gq.Limit)
+	}
+}
+
+// TestOwnerGroupRedisRestartedEmpty: Redis restarted empty forgets the
+// group's rings; a gateway keeps admitting on its grant until it is used
+// up (uncounted by the new rings), and the other gets N afresh: after
+// the restart at most N plus the grants outstanding at the restart, the
+// documented bound; the rings are written anew.
+func TestOwnerGroupRedisRestartedEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := grantOwner(t, srv, 10), grantOwner(t, srv, 10)
+	group := devicelimit.GroupKey("acme")
+	gq := devicelimit.Quota{Limit: 200, Window: time.Hour}
+	for range 20 {
+		if !allowGroup(t, a.o, "a", group, gq) {
+			t.Fatal("refused before the restart")
+		}
+	}
+	rest := grantRest(a.o, group)
+	srv.Kill()
+	srv.Restart()
+	after := 0
+	for range rest {
+		if allowGroup(t, a.o, "a", group, gq) {
+			after++
+		}
+	}
+	for allowGroup(t, b.o, "b", group, gq) {
+		after++
+	}
+	for allowGroup(t, a.o, "a", group, gq) {
+		after++
+	}
+	t.Logf("after the restart: %d admitted over both (A's grant had %d left at the restart; N %d)", after, rest, gq.Limit)
+	if after > gq.Limit+int(rest) {
+		t.Fatalf("%d admitted after the restart, more than N %d and A's rest %d", after, gq.Limit, rest)
+	}
+	if after < gq.Limit {
+		t.Fatalf("only %d admitted after the restart: the rings were not written anew", after)
+	}
+}
