@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/devicegate/devicegate/cluster/redistest"
 	"github.com/devicegate/devicegate/devicelimit"
 )
@@ -45,18 +43,8 @@ func allowGroup(t *testing.T, o *Owner, dev, group string, gq devicelimit.Quota)
 // the group loses).
 func TestOwnerGroupCutOffFromRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := startCutProxy(t, srv.Addr)
-	const ttl = 500 * time.Millisecond
-	shared, _ := newLimiter(t, srv, 10, PolicyFailClosed, 200*time.Millisecond)
-	rdb := redis.NewClient(ClientOptions(proxy.ln.Addr().String(), 200*time.Millisecond))
-	t.Cleanup(func() { rdb.Close() })
-	a, err := NewOwner(OwnerOptions{Client: rdb, Shared: shared, GatewayTTL: ttl, FlushInterval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
+	a, proxy := cutOwner(t, srv, 500*time.Millisecond)
 	a.grants.explicit = true
-	waitLeased(t, a)
 	b := grantOwner(t, srv, 10)
 	group := devicelimit.GroupKey("acme")
 	gq := devicelimit.Quota{Limit: 400, Window: time.Hour}
