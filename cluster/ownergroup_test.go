@@ -307,3 +307,34 @@ func groupWindow(s *devicelimit.Standing) (devicelimit.WindowStanding, bool) {
 	}
 	return devicelimit.WindowStanding{}, false
 }
+
+// BenchmarkOwnerGroupAllowAt is a decision of owner mode on devices of
+// one group this gateway owns, on its grant (production clocks: Redis's
+// TIME and the monotonic clock); BenchmarkTableGroupAllowAt the same
+// decisions on a standalone gateway's table: the two side by side are
+// what group grants cost per message on the gateway:
+//
+//	go test -run '^$' -bench 'GroupAllowAt' -count 5 ./cluster/
+func BenchmarkOwnerGroupAllowAt(b *testing.B) {
+	srv := redistest.Start(b)
+	g := newOwner(b, srv, 20, time.Second)
+	benchDecisions(b, groupAllow(g.o.AllowGroupAt))
+}
+
+func BenchmarkTableGroupAllowAt(b *testing.B) {
+	tab, err := devicelimit.NewTable(20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDecisions(b, groupAllow(tab.AllowGroupAt))
+}
+
+// groupAllow makes a group decision (of group acme, MaxLimit a minute)
+// a device decision for benchDecisions.
+func groupAllow(allow func(string, string, devicelimit.Quota, string, devicelimit.Quota, int, devicelimit.Tick) devicelimit.GroupDecision) func(string, devicelimit.Quota, devicelimit.Tick) devicelimit.Decision {
+	group := devicelimit.GroupKey("acme")
+	gq := devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Minute}
+	return func(dev string, q devicelimit.Quota, now devicelimit.Tick) devicelimit.Decision {
+		return allow(dev, "", q, group, gq, 10, now).Decision
+	}
+}
