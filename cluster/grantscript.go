@@ -10,7 +10,9 @@ import "github.com/redis/go-redis/v9"
 // KEYS are the group's grant rings, one per window (all under the
 // group's hash tag: one slot on Redis Cluster). ARGV[1] is an explicit
 // time in microseconds that only tests pass (empty in production: Redis's
-// TIME); then nine values per key: the limit N, the window length T
+// TIME; 0 runs each ring at its own latest instant: a give-back at a
+// gateway's stop, which must not move a ring's clock); then nine values
+// per key: the limit N, the window length T
 // in microseconds, the bucket count B (of a ring made afresh: an
 // existing one keeps its own), the units wanted (-1: only look, nothing
 // written), the units the message at hand needs (the grant is never
@@ -40,7 +42,8 @@ import "github.com/redis/go-redis/v9"
 // B.
 //
 // The record is one string: head bucket, clock high-water, T, count
-// (int64 each), B and F (uint32), then B+1+F int64 counters. The key
+// (int64 each), B and F (uint32), then B+1+F int64 counters (a ring
+// made afresh that holds nothing is not written). The key
 // expires when its furthest bucket leaves the window, and no sooner
 // than ten seconds after it was written.
 const grantMainLua = `
@@ -61,7 +64,7 @@ local function load(key, T, B)
   local r = {key = key, T = T, t = now, c = {}}
   if not rec then
     r.B = B; r.F = math.floor(B / 4); r.S = B + 1 + r.F
-    r.head = bucketOf(now, B, T); r.total = 0
+    r.head = bucketOf(now, B, T); r.total = 0; r.fresh = true
     for i = 0, r.S - 1 do r.c[i] = 0 end
     return r
   end
@@ -158,7 +161,7 @@ for k = 1, nk do
   elseif look and r.total > 0 then
     retry = retryOf(r, 1)
   end
-  if not look then
+  if not look and not (r.fresh and r.total == 0) then
     local parts = {struct.pack(HDR, r.head, r.t, r.T, r.total, r.B, r.F)}
     for i = 0, r.S - 1 do parts[i + 2] = struct.pack('<i8', r.c[i]) end
     local ttl = bucketStart(r.head + r.F + r.B + 1, r.B, r.T) - r.t

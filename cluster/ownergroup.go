@@ -313,3 +313,42 @@ func (o *Owner) groupStanding(groupKey string, gq devicelimit.Quota, size int, r
 		s.Add(devicelimit.WindowStanding{Limit: l, Remaining: max(l.N-int(r[4]), 0), Reset: time.Duration(r[5]) * time.Microsecond})
 	}
 }
+
+// returnGrants gives back the rests of this gateway's grants at Close,
+// one script call per group (wanting nothing), until ctx ends or a call
+// fails: no decision of this gateway uses them any more (its fence has
+// passed; a rest is taken out under the group's lock, so a decision
+// still under way finds none and claims anew, counted).
+func (o *Owner) returnGrants(ctx context.Context) {
+	o.grants.mu.RLock()
+	all := make([]*groupGrants, 0, len(o.grants.m))
+	for _, gs := range o.grants.m {
+		all = append(all, gs)
+	}
+	o.grants.mu.RUnlock()
+	for _, gs := range all {
+		gs.mu.Lock()
+		args := []any{0} // each ring at its own latest instant
+		some := false
+		for i := range gs.n {
+			w, l := &gs.w[i], gs.ls[i]
+			back, k, b := w.back, w.backK, w.backB
+			if w.left > 0 && gs.until != 0 {
+				back, k, b = w.left, w.dated, w.b // the newer: one give-back a window
+			}
+			some = some || back > 0
+			args = append(args, l.N, l.Window.Microseconds(), o.Buckets(), 0, 0, back, k, l.Window.Microseconds(), b)
+			w.left, w.back = 0, 0
+		}
+		gs.until = 0
+		keys := gs.keys[:gs.n:gs.n]
+		gs.mu.Unlock()
+		if !some {
+			continue
+		}
+		if err := grantScript.Run(ctx, o.rdb, keys, args...).Err(); err != nil {
+			o.log.Warn("group grants not given back at stop; they leave the windows by themselves", "err", err.Error())
+			return
+		}
+	}
+}

@@ -119,3 +119,32 @@ func TestOwnerGroupRedisRestartedEmpty(t *testing.T) {
 		t.Fatalf("only %d admitted after the restart: the rings were not written anew", after)
 	}
 }
+
+// TestOwnerGroupStopGivesBack: a gateway that stops (Close) gives the
+// rest of its grant back, so another gateway gets all the group's N the
+// stopped one did not use (without the give-back, N less that rest).
+func TestOwnerGroupStopGivesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := grantOwner(t, srv, 10), grantOwner(t, srv, 10)
+	group := devicelimit.GroupKey("acme")
+	gq := devicelimit.Quota{Limit: 200, Window: time.Hour}
+	const onA = 20
+	for range onA {
+		if !allowGroup(t, a.o, "a", group, gq) {
+			t.Fatal("refused on A")
+		}
+	}
+	rest := grantRest(a.o, group)
+	if rest == 0 {
+		t.Fatal("A's grant has nothing left to give back")
+	}
+	a.o.Close()
+	onB := 0
+	for allowGroup(t, b.o, "b", group, gq) {
+		onB++
+	}
+	t.Logf("A admitted %d and stopped with %d left on its grant; B admitted %d of %d", onA, rest, onB, gq.Limit)
+	if onA+onB != gq.Limit {
+		t.Fatalf("%d admitted over both, want the group's %d: A's rest %d not given back", onA+onB, gq.Limit, rest)
+	}
+}
