@@ -34,7 +34,13 @@ import "github.com/redis/go-redis/v9"
 // of at most one bucket: near N a grant is the per-message script's
 // decision).
 //
-// It returns seven integers per key: units granted (0: refused; -1:
+// A key after the rings' (one per nine values) is the group's window of
+// the per-message script (w:{\0group}, the same hash tag): the reply
+// then ends with 1 when it exists, which in owner mode means a gateway
+// of an earlier build decided the group per message within the last
+// window (ownergroup.go logs it).
+//
+// It returns seven integers per ring: units granted (0: refused; -1:
 // the key holds something else, nothing written), the dated bucket, the
 // instant the grant's span ends, the ring's now (microseconds), the
 // ring's count after the claim, the retry-after in microseconds (of a
@@ -47,7 +53,7 @@ import "github.com/redis/go-redis/v9"
 // expires when its furthest bucket leaves the window, and no sooner
 // than ten seconds after it was written.
 const grantMainLua = `
-local nk = #KEYS
+local nk = (#ARGV - 1) / 9
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -170,6 +176,9 @@ for k = 1, nk do
   local o = 7 * (k - 1)
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = g, dated, bucketStart(dated + 1, r.B, r.T), r.t
   out[o + 5], out[o + 6], out[o + 7] = r.total, retry, r.B
+end
+if #KEYS > nk then
+  out[7 * nk + 1] = redis.call('EXISTS', KEYS[nk + 1])
 end
 return out
 `

@@ -41,6 +41,13 @@ type groupGrants struct {
 	keys  [devicelimit.MaxWindows]string
 	w     [devicelimit.MaxWindows]grantWin
 	until int64 // the span's end (grantNow's clock); 0: no grant
+	// claims counts this gateway's claims on the group: the first and
+	// every legacyEvery-th also ask whether the per-message script's
+	// window of the group exists (legacy), warned at most once a
+	// legacyWarnEvery.
+	claims int
+	legacy string
+	warned time.Time
 	// shut is the instant (grantNow's clock) until which a message of
 	// shutSize bytes or more is refused here as Redis last refused one
 	// (no: that verdict): the group is full until then, and a refusal
@@ -77,7 +84,7 @@ func (o *Owner) grantsOf(key string) *groupGrants {
 		if t.m == nil {
 			t.m = make(map[string]*groupGrants)
 		}
-		gs = &groupGrants{base: o.prefix + "gg:{" + key + "}"}
+		gs = &groupGrants{base: o.prefix + "gg:{" + key + "}", legacy: o.prefix + "w:{" + key + "}"}
 		t.m[strings.Clone(key)] = gs // key does not leak: see groupPart
 	}
 	return gs
@@ -225,13 +232,20 @@ func (o *Owner) claimGrant(gs *groupGrants, size int, now devicelimit.Tick) (dev
 	gs.args, gs.until = args, 0
 	o.stats.grants.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	res, err := grantScript.Run(ctx, o.rdb, gs.keys[:gs.n], args...).Int64Slice()
+	keys := gs.keys[:gs.n]
+	if gs.claims%legacyEvery == 0 {
+		keys = append(keys[:gs.n:gs.n], gs.legacy)
+	}
+	gs.claims++
+	res, err := grantScript.Run(ctx, o.rdb, keys, args...).Int64Slice()
 	cancel()
 	switch {
 	case err != nil:
 		return devicelimit.Verdict{}, err
 	case len(res) == 1 && res[0] == -1:
 		return devicelimit.Verdict{}, fmt.Errorf("%w: a grant key of %s", ErrBadWindow, gs.base)
+	case len(res) == 7*gs.n+1:
+		o.legacyFound(gs, res[7*gs.n] == 1)
 	case len(res) != 7*gs.n:
 		return devicelimit.Verdict{}, errBadReply
 	}
@@ -249,6 +263,29 @@ func (o *Owner) claimGrant(gs *groupGrants, size int, now devicelimit.Tick) (dev
 	}
 	gs.until = at + int64(span)
 	return gs.admitted(), nil
+}
+
+// How often a claim asks for the per-message script's window of its
+// group, and how often finding it is logged.
+const (
+	legacyEvery     = 256
+	legacyWarnEvery = time.Minute
+)
+
+// legacyFound logs, at most once a legacyWarnEvery a group, that the
+// per-message script's window of gs's group exists: in owner mode only
+// a gateway of an earlier build writes it (or one did before this
+// gateway started, within the last window), and the group's admissions
+// are then split over two windows.
+func (o *Owner) legacyFound(gs *groupGrants, found bool) {
+	if !found || time.Since(gs.warned) < legacyWarnEvery {
+		return
+	}
+	gs.warned = time.Now()
+	name := strings.TrimSuffix(strings.TrimPrefix(gs.legacy, o.prefix+"w:{\x00"), "}")
+	o.log.Error("a gateway of an earlier build decides this group per message (its per-message window was written within the last window): "+
+		"the group's admissions are split between that window and the grants, up to twice its quota; stop every gateway to upgrade a cluster with groups",
+		"group", name)
 }
 
 // refused is the verdict of a claim Redis refused (res its reply).

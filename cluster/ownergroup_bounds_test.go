@@ -1,8 +1,12 @@
 package cluster
 
 import (
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/devicegate/devicegate/cluster/redistest"
 	"github.com/devicegate/devicegate/devicelimit"
@@ -146,5 +150,40 @@ func TestOwnerGroupStopGivesBack(t *testing.T) {
 	t.Logf("A admitted %d and stopped with %d left on its grant; B admitted %d of %d", onA, rest, onB, gq.Limit)
 	if onA+onB != gq.Limit {
 		t.Fatalf("%d admitted over both, want the group's %d: A's rest %d not given back", onA+onB, gq.Limit, rest)
+	}
+}
+
+// TestOwnerGroupEarlierBuildLogged: a group also decided per message
+// (its w:{\0group} window written, as a gateway of an earlier build in
+// owner mode does) is logged as an error naming the group at this
+// gateway's first claim on it; a group decided only by grants is not.
+func TestOwnerGroupEarlierBuildLogged(t *testing.T) {
+	srv := redistest.Start(t)
+	shared, _ := newLimiter(t, srv, 10, PolicyFailClosed, time.Second)
+	var logs syncBuffer
+	rdb := redis.NewClient(ClientOptions(srv.Addr, time.Second))
+	t.Cleanup(func() { rdb.Close() })
+	o, err := NewOwner(OwnerOptions{Client: rdb, Shared: shared, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	waitLeased(t, o)
+	gq := devicelimit.Quota{Limit: 100, Window: time.Hour}
+	if !allowGroup(t, o, "d", devicelimit.GroupKey("clean"), gq) {
+		t.Fatal("refused")
+	}
+	if strings.Contains(logs.String(), "earlier build") {
+		t.Fatalf("a group decided only by grants logged: %s", logs.String())
+	}
+	legacy := devicelimit.GroupKey("acme")
+	if v := shared.decideVerdict(legacy, "", gq.Limits(), 0, t0); !v.Allowed {
+		t.Fatalf("the per-message script refused: %+v", v)
+	}
+	if !allowGroup(t, o, "d", legacy, gq) {
+		t.Fatal("refused")
+	}
+	if out := logs.String(); !strings.Contains(out, "earlier build") || !strings.Contains(out, "group=acme") {
+		t.Fatalf("the per-message window of group acme not logged: %q", out)
 	}
 }
