@@ -10,7 +10,7 @@ import (
 	"github.com/devicegate/devicegate/devicelimit"
 )
 
-// Sizing of group grants (docs/design.md, "Group grants"): a first grant
+// Sizing of group grants (docs/design.md, "Groups: grants"): a first grant
 // is grantFirst messages' units of each window; a grant used up within
 // its span doubles the next, one that ends its span with more than half
 // unused halves it; none is more than N/grantCapDiv of a window, and the
@@ -48,10 +48,10 @@ type groupGrants struct {
 	claims int
 	legacy string
 	warned time.Time
-	// shut is the instant (grantNow's clock) until which a message of
-	// shutSize bytes or more is refused here as Redis last refused one
-	// (no: that verdict): the group is full until then, and a refusal
-	// need not cost a script call each.
+	// shut is the instant (grantNow's clock) until which messages of
+	// shutSize bytes or more are refused here with no, the verdict of
+	// Redis's last refusal: the group is full for them until then, and a
+	// refusal need not cost a script call each.
 	shut     int64
 	shutSize int
 	no       devicelimit.Verdict
@@ -143,7 +143,7 @@ func (gs *groupGrants) fit(ls []devicelimit.Limit) {
 	if same {
 		return
 	}
-	gs.n, gs.until = len(ls), 0
+	gs.n, gs.until, gs.shut = len(ls), 0, 0
 	var seen [2]int
 	for i, l := range ls {
 		gs.ls[i], gs.w[i] = l, grantWin{}
