@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -185,5 +186,34 @@ func TestOwnerGroupEarlierBuildLogged(t *testing.T) {
 	}
 	if out := logs.String(); !strings.Contains(out, "earlier build") || !strings.Contains(out, "group=acme") {
 		t.Fatalf("the per-message window of group acme not logged: %q", out)
+	}
+}
+
+// TestOwnerGroupOverrideRaises: a group full on two gateways (both
+// refusing locally until the window's retry-after) takes a raised limit
+// at once, as an override set through any gateway does: one more on B,
+// then none on either.
+func TestOwnerGroupOverrideRaises(t *testing.T) {
+	srv := redistest.Start(t)
+	gws := [2]*ownerRig{grantOwner(t, srv, 10), grantOwner(t, srv, 10)}
+	group := devicelimit.GroupKey("acme")
+	gq := devicelimit.Quota{Limit: 10, Window: time.Hour}
+	admitted := 0
+	for i := range 30 {
+		if allowGroup(t, gws[i%2].o, fmt.Sprint("dev-", i%2), group, gq) {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("admitted %d of 10", admitted)
+	}
+	gq.Limit = 11
+	if !allowGroup(t, gws[1].o, "dev-1", group, gq) {
+		t.Fatal("the raised limit's one more refused on B")
+	}
+	for i, g := range gws {
+		if allowGroup(t, g.o, fmt.Sprint("dev-", i), group, gq) {
+			t.Fatalf("a 12th admitted on gateway %d", i)
+		}
 	}
 }
