@@ -338,3 +338,36 @@ func groupAllow(allow func(string, string, devicelimit.Quota, string, devicelimi
 		return allow(dev, "", q, group, gq, 10, now).Decision
 	}
 }
+
+// TestOwnerGroupShadowMatchesTable: a device of a group decided on
+// grants answers as a standalone gateway's table does, message by
+// message, with both parts enforced, both in shadow mode, and either
+// one in shadow mode (the enforced part first, the other counted only
+// when it admitted).
+func TestOwnerGroupShadowMatchesTable(t *testing.T) {
+	srv := redistest.Start(t)
+	g := grantOwner(t, srv, 10)
+	for _, tc := range []struct {
+		name           string
+		device, shadow bool
+	}{{"both enforced", false, false}, {"both shadow", true, true}, {"device shadow", true, false}, {"group shadow", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab, err := devicelimit.NewTable(10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := devicelimit.Quota{Limit: 6, Window: time.Hour, Shadow: tc.device}
+			gq := devicelimit.Quota{Limit: 4, Window: time.Hour, Shadow: tc.shadow}
+			group := devicelimit.GroupKey("shadow-" + tc.name)
+			dev := "dev-" + tc.name
+			for i := range 10 {
+				now := t0.Add(time.Duration(i) * time.Millisecond)
+				got := g.o.AllowGroupAt(dev, "", q, group, gq, 10, now)
+				want := tab.AllowGroupAt(dev, "", q, group, gq, 10, now)
+				if got.Allowed != want.Allowed || got.Group != want.Group || got.Count != want.Count {
+					t.Fatalf("message %d: owner %+v, table %+v", i, got, want)
+				}
+			}
+		})
+	}
+}
