@@ -164,18 +164,43 @@ func TestOwnerGroupGrantsRedisCluster(t *testing.T) {
 // group of 6,000 a minute.
 func TestOwnerGroupCommandsPerMessage(t *testing.T) {
 	srv := redistest.Start(t)
-	gws := [2]*ownerRig{grantOwner(t, srv, 10), grantOwner(t, srv, 10)}
+	groupCommands(t, [2]*Owner{grantOwner(t, srv, 10).o, grantOwner(t, srv, 10).o}, func() int64 { return commandCount(t, srv) })
+}
+
+// TestOwnerGroupCommandsRedisCluster is TestOwnerGroupCommandsPerMessage
+// on a real three-master Redis Cluster, the commands summed over the
+// masters (the clients' slot-map reads included).
+func TestOwnerGroupCommandsRedisCluster(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	cfg := Config{Addrs: rc.Addrs(), Timeout: time.Second}
+	gws := [2]*Owner{ownerOn(t, cfg), ownerOn(t, cfg)}
+	for _, o := range gws {
+		o.grants.explicit = true
+	}
+	groupCommands(t, gws, func() int64 {
+		var n int64
+		for _, node := range rc.Nodes {
+			n += commandCount(t, node)
+		}
+		return n
+	})
+}
+
+// groupCommands runs the steady state of the group cost tests on gws,
+// count reading Redis's commands so far.
+func groupCommands(t *testing.T, gws [2]*Owner, count func() int64) {
+	t.Helper()
 	q := devicelimit.Quota{Limit: 1000, Window: time.Minute}
 	group := devicelimit.GroupKey("acme")
 	gq := devicelimit.Quota{Limit: 6000, Window: time.Minute}
-	const devices = 20
+	const devices, rounds = 20, 1200
 	now := t0
 	run := &groupRun{key: group, gq: gq}
 	publish := func(rounds int) int {
 		admitted := 0
 		for range rounds {
 			for d := range devices {
-				if v := gws[d%2].o.AllowGroupAt(fmt.Sprint("dev-", d), "", q, group, gq, 10, now); v.Allowed {
+				if v := gws[d%2].AllowGroupAt(fmt.Sprint("dev-", d), "", q, group, gq, 10, now); v.Allowed {
 					admitted++
 					run.record(now, 0)
 				}
@@ -185,10 +210,20 @@ func TestOwnerGroupCommandsPerMessage(t *testing.T) {
 		return admitted
 	}
 	publish(200) // claims, first checkpoints, grants grown
-	before := gws[0].o.stats.grants.Load() + gws[1].o.stats.grants.Load()
-	steadyCommands(t, srv, gws[0], func() int { return publish(1200) }, 1200*devices)
-	claims := gws[0].o.stats.grants.Load() + gws[1].o.stats.grants.Load() - before
-	t.Logf("%d grant claims over both gateways for %d messages", claims, 1200*devices)
+	claims0 := gws[0].stats.grants.Load() + gws[1].stats.grants.Load()
+	before := count()
+	admitted := publish(rounds)
+	cmds := count() - before
+	claims := gws[0].stats.grants.Load() + gws[1].stats.grants.Load() - claims0
+	per := float64(cmds) / float64(max(admitted, 1))
+	t.Logf("%d commands for %d admitted messages: %.4f per message (%d grant claims, fallbacks %d and %d)",
+		cmds, admitted, per, claims, gws[0].stats.fallbacks.Load(), gws[1].stats.fallbacks.Load())
+	if admitted != rounds*devices {
+		t.Fatalf("admitted %d of %d", admitted, rounds*devices)
+	}
+	if per > 0.05 {
+		t.Fatalf("%.4f redis commands per admitted message, want at most 0.05", per)
+	}
 	run.check(t)
 }
 
