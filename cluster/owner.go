@@ -99,8 +99,9 @@ type Owner struct {
 	wmu     sync.Mutex
 	waiters map[string]chan struct{} // claims waiting for a release
 
-	stats ownerStats
-	stop  chan struct{}
+	grants grantTable // group grants (ownergroup.go)
+	stats  ownerStats
+	stop   chan struct{}
 	// done is cancelled with stop: the control calls of the loops
 	// (liveness renewals, releases, release requests) end with it, so
 	// that Close does not wait out their timeouts.
@@ -113,7 +114,7 @@ type Owner struct {
 
 // ownerStats count what an Owner did, for tests and metrics.
 type ownerStats struct {
-	claims, waits, charges, checkpoints, fenced, releases, fallbacks atomic.Uint64
+	claims, waits, charges, checkpoints, fenced, releases, fallbacks, grants atomic.Uint64
 }
 
 const ownShards = 64
@@ -266,8 +267,9 @@ func (o *Owner) AllowClassAt(device, class string, q devicelimit.Quota, size int
 
 // AllowGroupAt decides a message of a device in a group: its own
 // windows in this gateway's table, its group's (shared by devices on
-// every gateway) by a script call on the group's key alone, which on
-// Redis Cluster lives in the group's own slot. The device's windows
+// every gateway) on this gateway's grant of the group's windows
+// (ownergroup.go), claimed from the group's keys alone, which on Redis
+// Cluster live in the group's own slot. The device's windows
 // stay locked meanwhile, so its part cannot change between the two:
 // devicelimit.Table.AllowGroupAt's contract (both parts enforced or both
 // in shadow mode: counted in both or neither; one in shadow mode: the
@@ -282,14 +284,15 @@ func (o *Owner) AllowGroupAt(device, class string, q devicelimit.Quota, groupKey
 	if d, done := o.shared.precheck(gls, size); done {
 		return devicelimit.GroupDecision{Decision: d, Group: true}
 	}
-	return o.decide(device, class, q, ls, size, now, groupPart{key: groupKey, q: gq, ls: gls})
+	return o.decide(device, class, q, ls, size, now, groupPart{key: groupKey, q: gq})
 }
 
-// groupPart is the group's side of a decision; key "" for none.
+// groupPart is the group's side of a decision; key "" for none. It
+// holds no slice of its windows: the key leaks (the failure policy's
+// table keeps it), which would move such a slice's array to the heap.
 type groupPart struct {
 	key string
 	q   devicelimit.Quota
-	ls  []devicelimit.Limit
 }
 
 // decide takes a device's decision (and its group's, g) once the device
@@ -391,16 +394,16 @@ func (o *Owner) withGroup(device, class string, q devicelimit.Quota, ls []device
 	switch order {
 	case devicelimit.BothParts:
 		if dv = o.table.PeekAllAt(device, class, ls, size, now); dv.Allowed {
-			if gv = o.shared.decideVerdict(g.key, "", g.ls, size, now); gv.Allowed {
+			if gv = o.groupVerdict(g, size, now); gv.Allowed {
 				dv = o.table.AllowAllAt(device, class, ls, size, now)
 			}
 		}
 	case devicelimit.DeviceFirst:
 		if dv = o.table.AllowAllAt(device, class, ls, size, now); dv.Allowed {
-			gv = o.shared.decideVerdict(g.key, "", g.ls, size, now)
+			gv = o.groupVerdict(g, size, now)
 		}
 	default: // GroupFirst
-		if gv = o.shared.decideVerdict(g.key, "", g.ls, size, now); gv.Allowed {
+		if gv = o.groupVerdict(g, size, now); gv.Allowed {
 			dv = o.table.AllowAllAt(device, class, ls, size, now)
 		}
 	}
@@ -470,14 +473,15 @@ func (o *Owner) fallbackGroup(device, class string, q devicelimit.Quota, ls []de
 }
 
 // StandingAt fills s with the device's windows from this gateway's
-// table and its group's from Redis (a call of its own).
+// table and its group's from its grant rings in Redis (a call of its
+// own; ownergroup.go).
 func (o *Owner) StandingAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, refused bool, now devicelimit.Tick, s *devicelimit.Standing) {
 	o.table.StandingAt(device, class, q, "", gq, size, refused, now, s)
 	if groupKey == "" {
 		return
 	}
 	var gs devicelimit.Standing
-	o.shared.StandingAt(groupKey, "", gq, "", gq, size, refused, now, &gs)
+	o.groupStanding(groupKey, gq, size, refused, now, &gs)
 	for _, w := range gs.Windows[:gs.N] {
 		w.Group, w.Shadow, w.Class = true, gq.Shadow, ""
 		s.Add(w)

@@ -69,6 +69,23 @@ func (p *cutProxy) cutOff() {
 	p.conns = nil
 }
 
+// cutOwner starts an owner (fail-closed, timeouts of 200ms, gateway TTL
+// ttl) that reaches srv through a proxy the test can cut.
+func cutOwner(t *testing.T, srv *redistest.Server, ttl time.Duration) (*Owner, *cutProxy) {
+	t.Helper()
+	proxy := startCutProxy(t, srv.Addr)
+	shared, _ := newLimiter(t, srv, 10, PolicyFailClosed, 200*time.Millisecond)
+	rdb := redis.NewClient(ClientOptions(proxy.ln.Addr().String(), 200*time.Millisecond))
+	t.Cleanup(func() { rdb.Close() })
+	o, err := NewOwner(OwnerOptions{Client: rdb, Shared: shared, GatewayTTL: ttl, FlushInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	waitLeased(t, o)
+	return o, proxy
+}
+
 // TestOwnerCutOffFromRedis: a gateway cut off from Redis (the others
 // still reach it) stops deciding on its leases within its TTL of its
 // last renewal (its decisions then take the failure policy, here
@@ -77,17 +94,8 @@ func (p *cutProxy) cutOff() {
 // never more than N over both, at most one lease lost.
 func TestOwnerCutOffFromRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := startCutProxy(t, srv.Addr)
 	const ttl = 500 * time.Millisecond
-	shared, _ := newLimiter(t, srv, 10, PolicyFailClosed, 200*time.Millisecond)
-	rdb := redis.NewClient(ClientOptions(proxy.ln.Addr().String(), 200*time.Millisecond))
-	t.Cleanup(func() { rdb.Close() })
-	a, err := NewOwner(OwnerOptions{Client: rdb, Shared: shared, GatewayTTL: ttl, FlushInterval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
-	waitLeased(t, a)
+	a, proxy := cutOwner(t, srv, ttl)
 	b := newOwner(t, srv, 10, ttl)
 	q := devicelimit.Quota{Limit: 20, Window: time.Hour}
 	admitted := 0

@@ -279,6 +279,7 @@ func (o *Owner) Close() {
 			}
 		})
 		if ok && ctx.Err() == nil {
+			o.returnGrants(ctx)
 			o.ctl.Del(ctx, o.prefix+"gw:"+o.id, o.prefix+"rq:{"+o.id+"}")
 		}
 	})

@@ -53,7 +53,11 @@ import "github.com/redis/go-redis/v9"
 const windowLua = windowFuncsLua + windowMainLua
 
 // windowFuncsLua reads the clock and defines the window functions.
-const windowFuncsLua = `
+const windowFuncsLua = windowClockLua + bucketMathLua + windowRingLua
+
+// windowClockLua reads the clock: the explicit time after the keys'
+// arguments (tests), else Redis's TIME.
+const windowClockLua = `
 local nk = #KEYS
 local clock
 if ARGV[6 * nk + 1] ~= nil and ARGV[6 * nk + 1] ~= '' then
@@ -63,6 +67,11 @@ else
   clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+`
+
+// bucketMathLua is the bucket arithmetic the window and grant scripts
+// share (grantscript.go).
+const bucketMathLua = `
 -- divmod returns floor(a/b) and a - floor(a/b)*b exactly for integers
 -- a >= 0, b > 0 below 2^53: the double division may round across an
 -- integer, which the remainder's sign corrects.
@@ -94,6 +103,10 @@ local function bucketStart(k, b, w)
   return q * w + f
 end
 
+`
+
+// windowRingLua defines the ring functions of windowLua.
+const windowRingLua = `
 local HDR = '<i8i8i8i8I4I4I2B'
 local HDRLEN = 43
 -- The counts stay a string: slot i is the W bytes at W*i+1. Reading and
