@@ -23,9 +23,10 @@ type Snapshot struct {
 	SnapshotBytes                                        int64   // size of the last window snapshot
 	Snapshots                                            uint64  // window snapshots written
 	// LeaseWrites counts the lease writes committed (group commits
-	// that held leases) and LeaseRecords the leases they wrote.
-	LeaseWrites, LeaseRecords uint64
-	ClockRollbacks            uint64
+	// that held leases) and LeaseRecords the leases they wrote;
+	// LeaseWaits the admissions that waited for a lease write.
+	LeaseWrites, LeaseRecords, LeaseWaits uint64
+	ClockRollbacks                        uint64
 	// ACLPublishDenied and ACLSubscribeDenied count what the topic ACL
 	// refused.
 	ACLPublishDenied, ACLSubscribeDenied uint64
@@ -118,6 +119,7 @@ var (
 	descSnapshots        = prometheus.NewDesc("devicegate_snapshots_total", "Window snapshots written.", nil, nil)
 	descLeaseWrites      = prometheus.NewDesc("devicegate_lease_writes_total", "Lease writes committed to the data file (persist.after_crash: charge), each one transaction for every lease asked since the last.", nil, nil)
 	descLeaseRecords     = prometheus.NewDesc("devicegate_lease_records_total", "Window leases written to the data file.", nil, nil)
+	descLeaseWaits       = prometheus.NewDesc("devicegate_lease_waits_total", "Admitted publishes that waited for their lease to be written before they were acknowledged.", nil, nil)
 	descRollbacks        = prometheus.NewDesc("devicegate_clock_rollbacks_total", "Wall-clock rollbacks detected.", nil, nil)
 	descACLDenied        = prometheus.NewDesc("devicegate_acl_denied_total", "Publishes and subscriptions (or deliveries) refused by the topic ACL.", []string{"action"}, nil)
 	descRefused          = prometheus.NewDesc("devicegate_connects_refused_total", "Connections refused, by reason.", []string{"reason"}, nil)
@@ -154,7 +156,7 @@ func NewCollector(src StatsSource) prometheus.Collector { return collector{src} 
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPublishes, descWouldRefuse, descBlocks, descBlocked, descReleased, descExpired, descQueueMessages, descQueueBytes, descDeferDamaged,
-		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descLeaseWrites, descLeaseRecords, descRollbacks,
+		descTracked, descConnected, descSubscriptions, descSnapSeconds, descSnapBytes, descSnapshots, descLeaseWrites, descLeaseRecords, descLeaseWaits, descRollbacks,
 		descACLDenied, descRefused, descPersistFail, descPersistErrs, descSlowDrops, descProtoErrors, descFwdConnected, descFwdForwarded, descFwdBacklog, descFwdBytes, descFwdDropped, descFwdLowSpace, descFwdOldest, descFwdDead, descFwdDeadHeld, descFwdReordered, descWindowRefused, descGroup, descConsumerWaits, descConsumerSpool, descConsumersSpooled} {
 		ch <- d
 	}
@@ -189,6 +191,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSnapshots, s.Snapshots)
 	counter(descLeaseWrites, s.LeaseWrites)
 	counter(descLeaseRecords, s.LeaseRecords)
+	counter(descLeaseWaits, s.LeaseWaits)
 	counter(descRollbacks, s.ClockRollbacks)
 	counter(descACLDenied, s.ACLPublishDenied, "publish")
 	counter(descACLDenied, s.ACLSubscribeDenied, "subscribe")

@@ -15,7 +15,7 @@ func TestCollector(t *testing.T) {
 		QueueMessages: 7, QueueBytes: 800, DevicesTracked: 9, ConnectedClients: 11, Subscriptions: 17, PersistFailing: true, PersistFailures: 18, SlowSubscriberDrops: 19, ProtocolErrors: 20, ConsumerWaits: 43, ConsumerSpoolBytes: 44, ConsumersSpooled: 45, DeferredDamaged: 46,
 		Forward: []ForwardStats{{Upstream: "cloud", Connections: 2, Connected: 1, Forwarded: 21, Backlog: 22, BacklogBytes: 2300,
 			OldestAge: 1500 * time.Millisecond, DroppedOldest: 3, Refused: 4, Expired: 5, LowSpace: 2, DeadLetters: 2, DeadByReason: map[string]uint64{"too_large": 6}, DeadDropped: 1}},
-		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, LeaseWrites: 5, LeaseRecords: 50, ClockRollbacks: 1,
+		SnapshotSeconds: 0.25, SnapshotBytes: 4096, Snapshots: 12, LeaseWrites: 5, LeaseRecords: 50, LeaseWaits: 7, ClockRollbacks: 1,
 		ACLPublishDenied: 13, ACLSubscribeDenied: 14, ConnectsRefused: map[string]uint64{"credentials": 15, "rate": 16},
 		Groups: map[string][3]uint64{"{tenant}": {40, 41, 42}},
 	}}
@@ -117,6 +117,9 @@ devicegate_forward_reordered_total{upstream="cloud"} 0
 # HELP devicegate_lease_records_total Window leases written to the data file.
 # TYPE devicegate_lease_records_total counter
 devicegate_lease_records_total 50
+# HELP devicegate_lease_waits_total Admitted publishes that waited for their lease to be written before they were acknowledged.
+# TYPE devicegate_lease_waits_total counter
+devicegate_lease_waits_total 7
 # HELP devicegate_lease_writes_total Lease writes committed to the data file (persist.after_crash: charge), each one transaction for every lease asked since the last.
 # TYPE devicegate_lease_writes_total counter
 devicegate_lease_writes_total 5
@@ -152,8 +155,8 @@ devicegate_subscriptions 17
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(c); n != 49 {
-		t.Fatalf("%d series, want 49", n)
+	if n := testutil.CollectAndCount(c); n != 50 {
+		t.Fatalf("%d series, want 50", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

@@ -193,6 +193,7 @@ func New(opts Options) (*Server, error) {
 		srv:      srv,
 		table:    opts.Table,
 		limiter:  limiterOf(&opts),
+		prelease: opts.Limiter == nil && opts.Table != nil && opts.Table.Leases(),
 		resolver: opts.Resolver,
 		clock:    opts.Clock,
 		identity: opts.Identity,

@@ -13,6 +13,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/devicegate/devicegate/auth"
 	"github.com/devicegate/devicegate/devicelimit"
 )
 
@@ -96,6 +97,28 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 	h.devMu.Unlock()
 	h.conns.setInfo(cl, c)
 	h.connected.Add(1)
+	if h.prelease && !h.consumers.rules.Load().matches(cl.ID) {
+		if s := h.conns.session(cl); s == nil || s.role != auth.RoleConsumer {
+			h.preleaseOf(c)
+		}
+	}
+}
+
+// preleaseOf asks the first leases of c's device's own windows as its
+// session starts (not a backend consumer's: it subscribes) and waits,
+// before mochi sends the CONNACK, until they are durable (devicelimit/prelease.go), so that its first publish
+// finds them durable and its PUBACK waits for no disk commit: the
+// connection pays that commit once, not its first publish. The windows
+// of a topic class or a group are leased by their first admission, as
+// before. A data file that does not record them within leaseWait lets
+// the CONNACK go: the first publish then waits for its lease itself.
+func (h *throttle) preleaseOf(c *connInfo) {
+	v := c.rules()
+	now := h.clock.Now()
+	q, _, _ := h.resolver.ContractAt(c.device, v.rule, v.ruleName, v.classes, now)
+	if gen := h.table.PreleaseQuota(c.device, q, now); gen != 0 {
+		h.table.WaitSessionLease(gen, leaseWait)
+	}
 }
 
 func (h *throttle) connInfo(cl *mqtt.Client) *connInfo {

@@ -109,9 +109,12 @@ type throttle struct {
 	// go: the status hook wants OnPacketSent only while it is not 0.
 	statusSubacks atomic.Int64
 
-	srv      *mqtt.Server // to refuse a CONNECT
-	table    *devicelimit.Table
-	limiter  Limiter // decides publishes: Options.Limiter, else table
+	srv     *mqtt.Server // to refuse a CONNECT
+	table   *devicelimit.Table
+	limiter Limiter // decides publishes: Options.Limiter, else table
+	// prelease: the table decides and takes leases, so a session's
+	// start asks its device's first leases (preleaseOf).
+	prelease bool
 	resolver *devicelimit.Resolver
 	clock    devicelimit.Clock
 	identity devicelimit.Identity

@@ -104,6 +104,8 @@ type leases struct {
 	// durable is the latest batch written; every cap asked in it or
 	// before is durable.
 	durable atomic.Uint64
+	// waits counts the WaitLease calls that found the lease not durable.
+	waits atomic.Uint64
 
 	mu      sync.Mutex
 	open    uint64   // the batch being filled
@@ -132,6 +134,11 @@ func (t *Table) EnableLeases(p LeasePolicy) {
 		}
 	}
 }
+
+// LeaseWaits returns how many times WaitLease found a lease not yet
+// durable: the admissions that waited for a lease write before they
+// were acted on.
+func (t *Table) LeaseWaits() uint64 { return t.lease.waits.Load() }
 
 // Leases reports whether the table takes leases.
 func (t *Table) Leases() bool { return t.lease.on }
@@ -218,12 +225,6 @@ func (t *Table) askLease(s *shard, ls *lease, key string, l Limit, n int) {
 // next urgent: a window asking in consecutive lazy writes uses a lease
 // in less time than they are apart.
 const fastAsk = 2
-
-// leasePending reports whether the window ref of s waits for a lease
-// not yet durable: Sweep keeps it.
-func (t *Table) leasePending(s *shard, ref uint32) bool {
-	return t.lease.on && s.lease(ref).gen > t.lease.durable.Load()
-}
 
 // Lease is a window's lease as a store writes it: its incarnation, its
 // cap and its length (a window charged after a crash may have no
@@ -338,6 +339,19 @@ func (t *Table) WaitLease(gen uint32, timeout time.Duration) bool {
 	if t.LeaseDurable(gen) {
 		return true
 	}
+	t.lease.waits.Add(1)
+	return t.waitLease(gen, timeout)
+}
+
+// WaitSessionLease is WaitLease for the batch a Prelease returned: a
+// session's start waits, not an admission, so LeaseWaits does not
+// count it.
+func (t *Table) WaitSessionLease(gen uint32, timeout time.Duration) bool {
+	return t.LeaseDurable(gen) || t.waitLease(gen, timeout)
+}
+
+// waitLease waits until the lease batch gen is durable, or timeout.
+func (t *Table) waitLease(gen uint32, timeout time.Duration) bool {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {

@@ -107,6 +107,9 @@ type leaseWorld struct {
 	pending   []pendingMsg
 	acted     []admission
 	crashes   int
+	// preBound is, per window a connect leased (Prelease), the most a
+	// lease of it may be.
+	preBound map[string]int
 }
 
 // newTable starts a table as a new process would, reusing the last
@@ -230,18 +233,18 @@ func (w *leaseWorld) crash() {
 		if sl.cap > sl.held() {
 			charge = sl.cap - sl.held()
 		}
-		lost, waiting, bound := 0, 0, 0
+		lost, waiting, bound := 0, 0, w.preBound[key]
 		for _, a := range w.acted {
 			if a.key == key && a.run == w.crashes && a.inc == sl.inc && a.adm > sl.held() {
 				lost += a.units
-				bound = a.leaseBound
+				bound = max(bound, a.leaseBound)
 			}
 		}
 		for _, p := range w.pending {
 			for _, a := range p.parts {
 				if a.key == key && a.inc == sl.inc {
 					waiting += a.units
-					bound = a.leaseBound
+					bound = max(bound, a.leaseBound)
 				}
 			}
 		}
@@ -275,7 +278,7 @@ func TestPropertyLeasesKeepQuotaAcrossCrashes(t *testing.T) {
 		w := &leaseWorld{t: t, r: r, buckets: buckets, tab: tabs[buckets], idleAfter: uint32(1 + r.IntN(3)),
 			policy: LeasePolicy{Share: []float64{0.05, 0.2, 0.5, 1}[r.IntN(4)], Min: 1 + r.IntN(2), Max: 2 + r.IntN(8)},
 			st:     leaseStore{windows: map[string][]byte{}, leases: map[string]storedLease{}},
-			now:    t0}
+			now:    t0, preBound: map[string]int{}}
 		w.newTable()
 		// The quotas: one or two windows for the devices, in their own
 		// quota or a class; a group's window above them, or none.
@@ -296,6 +299,15 @@ func TestPropertyLeasesKeepQuotaAcrossCrashes(t *testing.T) {
 		devices := []string{"a", "b", "c"}
 		for range 30 + r.IntN(60) {
 			switch op := r.IntN(100); {
+			case op < 5: // a device connects: its first leases asked (prelease.go)
+				dev := devices[r.IntN(len(devices))]
+				w.tab.Prelease(dev, class, dls, w.now)
+				var seen [2]int
+				for _, l := range dls {
+					key := string(AppendWindowKey(nil, dev, class, l.Unit, seen[l.Unit]))
+					seen[l.Unit]++
+					w.preBound[key] = max(w.preBound[key], w.policy.Size(l, 64))
+				}
 			case op < 55:
 				w.now = w.now.Add(time.Duration(r.IntN(400)) * time.Millisecond)
 				dev := devices[r.IntN(len(devices))]

@@ -354,8 +354,9 @@ func (t *Table) Len() int {
 // compactBelow is the shard size under which a shard is never rebuilt.
 const compactBelow = 256
 
-// Sweep evicts the windows that hold no count at now and returns how many
-// it evicted. A shard that has shrunk to a quarter of its peak is rebuilt,
+// Sweep evicts the windows that hold no count at now and no lease that a
+// collection has still to write or close (leaseHeld), and returns how
+// many it evicted. A shard that has shrunk to a quarter of its peak is rebuilt,
 // so the memory of a past flood of devices is returned. Sweep locks one
 // shard at a time.
 func (t *Table) Sweep(now Tick) int {
@@ -373,7 +374,7 @@ func (t *Table) Sweep(now Tick) int {
 			if nb := bucketOf(now, t.buckets, r.length()); nb > r.head() {
 				r.advance(nb, t.buckets+1)
 			}
-			if r.total() != 0 || t.leasePending(s, slot.ref()) {
+			if r.total() != 0 || t.leaseHeld(s, slot.ref()) {
 				i++
 				continue
 			}

@@ -5,7 +5,8 @@
 # charge), each a separate gateway process on a fresh data directory.
 # Per run it prints the publishes decided, the lease transactions and
 # records written (devicegate_lease_writes_total,
-# devicegate_lease_records_total), the snapshots, and the PUBACK latency
+# devicegate_lease_records_total), the publishes that waited for a
+# lease write (devicegate_lease_waits_total), the snapshots, and the PUBACK latency
 # p50/p99 the simulator measured, and the gateway's user and system CPU;
 # then, side by side, charge over forgive (the two runs of each added):
 # the gateway's CPU, the PUBACK p99 and the publishes decided, and the
@@ -61,13 +62,14 @@ run() { # run NAME AFTER_CRASH
 	kill -TERM "$gw"
 	wait "$gw" || true
 	local b=$dir/metrics.before a=$dir/metrics.after
-	local decided=0 writes records p99
+	local decided=0 writes records waits p99
 	decided=$(awk '$1 ~ /^devicegate_publishes_total/ {s+=$2} END {printf "%d", s}' "$a")
 	writes=$(($(metric devicegate_lease_writes_total "$a") - $(metric devicegate_lease_writes_total "$b")))
 	records=$(($(metric devicegate_lease_records_total "$a") - $(metric devicegate_lease_records_total "$b")))
+	waits=$(($(metric devicegate_lease_waits_total "$a") - $(metric devicegate_lease_waits_total "$b")))
 	p99=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["result"]["totals"]["latency_p99_ns"]/1e6)' "$dir/sim.json" 2>/dev/null || echo nan)
-	printf '%-8s %-8s decided %8s  lease writes %6s  lease records %7s  snapshots %4s  gateway %s  %s  (simulator exit %s)\n' \
-		"$name" "$mode" "$decided" "$writes" "$records" \
+	printf '%-8s %-8s decided %8s  lease writes %6s  lease records %7s  publishes that waited for a lease %6s  snapshots %4s  gateway %s  %s  (simulator exit %s)\n' \
+		"$name" "$mode" "$decided" "$writes" "$records" "$waits" \
 		$(($(metric devicegate_snapshots_total "$a") - $(metric devicegate_snapshots_total "$b"))) \
 		"$cpu" \
 		"$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["result"]["totals"]; print("sent %d acked %d PUBACK p50 %.1f ms p99 %.1f ms" % (t["sent"], t["acked"], t["latency_p50_ns"]/1e6, t["latency_p99_ns"]/1e6))' "$dir/sim.json" 2>/dev/null || grep -E '^ +[0-9]' "$dir/sim.txt" | head -1)" \

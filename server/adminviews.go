@@ -203,6 +203,7 @@ func (s statsSource) MetricsSnapshot() admin.Snapshot {
 		Snapshots:        written,
 		LeaseWrites:      leaseWrites,
 		LeaseRecords:     leaseRecords,
+		LeaseWaits:       s.table.LeaseWaits(),
 
 		ACLPublishDenied:    as.PublishDenied,
 		ACLSubscribeDenied:  as.SubscribeDenied,

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sort"
+	"slices"
 	"time"
 )
 
@@ -101,9 +101,9 @@ func (ft FailoverTimes) Quantile(q float64) time.Duration {
 // of readmission, each ascending.
 func (r *recorder) sortedFailovers() (FailoverTimes, []time.Time) {
 	out := append(FailoverTimes(nil), r.failovers...)
-	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
+	slices.Sort(out)
 	at := append([]time.Time(nil), r.readmitted...)
-	sort.Slice(at, func(a, b int) bool { return at[a].Before(at[b]) })
+	slices.SortFunc(at, time.Time.Compare)
 	return out, at
 }
 
@@ -142,8 +142,13 @@ func pubackLatency(logs []DeviceLog) Latency {
 			}
 		}
 	}
-	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
+	return latencyOf(all)
+}
+
+// latencyOf returns the percentiles of ds, which it sorts.
+func latencyOf(ds []time.Duration) Latency {
+	slices.Sort(ds)
 	var lat Latency
-	lat.LatencyP50, lat.LatencyP95, lat.LatencyP99, lat.LatencyMax = percentiles(all)
+	lat.LatencyP50, lat.LatencyP95, lat.LatencyP99, lat.LatencyMax = percentiles(ds)
 	return lat
 }

@@ -33,6 +33,9 @@ func TestLeanClientAgainstGateway(t *testing.T) {
 		if !rep.Verdict.OK || tt.Refused == 0 || tt.Accepted == 0 || tt.Lost != 0 || tt.Leaked != 0 || tt.Unacked != 0 || rep.ConnectFailures != 0 {
 			t.Fatalf("qos %d: verdict %+v, totals %+v, errors %v", qos, rep.Verdict, tt, rep.Errors)
 		}
+		if c := rep.Connect; c.LatencyP50 <= 0 || c.LatencyP50 > c.LatencyP99 || c.LatencyP99 > c.LatencyMax {
+			t.Fatalf("qos %d: connect latency %+v, want 0 < p50 <= p99 <= max for 10 devices", qos, c)
+		}
 	}
 	bq := devicelimit.Quota{Limit: 2, Window: time.Second, Block: devicelimit.Block{After: 3, Within: time.Second, For: time.Hour}}
 	blocking := startServerClasses(t, bq, nil)

@@ -51,6 +51,9 @@ type Report struct {
 	// Puback holds the PUBACK latencies (send to PUBACK) of every
 	// message that had one.
 	Puback Latency `json:"puback"`
+	// Connect holds the latencies of the devices' first connections
+	// (dial to CONNACK, the attempt that succeeded).
+	Connect Latency `json:"connect"`
 	// Restarts lists the gateway restarts of the run.
 	Restarts []RestartEvent `json:"restarts,omitempty"`
 	// Availability is, per restart, how soon the devices were admitted
@@ -97,6 +100,8 @@ type recorder struct {
 	readmitted  []time.Time
 	// allConnected is when every device was first connected at once.
 	allConnected time.Time
+	// connects are the first connections' dial-to-CONNACK latencies.
+	connects []time.Duration
 
 	// For progress: live counters, and the devices over quota so far
 	// by a quick check of each arrival against the ones before it.
@@ -235,6 +240,13 @@ func (r *recorder) connection(delta int, again bool) {
 	if again {
 		r.reconnects++
 	}
+}
+
+// connectTook records how long a device's first connection took.
+func (r *recorder) connectTook(d time.Duration) {
+	r.mu.Lock()
+	r.connects = append(r.connects, d)
+	r.mu.Unlock()
 }
 
 func (r *recorder) setRestarting(v bool) {

@@ -108,6 +108,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.AllConnected = rec.allConnected.Sub(rep.Started)
 	}
 	rep.RefusedAtConnect = rec.connRefused
+	rep.Connect = latencyOf(rec.connects)
 	for d := range rec.blocked {
 		rep.Blocked = append(rep.Blocked, d)
 	}
@@ -486,8 +487,10 @@ func (f *fleet) device(ctx context.Context, i int, id string, delay time.Duratio
 func (f *fleet) firstConnect(ctx context.Context, i int, id string) publisher {
 	rec := f.rec
 	for attempt := 0; ; attempt++ {
+		began := time.Now()
 		p, err := f.dial(ctx, i, id)
 		if err == nil {
+			rec.connectTook(time.Since(began))
 			return p
 		}
 		f.hop(i)

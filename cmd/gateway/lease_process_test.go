@@ -16,8 +16,10 @@ var (
 
 // TestCrashCostsALeaseProcess is the daily-window case of a crash: the
 // default quota is 1000 messages a day and 10 per 10 s. A device that
-// published and then stayed idle for ten snapshots, and a device never
-// seen, are admitted at once after kill -9, with nothing charged; the
+// published and then stayed idle for ten snapshots, one that connected
+// as long before and never published, and a device never seen, are
+// admitted at once after kill -9, with nothing charged; one that
+// connected just before the crash is charged at most a lease; the
 // device killed mid-publishing is admitted at once too, and loses at
 // most one lease per window (a tenth: 100 of the day, 1 of the 10 s).
 func TestCrashCostsALeaseProcess(t *testing.T) {
@@ -31,6 +33,11 @@ limits:
 		t.Fatal(err)
 	}
 	g := startGW(t, dir, "--config", cfg, "--log-level", "debug")
+	// A device that connects and never publishes holds the leases its
+	// session start asked until ten collections find them unused: the
+	// snapshot that closes them is the first to write anything.
+	dial5(t, g.mqtt, "meter-quiet")
+	g.waitLine(snapshotRE, 10*time.Second)
 	idle := dial5(t, g.mqtt, "meter-idle")
 	for i := range 3 {
 		idle.mustPublish(t, "devices/meter-idle", fmt.Sprint("reading ", i), codeSuccess)
@@ -45,6 +52,9 @@ limits:
 	for i := range 3 {
 		busy.mustPublish(t, "devices/meter-1", fmt.Sprint("reading ", i), codeSuccess)
 	}
+	// Connected just before the crash, not publishing: it may be
+	// charged its connect's lease, no more.
+	dial5(t, g.mqtt, "meter-new")
 	g.kill()
 
 	g = startGW(t, dir, "--config", cfg, "--log-level", "debug")
@@ -71,7 +81,15 @@ limits:
 	if day, short := used("meter-2"); day != 0 || short != 0 {
 		t.Errorf("meter-2, never seen, used %d/1000 and %d/10 after the crash, want 0", day, short)
 	}
-	for _, device := range []string{"meter-1", "meter-idle", "meter-2"} {
+	if day, short := used("meter-quiet"); day != 0 || short != 0 {
+		t.Errorf("meter-quiet, connected long before the crash and silent, used %d/1000 and %d/10 after it, want 0", day, short)
+	}
+	day, short = used("meter-new")
+	t.Logf("after kill -9: meter-new, connected just before it and silent, used %d of 1000 today and %d of 10 in 10 s", day, short)
+	if day > 100 || short > 1 {
+		t.Errorf("meter-new used %d/1000 and %d/10 after the crash: want at most its connect's lease (100, 1)", day, short)
+	}
+	for _, device := range []string{"meter-1", "meter-idle", "meter-2", "meter-quiet", "meter-new"} {
 		dial5(t, g.mqtt, device).mustPublish(t, "devices/"+device, "after the crash", codeSuccess)
 	}
 }
