@@ -112,9 +112,15 @@ type Owner struct {
 	pubsub *redis.PubSub
 }
 
-// ownerStats count what an Owner did, for tests and metrics.
+// ownerStats count what an Owner did, for tests and metrics. grants
+// counts group grant claims (script calls), grantRefused those Redis
+// refused, grantFailed those that failed or were not sent (Redis away);
+// grantUnits and grantBack the units granted and given back, by
+// devicelimit.Unit.
 type ownerStats struct {
 	claims, waits, charges, checkpoints, fenced, releases, fallbacks, grants atomic.Uint64
+	grantRefused, grantFailed                                                atomic.Uint64
+	grantUnits, grantBack                                                    [2]atomic.Uint64
 }
 
 const ownShards = 64
