@@ -21,8 +21,10 @@ const (
 )
 
 // grantTable holds this gateway's grants on the groups of the devices it
-// decides, by group key. A group seen once keeps its entry (groups are
-// tenants: few).
+// decides, by group key. An entry whose grant's span has ended and that
+// no decision used for grantIdle is dropped, its rest given back
+// (ownergroupback.go): a templated group (one per device) does not keep
+// an entry per device it ever saw.
 type grantTable struct {
 	mu sync.RWMutex
 	m  map[string]*groupGrants
@@ -35,6 +37,7 @@ type grantTable struct {
 // groupGrants is this gateway's grant on one group's windows.
 type groupGrants struct {
 	mu    sync.Mutex
+	key   string // the group's key in grantTable
 	base  string
 	n     int
 	ls    [devicelimit.MaxWindows]devicelimit.Limit
@@ -56,6 +59,11 @@ type groupGrants struct {
 	shutSize int
 	no       devicelimit.Verdict
 	args     []any
+	// used is the instant (grantNow's clock) of the last decision on
+	// the entry; dropped: the sweep took it out of grantTable, a
+	// decision that found it there looks again.
+	used    int64
+	dropped bool
 }
 
 // grantWin is the grant on one window of a group.
@@ -84,8 +92,9 @@ func (o *Owner) grantsOf(key string) *groupGrants {
 		if t.m == nil {
 			t.m = make(map[string]*groupGrants)
 		}
-		gs = &groupGrants{base: o.prefix + "gg:{" + key + "}", legacy: o.prefix + "w:{" + key + "}"}
-		t.m[strings.Clone(key)] = gs // key does not leak: see groupPart
+		k := strings.Clone(key) // key does not leak: see groupPart
+		gs = &groupGrants{key: k, base: o.prefix + "gg:{" + key + "}", legacy: o.prefix + "w:{" + key + "}"}
+		t.m[k] = gs
 	}
 	return gs
 }
@@ -109,9 +118,15 @@ func (o *Owner) groupVerdict(g groupPart, size int, now devicelimit.Tick) device
 	ls := limitsOf(g.q, &one)
 	gs := o.grantsOf(g.key)
 	gs.mu.Lock()
+	for gs.dropped {
+		gs.mu.Unlock()
+		gs = o.grantsOf(g.key)
+		gs.mu.Lock()
+	}
 	defer gs.mu.Unlock()
 	gs.fit(ls)
 	at := o.grantNow(now)
+	gs.used = at
 	gs.expire(at)
 	if gs.take(size, at) {
 		return gs.admitted()
