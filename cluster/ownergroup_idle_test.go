@@ -17,9 +17,22 @@ import (
 // Redis's rings show; a group dropped is decided again (a new entry, a
 // new claim).
 func TestOwnerGroupIdleGrantsDropped(t *testing.T) {
-	srv := redistest.Start(t)
-	g := grantOwner(t, srv, 10)
-	o := g.o
+	idleGrants(t, grantOwner(t, redistest.Start(t), 10).o)
+}
+
+// TestOwnerGroupIdleGrantsRedisCluster is TestOwnerGroupIdleGrantsDropped
+// on a real three-master Redis Cluster: the give-backs go one call per
+// group, pipelined (the groups' rings are in slots of their own).
+func TestOwnerGroupIdleGrantsRedisCluster(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	o := ownerOn(t, Config{Addrs: rc.Addrs(), Timeout: time.Second})
+	o.grants.explicit = true
+	idleGrants(t, o)
+}
+
+// idleGrants runs the idle grant test on o (grants on the injected
+// clock).
+func idleGrants(t *testing.T, o *Owner) {
 	q := devicelimit.Quota{Limit: 100000, Window: time.Hour}
 	gq := devicelimit.Quota{Limit: 100, Window: 10 * time.Minute} // spans of 3 min at most (F+1 buckets)
 	const groups = 200
