@@ -88,3 +88,33 @@ func idleGrants(t *testing.T, o *Owner) {
 		t.Fatalf("%d entries and %d new claims after deciding a dropped group, want 1 and 1", st.Grants, st.GrantClaims-claims)
 	}
 }
+
+// TestOwnerGroupGiveBackBadKey: a give-back Redis does not take (the
+// group's ring key holds something else: the script writes nothing) is
+// not counted as given back; the entry is dropped all the same.
+func TestOwnerGroupGiveBackBadKey(t *testing.T) {
+	srv := redistest.Start(t)
+	o := grantOwner(t, srv, 10).o
+	q := devicelimit.Quota{Limit: 100000, Window: time.Hour}
+	gq := devicelimit.Quota{Limit: 100, Window: 10 * time.Minute}
+	group := devicelimit.GroupKey("acme")
+	if !o.AllowGroupAt("d", "", q, group, gq, 10, t0).Allowed {
+		t.Fatal("refused")
+	}
+	gs := o.grantsOf(group)
+	gs.mu.Lock()
+	key := gs.keys[0]
+	gs.mu.Unlock()
+	if err := srv.Client().Set(context.Background(), key, "not a ring", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := o.dropIdleGrants(context.Background(), o.grantNow(t0.Add(4*time.Minute)), int64(grantIdle)); n != 1 {
+		t.Fatalf("dropped %d entries, want 1", n)
+	}
+	if st := o.Stats(); st.Grants != 0 || st.GrantReturned[devicelimit.Messages] != 0 {
+		t.Fatalf("%d entries left and %d units counted as given back, want 0 and 0 (Redis refused the give-back)", st.Grants, st.GrantReturned[devicelimit.Messages])
+	}
+	if v, _ := srv.Client().Get(context.Background(), key).Result(); v != "not a ring" {
+		t.Fatalf("the key holds %q after the give-back, want it untouched", v)
+	}
+}

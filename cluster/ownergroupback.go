@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,7 +62,7 @@ func (o *Owner) sendBack(ctx context.Context, bs []grantBack) error {
 			for _, b := range bs[lo:hi] {
 				keys, args = append(keys, b.keys...), append(args, b.args...)
 			}
-			if first = grantScript.Run(ctx, o.rdb, keys, args...).Err(); first == nil {
+			if first = backReply(grantScript.Run(ctx, o.rdb, keys, args...), len(keys)); first == nil {
 				for _, b := range bs[lo:hi] {
 					o.countBack(b.units)
 				}
@@ -77,10 +78,10 @@ func (o *Owner) sendBack(ctx context.Context, bs []grantBack) error {
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, cmd := range cmds {
-		err := cmd.Err()
-		if err != nil && isNoScript(err) {
-			err = grantScript.Run(ctx, o.rdb, bs[i].keys, argv(bs[i])...).Err()
+		if err := cmd.Err(); err != nil && isNoScript(err) {
+			cmd = grantScript.Run(ctx, o.rdb, bs[i].keys, argv(bs[i])...)
 		}
+		err := backReply(cmd, len(bs[i].keys))
 		if err == nil {
 			o.countBack(bs[i].units)
 		} else if first == nil {
@@ -88,6 +89,22 @@ func (o *Owner) sendBack(ctx context.Context, bs []grantBack) error {
 		}
 	}
 	return first
+}
+
+// backReply is the error of a give-back's script call over n rings:
+// the call's, or a reply that is not seven integers a ring (-1 alone: a
+// ring's key holds something else, and nothing was written).
+func backReply(cmd *redis.Cmd, n int) error {
+	res, err := cmd.Int64Slice()
+	switch {
+	case err != nil:
+		return err
+	case len(res) == 1 && res[0] == -1:
+		return fmt.Errorf("%w: a group grant key holds something else", ErrBadWindow)
+	case len(res) != 7*n:
+		return errBadReply
+	}
+	return nil
 }
 
 // countBack counts units given back to Redis, by devicelimit.Unit.
