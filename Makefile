@@ -176,8 +176,10 @@ bench-lease: build
 # or through HAProxy (FLEET_HAPROXY=conn or id), the simulator split
 # over as many processes as the open-file limit needs; phase 1 every
 # device at FLEET_RATE with a gateway killed, phase 2 one tenant's
-# devices at 1/s with a Redis server killed. Bounded: it ends after
-# FLEET_DURATION + FLEET_TENANT_DURATION and the drains.
+# devices at 1/s with a Redis server killed (in a tenant group of the
+# windows FLEET_TENANT_GROUP gives, such as 20000/10s; none when empty).
+# Bounded: it ends after FLEET_DURATION + FLEET_TENANT_DURATION and the
+# drains.
 FLEET_DEVICES        ?= 100000
 FLEET_GATEWAYS       ?= 6
 FLEET_RATE           ?= 0.1
@@ -187,13 +189,14 @@ FLEET_TENANT_DURATION ?= 60s
 FLEET_REDIS          ?= server
 FLEET_HAPROXY        ?= none
 FLEET_DECISIONS      ?= owner
+FLEET_TENANT_GROUP   ?=
 .PHONY: fleet
 fleet: tools
 	DEVICEGATE_FLEET=1 DEVICEGATE_FLEET_DEVICES=$(FLEET_DEVICES) DEVICEGATE_FLEET_GATEWAYS=$(FLEET_GATEWAYS) \
 	DEVICEGATE_FLEET_RATE=$(FLEET_RATE) DEVICEGATE_FLEET_DURATION=$(FLEET_DURATION) \
 	DEVICEGATE_FLEET_TENANT_DEVICES=$(FLEET_TENANT_DEVICES) DEVICEGATE_FLEET_TENANT_DURATION=$(FLEET_TENANT_DURATION) \
 	DEVICEGATE_FLEET_REDIS=$(FLEET_REDIS) DEVICEGATE_FLEET_HAPROXY=$(FLEET_HAPROXY) \
-	DEVICEGATE_FLEET_DECISIONS=$(FLEET_DECISIONS) \
+	DEVICEGATE_FLEET_DECISIONS=$(FLEET_DECISIONS) DEVICEGATE_FLEET_TENANT_GROUP=$(FLEET_TENANT_GROUP) \
 		$(GO) test -count=1 -timeout 60m -run '^TestFleetHarness$$' -v ./fleet
 # test-timed runs the tests whose bound is a time (the device listing's
 # 300 ms at 100,000 devices): on a quiet machine, before resolving.

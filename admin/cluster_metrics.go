@@ -17,6 +17,12 @@ type ClusterStats struct {
 type OwnerStats struct {
 	Claims, ClaimWaits, Charges, Checkpoints, Fenced, Releases, Fallbacks uint64
 	Owned                                                                 int
+	// Group grants: claims sent, refused by Redis, failed or not sent;
+	// units granted and given back, by unit (messages, bytes); the groups
+	// held now.
+	GrantClaims, GrantRefused, GrantFailed uint64
+	GrantUnits, GrantReturned              [2]uint64
+	Grants                                 int
 }
 
 // ClusterSource reports the shared-window limiter's counters.
@@ -50,9 +56,29 @@ var ownerDescs = [...]struct {
 		func(s OwnerStats) float64 { return float64(s.Releases) }},
 	{prometheus.NewDesc("devicegate_cluster_owner_fallbacks_total", "Decisions taken by the failure policy because this gateway could not use its lease on the device.", nil, nil),
 		func(s OwnerStats) float64 { return float64(s.Fallbacks) }},
+	{prometheus.NewDesc("devicegate_cluster_group_grant_claims_total", "Group grant claims this gateway sent to Redis (owner mode), one script call each.", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.GrantClaims) }},
+	{prometheus.NewDesc("devicegate_cluster_group_grant_refused_total", "Group grant claims Redis refused: a window of the group had no room for the message.", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.GrantRefused) }},
+	{prometheus.NewDesc("devicegate_cluster_group_grant_failed_total", "Group grant claims that failed or were not sent because Redis was away: the decision took the failure policy.", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.GrantFailed) }},
 	{prometheus.NewDesc("devicegate_cluster_owned_devices", "Devices in this gateway's owner table (owner mode): those it decides for, being claimed or just lost.", nil, nil),
 		func(s OwnerStats) float64 { return float64(s.Owned) }},
+	{prometheus.NewDesc("devicegate_cluster_group_grants", "Groups this gateway holds grant state for (owner mode).", nil, nil),
+		func(s OwnerStats) float64 { return float64(s.Grants) }},
 }
+
+// ownerGauges is the number of ownerDescs' last entries that are gauges.
+const ownerGauges = 2
+
+// Group grant units by unit (owner mode): granted, given back.
+var (
+	descGrantUnits = prometheus.NewDesc("devicegate_cluster_group_grant_units_total",
+		"Units of group windows this gateway's grant claims were granted (owner mode), by unit.", []string{"unit"}, nil)
+	descGrantReturned = prometheus.NewDesc("devicegate_cluster_group_grant_returned_units_total",
+		"Unused units of group grants this gateway gave back to Redis (owner mode), by unit.", []string{"unit"}, nil)
+	unitNames = [2]string{"messages", "bytes"}
+)
 
 type clusterCollector struct{ src ClusterSource }
 
@@ -67,6 +93,8 @@ func (clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range ownerDescs {
 		ch <- d.desc
 	}
+	ch <- descGrantUnits
+	ch <- descGrantReturned
 }
 
 func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
@@ -82,9 +110,13 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i, d := range ownerDescs {
 		kind := prometheus.CounterValue
-		if i == len(ownerDescs)-1 {
+		if i >= len(ownerDescs)-ownerGauges {
 			kind = prometheus.GaugeValue
 		}
 		ch <- prometheus.MustNewConstMetric(d.desc, kind, d.get(*s.Owner))
+	}
+	for u, name := range unitNames {
+		ch <- prometheus.MustNewConstMetric(descGrantUnits, prometheus.CounterValue, float64(s.Owner.GrantUnits[u]), name)
+		ch <- prometheus.MustNewConstMetric(descGrantReturned, prometheus.CounterValue, float64(s.Owner.GrantReturned[u]), name)
 	}
 }

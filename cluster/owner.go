@@ -95,6 +95,7 @@ type Owner struct {
 	claimq   []claimReq
 	cstopped bool          // the claimer has stopped: claims fail at once
 	cwake    chan struct{} // capacity 1: claimq has claims to run
+	sweepNow chan struct{} // capacity 1: sweep the idle grant entries now
 
 	wmu     sync.Mutex
 	waiters map[string]chan struct{} // claims waiting for a release
@@ -112,9 +113,15 @@ type Owner struct {
 	pubsub *redis.PubSub
 }
 
-// ownerStats count what an Owner did, for tests and metrics.
+// ownerStats count what an Owner did, for tests and metrics. grants
+// counts group grant claims (script calls), grantRefused those Redis
+// refused, grantFailed those that failed or were not sent (Redis away);
+// grantUnits and grantBack the units granted and given back, by
+// devicelimit.Unit.
 type ownerStats struct {
 	claims, waits, charges, checkpoints, fenced, releases, fallbacks, grants atomic.Uint64
+	grantRefused, grantFailed                                                atomic.Uint64
+	grantUnits, grantBack                                                    [2]atomic.Uint64
 }
 
 const ownShards = 64
@@ -203,7 +210,8 @@ func NewOwner(opts OwnerOptions) (*Owner, error) {
 		prefix: opts.Shared.prefix, share: opts.LeaseShare, ttl: opts.GatewayTTL, flush: opts.FlushInterval,
 		timeout: opts.Shared.timeout, clock: opts.Clock, onLost: opts.OnLost, log: log,
 		start: time.Now(), wake: make(chan struct{}, 1), soon: make(chan struct{}, 1), beat: make(chan struct{}, 1), rel: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
-		waiters: make(map[string]chan struct{}), stop: make(chan struct{}),
+		sweepNow: make(chan struct{}, 1),
+		waiters:  make(map[string]chan struct{}), stop: make(chan struct{}),
 	}
 	o.done, o.cancel = context.WithCancel(context.Background())
 	_, o.multi = opts.Client.(*redis.Client)
@@ -211,7 +219,8 @@ func NewOwner(opts OwnerOptions) (*Owner, error) {
 		o.shards[i].m = make(map[string]*owned)
 	}
 	o.pubsub = o.ctl.Subscribe(ctxBackground(), o.prefix+"gwc:"+o.id)
-	o.wg.Add(5)
+	o.wg.Add(6)
+	go o.sweeper()
 	go o.claimer()
 	go o.releaser()
 	go o.heartbeat()

@@ -21,8 +21,10 @@ const (
 )
 
 // grantTable holds this gateway's grants on the groups of the devices it
-// decides, by group key. A group seen once keeps its entry (groups are
-// tenants: few).
+// decides, by group key. An entry whose grant's span has ended and that
+// no decision used for grantIdle is dropped, its rest given back
+// (ownergroupback.go): a templated group (one per device) does not keep
+// an entry per device it ever saw.
 type grantTable struct {
 	mu sync.RWMutex
 	m  map[string]*groupGrants
@@ -35,6 +37,7 @@ type grantTable struct {
 // groupGrants is this gateway's grant on one group's windows.
 type groupGrants struct {
 	mu    sync.Mutex
+	key   string // the group's key in grantTable
 	base  string
 	n     int
 	ls    [devicelimit.MaxWindows]devicelimit.Limit
@@ -56,6 +59,11 @@ type groupGrants struct {
 	shutSize int
 	no       devicelimit.Verdict
 	args     []any
+	// used is the instant (grantNow's clock) of the last decision on
+	// the entry; dropped: the sweep took it out of grantTable, a
+	// decision that found it there looks again.
+	used    int64
+	dropped bool
 }
 
 // grantWin is the grant on one window of a group.
@@ -84,8 +92,9 @@ func (o *Owner) grantsOf(key string) *groupGrants {
 		if t.m == nil {
 			t.m = make(map[string]*groupGrants)
 		}
-		gs = &groupGrants{base: o.prefix + "gg:{" + key + "}", legacy: o.prefix + "w:{" + key + "}"}
-		t.m[strings.Clone(key)] = gs // key does not leak: see groupPart
+		k := strings.Clone(key) // key does not leak: see groupPart
+		gs = &groupGrants{key: k, base: o.prefix + "gg:{" + key + "}", legacy: o.prefix + "w:{" + key + "}"}
+		t.m[k] = gs
 	}
 	return gs
 }
@@ -109,9 +118,15 @@ func (o *Owner) groupVerdict(g groupPart, size int, now devicelimit.Tick) device
 	ls := limitsOf(g.q, &one)
 	gs := o.grantsOf(g.key)
 	gs.mu.Lock()
+	for gs.dropped {
+		gs.mu.Unlock()
+		gs = o.grantsOf(g.key)
+		gs.mu.Lock()
+	}
 	defer gs.mu.Unlock()
 	gs.fit(ls)
 	at := o.grantNow(now)
+	gs.used = at
 	gs.expire(at)
 	if gs.take(size, at) {
 		return gs.admitted()
@@ -130,6 +145,7 @@ func (o *Owner) groupVerdict(g groupPart, size int, now devicelimit.Tick) device
 		}
 		o.shared.health.failed(err)
 	}
+	o.stats.grantFailed.Add(1)
 	return policyVerdict(o.shared.fallback(g.key, "", ls, size, now), len(ls))
 }
 
@@ -211,6 +227,7 @@ func (o *Owner) claimGrant(gs *groupGrants, size int, now devicelimit.Tick) (dev
 	at := o.grantNow(now)
 	grow := gs.until != 0 // used up within its span
 	args := gs.args[:0]
+	var back [2]int64 // units given back with the claim, by unit
 	if o.grants.explicit {
 		args = append(args, int64(now)/1000)
 	} else {
@@ -227,6 +244,7 @@ func (o *Owner) claimGrant(gs *groupGrants, size int, now devicelimit.Tick) (dev
 		}
 		w.want = min(max(w.want, need), max(int64(l.N)/grantCapDiv, need))
 		args = append(args, l.N, l.Window.Microseconds(), o.Buckets(), w.want, need, w.back, w.backK, w.backT, w.backB)
+		back[l.Unit] += w.back
 		w.back, w.left = 0, 0
 	}
 	gs.args, gs.until = args, 0
@@ -249,7 +267,9 @@ func (o *Owner) claimGrant(gs *groupGrants, size int, now devicelimit.Tick) (dev
 	case len(res) != 7*gs.n:
 		return devicelimit.Verdict{}, errBadReply
 	}
+	o.countBack(back)
 	if res[0] <= 0 {
+		o.stats.grantRefused.Add(1)
 		gs.no = gs.refused(res)
 		gs.shut, gs.shutSize = at+int64(gs.no.RetryAfter), size
 		return gs.no, nil
@@ -258,6 +278,7 @@ func (o *Owner) claimGrant(gs *groupGrants, size int, now devicelimit.Tick) (dev
 	for i := range gs.n {
 		w, r := &gs.w[i], res[7*i:7*i+7]
 		w.got, w.dated, w.count, w.b = r[0], r[1], r[4], r[6]
+		o.stats.grantUnits[gs.ls[i].Unit].Add(uint64(w.got))
 		w.left = w.got - int64(gs.ls[i].Units(size))
 		span = min(span, time.Duration(r[2]-r[3])*time.Microsecond)
 	}
@@ -348,44 +369,5 @@ func (o *Owner) groupStanding(groupKey string, gq devicelimit.Quota, size int, r
 	for i, l := range ls {
 		r := res[7*i : 7*i+7]
 		s.Add(devicelimit.WindowStanding{Limit: l, Remaining: max(l.N-int(r[4]), 0), Reset: time.Duration(r[5]) * time.Microsecond})
-	}
-}
-
-// returnGrants gives back the rests of this gateway's grants at Close,
-// one script call per group (wanting nothing), until ctx ends or a call
-// fails: no decision of this gateway uses them any more (its fence has
-// passed; a rest is taken out under the group's lock, so a decision
-// still under way finds none and claims anew, counted).
-func (o *Owner) returnGrants(ctx context.Context) {
-	o.grants.mu.RLock()
-	all := make([]*groupGrants, 0, len(o.grants.m))
-	for _, gs := range o.grants.m {
-		all = append(all, gs)
-	}
-	o.grants.mu.RUnlock()
-	for _, gs := range all {
-		gs.mu.Lock()
-		args := []any{0} // each ring at its own latest instant
-		some := false
-		for i := range gs.n {
-			w, l := &gs.w[i], gs.ls[i]
-			back, k, b := w.back, w.backK, w.backB
-			if w.left > 0 && gs.until != 0 {
-				back, k, b = w.left, w.dated, w.b // the newer: one give-back a window
-			}
-			some = some || back > 0
-			args = append(args, l.N, l.Window.Microseconds(), o.Buckets(), 0, 0, back, k, l.Window.Microseconds(), b)
-			w.left, w.back = 0, 0
-		}
-		gs.until = 0
-		keys := gs.keys[:gs.n:gs.n]
-		gs.mu.Unlock()
-		if !some {
-			continue
-		}
-		if err := grantScript.Run(ctx, o.rdb, keys, args...).Err(); err != nil {
-			o.log.Warn("group grants not given back at stop; they leave the windows by themselves", "err", err.Error())
-			return
-		}
 	}
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -77,7 +78,7 @@ func groupProperty(t *testing.T, gws []*Owner, crash func(i int) *Owner, seed ui
 		on[d] = d % len(gws)
 	}
 	now := t0
-	moves, crashes, refused := 0, 0, 0
+	moves, crashes, refused, drops := 0, 0, 0, 0
 	gap := 4 * time.Millisecond
 	for step := range 6000 {
 		if step%150 == 0 {
@@ -99,6 +100,12 @@ func groupProperty(t *testing.T, gws []*Owner, crash func(i int) *Owner, seed ui
 			i := r.IntN(len(gws))
 			gws[i] = crash(i)
 			crashes++
+		case x >= 20 && x < 30:
+			// A sweep of idle grant entries (ownergroupback.go), idle
+			// here after 300 ms: their rests given back, the next
+			// decision claims anew.
+			o := gws[r.IntN(len(gws))]
+			drops += o.dropIdleGrants(context.Background(), o.grantNow(now), int64(300*time.Millisecond))
 		}
 		g := groups[d%len(groups)]
 		size := 10 + r.IntN(60)
@@ -122,7 +129,11 @@ func groupProperty(t *testing.T, gws []*Owner, crash func(i int) *Owner, seed ui
 			t.Errorf("group %q admitted only %d", g.key[1:], len(g.admitted))
 		}
 	}
-	t.Logf("%d admitted, %d refused, %d grant claims (of the last gateways), %d moves, %d crashes, over %v", admitted, refused, grants, moves, crashes, now.Sub(t0))
+	t.Logf("%d admitted, %d refused, %d grant claims (of the last gateways), %d moves, %d crashes, %d idle grant entries dropped, over %v",
+		admitted, refused, grants, moves, crashes, drops, now.Sub(t0))
+	if drops == 0 {
+		t.Error("no idle grant entry was dropped")
+	}
 	if fallbacks != 0 {
 		t.Errorf("%d decisions fell back to the failure policy", fallbacks)
 	}

@@ -20,6 +20,18 @@ type OwnerStats struct {
 	// Owned are the devices in the owner table now: decided here, being
 	// claimed, or just lost.
 	Owned int
+	// GrantClaims are the claims of group grants sent to Redis (one
+	// script call each, for all of a group's windows; ownergroup.go);
+	// GrantRefused of them Redis refused (a window of the group was
+	// full); GrantFailed are claims that failed or were not sent because
+	// Redis was away (the decision took the failure policy).
+	GrantClaims, GrantRefused, GrantFailed uint64
+	// GrantUnits are the units the claims were granted, GrantReturned
+	// the unused units given back (with a claim, by the sweep of idle
+	// grants or at Close), by devicelimit.Unit.
+	GrantUnits, GrantReturned [2]uint64
+	// Grants are the groups this gateway holds grant state for now.
+	Grants int
 }
 
 // Stats returns o's counters and the devices it holds.
@@ -27,8 +39,15 @@ func (o *Owner) Stats() OwnerStats {
 	s := OwnerStats{
 		Claims: o.stats.claims.Load(), ClaimWaits: o.stats.waits.Load(), Charges: o.stats.charges.Load(),
 		Checkpoints: o.stats.checkpoints.Load(), Fenced: o.stats.fenced.Load(), Releases: o.stats.releases.Load(),
-		Fallbacks: o.stats.fallbacks.Load(),
+		Fallbacks: o.stats.fallbacks.Load(), GrantClaims: o.stats.grants.Load(), GrantRefused: o.stats.grantRefused.Load(),
+		GrantFailed: o.stats.grantFailed.Load(),
 	}
+	for u := range s.GrantUnits {
+		s.GrantUnits[u], s.GrantReturned[u] = o.stats.grantUnits[u].Load(), o.stats.grantBack[u].Load()
+	}
+	o.grants.mu.RLock()
+	s.Grants = len(o.grants.m)
+	o.grants.mu.RUnlock()
 	for i := range o.shards {
 		sh := &o.shards[i]
 		sh.mu.RLock()

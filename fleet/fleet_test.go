@@ -98,8 +98,9 @@ func TestFleetSmall(t *testing.T) {
 
 // TestFleetHarness is `make fleet`: the harness at the size the
 // DEVICEGATE_FLEET_* variables give (DEVICES, GATEWAYS, RATE, DURATION,
-// TENANT_DEVICES, TENANT_RATE, TENANT_DURATION, REDIS=server|cluster,
-// HAPROXY=conn|id|none); skipped unless DEVICEGATE_FLEET=1. It prints
+// TENANT_DEVICES, TENANT_RATE, TENANT_DURATION, TENANT_GROUP (the
+// windows of a group the tenant's devices are in, as ParseTenantGroup
+// reads them), REDIS=server|cluster, HAPROXY=conn|id|none); skipped unless DEVICEGATE_FLEET=1. It prints
 // the report docs/benchmarks.md keeps and fails when a window held more
 // than N while every decision was made in Redis, or more than the
 // failure policy's bound when some were not.
@@ -140,6 +141,13 @@ func TestFleetHarness(t *testing.T) {
 		PerProcess: int(num("PER_PROCESS", "0")),
 		Decisions:  env("DECISIONS", "owner"),
 		Log:        t.Logf,
+	}
+	if g := env("TENANT_GROUP", ""); g != "" {
+		ls, err := ParseTenantGroup(g)
+		if err != nil {
+			t.Fatalf("DEVICEGATE_FLEET_TENANT_GROUP: %v", err)
+		}
+		spec.TenantGroup = ls
 	}
 	spec.KillGatewayAt = spec.Duration * 2 / 3
 	spec.KillRedisAt = spec.TenantDuration / 2

@@ -51,7 +51,18 @@ type GatewaySpec struct {
 	// mqtt.max_pending_connections: every device then arrives from the
 	// load balancer's address (docs/operations.md).
 	BehindBalancer bool
+	// TenantGroup, when set, are the windows of the tenant group the
+	// one-tenant phase's devices are in (client IDs TenantPrefix-*):
+	// a rule of limits.rules puts them there, keeping Quota as their own.
+	TenantGroup []devicelimit.Limit
 }
+
+// TenantPrefix starts the client IDs of the one-tenant phase's devices;
+// TenantGroupName is the group GatewaySpec.TenantGroup puts them in.
+const (
+	TenantPrefix    = "tenant"
+	TenantGroupName = "tenant"
+)
 
 // StartGateways starts n gateways under dir and waits until each
 // listens.
@@ -68,6 +79,20 @@ func StartGateways(dir string, n int, spec GatewaySpec) (*Gateways, error) {
 	return g, nil
 }
 
+// ParseTenantGroup reads the windows of a tenant group as the
+// simulator's --windows does: N/DURATION (messages) or SIZE/DURATION
+// (payload bytes), comma-separated, such as "20000/10s".
+func ParseTenantGroup(s string) ([]devicelimit.Limit, error) {
+	ls, err := devicelimit.ParseLimits(s, ",")
+	if err == nil {
+		err = devicelimit.ValidateGroupQuota(devicelimit.WithWindows(devicelimit.PolicyDrop, ls...), 1)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%q: want windows such as 20000/10s or 20000/10s,4MiB/1m: %w", s, err)
+	}
+	return ls, nil
+}
+
 // startGateway writes a gateway's configuration in dir and starts it.
 func startGateway(dir string, spec GatewaySpec) (*child, error) {
 	data := filepath.Join(dir, "data")
@@ -78,6 +103,20 @@ func startGateway(dir string, spec GatewaySpec) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg, err := gatewayConfig(spec, mqttAddr, data)
+	if err != nil {
+		return nil, err
+	}
+	file, err := writeConfigFile(dir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return startChild(spec.Bin, []string{"--config", file}, data, nil, true)
+}
+
+// gatewayConfig is the configuration of a gateway of spec listening for
+// MQTT on mqttAddr with its data in data.
+func gatewayConfig(spec GatewaySpec, mqttAddr, data string) (config.Config, error) {
 	cfg := config.Default()
 	cfg.MQTT.TCP, cfg.Admin.Addr, cfg.DataDir = mqttAddr, "127.0.0.1:0", data
 	cfg.Log.Level = slog.LevelInfo // seen to listen by its info lines
@@ -108,14 +147,16 @@ func startGateway(dir string, spec GatewaySpec) (*child, error) {
 			cfg.Cluster.GatewayTTL = ttl
 		}
 	}
+	if len(spec.TenantGroup) > 0 {
+		cfg.Limits.Rules = append(cfg.Limits.Rules, config.Rule{
+			Name: "tenant", Match: config.Match{ClientID: TenantPrefix + "-*"}, Quota: cfg.Limits.Default,
+			Group: &config.Group{Name: TenantGroupName, Quota: config.Quota{Windows: quotaWindows(spec.TenantGroup)}},
+		})
+	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("gateway settings: %w", err)
+		return config.Config{}, fmt.Errorf("gateway settings: %w", err)
 	}
-	file, err := writeConfigFile(dir, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return startChild(spec.Bin, []string{"--config", file}, data, nil, true)
+	return cfg, nil
 }
 
 // Len is the number of gateways.
@@ -187,10 +228,16 @@ func (g *Gateways) Connected(ctx context.Context, i int, id string) (bool, error
 // still running: decisions made by the failure policy because Redis did
 // not answer within cluster.redis.timeout.
 func (g *Gateways) Fallbacks(ctx context.Context) float64 {
+	return g.Metric(ctx, "devicegate_cluster_fallbacks_total")
+}
+
+// Metric sums the metric name over its labels and the gateways still
+// running.
+func (g *Gateways) Metric(ctx context.Context, name string) float64 {
 	var sum float64
 	for i, c := range g.list {
 		if g.Alive(i) {
-			sum += metricSum(ctx, c.admin.Addr, "devicegate_cluster_fallbacks_total")
+			sum += metricSum(ctx, c.admin.Addr, name)
 		}
 	}
 	return sum

@@ -53,6 +53,10 @@ type Spec struct {
 	TenantRate     float64
 	TenantDuration time.Duration
 	KillRedisAt    time.Duration // into phase 2, 0 none: the first Redis server gets SIGKILL
+	// TenantGroup, when set, puts phase 2's devices in one tenant group
+	// of these windows (GatewaySpec.TenantGroup): with cluster.decisions
+	// owner its windows are decided on grants.
+	TenantGroup []devicelimit.Limit
 
 	// RedisTimeout is the gateways' cluster.redis.timeout; default 1 s,
 	// so that a loaded test machine's slow answers do not send
@@ -106,6 +110,10 @@ type Phase struct {
 	// Fallbacks counts the decisions the gateways' failure policy made
 	// (Redis slower than the timeout, or down), over the phase.
 	Fallbacks float64
+	// GrantClaims and GrantMessages are the gateways' group grant claims
+	// and the messages they were granted over the phase (of the gateways
+	// running at its end; devicegate_cluster_group_grant_*).
+	GrantClaims, GrantMessages float64
 	// Standalone is the side-by-side standalone gateway's CPU time and
 	// its share's counts; zero without Spec.Standalone.
 	StandaloneCPU     time.Duration
@@ -184,7 +192,7 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 	defer redis.Close()
 	seeds := redis.Addrs[:max(1, spec.RedisMasters)]
 	gws, err := StartGateways(filepath.Join(spec.Dir, "cluster"), spec.Gateways, GatewaySpec{Bin: spec.Bin, Redis: seeds, Quota: spec.Quota,
-		RedisTimeout: spec.RedisTimeout, Decisions: spec.Decisions, BehindBalancer: spec.HAProxy != ""})
+		RedisTimeout: spec.RedisTimeout, Decisions: spec.Decisions, BehindBalancer: spec.HAProxy != "", TenantGroup: spec.TenantGroup})
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +268,7 @@ func Run(ctx context.Context, spec Spec) (rep *Report, err error) {
 	defer waitKill()
 	rep.Phase2Started = time.Now()
 	steady = watchPhase(ctx, spec, spec.TenantDevices, spec.TenantRate, spec.KillRedisAt, spec.TenantDuration, gws, nil, redis)
-	ph, err = runPhase(ctx, spec, "one tenant", split(p2, "tenant", spec.PerProcess), false, gws, nil, redis)
+	ph, err = runPhase(ctx, spec, "one tenant", split(p2, TenantPrefix, spec.PerProcess), false, gws, nil, redis)
 	ph.Steady = steady()
 	rep.Phases = append(rep.Phases, ph)
 	return rep, err
@@ -338,6 +346,7 @@ func sources(k int) []string {
 func runPhase(ctx context.Context, spec Spec, name string, shares []Share, lastAlone bool, gws, alone *Gateways, redis *Redis) (Phase, error) {
 	ph := Phase{Name: name, Shares: len(shares), Limit: spec.Quota.Limit}
 	g0, r0, f0 := gws.Stats(), redis.Stats(ctx), gws.Fallbacks(ctx)
+	c0, m0 := grantCounts(ctx, gws)
 	var a0 []ProcStats
 	if alone != nil {
 		a0 = alone.Stats()
@@ -351,6 +360,8 @@ func runPhase(ctx context.Context, spec Spec, name string, shares []Share, lastA
 	ph.Wall = time.Since(start)
 	g1, r1 := gws.Stats(), redis.Stats(ctx)
 	ph.Redis, ph.Fallbacks = r1.Sub(r0), max(0, gws.Fallbacks(ctx)-f0)
+	c1, m1 := grantCounts(ctx, gws)
+	ph.GrantClaims, ph.GrantMessages = max(0, c1-c0), max(0, m1-m0)
 	for i := range g1 {
 		ph.GatewayCPU = append(ph.GatewayCPU, max(0, g1[i].CPU-g0[i].CPU))
 		ph.GatewayRSS = append(ph.GatewayRSS, g1[i].RSS)
@@ -393,4 +404,11 @@ func runPhase(ctx context.Context, spec Spec, name string, shares []Share, lastA
 	sort.Slice(ph.Failovers, func(a, b int) bool { return ph.Failovers[a] < ph.Failovers[b] })
 	sort.Slice(ph.Readmitted, func(a, b int) bool { return ph.Readmitted[a].Before(ph.Readmitted[b]) })
 	return ph, nil
+}
+
+// grantCounts reads the gateways' group grant claims and the messages
+// they were granted so far.
+func grantCounts(ctx context.Context, gws *Gateways) (claims, messages float64) {
+	return gws.Metric(ctx, "devicegate_cluster_group_grant_claims_total"),
+		gws.Metric(ctx, `devicegate_cluster_group_grant_units_total{unit="messages"}`)
 }

@@ -101,6 +101,18 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "  Redis: %d commands, %.3f per admitted message; CPU %s, %s per admitted message\n", p.Redis.Commands, p.CommandsPerAdmitted(),
 			p.Redis.CPU.Round(time.Millisecond), perMsg.Round(100*time.Nanosecond))
 		fmt.Fprintf(w, "  Redis commands most called: %s\n", strings.Join(p.Redis.Top(6), ", "))
+		if i == 1 && len(s.TenantGroup) > 0 {
+			var ws []string
+			for _, l := range s.TenantGroup {
+				ws = append(ws, l.String())
+			}
+			perMsg := 0.0
+			if t.Accepted > 0 {
+				perMsg = p.GrantClaims / float64(t.Accepted)
+			}
+			fmt.Fprintf(w, "  tenant group %q (%s): %.0f grant claims, %.4f per admitted message; %.0f messages granted\n",
+				TenantGroupName, strings.Join(ws, ", "), p.GrantClaims, perMsg, p.GrantMessages)
+		}
 		p.Steady.write(w)
 		if n := len(p.Failovers); n > 0 {
 			fmt.Fprintf(w, "  connections lost and admitted again elsewhere: %d; from the loss seen by the device p50 %s, p95 %s, max %s\n", n,

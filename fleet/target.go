@@ -89,16 +89,7 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 	if set["windows"] {
 		// Checked when the flags were read.
 		ls, _ := devicelimit.ParseLimits(f.windows, ",")
-		cfg.Limits.Default.Limit, cfg.Limits.Default.Window, cfg.Limits.Default.Windows = 0, 0, nil
-		for _, l := range ls {
-			w := config.QuotaWindow{Window: config.Duration(l.Window)}
-			if l.Unit == devicelimit.Bytes {
-				w.Bytes = config.Size(l.N)
-			} else {
-				w.Messages = l.N
-			}
-			cfg.Limits.Default.Windows = append(cfg.Limits.Default.Windows, w)
-		}
+		cfg.Limits.Default.Limit, cfg.Limits.Default.Window, cfg.Limits.Default.Windows = 0, 0, quotaWindows(ls)
 		given["policy"] = f.target.config == "" || set["policy"]
 	}
 	if given["limit"] {
@@ -126,6 +117,21 @@ func (f *simulateFlags) gatewayConfig(dataDir, mqttAddr string, set map[string]b
 		return config.Config{}, config.Prefix(source, errors.Join(errs...))
 	}
 	return cfg, nil
+}
+
+// quotaWindows returns ls as a configuration's quota windows.
+func quotaWindows(ls []devicelimit.Limit) []config.QuotaWindow {
+	out := make([]config.QuotaWindow, 0, len(ls))
+	for _, l := range ls {
+		w := config.QuotaWindow{Window: config.Duration(l.Window)}
+		if l.Unit == devicelimit.Bytes {
+			w.Bytes = config.Size(l.N)
+		} else {
+			w.Messages = l.N
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // flagKeys maps the config keys of the given flags to their names.

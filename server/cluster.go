@@ -206,7 +206,9 @@ func (s clusterStats) ClusterStats() admin.ClusterStats {
 	if s.owner != nil {
 		o := s.owner.Stats()
 		out.Owner = &admin.OwnerStats{Claims: o.Claims, ClaimWaits: o.ClaimWaits, Charges: o.Charges, Checkpoints: o.Checkpoints,
-			Fenced: o.Fenced, Releases: o.Releases, Fallbacks: o.Fallbacks, Owned: o.Owned}
+			Fenced: o.Fenced, Releases: o.Releases, Fallbacks: o.Fallbacks, Owned: o.Owned,
+			GrantClaims: o.GrantClaims, GrantRefused: o.GrantRefused, GrantFailed: o.GrantFailed,
+			GrantUnits: o.GrantUnits, GrantReturned: o.GrantReturned, Grants: o.Grants}
 	}
 	return out
 }
