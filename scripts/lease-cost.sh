@@ -6,8 +6,9 @@
 # Per run it prints the publishes decided, the lease transactions and
 # records written (devicegate_lease_writes_total,
 # devicegate_lease_records_total), the publishes that waited for a
-# lease write (devicegate_lease_waits_total), the snapshots, and the PUBACK latency
-# p50/p99 the simulator measured, and the gateway's user and system CPU;
+# lease write (devicegate_lease_waits_total), the snapshots, the PUBACK
+# and first connections' CONNACK latency p50/p99 the simulator measured,
+# and the gateway's user and system CPU;
 # then, side by side, charge over forgive (the two runs of each added):
 # the gateway's CPU, the PUBACK p99 and the publishes decided, and the
 # lease records and transactions per second with charge.
@@ -72,7 +73,7 @@ run() { # run NAME AFTER_CRASH
 		"$name" "$mode" "$decided" "$writes" "$records" "$waits" \
 		$(($(metric devicegate_snapshots_total "$a") - $(metric devicegate_snapshots_total "$b"))) \
 		"$cpu" \
-		"$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["result"]["totals"]; print("sent %d acked %d PUBACK p50 %.1f ms p99 %.1f ms" % (t["sent"], t["acked"], t["latency_p50_ns"]/1e6, t["latency_p99_ns"]/1e6))' "$dir/sim.json" 2>/dev/null || grep -E '^ +[0-9]' "$dir/sim.txt" | head -1)" \
+		"$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["result"]["totals"]; c=json.load(open(sys.argv[1])).get("connect", {}); print("sent %d acked %d PUBACK p50 %.1f ms p99 %.1f ms  CONNACK p50 %.1f ms p99 %.1f ms" % (t["sent"], t["acked"], t["latency_p50_ns"]/1e6, t["latency_p99_ns"]/1e6, c.get("latency_p50_ns", 0)/1e6, c.get("latency_p99_ns", 0)/1e6))' "$dir/sim.json" 2>/dev/null || grep -E '^ +[0-9]' "$dir/sim.txt" | head -1)" \
 		"$status"
 	# mode, CPU seconds, p99 ms, decided, lease writes, lease records: for the summary.
 	printf '%s %s %s %s %s %s\n' "$mode" "$cpusec" "$p99" "$decided" "$writes" "$records" >>"$out/runs"
