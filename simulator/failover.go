@@ -132,12 +132,12 @@ func (c *Config) validateAddrs() error {
 }
 
 // pubackLatency returns the percentiles of send-to-PUBACK latency over
-// every message that had a PUBACK.
-func pubackLatency(logs []DeviceLog) Latency {
+// every message sent from since on that had a PUBACK.
+func pubackLatency(logs []DeviceLog, since time.Time) Latency {
 	var all []time.Duration
 	for _, l := range logs {
 		for _, s := range l.Sent {
-			if s.Ack != AckNone {
+			if s.Ack != AckNone && !s.At.Before(since) {
 				all = append(all, s.AckAt.Sub(s.At))
 			}
 		}

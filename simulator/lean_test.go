@@ -36,6 +36,9 @@ func TestLeanClientAgainstGateway(t *testing.T) {
 		if c := rep.Connect; c.LatencyP50 <= 0 || c.LatencyP50 > c.LatencyP99 || c.LatencyP99 > c.LatencyMax {
 			t.Fatalf("qos %d: connect latency %+v, want 0 < p50 <= p99 <= max for 10 devices", qos, c)
 		}
+		if a := rep.PubackConnected; rep.AllConnected <= 0 || a.LatencyMax <= 0 || a.LatencyMax > rep.Puback.LatencyMax {
+			t.Fatalf("qos %d: all connected after %v, PUBACK then %+v, want a part of every PUBACK's %+v", qos, rep.AllConnected, a, rep.Puback)
+		}
 	}
 	bq := devicelimit.Quota{Limit: 2, Window: time.Second, Block: devicelimit.Block{After: 3, Within: time.Second, For: time.Hour}}
 	blocking := startServerClasses(t, bq, nil)

@@ -51,6 +51,10 @@ type Report struct {
 	// Puback holds the PUBACK latencies (send to PUBACK) of every
 	// message that had one.
 	Puback Latency `json:"puback"`
+	// PubackConnected is Puback over the messages sent once every
+	// device was connected (AllConnected): without the connection
+	// storm's; zero when that never happened.
+	PubackConnected Latency `json:"puback_connected,omitzero"`
 	// Connect holds the latencies of the devices' first connections
 	// (dial to CONNACK, the attempt that succeeded).
 	Connect Latency `json:"connect"`

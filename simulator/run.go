@@ -120,7 +120,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		opts.Groups = map[string]devicelimit.Quota{cfg.Group.Name: cfg.Group.Quota}
 	}
 	rep.Result = Check(logs, opts)
-	rep.Puback = pubackLatency(logs)
+	rep.Puback = pubackLatency(logs, time.Time{})
+	if rep.AllConnected > 0 {
+		rep.PubackConnected = pubackLatency(logs, rep.Started.Add(rep.AllConnected))
+	}
 	rep.Clients = clientResults(cfg, logs, rep.Result, f.clients, rep.Started.Add(cfg.Duration))
 	rep.Availability = availability(logs, rep.Restarts)
 	rep.Simulator = selfUsage()
