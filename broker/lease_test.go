@@ -122,3 +122,28 @@ func TestSessionStartLeasesFirstPublish(t *testing.T) {
 		t.Fatalf("LeaseWaits = %d, want 0: the first publish waited for a lease", w)
 	}
 }
+
+// A data file that records no lease (here: no writer at all) delays a
+// CONNACK by leaseWait, not forever; the device's first publish is
+// acknowledged once a writer records its lease.
+func TestSessionStartLeaseNotRecorded(t *testing.T) {
+	table, err := devicelimit.NewTable(testBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table.EnableLeases(devicelimit.DefaultLeasePolicy)
+	f := start(t, fixtureOpts{table: table})
+	p := f.connect(t, 5, "meter-1", "") // waits leaseWait, then the CONNACK goes
+	if table.LeaseWaits() != 0 {
+		t.Fatalf("LeaseWaits = %d before any publish", table.LeaseWaits())
+	}
+	written, _ := leaseWriter(t, table)
+	if _, err := p.publish(t, "devices/meter-1", "reading", 1); err != nil {
+		t.Fatal(err)
+	}
+	// The writer may have recorded the lease before the publish came
+	// (the session's ask is still queued) or while it waited.
+	if w := table.LeaseWaits(); w > 1 || !slices.Contains(written(), "meter-1") {
+		t.Fatalf("LeaseWaits = %d, written %q: want meter-1's lease written, and at most the first publish waiting for it", w, written())
+	}
+}
