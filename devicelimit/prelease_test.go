@@ -144,3 +144,40 @@ func TestPreleaseSkips(t *testing.T) {
 		t.Fatalf("class lease written for %q, want %q", keys, want)
 	}
 }
+
+// A window whose counts all expired while its lease is open is kept
+// until the collections close the lease (then a crash charges it
+// nothing); evicted before that, it left the store an open lease that
+// any later crash charged.
+func TestSweepKeepsOpenLeaseUntilClosed(t *testing.T) {
+	tab := newTable(t, 10)
+	tab.EnableLeases(DefaultLeasePolicy)
+	tab.lease.idleAfter = 2
+	q := Quota{Limit: 100, Window: time.Second}
+	if d := tab.AllowAt("dev", q, t0); !d.Allowed {
+		t.Fatalf("refused: %+v", d)
+	}
+	writeLeases(tab)
+	later := t0.Add(time.Hour) // every count expired
+	var marks []LeaseMark
+	collect := func() {
+		tab.CollectLeases(func(_ string, enc []byte, m LeaseMark) {
+			if enc != nil {
+				marks = append(marks, m)
+			}
+		})
+	}
+	collect() // writes the admission's window; the lease stays open
+	for i := range 2 {
+		if n := tab.Sweep(later); n != 0 {
+			t.Fatalf("sweep %d evicted %d windows with their lease open, want 0", i+1, n)
+		}
+		collect()
+	}
+	if last := marks[len(marks)-1]; last.Inc == 0 || last.Recorded != 11 {
+		t.Fatalf("marks %+v, want the last to record the whole lease (11: the admission and a lease of 10)", marks)
+	}
+	if n := tab.Sweep(later); n != 1 {
+		t.Fatalf("sweep after the close evicted %d, want 1", n)
+	}
+}
