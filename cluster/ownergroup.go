@@ -64,9 +64,11 @@ type groupGrants struct {
 	// decision that found it there looks again.
 	used    int64
 	dropped bool
-	// The standing cache (ownergroupstanding.go): gen counts the claims
-	// noted, looking is set while a standing's look is in flight (the
-	// group's other standings wait on cond, L = &mu, for it).
+	// The standing cache (ownergroupstanding.go): noted is the instant
+	// of the last reply noted, gen counts the claims noted, looking is
+	// set while a standing's look is in flight (the group's other
+	// standings wait on cond, L = &mu, for it).
+	noted   int64
 	gen     uint64
 	looking bool
 	cond    sync.Cond

@@ -1,9 +1,13 @@
 package cluster
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/devicegate/devicegate/cluster/redistest"
+	"github.com/devicegate/devicegate/devicelimit"
 )
 
 // TestOwnerGroupStandingCommandsPerMessage is
@@ -15,4 +19,203 @@ import (
 func TestOwnerGroupStandingCommandsPerMessage(t *testing.T) {
 	srv := redistest.Start(t)
 	groupCommands(t, [2]*Owner{grantOwner(t, srv, 10).o, grantOwner(t, srv, 10).o}, true, func() int64 { return commandCount(t, srv) })
+}
+
+// TestOwnerGroupStandingTruth: two gateways share a group of a message
+// and a byte window under an injected clock, at random instants in
+// regimes over, near and under the quota. After each of gateway A's
+// decisions its standing of the group is asked: every window's
+// Remaining is at most N less what both gateways admitted in the window
+// ending at the instant of the reply it came from (the claim's or
+// look's A noted), and that reply is at most a bucket (T/B) old unless
+// a refusal's retry-after answered; a window without room for a
+// refused message tells a retry-after within T and the furthest grant's
+// span, the refusing claim's when the group refused (the verdict's).
+// Then B fills the group and A's refused message is admitted at the
+// instant its standing said.
+func TestOwnerGroupStandingTruth(t *testing.T) {
+	srv := redistest.Start(t)
+	const buckets = 10
+	a, b := grantOwner(t, srv, buckets).o, grantOwner(t, srv, buckets).o
+	q := devicelimit.Quota{Limit: 100000, Window: time.Second}
+	gq := devicelimit.Quota{NWindows: 2, Windows: [devicelimit.MaxWindows]devicelimit.Limit{
+		{Unit: devicelimit.Messages, N: 60, Window: time.Second},
+		{Unit: devicelimit.Bytes, N: 3000, Window: 700 * time.Millisecond},
+	}}
+	run := &groupRun{key: devicelimit.GroupKey("truth"), gq: gq}
+	ls := gq.Limits()
+	r := rand.New(rand.NewPCG(7, 38))
+	now := t0
+	var s devicelimit.Standing
+	gap := 2 * time.Millisecond
+	var cached, refusals, groupRefusals int
+	for step := range 5000 {
+		if step%200 == 0 {
+			gap = [...]time.Duration{2 * time.Millisecond, 15 * time.Millisecond, 40 * time.Millisecond}[r.IntN(3)]
+		}
+		now = now.Add(time.Duration(r.Int64N(int64(gap))))
+		size := 10 + r.IntN(60)
+		if r.IntN(2) == 1 {
+			if b.AllowGroupAt(fmt.Sprint("b-", r.IntN(4)), "", q, run.key, gq, size, now).Allowed {
+				run.record(now, size)
+			}
+			continue
+		}
+		dev := fmt.Sprint("a-", r.IntN(4))
+		v := a.AllowGroupAt(dev, "", q, run.key, gq, size, now)
+		if v.Allowed {
+			run.record(now, size)
+		} else {
+			refusals++
+		}
+		a.StandingAt(dev, "", q, run.key, gq, size, !v.Allowed, now, &s)
+		gs := a.grantEntry(run.key)
+		gs.mu.Lock()
+		c := devicelimit.Tick(gs.noted)
+		gs.mu.Unlock()
+		if c == now {
+			cached--
+		}
+		cached++
+		var retried bool
+		for i, l := range ls {
+			w, ok := groupWindowOf(&s, l)
+			if !ok {
+				t.Fatalf("step %d: no group window %v in %+v", step, l, s)
+			}
+			got := run.admitted
+			need := 1
+			if l.Unit == devicelimit.Bytes {
+				got, need = run.bytes, size
+			}
+			held := countIn(got, c.Add(-l.Window), c)
+			if w.Remaining > l.N-held {
+				t.Fatalf("step %d, window %d: A's standing says %d remaining, but %d of %d were admitted in the window ending at its reply (%v before)",
+					step, i, w.Remaining, held, l.N, now.Sub(c))
+			}
+			full := !v.Allowed && w.Remaining < need
+			switch {
+			case full && (w.Reset <= 0 || w.Reset > l.Window+l.Window*(buckets/4+1)/buckets):
+				t.Fatalf("step %d, window %d: refused with %d remaining and a retry-after of %v", step, i, w.Remaining, w.Reset)
+			case full:
+				retried = retried || w.Reset == v.RetryAfter
+			case now.Sub(c) > l.Window/buckets:
+				t.Fatalf("step %d, window %d: answered from a reply %v old, more than a bucket", step, i, now.Sub(c))
+			}
+		}
+		if !v.Allowed && v.Group {
+			groupRefusals++
+			if !retried {
+				t.Fatalf("step %d: the group refused with a retry-after of %v, its standing says %+v", step, v.RetryAfter, s)
+			}
+		}
+	}
+	run.check(t)
+	t.Logf("%d of A's standings answered without a reply at their instant; %d refusals on A, %d by the group; %d admitted in all",
+		cached, refusals, groupRefusals, len(run.admitted))
+	if cached < 1000 || groupRefusals < 20 {
+		t.Fatalf("%d standings answered from what A held, %d group refusals: the run did not exercise them", cached, groupRefusals)
+	}
+
+	// B fills the group; A's refusal tells when it admits again.
+	now = now.Add(2 * time.Second)
+	for b.AllowGroupAt("b-0", "", q, run.key, gq, 10, now).Allowed {
+	}
+	v := a.AllowGroupAt("a-0", "", q, run.key, gq, 10, now)
+	if v.Allowed {
+		t.Fatal("A admitted into a group B filled")
+	}
+	a.StandingAt("a-0", "", q, run.key, gq, 10, true, now, &s)
+	w, _ := groupWindowOf(&s, ls[0])
+	if w.Remaining != 0 || w.Reset != v.RetryAfter {
+		t.Fatalf("refusal's standing %+v, the verdict's retry-after %v", w, v.RetryAfter)
+	}
+	if a.AllowGroupAt("a-0", "", q, run.key, gq, 10, now.Add(w.Reset-time.Microsecond)).Allowed {
+		t.Fatal("admitted before the retry-after")
+	}
+	if !a.AllowGroupAt("a-0", "", q, run.key, gq, 10, now.Add(w.Reset)).Allowed {
+		t.Fatalf("refused at the retry-after %v the standing told", w.Reset)
+	}
+}
+
+// groupWindowOf returns the group's window of s of limit l.
+func groupWindowOf(s *devicelimit.Standing, l devicelimit.Limit) (devicelimit.WindowStanding, bool) {
+	for _, w := range s.Windows[:s.N] {
+		if w.Group && w.Limit == l {
+			return w, true
+		}
+	}
+	return devicelimit.WindowStanding{}, false
+}
+
+// countIn counts the instants of ts in (from, to].
+func countIn(ts []devicelimit.Tick, from, to devicelimit.Tick) int {
+	n := 0
+	for _, x := range ts {
+		if x > from && x <= to {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOwnerGroupStandingRedisAway: with Redis killed, a group's standing
+// is still told from what the gateway's last reply said while that
+// reply's bucket lasts (its grants are counted in Redis); after it, the
+// look fails and the standing falls back to the failure policy's
+// (fail-closed here: no group window).
+func TestOwnerGroupStandingRedisAway(t *testing.T) {
+	srv := redistest.Start(t)
+	a := grantOwner(t, srv, 10).o
+	q := devicelimit.Quota{Limit: 1000, Window: time.Minute}
+	gq := devicelimit.Quota{Limit: 100, Window: time.Minute}
+	group := devicelimit.GroupKey("away")
+	if !a.AllowGroupAt("d", "", q, group, gq, 10, t0).Allowed {
+		t.Fatal("refused")
+	}
+	var s devicelimit.Standing
+	a.StandingAt("d", "", q, group, gq, 10, false, t0, &s)
+	before, ok := groupWindow(&s)
+	if !ok {
+		t.Fatalf("no group window with Redis up: %+v", s)
+	}
+	srv.Kill()
+	a.StandingAt("d", "", q, group, gq, 10, false, t0.Add(time.Second), &s)
+	if w, ok := groupWindow(&s); !ok || w.Remaining != before.Remaining || w.Reset != before.Reset-time.Second {
+		t.Fatalf("within the reply's bucket, Redis killed: %+v (found %v), want %+v a second on", w, ok, before)
+	}
+	for i := range 2 {
+		a.StandingAt("d", "", q, group, gq, 10, false, t0.Add(7*time.Second), &s)
+		if w, ok := groupWindow(&s); ok || s.N != 1 {
+			t.Fatalf("standing %d after the bucket, Redis killed: %+v (group window %+v), want the device's window alone", i, s, w)
+		}
+	}
+	if a.shared.Stats().Fallbacks != 0 {
+		t.Errorf("a standing counted %d fallbacks", a.shared.Stats().Fallbacks)
+	}
+}
+
+// TestOwnerGroupStandingAllocs: a standing told from what the gateway
+// holds (the device's windows from its table, the group's from its
+// grant entry) allocates nothing.
+func TestOwnerGroupStandingAllocs(t *testing.T) {
+	srv := redistest.Start(t)
+	g := grantOwner(t, srv, 10)
+	q := devicelimit.Quota{Limit: 1000, Window: time.Minute}
+	gq := devicelimit.Quota{Limit: 100, Window: time.Minute}
+	group := devicelimit.GroupKey("acme")
+	if !g.o.AllowGroupAt("d", "", q, group, gq, 10, t0).Allowed {
+		t.Fatal("refused")
+	}
+	var s devicelimit.Standing
+	calls := grantCalls(t, srv)
+	if n := testing.AllocsPerRun(1000, func() { g.o.StandingAt("d", "", q, group, gq, 10, false, t0, &s) }); n != 0 {
+		t.Fatalf("%v allocations per standing told from the grant entry", n)
+	}
+	if n := calls(); n != 0 {
+		t.Fatalf("%d grant script calls during the measured standings", n)
+	}
+	if w, ok := groupWindow(&s); !ok || w.Remaining != 100-4+3 {
+		t.Fatalf("standing %+v (found %v): want 99 remaining (a grant of 4 counted, 3 of it unused)", w, ok)
+	}
 }

@@ -190,6 +190,7 @@ func (gs *groupGrants) unused(at int64) (left [devicelimit.MaxWindows]int64) {
 // when its oldest count leaves; or, for a window without room for the
 // units needs (of a refused message), when they fit again.
 func (gs *groupGrants) note(res []int64, needs *[devicelimit.MaxWindows]int64, at int64) {
+	gs.noted = at
 	for i := range gs.n {
 		w, r, l := &gs.w[i], res[7*i:7*i+7], gs.ls[i]
 		w.count = r[4]
