@@ -50,7 +50,7 @@ func (o *Owner) groupStanding(groupKey string, gq devicelimit.Quota, size int, r
 		}
 	}
 	if gs := o.grantEntry(groupKey); gs != nil {
-		if o.cachedStanding(gs, ls, &needs, now, s) {
+		if o.cachedStanding(gs, ls, size, &needs, now, s) {
 			return
 		}
 		if o.shared.health.skip() { // its look failed
@@ -83,19 +83,23 @@ func (o *Owner) grantEntry(key string) *groupGrants {
 	return o.grants.m[key]
 }
 
-// cachedStanding fills s from gs when gs is a grant entry on ls: from
-// what it holds, else after a look that it keeps (one at a time: a
-// standing that finds a look under way waits for it). It reports false
-// when gs cannot answer (another grant, or dropped).
-func (o *Owner) cachedStanding(gs *groupGrants, ls []devicelimit.Limit, needs *[devicelimit.MaxWindows]int64, now devicelimit.Tick, s *devicelimit.Standing) bool {
+// cachedStanding fills s from gs when gs is a grant entry on ls, for
+// a message of size bytes needing needs (0: admitted): from what it
+// holds, else after a look that it keeps (one at a time: a standing
+// that finds a look under way waits for it). It reports false when gs
+// cannot answer (another grant, or dropped) or the look failed.
+func (o *Owner) cachedStanding(gs *groupGrants, ls []devicelimit.Limit, size int, needs *[devicelimit.MaxWindows]int64, now devicelimit.Tick, s *devicelimit.Standing) bool {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	at := o.grantNow(now)
+	var at int64
 	for {
 		if gs.dropped || !gs.fits(ls) {
 			return false
 		}
-		if gs.answer(needs, at, s) {
+		at = o.grantNow(now)
+		// A refusal still running for messages this large: the
+		// decision's verdict took its retry-after (groupVerdict).
+		if gs.answer(needs, needs[0] > 0 && at < gs.shut && size >= gs.shutSize, at, s) {
 			return true
 		}
 		if !gs.looking {
@@ -117,15 +121,14 @@ func (o *Owner) cachedStanding(gs *groupGrants, ls []devicelimit.Limit, needs *[
 		o.shared.health.failed(err)
 		return false // groupStanding falls back: health.skip
 	}
-	fresh := gs.gen == gen && !gs.dropped && gs.fits(ls)
-	if fresh { // no claim's reply came in meanwhile
+	if gs.gen == gen && !gs.dropped && gs.fits(ls) { // no claim's reply came in meanwhile
 		gs.note(res, needs, at)
+		if gs.answer(needs, needs[0] > 0 && at < gs.shut && size >= gs.shutSize, at, s) {
+			return true
+		}
 	}
-	var left [devicelimit.MaxWindows]int64
-	if fresh {
-		left = gs.unused(at)
-	}
-	fillLook(s, ls, res, &left)
+	var none [devicelimit.MaxWindows]int64
+	fillLook(s, ls, res, &none)
 	return true
 }
 
@@ -210,16 +213,22 @@ func (gs *groupGrants) note(res []int64, needs *[devicelimit.MaxWindows]int64, a
 
 // answer fills s from what gs holds, at at, for a message needing the
 // units needs of each window (0: admitted), when that answers (gs.mu
-// held): a window too full for a refused message by the counts held
-// needs a retry-after as long as a refusal's for as many units or more,
-// still running; any other, counts still fresh. Allocation-free.
-func (gs *groupGrants) answer(needs *[devicelimit.MaxWindows]int64, at int64, s *devicelimit.Standing) bool {
+// held): a window the decision refused it on a running refusal of
+// (shut) tells that refusal's retry-after, as the verdict did
+// (groupVerdict); a window too full for a refused message by the counts
+// held needs a retry-after still running, a refusal's for as many
+// units or more; any other, counts still fresh. Allocation-free.
+func (gs *groupGrants) answer(needs *[devicelimit.MaxWindows]int64, shut bool, at int64, s *devicelimit.Standing) bool {
 	left := gs.unused(at)
 	var ws [devicelimit.MaxWindows]devicelimit.WindowStanding
 	for i := range gs.n {
 		w, l := &gs.w[i], gs.ls[i]
 		ws[i] = devicelimit.WindowStanding{Limit: l, Remaining: remaining(l, w.count, left[i])}
+		// The refusing claim's retry-after of this window, from now.
+		shutFor := gs.shut - int64(gs.no.RetryAfter) + int64(gs.no.Windows[i].RetryAfter) - at
 		switch {
+		case shut && gs.no.Windows[i].RetryAfter > 0 && shutFor > 0:
+			ws[i].Reset = time.Duration(shutFor)
 		case needs[i] > 0 && int64(ws[i].Remaining) < needs[i]:
 			if at >= w.retry || needs[i] > w.retryNeed {
 				return false
