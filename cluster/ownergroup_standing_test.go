@@ -1,8 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,4 +228,69 @@ func TestOwnerGroupStandingAllocs(t *testing.T) {
 	if w, ok := groupWindow(&s); !ok || w.Remaining != 100-4+3 {
 		t.Fatalf("standing %+v (found %v): want 99 remaining (a grant of 4 counted, 3 of it unused)", w, ok)
 	}
+}
+
+// TestOwnerGroupStandingCommandsRedisClock is the standing's cost on
+// production clocks (Redis's TIME in every script call, spans on the
+// monotonic clock): 20,000 messages of 20 devices on two gateways as
+// fast as they go, each with its standing asked, in a group far from
+// full; Redis's INFO commandstats (GET and TIME run by the scripts
+// included) must count at most 0.05 commands per admitted message.
+func TestOwnerGroupStandingCommandsRedisClock(t *testing.T) {
+	srv := redistest.Start(t)
+	gws := [2]*Owner{newOwner(t, srv, 10, 3*time.Second).o, newOwner(t, srv, 10, 3*time.Second).o}
+	q := devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Minute}
+	group := devicelimit.GroupKey("acme")
+	gq := devicelimit.Quota{Limit: devicelimit.MaxLimit, Window: time.Minute}
+	var s devicelimit.Standing
+	publish := func(n int) int {
+		admitted := 0
+		for i := range n {
+			o, dev := gws[i%2], fmt.Sprint("dev-", i%20)
+			now := devicelimit.TickOf(time.Now())
+			v := o.AllowGroupAt(dev, "", q, group, gq, 10, now)
+			if v.Allowed {
+				admitted++
+			}
+			o.StandingAt(dev, "", q, group, gq, 10, !v.Allowed, now, &s)
+			if _, ok := groupWindow(&s); !ok {
+				t.Fatalf("no group window in the standing of %s: %+v", dev, s)
+			}
+		}
+		return admitted
+	}
+	publish(2000) // first claims and checkpoints, grants grown
+	before, stats0 := commandCount(t, srv), commandStats(t, srv)
+	start := time.Now()
+	admitted := publish(20000)
+	cmds, stats := commandCount(t, srv)-before, commandStats(t, srv)
+	per := float64(cmds) / float64(max(admitted, 1))
+	t.Logf("%d commands for %d admitted messages in %v: %.4f per message (evalsha %d, get %d, time %d)", cmds, admitted, time.Since(start).Round(time.Millisecond), per,
+		stats["evalsha"]-stats0["evalsha"], stats["get"]-stats0["get"], stats["time"]-stats0["time"])
+	if admitted != 20000 {
+		t.Fatalf("admitted %d of 20000", admitted)
+	}
+	if per > 0.05 {
+		t.Fatalf("%.4f redis commands per admitted message, want at most 0.05", per)
+	}
+}
+
+// commandStats returns the calls of each command srv ran, by name, as
+// INFO commandstats counts them.
+func commandStats(t *testing.T, srv *redistest.Server) map[string]int64 {
+	t.Helper()
+	info, err := srv.Client().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		m[name], _ = strconv.ParseInt(calls, 10, 64)
+	}
+	return m
 }
