@@ -289,7 +289,7 @@ func (o *Owner) claimGrant(gs *groupGrants, size int, now devicelimit.Tick) (dev
 		return devicelimit.Verdict{}, errBadReply
 	}
 	o.countBack(back)
-	var needs [devicelimit.MaxWindows]int64 // of a refusal: its retry-afters
+	var needs [devicelimit.MaxWindows]int64 // a refused message's units: its full windows' replies are retry-afters
 	if res[0] <= 0 {
 		needs = gs.needs(size)
 	}
