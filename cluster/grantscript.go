@@ -43,9 +43,12 @@ import "github.com/redis/go-redis/v9"
 // It returns seven integers per ring: units granted (0: refused; -1:
 // the key holds something else, nothing written), the dated bucket, the
 // instant the grant's span ends, the ring's now (microseconds), the
-// ring's count after the claim, the retry-after in microseconds (of a
-// refusing window, or of the oldest count for a look), and the ring's
-// B.
+// ring's count after the claim, a time in microseconds from the ring's
+// now, and the ring's B. The time is, for a window without room for
+// the units needed (of a refused claim, or of a look given units), the
+// retry-after of those units; else how long until the ring's oldest
+// count leaves it (0: the ring holds nothing), which the gateway's
+// standing of the group keeps (ownergroupstanding.go).
 //
 // The record is one string: head bucket, clock high-water, T, count
 // (int64 each), B and F (uint32), then B+1+F int64 counters (a ring
@@ -162,9 +165,9 @@ for k = 1, nk do
     r.c[s] = r.c[s] + g; r.total = r.total + g
   end
   local retry = 0
-  if r.total + r.need > r.N then
+  if (refuse or look) and r.total + r.need > r.N then
     retry = retryOf(r, r.total + r.need - r.N)
-  elseif look and r.total > 0 then
+  elseif r.total > 0 then
     retry = retryOf(r, 1)
   end
   if not look and not (r.fresh and r.total == 0) then

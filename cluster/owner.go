@@ -482,8 +482,9 @@ func (o *Owner) fallbackGroup(device, class string, q devicelimit.Quota, ls []de
 }
 
 // StandingAt fills s with the device's windows from this gateway's
-// table and its group's from its grant rings in Redis (a call of its
-// own; ownergroup.go).
+// table and its group's from what its grant entry of the group holds,
+// or a look at the group's grant rings in Redis (about one per bucket;
+// ownergroupstanding.go).
 func (o *Owner) StandingAt(device, class string, q devicelimit.Quota, groupKey string, gq devicelimit.Quota, size int, refused bool, now devicelimit.Tick, s *devicelimit.Standing) {
 	o.table.StandingAt(device, class, q, "", gq, size, refused, now, s)
 	if groupKey == "" {

@@ -64,6 +64,14 @@ type groupGrants struct {
 	// decision that found it there looks again.
 	used    int64
 	dropped bool
+	// The standing cache (ownergroupstanding.go): noted is the instant
+	// of the last reply noted, gen counts the claims noted, looking is
+	// set while a standing's look is in flight (the group's other
+	// standings wait on cond, L = &mu, for it).
+	noted   int64
+	gen     uint64
+	looking bool
+	cond    sync.Cond
 }
 
 // grantWin is the grant on one window of a group.
@@ -75,6 +83,13 @@ type grantWin struct {
 	// back with the next claim: units, dated bucket, the ring's T (µs)
 	// and B.
 	back, backK, backT, backB int64
+	// What the last claim or look said of the ring, for the standing
+	// (ownergroupstanding.go), on grantNow's clock: count (above) and
+	// the instant its oldest count leaves are the ring's until fresh
+	// (0: unknown); retry is when a message of retryNeed units fits
+	// again, as a refusal said.
+	oldest, fresh    int64
+	retry, retryNeed int64
 }
 
 // grantsOf returns this gateway's grant state of the group key.
@@ -94,6 +109,7 @@ func (o *Owner) grantsOf(key string) *groupGrants {
 		}
 		k := strings.Clone(key) // key does not leak: see groupPart
 		gs = &groupGrants{key: k, base: o.prefix + "gg:{" + key + "}", legacy: o.prefix + "w:{" + key + "}"}
+		gs.cond.L = &gs.mu
 		t.m[k] = gs
 	}
 	return gs
@@ -152,11 +168,7 @@ func (o *Owner) groupVerdict(g groupPart, size int, now devicelimit.Tick) device
 // fit makes gs a grant on the windows ls: other windows (an override,
 // a reload) drop the grant, whose units stay counted in Redis.
 func (gs *groupGrants) fit(ls []devicelimit.Limit) {
-	same := gs.n == len(ls)
-	for i := 0; same && i < len(ls); i++ {
-		same = gs.ls[i] == ls[i]
-	}
-	if same {
+	if gs.fits(ls) {
 		return
 	}
 	gs.n, gs.until, gs.shut = len(ls), 0, 0
@@ -166,6 +178,15 @@ func (gs *groupGrants) fit(ls []devicelimit.Limit) {
 		gs.keys[i] = windowKeyOf(gs.base, "", l.Unit, seen[l.Unit])
 		seen[l.Unit]++
 	}
+}
+
+// fits reports whether gs is a grant on the windows ls.
+func (gs *groupGrants) fits(ls []devicelimit.Limit) bool {
+	same := gs.n == len(ls)
+	for i := 0; same && i < len(ls); i++ {
+		same = gs.ls[i] == ls[i]
+	}
+	return same
 }
 
 // expire ends the grant once its span has passed at: its unused rest
@@ -268,16 +289,22 @@ func (o *Owner) claimGrant(gs *groupGrants, size int, now devicelimit.Tick) (dev
 		return devicelimit.Verdict{}, errBadReply
 	}
 	o.countBack(back)
+	var needs [devicelimit.MaxWindows]int64 // a refused message's units: its full windows' replies are retry-afters
+	if res[0] <= 0 {
+		needs = gs.needs(size)
+	}
+	gs.gen++
+	gs.note(res, &needs, at)
 	if res[0] <= 0 {
 		o.stats.grantRefused.Add(1)
-		gs.no = gs.refused(res)
+		gs.no = gs.refused(res, size)
 		gs.shut, gs.shutSize = at+int64(gs.no.RetryAfter), size
 		return gs.no, nil
 	}
 	span := time.Duration(1 << 62)
 	for i := range gs.n {
 		w, r := &gs.w[i], res[7*i:7*i+7]
-		w.got, w.dated, w.count, w.b = r[0], r[1], r[4], r[6]
+		w.got, w.dated, w.b = r[0], r[1], r[6]
 		o.stats.grantUnits[gs.ls[i].Unit].Add(uint64(w.got))
 		w.left = w.got - int64(gs.ls[i].Units(size))
 		span = min(span, time.Duration(r[2]-r[3])*time.Microsecond)
@@ -309,65 +336,21 @@ func (o *Owner) legacyFound(gs *groupGrants, found bool) {
 		"group", name)
 }
 
-// refused is the verdict of a claim Redis refused (res its reply).
-func (gs *groupGrants) refused(res []int64) devicelimit.Verdict {
+// refused is the verdict of a claim Redis refused (res its reply) for
+// a message of size bytes: a window without room for it has its
+// retry-after, the others none.
+func (gs *groupGrants) refused(res []int64, size int) devicelimit.Verdict {
 	v := devicelimit.Verdict{N: gs.n, Refused: 0}
 	for i := range gs.n {
 		l, r := gs.ls[i], res[7*i:7*i+7]
-		d := devicelimit.Decision{Count: int(r[4]), Limit: l.N, Remaining: max(l.N-int(r[4]), 0), RetryAfter: time.Duration(r[5]) * time.Microsecond, Unit: l.Unit}
+		d := devicelimit.Decision{Count: int(r[4]), Limit: l.N, Remaining: max(l.N-int(r[4]), 0), Unit: l.Unit}
+		if r[4]+int64(l.Units(size)) > int64(l.N) {
+			d.RetryAfter = time.Duration(r[5]) * time.Microsecond
+		}
 		v.Windows[i] = d
 		if d.RetryAfter > 0 && d.RetryAfter >= v.RetryAfter {
 			v.RetryAfter, v.Refused = d.RetryAfter, i
 		}
 	}
 	return v
-}
-
-// groupStanding fills s with the standing of the group's windows under
-// gq, read from its grant rings without writing (the script's look):
-// what every gateway claimed, used or not yet, so a window's Remaining
-// is at most what it admits. While Redis is away: the failure policy's
-// (Limiter.StandingAt).
-func (o *Owner) groupStanding(groupKey string, gq devicelimit.Quota, size int, refused bool, now devicelimit.Tick, s *devicelimit.Standing) {
-	s.N = 0
-	ls := gq.Limits()
-	if devicelimit.ValidateLimits(ls, o.Buckets()) != nil {
-		return
-	}
-	if o.shared.health.skip() {
-		o.shared.localStanding(groupKey, "", gq, "", gq, size, refused, now, s)
-		return
-	}
-	var clock any = ""
-	if o.grants.explicit {
-		clock = int64(now) / 1000
-	}
-	keys := make([]string, len(ls))
-	args := append(make([]any, 0, 1+9*len(ls)), clock)
-	base := o.prefix + "gg:{" + groupKey + "}"
-	var seen [2]int
-	for i, l := range ls {
-		keys[i] = windowKeyOf(base, "", l.Unit, seen[l.Unit])
-		seen[l.Unit]++
-		need := 0
-		if refused {
-			need = l.Units(max(size, 1))
-		}
-		args = append(args, l.N, l.Window.Microseconds(), o.Buckets(), -1, need, 0, 0, 0, 0)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	res, err := grantScript.Run(ctx, o.rdb, keys, args...).Int64Slice()
-	if err == nil && len(res) != 7*len(ls) {
-		err = errBadReply
-	}
-	if err != nil {
-		o.shared.health.failed(err)
-		o.shared.localStanding(groupKey, "", gq, "", gq, size, refused, now, s)
-		return
-	}
-	for i, l := range ls {
-		r := res[7*i : 7*i+7]
-		s.Add(devicelimit.WindowStanding{Limit: l, Remaining: max(l.N-int(r[4]), 0), Reset: time.Duration(r[5]) * time.Microsecond})
-	}
 }

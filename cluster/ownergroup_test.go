@@ -175,7 +175,7 @@ func TestOwnerGroupGrantsRedisCluster(t *testing.T) {
 // group of 6,000 a minute.
 func TestOwnerGroupCommandsPerMessage(t *testing.T) {
 	srv := redistest.Start(t)
-	groupCommands(t, [2]*Owner{grantOwner(t, srv, 10).o, grantOwner(t, srv, 10).o}, func() int64 { return commandCount(t, srv) })
+	groupCommands(t, [2]*Owner{grantOwner(t, srv, 10).o, grantOwner(t, srv, 10).o}, false, func() int64 { return commandCount(t, srv) })
 }
 
 // TestOwnerGroupCommandsRedisCluster is TestOwnerGroupCommandsPerMessage
@@ -188,7 +188,7 @@ func TestOwnerGroupCommandsRedisCluster(t *testing.T) {
 	for _, o := range gws {
 		o.grants.explicit = true
 	}
-	groupCommands(t, gws, func() int64 {
+	groupCommands(t, gws, false, func() int64 {
 		var n int64
 		for _, node := range rc.Nodes {
 			n += commandCount(t, node)
@@ -198,8 +198,10 @@ func TestOwnerGroupCommandsRedisCluster(t *testing.T) {
 }
 
 // groupCommands runs the steady state of the group cost tests on gws,
-// count reading Redis's commands so far.
-func groupCommands(t *testing.T, gws [2]*Owner, count func() int64) {
+// count reading Redis's commands so far; with standing, each message's
+// standing is asked after its decision, as the broker does for an MQTT 5
+// device's QoS 1 publish (broker/feedback.go).
+func groupCommands(t *testing.T, gws [2]*Owner, standing bool, count func() int64) {
 	t.Helper()
 	q := devicelimit.Quota{Limit: 1000, Window: time.Minute}
 	group := devicelimit.GroupKey("acme")
@@ -207,13 +209,22 @@ func groupCommands(t *testing.T, gws [2]*Owner, count func() int64) {
 	const devices, rounds = 20, 1200
 	now := t0
 	run := &groupRun{key: group, gq: gq}
+	var s devicelimit.Standing
 	publish := func(rounds int) int {
 		admitted := 0
 		for range rounds {
 			for d := range devices {
-				if v := gws[d%2].AllowGroupAt(fmt.Sprint("dev-", d), "", q, group, gq, 10, now); v.Allowed {
+				dev := fmt.Sprint("dev-", d)
+				v := gws[d%2].AllowGroupAt(dev, "", q, group, gq, 10, now)
+				if v.Allowed {
 					admitted++
 					run.record(now, 0)
+				}
+				if standing {
+					gws[d%2].StandingAt(dev, "", q, group, gq, 10, !v.Allowed, now, &s)
+					if _, ok := groupWindow(&s); !ok {
+						t.Fatalf("no group window in the standing of %s: %+v", dev, s)
+					}
 				}
 			}
 			now = now.Add(500 * time.Millisecond)
