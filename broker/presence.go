@@ -106,12 +106,13 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 
 // preleaseOf asks the first leases of c's device's own windows as its
 // session starts (not a backend consumer's: it subscribes) and waits,
-// before mochi sends the CONNACK, until they are durable (devicelimit/prelease.go), so that its first publish
-// finds them durable and its PUBACK waits for no disk commit: the
-// connection pays that commit once, not its first publish. The windows
-// of a topic class or a group are leased by their first admission, as
-// before. A data file that does not record them within leaseWait lets
-// the CONNACK go: the first publish then waits for its lease itself.
+// before mochi sends the CONNACK, until they are durable
+// (devicelimit/prelease.go), so that its first publish finds them
+// durable and its PUBACK waits for no disk commit: the connection pays
+// that commit once, not its first publish. The windows of a topic
+// class or a group are leased by their first admission, as before. A
+// data file that does not record them within leaseWait lets the CONNACK
+// go: the first publish then waits for its lease itself.
 func (h *throttle) preleaseOf(c *connInfo) {
 	v := c.rules()
 	now := h.clock.Now()
