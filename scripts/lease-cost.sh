@@ -16,7 +16,10 @@
 # Usage: scripts/lease-cost.sh OUTDIR (needs ./gateway: make build, or
 # GATEWAY=path of another build).
 # The fleet is make sim-10k's: DEVICES (10000), RATE (0.2/s), DURATION
-# (60s), LIMIT (5), WINDOW (10s): a lease of 1 message, the dearest.
+# (60s), LIMIT (5), WINDOW (10s): a lease of 1 message, the dearest;
+# PATTERN (steady) is the simulator's --pattern (poisson: each device's
+# gaps at random, so devices that connected together do not publish
+# together).
 # ROUNDS (1) repeats the four runs; the summary then also gives each
 # setting's median p99 and the median of the rounds' p99 ratios, steadier
 # than the mean when one run meets a stall of the machine.
@@ -29,6 +32,7 @@ rate=${RATE:-0.2/s}
 duration=${DURATION:-60s}
 limit=${LIMIT:-5}
 window=${WINDOW:-10s}
+pattern=${PATTERN:-steady}
 rounds=${ROUNDS:-1}
 mkdir -p "$out"
 ulimit -n "$(ulimit -Hn)"
@@ -53,7 +57,7 @@ run() { # run NAME AFTER_CRASH
 	curl -fsS -H "Authorization: Bearer $token" "http://127.0.0.1:$admin/metrics" >"$dir/metrics.before"
 	local status=0
 	"$gateway" simulate --addr "127.0.0.1:$port" --devices "$devices" --rate "$rate" --duration "$duration" \
-		--ramp-up 500 --drain 10s --limit "$limit" --window "$window" --client lean \
+		--ramp-up 500 --drain 10s --limit "$limit" --window "$window" --pattern "$pattern" --client lean \
 		--json "$dir/sim.json" >"$dir/sim.txt" 2>&1 || status=$?
 	curl -fsS -H "Authorization: Bearer $token" "http://127.0.0.1:$admin/metrics" >"$dir/metrics.after"
 	# The gateway's user and system CPU so far (clock ticks in
@@ -123,7 +127,7 @@ if after["charge"] and after["forgive"] and sum(after["forgive"]) > 0:
 PY
 }
 
-echo "lease-cost: $devices devices at $rate for $duration, quota $limit per $window, QoS 1; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "lease-cost: $devices devices at $rate ($pattern) for $duration, quota $limit per $window, QoS 1; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 rm -f "$out/runs"
 for r in $(seq "$rounds"); do
 	b=$(((r - 1) * 4))
