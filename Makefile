@@ -165,7 +165,7 @@ bench-forward: tools
 # devices at 0.2 messages/s, 5 per 10 s, 60 s), with
 # persist.after_crash charge and forgive back to back in both orders,
 # and charge over forgive (scripts/lease-cost.sh; DEVICES, RATE,
-# DURATION, LIMIT, WINDOW, ROUNDS change it).
+# DURATION, LIMIT, WINDOW, ROUNDS, PATTERN change it).
 .PHONY: bench-lease
 bench-lease: build
 	scripts/lease-cost.sh lease-out
