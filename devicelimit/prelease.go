@@ -1,7 +1,5 @@
 package devicelimit
 
-import "strings"
-
 // Leases at connect. Without them a device's first admission finds no
 // lease and waits for one disk commit before it is acted on (its PUBACK
 // waits). For a quiet fleet, whose devices publish a few times a minute,
@@ -39,15 +37,17 @@ func (t *Table) Prelease(device, class string, ls []Limit, now Tick) uint32 {
 	for _, l := range ls {
 		key := s.windowKey(device, class, l.Unit, seen[l.Unit])
 		seen[l.Unit]++
-		h := hashString(key)
-		if inBuffer(s, key) && s.index.find(key, h) < 0 {
-			key = strings.Clone(key) // the new record keeps it
-		}
-		r, ref, _ := s.lookup(key, h, l.N, true)
-		r.decideN(l, now, &s.cut, 1, false) // a new window's ring: its length and head
-		le := s.lease(ref)
+		// Made (a new window's ring: its length and head), not counted.
+		_, ref := t.decideKey(s, key, l, 1, now, true, false)
+		r, le := s.rec(ref), s.lease(ref)
 		if le.inc != 0 && le.cap > le.adm {
-			continue // its next admission is covered
+			// Its next admission is covered; the CONNACK waits for
+			// that lease too while it is not durable (a session that
+			// asked it just ended).
+			if le.gen > t.lease.durable.Load() {
+				gen = newerLease(gen, uint32(le.gen))
+			}
+			continue
 		}
 		t.askLease(s, le, key, l, 1)
 		// The collections look at it until its lease closes (an open

@@ -31,14 +31,17 @@ func TestPreleaseFirstAdmissionsWaitForNothing(t *testing.T) {
 	if gen == 0 || tab.WaitSessionLease(gen, 0) {
 		t.Fatalf("Prelease gave batch %d, durable before its write: want one to wait for", gen)
 	}
-	if g := tab.PreleaseQuota("early", q, now); g != 0 {
-		t.Fatalf("a second Prelease gave batch %d, want 0: the windows' leases are open", g)
+	if g := tab.PreleaseQuota("early", q, now); g != gen {
+		t.Fatalf("a second Prelease before the write gave batch %d, want the first's %d: its leases are open but not durable", g, gen)
 	}
 	if keys := writeLeases(tab); len(keys) != 2 {
 		t.Fatalf("leases written for %q, want the device's two windows", keys)
 	}
 	if !tab.WaitSessionLease(gen, 0) || tab.LeaseWaits() != 0 {
 		t.Fatalf("after the write: batch %d not durable, or LeaseWaits %d (a session's wait is not an admission's)", gen, tab.LeaseWaits())
+	}
+	if g := tab.PreleaseQuota("early", q, now); g != 0 {
+		t.Fatalf("a Prelease after the write gave batch %d, want 0: the leases are open and durable", g)
 	}
 	for i := range 2 {
 		now = now.Add(5 * time.Second)
