@@ -47,16 +47,8 @@ func (o *Owner) many(ctx context.Context, c redis.UniversalClient, s *redis.Scri
 		a := make([]any, 0, len(common)+per)
 		return append(append(a, common...), args[i*per:(i+1)*per]...)
 	}
-	pipe := c.Pipeline()
-	cmds := make([]*redis.Cmd, len(keys))
-	for i := range keys {
-		cmds[i] = s.EvalSha(ctx, pipe, keys[i:i+1], argv(i)...)
-	}
-	_, _ = pipe.Exec(ctx)
+	cmds := evalEach(ctx, c, s, len(keys), func(i int) []string { return keys[i : i+1] }, argv)
 	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && isNoScript(err) {
-			cmd = s.Run(ctx, c, keys[i:i+1], argv(i)...)
-		}
 		v, err := cmd.Slice()
 		if err == nil && len(v) != 1 {
 			err = errBadReply
@@ -66,6 +58,25 @@ func (o *Owner) many(ctx context.Context, c redis.UniversalClient, s *redis.Scri
 		}
 	}
 	return out, errs
+}
+
+// evalEach runs script s n times through c, call i on keys(i) with
+// argv(i), pipelined (EVALSHA); a call a node answers NOSCRIPT (it
+// restarted or flushed its scripts) is run again there with EVAL. Each
+// command carries its own error.
+func evalEach(ctx context.Context, c redis.UniversalClient, s *redis.Script, n int, keys func(int) []string, argv func(int) []any) []*redis.Cmd {
+	pipe := c.Pipeline()
+	cmds := make([]*redis.Cmd, n)
+	for i := range n {
+		cmds[i] = s.EvalSha(ctx, pipe, keys(i), argv(i)...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && isNoScript(err) {
+			cmds[i] = s.Run(ctx, c, keys(i), argv(i)...)
+		}
+	}
+	return cmds
 }
 
 // chunks calls f on the successive parts of n items of at most batchMax.

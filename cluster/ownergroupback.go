@@ -70,17 +70,9 @@ func (o *Owner) sendBack(ctx context.Context, bs []grantBack) error {
 		})
 		return first
 	}
-	argv := func(b grantBack) []any { return append([]any{0}, b.args...) }
-	pipe := o.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(bs))
-	for i, b := range bs {
-		cmds[i] = grantScript.EvalSha(ctx, pipe, b.keys, argv(b)...)
-	}
-	_, _ = pipe.Exec(ctx)
+	cmds := evalEach(ctx, o.rdb, grantScript, len(bs), func(i int) []string { return bs[i].keys },
+		func(i int) []any { return append([]any{0}, bs[i].args...) })
 	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && isNoScript(err) {
-			cmd = grantScript.Run(ctx, o.rdb, bs[i].keys, argv(bs[i])...)
-		}
 		err := backReply(cmd, len(bs[i].keys))
 		if err == nil {
 			o.countBack(bs[i].units)
