@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -145,5 +146,51 @@ func TestSessionStartLeaseNotRecorded(t *testing.T) {
 	// (the session's ask is still queued) or while it waited.
 	if w := table.LeaseWaits(); w > 1 || !slices.Contains(written(), "meter-1") {
 		t.Fatalf("LeaseWaits = %d, written %q: want meter-1's lease written, and at most the first publish waiting for it", w, written())
+	}
+}
+
+// A reload that removes a device's rule between its CONNACK and its
+// first publish: the connect leased the rule's window (5 per 10 s, a
+// lease of 1), the publishes are decided under the default (8 per
+// minute) from the first, each acknowledged once its lease is written,
+// and the default holds exactly: 8 admitted, the 9th refused.
+func TestSessionLeaseThenRuleRemoved(t *testing.T) {
+	table, err := devicelimit.NewTable(testBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table.EnableLeases(devicelimit.DefaultLeasePolicy)
+	def := devicelimit.Quota{Limit: 8, Window: time.Minute}
+	f := start(t, fixtureOpts{table: table, def: def, options: func(o *Options) { o.Limits.Consumers = []string{"backend"} },
+		rules: []devicelimit.Rule{{Name: "meters", ClientID: "meter-*", Quota: devicelimit.Quota{Limit: 5, Window: 10 * time.Second}}}})
+	written, _ := leaseWriter(t, table)
+	sub := f.subscribe(t, "backend", "", "devices/#")
+	p := f.connect(t, 5, "meter-1", "")
+	if keys := written(); !slices.Equal(keys, []string{"meter-1"}) {
+		t.Fatalf("leases written by the CONNACK: %q, want meter-1's", keys)
+	}
+	n, err := devicelimit.NewResolver(def, nil, testBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.resolver.Reconfigure(n); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.srv.Reconfigure(); got != 2 {
+		t.Fatalf("Reconfigure updated %d connections, want 2", got)
+	}
+	for i := range def.Limit {
+		if a, err := p.publish(t, "devices/meter-1", fmt.Sprint("reading-", i), 1); err != nil || a.code != 0 {
+			t.Fatalf("publish %d under the default: code 0x%02x, %v; want admitted", i, a.code, err)
+		}
+	}
+	if a, err := p.publish(t, "devices/meter-1", "over", 1); err != nil || a.code != 0x97 {
+		t.Fatalf("publish %d: code 0x%02x, %v; want 0x97 (quota exceeded): the default is 8 per minute", def.Limit, a.code, err)
+	}
+	if got := sub.waitMarker(t, fmt.Sprint("reading-", def.Limit-1)); len(got) != def.Limit-1 {
+		t.Fatalf("delivered before the last: %q", got)
+	}
+	if sub.has("over") {
+		t.Fatal("the refused publish was delivered")
 	}
 }

@@ -77,14 +77,13 @@ func (st *leaseStore) putMark(key string, m LeaseMark) {
 // admission is one admitted message's count in one window: the
 // window's key, the lease incarnation and admission count after it.
 type admission struct {
-	key        string
-	run        int // the crashes before it
-	inc, adm   uint64
-	units      int
-	at         Tick
-	limitN     int
-	limitT     time.Duration
-	leaseBound int
+	key      string
+	run      int // the crashes before it
+	inc, adm uint64
+	units    int
+	at       Tick
+	limitN   int
+	limitT   time.Duration
 }
 
 type pendingMsg struct {
@@ -107,9 +106,9 @@ type leaseWorld struct {
 	pending   []pendingMsg
 	acted     []admission
 	crashes   int
-	// preBound is, per window a connect leased (Prelease), the most a
-	// lease of it may be.
-	preBound map[string]int
+	// leaseMax is, per window, the most a lease of it may be: under
+	// the largest quota it was decided or leased at connect under.
+	leaseMax map[string]int
 }
 
 // newTable starts a table as a new process would, reusing the last
@@ -159,7 +158,8 @@ func (w *leaseWorld) parts(stem, class string, ls []Limit, size int) []admission
 		ls := *s.lease(ref)
 		s.mu.Unlock()
 		out = append(out, admission{key: key, run: w.crashes, inc: ls.inc, adm: ls.adm, units: l.Units(size), at: w.now,
-			limitN: l.N, limitT: l.Window, leaseBound: w.policy.Size(l, 64)})
+			limitN: l.N, limitT: l.Window})
+		w.leaseMax[key] = max(w.leaseMax[key], w.policy.Size(l, 64))
 	}
 	return out
 }
@@ -233,25 +233,23 @@ func (w *leaseWorld) crash() {
 		if sl.cap > sl.held() {
 			charge = sl.cap - sl.held()
 		}
-		lost, waiting, bound := 0, 0, w.preBound[key]
+		lost, waiting, bound := 0, 0, w.leaseMax[key]
 		for _, a := range w.acted {
 			if a.key == key && a.run == w.crashes && a.inc == sl.inc && a.adm > sl.held() {
 				lost += a.units
-				bound = max(bound, a.leaseBound)
 			}
 		}
 		for _, p := range w.pending {
 			for _, a := range p.parts {
 				if a.key == key && a.inc == sl.inc {
 					waiting += a.units
-					bound = max(bound, a.leaseBound)
 				}
 			}
 		}
 		if uint64(lost) > charge {
 			w.t.Fatalf("crash %d: window %q lost %d acted units, charged %d (lease %+v)", w.crashes, key, lost, charge, sl)
 		}
-		if bound > 0 && int(charge)-lost > bound+waiting {
+		if int(charge)-lost > bound+waiting {
 			var mem lease
 			s, h := w.tab.shardOfKey(key)
 			if ref, ok := s.index.get(key, h); ok {
@@ -278,7 +276,7 @@ func TestPropertyLeasesKeepQuotaAcrossCrashes(t *testing.T) {
 		w := &leaseWorld{t: t, r: r, buckets: buckets, tab: tabs[buckets], idleAfter: uint32(1 + r.IntN(3)),
 			policy: LeasePolicy{Share: []float64{0.05, 0.2, 0.5, 1}[r.IntN(4)], Min: 1 + r.IntN(2), Max: 2 + r.IntN(8)},
 			st:     leaseStore{windows: map[string][]byte{}, leases: map[string]storedLease{}},
-			now:    t0, preBound: map[string]int{}}
+			now:    t0, leaseMax: map[string]int{}}
 		w.newTable()
 		// The quotas: one or two windows for the devices, in their own
 		// quota or a class; a group's window above them, or none.
@@ -296,21 +294,40 @@ func TestPropertyLeasesKeepQuotaAcrossCrashes(t *testing.T) {
 		var one [1]Limit
 		gls := limitsInto(gq, &one)
 		dls := dq.Windows[:dq.NWindows]
+		// The quota of a rule a reload removed between a device's
+		// connect and its first publish: the connect's leases were
+		// asked under it, every decision is under dq
+		// (broker.Server.Reconfigure). (A quota changed back and forth
+		// over a window's counts re-cuts them, docs/quotas.md: not
+		// this test's invariant.)
+		var was Quota
+		was.NWindows = 1 + r.IntN(2)
+		was.Windows[0] = Limit{Unit: Messages, N: 1 + r.IntN(40), Window: window()}
+		if was.NWindows == 2 {
+			was.Windows[1] = Limit{Unit: Bytes, N: 64 + r.IntN(900), Window: window()}
+		}
 		devices := []string{"a", "b", "c"}
+		touched := map[string]bool{} // connected or decided in this sequence
 		for range 30 + r.IntN(60) {
 			switch op := r.IntN(100); {
 			case op < 5: // a device connects: its first leases asked (prelease.go)
 				dev := devices[r.IntN(len(devices))]
-				w.tab.Prelease(dev, class, dls, w.now)
+				ls := dls
+				if !touched[dev] && r.IntN(2) == 0 {
+					ls = was.Windows[:was.NWindows]
+				}
+				touched[dev] = true
+				w.tab.Prelease(dev, class, ls, w.now)
 				var seen [2]int
-				for _, l := range dls {
+				for _, l := range ls {
 					key := string(AppendWindowKey(nil, dev, class, l.Unit, seen[l.Unit]))
 					seen[l.Unit]++
-					w.preBound[key] = max(w.preBound[key], w.policy.Size(l, 64))
+					w.leaseMax[key] = max(w.leaseMax[key], w.policy.Size(l, 64))
 				}
 			case op < 55:
 				w.now = w.now.Add(time.Duration(r.IntN(400)) * time.Millisecond)
 				dev := devices[r.IntN(len(devices))]
+				touched[dev] = true
 				size := 1 + r.IntN(64)
 				var d Decision
 				if group {
