@@ -11,10 +11,10 @@ import (
 )
 
 // batchConn is a connection that reads through a buffer and coalesces
-// writes: paho.mqtt.golang reads a packet a byte or a field at a time
-// and writes each packet with a syscall of its own, which makes the
-// syscalls, not the network, the bound of a forwarder's throughput
-// (BenchmarkDrain's profile). Writes go through a spool
+// writes: an MQTT client reading a packet a byte or a field at a time
+// (paho.golang; mqtt3Conn reads from r) and writing each packet with a
+// syscall of its own makes the syscalls, not the network, the bound of
+// a forwarder's throughput (BenchmarkDrain's profile). Writes go through a spool
 // (internal/spool): Write copies and returns, and the spool's writer
 // sends whatever has accumulated while it wrote the previous batch.
 // Under light load each packet goes at once; under load many go in one
@@ -68,6 +68,31 @@ func (b *batchConn) Write(p []byte) (int, error) {
 	return b.w.Write(p)
 }
 
+// TryWrite is Write when it need not wait, reporting whether it wrote:
+// false, with nothing written, when the spool has no room for p yet or
+// a Release's goroutine is handing on what was held. mqtt3Conn bounds
+// only the writes that must wait (its write timeout).
+func (b *batchConn) TryWrite(p []byte) (bool, error) {
+	if !b.mu.TryLock() {
+		return false, nil
+	}
+	defer b.mu.Unlock()
+	if b.hold.Load() && len(b.held)+len(p) <= maxHeld {
+		b.held = append(b.held, p...)
+		return true, nil
+	}
+	// Under mu only the spool's writer changes Pending, and only down:
+	// what fits now fits when written (the spool's own test).
+	if n := b.w.Pending() + len(b.held); n > 0 && n+len(p) > b.w.Limit() {
+		return false, nil
+	}
+	if err := b.releaseLocked(); err != nil {
+		return true, err
+	}
+	_, err := b.w.Write(p)
+	return true, err
+}
+
 // releaseLocked hands what was kept back to the spool (b.mu held).
 func (b *batchConn) releaseLocked() error {
 	if len(b.held) == 0 {
@@ -104,9 +129,9 @@ func (b *batchConn) Release() {
 
 // SetWriteDeadline does nothing: a Write only copies into the spool, and
 // the socket's write deadline is the spool's (Close sets it, to end a
-// write to an upstream that stopped reading within spool.Drain).
-// paho.mqtt.golang sets a deadline around each packet and clears it
-// after; passed on, the clearing could undo Close's.
+// write to an upstream that stopped reading within spool.Drain). A
+// client that sets a deadline around each packet and clears it after
+// (paho.mqtt.golang did) would otherwise undo Close's.
 func (b *batchConn) SetWriteDeadline(time.Time) error { return nil }
 
 // SetDeadline sets the read deadline only (see SetWriteDeadline).

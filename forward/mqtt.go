@@ -5,16 +5,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"net/url"
-	"strings"
 	"time"
-
-	"github.com/devicegate/devicegate/internal/mqtt3"
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
-// MQTT dials an upstream MQTT broker: MQTT 3.1.1 with
-// paho.mqtt.golang, MQTT 5 with paho.golang (which carries the
+// MQTT dials an upstream MQTT broker: MQTT 3.1.1 with the forwarder's
+// own client (mqtt3conn.go), MQTT 5 with paho.golang (which carries the
 // messages' properties).
 type MQTT struct {
 	// Address is the broker's host:port.
@@ -37,12 +32,13 @@ type MQTT struct {
 	// Timeout bounds the connection and subscription handshakes
 	// (default 5 s).
 	Timeout time.Duration
-	// WriteTimeout bounds how long an MQTT 3.1.1 publish waits for the
-	// client's writer (default DefaultWriteTimeout): without it
-	// paho.mqtt.golang's Publish waited 30 s on a connection the
-	// upstream had closed gracefully, the forwarder blocked in it. (An
-	// MQTT 5 publish waits at most Timeout for room in flight; the
-	// socket's writes only fill a spool, see batchConn.)
+	// WriteTimeout bounds how long an MQTT 3.1.1 packet waits for room
+	// in the connection's buffer (default DefaultWriteTimeout): a write
+	// that waits longer means the upstream stopped reading, and ends the
+	// connection (paho.mqtt.golang, without a write timeout, blocked the
+	// forwarder 30 s on a connection the upstream had closed
+	// gracefully). An MQTT 5 publish waits at most Timeout for room in
+	// flight; the socket's writes only fill a spool, see batchConn.
 	WriteTimeout time.Duration
 	// Subscribe lists upstream topic filters whose messages Deliver
 	// publishes locally, under Map's reverse mapping (commands to
@@ -86,76 +82,7 @@ func (d *MQTT) Dial(ctx context.Context) (Conn, error) {
 	if d.V5 {
 		return d.dial5(ctx, timeout, keepAlive)
 	}
-	conn := &mqttConn{Ending: NewEnding()}
-	broker := "tcp://" + d.Address
-	if d.TLS != nil {
-		broker = "ssl://" + d.Address
-	}
-	opts := mqtt.NewClientOptions().
-		AddBroker(broker).
-		SetClientID(d.ClientID).
-		SetProtocolVersion(4).
-		SetCleanSession(!d.Persistent).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
-		SetConnectTimeout(timeout).
-		SetKeepAlive(keepAlive).
-		SetWriteTimeout(writeTimeout).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) { conn.EndWith(err) })
-	// Our own dial, to read and write through a batchConn.
-	opts.SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) {
-		bc, err := d.dial(ctx, timeout)
-		if err != nil {
-			return nil, err
-		}
-		conn.bc = bc
-		return bc, nil
-	})
-	if d.Username != "" {
-		opts.SetUsername(d.Username).SetPassword(d.Password)
-	}
-	commands := len(d.Subscribe) > 0 && d.Deliver != nil
-	// A command is acknowledged once delivered (handler), not when it
-	// arrives.
-	opts.SetAutoAckDisabled(commands)
-	if commands {
-		// paho calls the handler on one goroutine, in arrival order, and
-		// sends each PUBACK when Ack is called. It is the default handler,
-		// in place before the CONNECT: an upstream that kept the session
-		// sends its queued commands right after the CONNACK, before the
-		// SUBSCRIBE below gives paho a route, and paho drops, unacknowledged,
-		// a message no handler takes (the upstream then holds it in flight
-		// and, once its in-flight window is full, sends nothing more).
-		opts.SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) {
-			if d.deliver(m.Topic(), m.Payload(), m.Retained(), m.Qos(), conn.Ending) {
-				m.Ack()
-			}
-		})
-	}
-	c, kept, err := mqtt3.ConnectSession(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
-	}
-	conn.c = c
-	if commands {
-		filters := make(map[string]byte, len(d.Subscribe))
-		for _, s := range d.Subscribe {
-			filters[s] = 1
-		}
-		tok := c.SubscribeMultiple(filters, nil) // the default handler takes them
-		if kept {
-			subscribeKept(conn.Ending, func() error {
-				if tok.Wait(); tok.Error() != nil {
-					return fmt.Errorf("subscribe upstream to %v: %v", d.Subscribe, tok.Error())
-				}
-				return nil
-			})
-		} else if !tok.WaitTimeout(timeout) || tok.Error() != nil {
-			c.Disconnect(0)
-			return nil, fmt.Errorf("subscribe upstream to %v: %v", d.Subscribe, tok.Error())
-		}
-	}
-	return conn, nil
+	return d.dial3(ctx, timeout, keepAlive, writeTimeout)
 }
 
 // subscribeKept waits for the answer to the SUBSCRIBE (wait) in the
@@ -212,33 +139,3 @@ func (d *MQTT) dial(ctx context.Context, timeout time.Duration) (*batchConn, err
 	}
 	return newBatchConn(c), nil
 }
-
-type mqttConn struct {
-	c  mqtt.Client
-	bc *batchConn // the socket paho reads and writes
-	*Ending
-}
-
-// Hold and Release make mqttConn a holder: the publishes of a batch
-// leave in one write.
-func (c *mqttConn) Hold()    { c.bc.Hold() }
-func (c *mqttConn) Release() { c.bc.Release() }
-
-func (c *mqttConn) Send(m *Message, qos byte) Ack {
-	return v3Ack{c.c.Publish(m.Topic, qos, m.Retain, m.Payload)}
-}
-
-// v3Ack is a paho token whose failure for a connection lost (paho
-// completes the tokens in flight with "connection lost before Publish
-// completed", before it reports the loss) is ErrEnded.
-type v3Ack struct{ mqtt.Token }
-
-func (a v3Ack) Error() error {
-	err := a.Token.Error()
-	if err != nil && strings.HasPrefix(err.Error(), "connection lost before") {
-		return fmt.Errorf("%w (%v)", ErrEnded, err)
-	}
-	return err
-}
-
-func (c *mqttConn) Close() { c.c.Disconnect(0) }
