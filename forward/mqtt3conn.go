@@ -380,8 +380,10 @@ func (c *mqtt3Conn) ackIn(m publishIn) error {
 	return nil
 }
 
-// subacked completes the SUBSCRIBE with its SUBACK p: refused when the
-// upstream refused a filter (return code 0x80).
+// subacked completes the SUBSCRIBE with its SUBACK p. A filter the
+// upstream refused (return code 0x80) does not end the connection, as
+// with paho.mqtt.golang before: messages go upstream all the same, and
+// no commands come for that filter.
 func (c *mqtt3Conn) subacked(p packet) error {
 	if len(p.body) < 3 || p.flags != 0 {
 		return malformed("SUBACK of %d bytes, flags %04b", len(p.body), p.flags)
@@ -400,16 +402,12 @@ func (c *mqtt3Conn) subacked(p packet) error {
 	if len(codes) != len(c.d.Subscribe) {
 		return malformed("SUBACK with %d return codes for %d filters", len(codes), len(c.d.Subscribe))
 	}
-	var err error
-	for i, code := range codes {
-		switch {
-		case code == 0x80:
-			err = fmt.Errorf("refused %q (SUBACK return code 0x80)", c.d.Subscribe[i])
-		case code > 2:
+	for _, code := range codes {
+		if code > 2 && code != 0x80 {
 			return malformed("SUBACK return code 0x%02X", code)
 		}
 	}
-	a.Finish(err)
+	a.Finish(nil)
 	return nil
 }
 

@@ -97,16 +97,16 @@ func TestMQTT3PacketIDsSkipThoseInFlight(t *testing.T) {
 	c := dial3(t, &MQTT{Address: addr, ClientID: "gw"})
 	first := c.Send(&Message{Topic: "t", Payload: []byte("first")}, 1)
 	sendAll(t, c, "t", wrapSends, 100)
+	if reused.Load() != 0 || seen2.Load() != 2 || seenMax.Load() != 1 {
+		t.Fatalf("ID 1 reused %d times while in flight (want 0); ID 2 sent %d times (want 2), ID 65535 %d (want 1)",
+			reused.Load(), seen2.Load(), seenMax.Load())
+	}
 	if isDone(first) {
 		t.Fatalf("the first message's Ack completed (%v) before its PUBACK", first.Error())
 	}
 	close(release)
 	if err := waitAck(t, first); err != nil {
 		t.Fatal(err)
-	}
-	if reused.Load() != 0 || seen2.Load() != 2 || seenMax.Load() != 1 {
-		t.Fatalf("ID 1 reused %d times while in flight (want 0); ID 2 sent %d times (want 2), ID 65535 %d (want 1)",
-			reused.Load(), seen2.Load(), seenMax.Load())
 	}
 }
 
