@@ -189,7 +189,9 @@ func (c *mqtt3Conn) Send(m *Message, qos byte) Ack {
 		c.free(id)
 		return Failed(Refuse("too_large", err))
 	}
-	c.buf = b
+	if cap(b) <= maxKeptBuf {
+		c.buf = b
+	}
 	if err := c.write(b); err != nil {
 		c.fail(err)
 		if a != nil {
@@ -202,6 +204,10 @@ func (c *mqtt3Conn) Send(m *Message, qos byte) Ack {
 	}
 	return written
 }
+
+// maxKeptBuf bounds the encoding buffer Send keeps for the next: one
+// large message does not hold its size for the connection's life.
+const maxKeptBuf = 64 << 10
 
 // take returns a new Ack in flight under a free packet ID: the one
 // after the last taken (1 after 65535) that is not in flight.
