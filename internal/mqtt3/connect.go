@@ -1,6 +1,6 @@
-// Package mqtt3 holds what the gateway's MQTT 3.1.1 clients (the
-// simulator's devices, the upstream forwarder) share about
-// paho.mqtt.golang.
+// Package mqtt3 holds what the gateway's MQTT 3.1.1 clients on
+// paho.mqtt.golang (the simulator's devices) share about it. The
+// upstream forwarder has a client of its own (forward/mqtt3conn.go).
 package mqtt3
 
 import (
