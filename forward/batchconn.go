@@ -14,11 +14,11 @@ import (
 // writes: an MQTT client reading a packet a byte or a field at a time
 // (paho.golang; mqtt3Conn reads from r) and writing each packet with a
 // syscall of its own makes the syscalls, not the network, the bound of
-// a forwarder's throughput (BenchmarkDrain's profile). Writes go through a spool
-// (internal/spool): Write copies and returns, and the spool's writer
-// sends whatever has accumulated while it wrote the previous batch.
-// Under light load each packet goes at once; under load many go in one
-// syscall. A write error is returned by the next Write and closes the
+// a forwarder's throughput (BenchmarkDrain's profile). Writes go
+// through a spool (internal/spool): Write copies and returns, and the
+// spool's writer sends whatever has accumulated while it wrote the
+// previous batch. Under light load each packet goes at once; under load
+// many go in one syscall. A write error is returned by the next Write and closes the
 // connection, so the client sees it as lost; what was pending is then
 // not sent, which costs nothing here: a message leaves the forward log
 // only once acknowledged.
