@@ -27,7 +27,7 @@ func (t *Table) Collect(fn func(device string, enc []byte)) int {
 // it had no lease): a lease write of a later incarnation of the same
 // key may commit before the deletion does, and must survive it. A window with an
 // open lease is looked at again by the next collection, and handed out
-// only when it admitted since (or its lease closes): once idleCollects
+// only when it admitted since (or its lease closes): once idleLimit
 // collections in a row found it admitting nothing, its lease is closed:
 // it gives up the rest (the next admission takes a new lease) and the
 // mark records the whole lease, so a crash after that snapshot charges
@@ -64,7 +64,7 @@ func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) i
 					// lease closes now.
 					revisit, closed := f&flagIdle != 0, false
 					if revisit {
-						if ls.idle++; ls.idle >= t.lease.idleAfter {
+						if ls.idle++; ls.idle >= t.lease.idleLimit(r.length()) {
 							ls.adm = max(ls.adm, ls.cap) // idle long enough: close the lease
 							revisit, closed = false, true
 						}

@@ -27,7 +27,7 @@ import (
 // the admissions its open lease could have made beyond them, never
 // more than one lease (SettleLease, crashcharge.go).
 // A window without an open lease is charged nothing, and a lease closes
-// once its window admitted nothing through idleCollects snapshots (the
+// once its window admitted nothing through idleLimit snapshots (the
 // unused rest of it is given up: the next admission takes a new lease).
 //
 // adm and cap are counted per incarnation of a window record (inc,
@@ -86,13 +86,24 @@ type lease struct {
 	charge, chargeBucket uint32
 }
 
-// idleCollects is how many collections in a row must find a window's
-// lease open and unused before they close it: about 10 s at the
-// default snapshot interval. A device sending less often than that
-// takes a lease (and waits for its write) for nearly every message;
-// one sending more often keeps its lease, and a crash may charge it the
-// rest although it was not publishing at that moment.
+// idleCollects is the fewest collections in a row that must find a
+// window's lease open and unused before they close it: about 10 s at
+// the default snapshot interval. Once the table knows how often it is
+// collected (SetCollectInterval), a window waits two of its lengths
+// when that is longer, at most maxIdleCollects collections (idleLimit).
+// A device sending less often than that takes a lease (and waits for
+// its write) for nearly every message; one sending more often keeps its
+// lease, and a crash may charge it the rest although it was not
+// publishing at that moment. The window's length is the device's own
+// time scale: make bench-lease's fleet at random gaps (a mean of 5 s on
+// a window of 10 s) waited for a lease at 10,170 publishes a run with
+// 10 collections, at 1,680 with 20 (docs/durability.md).
 const idleCollects = 10
+
+// maxIdleCollects bounds idleLimit: a minute at the default snapshot
+// interval, the longest a silent device stays at risk of a crash's
+// charge.
+const maxIdleCollects = 60
 
 // leases is a table's lease book-keeping.
 type leases struct {
@@ -100,7 +111,10 @@ type leases struct {
 	policy LeasePolicy
 	// idleAfter is idleCollects (tests shorten it).
 	idleAfter uint32
-	inc       atomic.Uint64 // the last incarnation handed out
+	// every is how often the table is collected (SetCollectInterval); 0:
+	// not known, idleAfter alone closes a lease.
+	every atomic.Int64
+	inc   atomic.Uint64 // the last incarnation handed out
 	// durable is the latest batch written; every cap asked in it or
 	// before is durable.
 	durable atomic.Uint64
@@ -133,6 +147,24 @@ func (t *Table) EnableLeases(p LeasePolicy) {
 			s.slabs[c].leased = true
 		}
 	}
+}
+
+// SetCollectInterval tells the table how often CollectLeases runs (the
+// snapshot interval), so that a window's lease stays open through two
+// of the window's lengths without an admission (idleLimit), not only
+// idleCollects collections. persist.NewSnapshotter calls it.
+func (t *Table) SetCollectInterval(d time.Duration) { t.lease.every.Store(int64(d)) }
+
+// idleLimit is how many collections in a row that find a window of
+// length idle close its lease: idleAfter, or two lengths when the
+// collection interval is known and that is longer, at most
+// maxIdleCollects.
+func (l *leases) idleLimit(length time.Duration) uint32 {
+	every := time.Duration(l.every.Load())
+	if every <= 0 {
+		return l.idleAfter
+	}
+	return max(l.idleAfter, uint32(min(2*length/every, maxIdleCollects)))
 }
 
 // LeaseWaits returns how many times WaitLease found a lease not yet

@@ -100,12 +100,16 @@ type leaseWorld struct {
 	// idleAfter is the table's idleCollects, short so that sequences
 	// close leases.
 	idleAfter uint32
-	tab       *Table
-	st        leaseStore
-	now       Tick
-	pending   []pendingMsg
-	acted     []admission
-	crashes   int
+	// every is the table's collection interval (SetCollectInterval): 0
+	// or a second, so that a lease closes after idleAfter or after two
+	// window lengths of idle collections.
+	every   time.Duration
+	tab     *Table
+	st      leaseStore
+	now     Tick
+	pending []pendingMsg
+	acted   []admission
+	crashes int
 	// leaseMax is, per window, the most a lease of it may be: under
 	// the largest quota it was decided or leased at connect under.
 	leaseMax map[string]int
@@ -138,6 +142,7 @@ func (w *leaseWorld) newTable() {
 	tab.lease = leases{}
 	tab.EnableLeases(w.policy)
 	tab.lease.idleAfter = w.idleAfter
+	tab.lease.every.Store(int64(w.every))
 	w.tab = tab
 }
 
@@ -273,7 +278,7 @@ func TestPropertyLeasesKeepQuotaAcrossCrashes(t *testing.T) {
 	}
 	for seq := range n {
 		buckets := 2 + r.IntN(6)
-		w := &leaseWorld{t: t, r: r, buckets: buckets, tab: tabs[buckets], idleAfter: uint32(1 + r.IntN(3)),
+		w := &leaseWorld{t: t, r: r, buckets: buckets, tab: tabs[buckets], idleAfter: uint32(1 + r.IntN(3)), every: time.Duration(r.IntN(2)) * time.Second,
 			policy: LeasePolicy{Share: []float64{0.05, 0.2, 0.5, 1}[r.IntN(4)], Min: 1 + r.IntN(2), Max: 2 + r.IntN(8)},
 			st:     leaseStore{windows: map[string][]byte{}, leases: map[string]storedLease{}},
 			now:    t0, leaseMax: map[string]int{}}

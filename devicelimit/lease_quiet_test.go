@@ -171,3 +171,50 @@ func TestLeaseAskedTwiceWrittenOnce(t *testing.T) {
 		t.Fatalf("lease writes of caps %v, want one of 4", caps)
 	}
 }
+
+// A window's lease closes after two of its lengths without an
+// admission once the table knows how often it is collected, between
+// idleCollects and maxIdleCollects collections; without the interval,
+// after idleCollects. Collected once a second here: a window of 1 s
+// closes at the 10th idle collection, one of 10 s at the 20th, one of an
+// hour at the 60th.
+func TestIdleLeaseClosesAfterTwoLengths(t *testing.T) {
+	for _, tc := range []struct {
+		every time.Duration
+		want  map[time.Duration]int
+	}{
+		{time.Second, map[time.Duration]int{time.Second: 10, 10 * time.Second: 20, time.Hour: 60}},
+		{0, map[time.Duration]int{time.Second: 10, 10 * time.Second: 10, time.Hour: 10}},
+	} {
+		tab := newTable(t, 10)
+		tab.EnableLeases(DefaultLeasePolicy)
+		if tc.every > 0 {
+			tab.SetCollectInterval(tc.every)
+		}
+		device := map[string]time.Duration{}
+		closedAt := map[time.Duration]int{}
+		tab.CollectLeases(func(string, []byte, LeaseMark) {}) // the first collection
+		for length := range tc.want {
+			key := "dev-" + length.String()
+			device[key] = length
+			if d := tab.AllowAt(key, Quota{Limit: 100, Window: length}, t0); !d.Allowed {
+				t.Fatalf("%s refused", key)
+			}
+		}
+		// The collection right after the admissions hands them out; the
+		// idle ones count from the next.
+		tab.CollectLeases(func(string, []byte, LeaseMark) {})
+		for i := 1; i <= maxIdleCollects+1; i++ {
+			tab.CollectLeases(func(key string, enc []byte, m LeaseMark) {
+				if enc != nil && m.Inc != 0 {
+					closedAt[device[key]] = i
+				}
+			})
+		}
+		for length, want := range tc.want {
+			if closedAt[length] != want {
+				t.Errorf("collected every %v: the lease of a window of %v closed at idle collection %d, want %d", tc.every, length, closedAt[length], want)
+			}
+		}
+	}
+}

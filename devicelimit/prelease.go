@@ -14,7 +14,7 @@ package devicelimit
 // at most L beyond its admissions (here none), and a crash charges at
 // most the rest of it. What changes is who holds a lease: a device that
 // connected and has not published yet holds one until its window
-// admitted nothing through idleCollects collections (the lease then
+// admitted nothing through idleLimit collections (the lease then
 // closes, and a crash after that charges it nothing), so a crash within
 // that time charges it at most one lease although it published nothing.
 

@@ -112,6 +112,7 @@ func NewSnapshotter(s *Store, t *devicelimit.Table, c devicelimit.Clock, interva
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	t.SetCollectInterval(interval) // an idle lease closes after two window lengths (devicelimit/lease.go)
 	return &Snapshotter{
 		store: s, table: t, clock: c, interval: interval, log: log,
 		chunk: defaultChunk,

@@ -5,18 +5,21 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 )
 
 var (
-	chargedRE = regexp.MustCompile(`charged_windows=(\d+)`)
-	blockedRE = regexp.MustCompile(`msg="device blocked" device=(\S+)`)
+	chargedRE         = regexp.MustCompile(`charged_windows=(\d+)`)
+	snapshotWindowsRE = regexp.MustCompile(`msg="snapshot written" windows=(\d+) deleted=(\d+)`)
+	blockedRE         = regexp.MustCompile(`msg="device blocked" device=(\S+)`)
 )
 
 // TestCrashCostsALeaseProcess is the daily-window case of a crash: the
 // default quota is 1000 messages a day and 10 per 10 s. A device that
-// published and then stayed idle for ten snapshots, one that connected
+// published and then stayed idle until its leases closed (sixty
+// snapshots: two window lengths, at most sixty), one that connected
 // as long before and never published, and a device never seen, are
 // admitted at once after kill -9, with nothing charged; one that
 // connected just before the crash is charged at most a lease; the
@@ -25,7 +28,7 @@ var (
 func TestCrashCostsALeaseProcess(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
-	yaml := `persist: {snapshot_interval: 200ms}
+	yaml := `persist: {snapshot_interval: 100ms}
 limits:
   default: {windows: [{messages: 1000, window: 24h}, {messages: 10, window: 10s}]}
 `
@@ -34,19 +37,26 @@ limits:
 	}
 	g := startGW(t, dir, "--config", cfg, "--log-level", "debug")
 	// A device that connects and never publishes holds the leases its
-	// session start asked until ten collections find them unused: the
-	// snapshot that closes them is the first to write anything.
+	// session start asked, and one that published holds its window's,
+	// until the collections close them: after sixty idle ones here (two
+	// lengths of the daily window, at most sixty: devicelimit/lease.go,
+	// idleLimit). A snapshot writes a window only when it admitted or
+	// its lease closes: meter-idle's two windows once after its
+	// publishes, then each device's two as its leases close (some 6 s
+	// later, in one snapshot or two).
 	dial5(t, g.mqtt, "meter-quiet")
-	g.waitLine(snapshotRE, 10*time.Second)
 	idle := dial5(t, g.mqtt, "meter-idle")
 	for i := range 3 {
 		idle.mustPublish(t, "devices/meter-idle", fmt.Sprint("reading ", i), codeSuccess)
 	}
-	// The snapshot that writes its window, then the one that closes its
-	// lease (the 11th: after 10 collections find it idle; those between
-	// write nothing).
-	for range 2 {
-		g.waitLine(snapshotRE, 10*time.Second)
+	for written := 0; written < 6; {
+		m := g.waitLine(snapshotWindowsRE, 30*time.Second)
+		w, err1 := strconv.Atoi(m[1])
+		d, err2 := strconv.Atoi(m[2])
+		if err1 != nil || err2 != nil {
+			t.Fatalf("snapshot line %q", m[0])
+		}
+		written += w + d // meter-quiet's windows, empty, are deleted as they close
 	}
 	busy := dial5(t, g.mqtt, "meter-1")
 	for i := range 3 {
@@ -102,7 +112,7 @@ limits:
 func TestCrashBlocksNoCalmDeviceProcess(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
-	yaml := `persist: {snapshot_interval: 200ms}
+	yaml := `persist: {snapshot_interval: 100ms}
 limits:
   default: {limit: 20, window: 10s, block: {after: 5, within: 1m, for: 1h}}
 `
