@@ -6,8 +6,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/devicegate/devicegate/cluster/redistest"
 )
 
 var (
@@ -174,4 +177,38 @@ limits:
 		c.close()
 	}
 	t.Logf("after kill -9 under load: %d of %d calm devices blocked", blocked, devices-floods)
+}
+
+// TestClusterTakesNoConnectLeaseProcess: a gateway deciding in Redis,
+// or as its devices' owner, takes no lease at a device's connect (nor
+// when its publishes are decided there): what a crash of it costs is
+// cluster.lease_share's, in Redis (docs/durability.md, "Cluster mode").
+// A standalone gateway, the control, writes the connect's lease before
+// the CONNACK.
+func TestClusterTakesNoConnectLeaseProcess(t *testing.T) {
+	srv, ownerSrv := redistest.Start(t), redistest.Start(t) // one mode per redis
+	records := func(g *gw) float64 {
+		samples, _ := g.scrape(t)
+		return samples["devicegate_lease_records_total"]
+	}
+	for _, tc := range []struct {
+		name  string
+		start func() *gw
+		want  func(float64) bool
+	}{
+		{"standalone", func() *gw { return startGW(t, t.TempDir(), "--limit", "5", "--window", "10s") }, func(n float64) bool { return n >= 1 }},
+		{"decisions in redis", func() *gw {
+			return startClusterGW(t, clusterConfig(t, srv, "local"), "--limit", "5", "--window", "10s")
+		}, func(n float64) bool { return n == 0 }},
+		{"owner", func() *gw { return startOwnerGW(t, ownerConfig(t, ownerSrv), "--limit", "5", "--window", "10s") }, func(n float64) bool { return n == 0 }},
+	} {
+		g := tc.start()
+		c := dial5(t, g.mqtt, "meter-"+strings.ReplaceAll(tc.name, " ", "-"))
+		c.mustPublish(t, "devices/meter", "reading", codeSuccess)
+		if n := records(g); !tc.want(n) {
+			t.Errorf("%s: %v lease records written after a connect and a publish", tc.name, n)
+		}
+		c.close()
+		g.stop()
+	}
 }
