@@ -152,21 +152,39 @@ func readPacket(r *bufio.Reader, scratch *[]byte) (packet, error) {
 		}
 		return p, truncated(p.typ, err)
 	}
-	var body []byte
-	if p.typ == pkPublish || n > cap(*scratch) {
-		body = make([]byte, n)
-		if p.typ != pkPublish {
-			*scratch = body
+	if p.typ == pkPublish {
+		// Read as it comes: the remaining length is the upstream's
+		// word, and a stalled or broken upstream claiming 256 MiB must
+		// not make the gateway allocate them up front.
+		body, err := io.ReadAll(io.LimitReader(r, int64(n)))
+		if err == nil && len(body) < n {
+			err = io.ErrUnexpectedEOF
 		}
-	} else {
-		body = (*scratch)[:n]
+		if err != nil {
+			return p, truncated(p.typ, fmt.Errorf("%d of %d bytes read: %w", len(body), n, err))
+		}
+		p.body = body
+		return p, nil
 	}
+	if n > maxControl {
+		return p, malformed("%s of %d bytes", packetNames[p.typ], n)
+	}
+	if n > cap(*scratch) {
+		*scratch = make([]byte, n)
+	}
+	body := (*scratch)[:n]
 	if k, err := io.ReadFull(r, body); err != nil {
 		return p, truncated(p.typ, fmt.Errorf("%d of %d bytes read: %w", k, n, err))
 	}
 	p.body = body
 	return p, nil
 }
+
+// maxControl bounds the body of a packet other than PUBLISH that an
+// MQTT 3.1.1 server sends a client: a SUBACK holds a return code per
+// filter subscribed (a SUBSCRIBE's filters fit in its own packet), the
+// others two bytes or none.
+const maxControl = 1 << 16
 
 // truncated is the error of a packet whose bytes stopped coming.
 func truncated(typ byte, err error) error {

@@ -3,6 +3,9 @@ package forward
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -54,4 +57,26 @@ func FuzzMQTT3Packets(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A packet's claimed length is the upstream's word: a PUBLISH claiming
+// 256 MiB and cut off after 3 bytes costs what arrived, not the claim,
+// and any other packet claiming more than maxControl is refused before
+// a byte of it is read.
+func TestReadPacketAllocatesWhatArrives(t *testing.T) {
+	var scratch []byte
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := readPacket(bufio.NewReader(bytes.NewReader([]byte{0x30, 0xFF, 0xFF, 0xFF, 0x7F, 0, 1, 't'})), &scratch)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "3 of 268435455 bytes read") {
+		t.Fatalf("a PUBLISH cut off: %v", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Fatalf("reading a PUBLISH that claims 256 MiB allocated %d bytes", grew)
+	}
+	_, err = readPacket(bufio.NewReader(bytes.NewReader([]byte{0x90, 0xFF, 0xFF, 0xFF, 0x7F})), &scratch)
+	if !errors.Is(err, errMalformed) || cap(scratch) != 0 {
+		t.Fatalf("a SUBACK claiming 256 MiB: %v, scratch of %d bytes", err, cap(scratch))
+	}
 }

@@ -152,6 +152,8 @@ func TestMQTT3MalformedPackets(t *testing.T) {
 		{"a second CONNACK", []byte{0x20, 2, 0, 0}, false, "unexpected CONNACK packet from the upstream"},
 		{"PINGRESP with a body", []byte{0xD0, 1, 0}, false, "PINGRESP of 1 bytes"},
 		{"SUBACK not asked for", []byte{0x90, 3, 0, 1, 0}, false, "packet ID 1, which is no SUBSCRIBE in flight (SUBACK)"},
+		{"SUBACK claiming 256 MiB", []byte{0x90, 0xFF, 0xFF, 0xFF, 0x7F}, false, "malformed packet from the upstream: SUBACK of 268435455 bytes"},
+		{"PUBLISH claiming 256 MiB, cut off", []byte{0x30, 0xFF, 0xFF, 0xFF, 0x7F, 0, 1, 't'}, true, "within a PUBLISH packet (3 of 268435455 bytes read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := tinyUpstream(t, func(c *tinyConn) {

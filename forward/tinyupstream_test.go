@@ -192,23 +192,23 @@ func dial3(t *testing.T, d *MQTT) *mqtt3Conn {
 // waitAck waits for a, at most 10 s, and returns its error.
 func waitAck(t *testing.T, a Ack) error {
 	t.Helper()
-	select {
-	case <-a.Done():
-		return a.Error()
-	case <-time.After(10 * time.Second):
-		t.Fatal("no acknowledgement within 10s")
-		return nil
-	}
+	waitClosed(t, a.Done(), "an acknowledgement")
+	return a.Error()
 }
 
 // waitLost waits for c to end, at most 10 s, and returns its reason.
 func waitLost(t *testing.T, c Conn) error {
 	t.Helper()
+	waitClosed(t, c.Lost(), "the connection's end")
+	return c.Reason()
+}
+
+// waitClosed waits for done, failing the test after 10 s.
+func waitClosed(t *testing.T, done <-chan struct{}, what string) {
+	t.Helper()
 	select {
-	case <-c.Lost():
-		return c.Reason()
+	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the connection did not end within 10s")
-		return nil
+		t.Fatalf("no %s within 10s", what)
 	}
 }
