@@ -73,10 +73,13 @@ func TestSendsWhileDeletionWaits(t *testing.T) {
 	poll.Until(t, 20*time.Second, "the log empty once deletions go", func() bool { return logLen(t, st) == 0 && f.Stats().Forwarded == n })
 }
 
-// countingDialer counts the messages its connections were handed.
+// countingDialer counts the connections it made and the messages they
+// were handed; with payloads made, how often each payload was.
 type countingDialer struct {
 	Dialer
-	sends atomic.Int64
+	sends, dials atomic.Int64
+	mu           sync.Mutex
+	payloads     map[string]int
 }
 
 func (d *countingDialer) Dial(ctx context.Context) (Conn, error) {
@@ -84,6 +87,7 @@ func (d *countingDialer) Dial(ctx context.Context) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.dials.Add(1)
 	return &countingConn{Conn: c, d: d}, nil
 }
 
@@ -94,6 +98,11 @@ type countingConn struct {
 
 func (c *countingConn) Send(m *Message, qos byte) Ack {
 	c.d.sends.Add(1)
+	c.d.mu.Lock()
+	if c.d.payloads != nil {
+		c.d.payloads[string(m.Payload)]++
+	}
+	c.d.mu.Unlock()
 	return c.Conn.Send(m, qos)
 }
 
@@ -152,15 +161,24 @@ func TestWindowInFlightAtMosquitto(t *testing.T) {
 // TestOrderAcrossDropsMidWindow: an upstream that ends the connection
 // (stopped, and started again on its persisted sessions) while a window
 // of a device's messages is in flight: every message arrives, first
-// arrivals in order, and per drop at most a window's worth twice (and
-// what Mosquitto had in flight to the subscriber).
+// arrivals in order, and the forwarder sends at most a window's worth
+// twice per end of a connection.
+//
+// What the subscriber gets twice is counted at the forwarder, not at
+// the subscriber: Mosquitto 2.0.11, restarted on its persisted
+// sessions, delivers again (with DUP set) messages its subscriber had
+// acknowledged before the stop, far more than its
+// max_inflight_messages (20): up to 500 DUP arrivals over two restarts
+// measured on a loaded machine, while the forwarder had sent none of
+// them twice.
 func TestOrderAcrossDropsMidWindow(t *testing.T) {
 	for _, v5 := range []bool{false, true} {
 		t.Run(protocol(v5), func(t *testing.T) {
 			up := mosquittotest.StartWith(t, mosquittotest.Options{Persist: true})
 			sub := subscribe(t, up.Addr, "#")
 			const window, n, drops = 16, 20000, 2
-			f, st := runForwarder(t, Config{Name: "up/0", Dial: &MQTT{Address: up.Addr, ClientID: "gw", V5: v5}, MaxQoS: 1, Window: window,
+			d := &countingDialer{Dialer: &MQTT{Address: up.Addr, ClientID: "gw", V5: v5}, payloads: map[string]int{}}
+			f, st := runForwarder(t, Config{Name: "up/0", Dial: d, MaxQoS: 1, Window: window,
 				AckTimeout: 2 * time.Second, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 			waits := make([]func() error, 0, n)
 			for i := 1; i <= n; i++ { // queued in order, sharing commits
@@ -189,21 +207,31 @@ func TestOrderAcrossDropsMidWindow(t *testing.T) {
 			sub.mu.Lock()
 			got := append([]string(nil), sub.got...)
 			sub.mu.Unlock()
-			seen := map[string]bool{}
-			dups := 0
+			arrived := map[string]int{}
 			for _, p := range got {
-				if seen[p] {
-					dups++
+				arrived[p]++
+			}
+			d.mu.Lock()
+			resent, twice := 0, 0
+			for p, k := range d.payloads {
+				resent += k - 1
+				if arrived[p] > 1 {
+					twice++
 				}
-				seen[p] = true
 			}
-			// Per drop, the forwarder's window sent again, and what
-			// Mosquitto had in flight to the subscriber (its
-			// max_inflight_messages, 20) delivered again.
-			if dups > drops*(window+20) {
-				t.Fatalf("%d duplicates over %d drops: more than the %d in flight each and Mosquitto's 20 to the subscriber", dups, drops, window)
+			d.mu.Unlock()
+			// Per end of a connection (a drop, or no acknowledgement
+			// within AckTimeout on a loaded machine), the window in
+			// flight is sent again.
+			ends := int(d.dials.Load()) - 1
+			if ends < drops {
+				t.Fatalf("%d connections for %d drops", ends+1, drops)
 			}
-			t.Logf("%d messages, %d drops mid-window, %d duplicates", n, drops, dups)
+			if resent > ends*window {
+				t.Fatalf("%d messages sent twice over %d ends of a connection: more than the %d in flight each", resent, ends, window)
+			}
+			t.Logf("%d messages, %d drops mid-window, %d connections: %d sent twice by the forwarder; the subscriber got %d twice or more (%d copies)",
+				n, drops, ends+1, resent, twice, len(got)-len(arrived))
 		})
 	}
 }
