@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -50,21 +51,33 @@ import (
 // Only a delayed will, which mochi's loop publishes past every hook,
 // does not.
 //
-// The queue's length is read with reflect: mochi keeps the channel in an
-// unexported field (ClientState.outbound) and has no accessor. Only its
-// length and capacity are read, which is safe from any goroutine; should
-// a mochi upgrade rename the field, consumers are refused at New
-// (Limits.validate) and TestOutboundQueueProbe fails.
+// The queue is found with reflect: mochi keeps the channel in an
+// unexported field (ClientState.outbound) and has no accessor. The
+// channel is taken out of the field once, at attach (through its
+// address: reflect refuses to hand out an unexported field's value), and
+// only its length and capacity are read, which is safe from any
+// goroutine. Reading them through reflect.Value cost about 600
+// instructions a message with five consumers (callgrind, bench/harness's
+// consumers), a plain len and cap a few. Should a mochi upgrade rename
+// or retype the field, consumers are refused at New (Limits.validate)
+// and TestOutboundQueueProbe fails.
 
 // outboundField is the index of mochi's outbound queue in
-// mqtt.ClientState, nil when this mochi has no such channel.
+// mqtt.ClientState, nil when this mochi has no such channel of
+// *packets.Packet.
 var outboundField = func() []int {
 	f, ok := reflect.TypeFor[mqtt.ClientState]().FieldByName("outbound")
-	if !ok || f.Type.Kind() != reflect.Chan {
+	if !ok || f.Type != reflect.TypeFor[chan *packets.Packet]() {
 		return nil
 	}
 	return f.Index
 }()
+
+// outboundOf returns cl's outbound queue (outboundField not nil).
+func outboundOf(cl *mqtt.Client) chan *packets.Packet {
+	f := reflect.ValueOf(&cl.State).Elem().FieldByIndex(outboundField)
+	return *(*chan *packets.Packet)(unsafe.Pointer(f.UnsafeAddr()))
+}
 
 // consumerWait bounds how long one publish waits at the gate. A
 // consumer's writer that has room in its spool never blocks, so a wait
@@ -74,14 +87,14 @@ const consumerWait = time.Second
 
 // consumer is a connected backend consumer.
 type consumer struct {
-	queue reflect.Value // the client's outbound channel: Len and Cap only
+	queue chan *packets.Packet // the client's outbound channel: len and cap only
 	spool *spool.Writer
 }
 
 // fits reports whether the consumer's queue has room for n more
 // messages, or its spool is half full (a slow consumer, not waited for).
 func (c *consumer) fits(n int64) bool {
-	return int64(c.queue.Len())+n <= int64(c.queue.Cap()) || c.spool.Pending() >= c.spool.Limit()/2
+	return int64(len(c.queue))+n <= int64(cap(c.queue)) || c.spool.Pending() >= c.spool.Limit()/2
 }
 
 // consumerSet holds the consumer globs and the connected consumers.
@@ -144,7 +157,7 @@ func (cs *consumerSet) attach(cl *mqtt.Client) {
 	if !ok || !r.matches(cl.ID) {
 		return
 	}
-	c := &consumer{queue: reflect.ValueOf(&cl.State).Elem().FieldByIndex(outboundField)}
+	c := &consumer{queue: outboundOf(cl)}
 	c.spool = pc.startSpool(r.bytes, cs.notify, func() { cs.remove(c) })
 	cs.spooled.Add(1)
 	cs.mu.Lock()

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"net"
-	"reflect"
 	"testing"
 	"time"
 
@@ -34,8 +33,8 @@ func TestOutboundQueueProbe(t *testing.T) {
 		t.Fatalf("online consumers: %v, want backend-1 alone", online)
 	}
 	c := (*online)[0]
-	if c.queue.Cap() != pending {
-		t.Fatalf("probed queue capacity %d, want %d", c.queue.Cap(), pending)
+	if cap(c.queue) != pending {
+		t.Fatalf("probed queue capacity %d, want %d", cap(c.queue), pending)
 	}
 	pub := f.dial5(t, "meter-1", "", nil)
 	payload := make([]byte, 64<<10)
@@ -44,7 +43,7 @@ func TestOutboundQueueProbe(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "a full queue seen by the probe", func() bool { return c.queue.Len() == pending })
+	eventually(t, "a full queue seen by the probe", func() bool { return len(c.queue) == pending })
 	if st := f.srv.AuthStats(); st.ConsumersSpooled != 1 {
 		t.Fatalf("%d connections spooled, want 1 (device-7 is no consumer)", st.ConsumersSpooled)
 	}
@@ -60,7 +59,7 @@ func TestGateAllocatesNothing(t *testing.T) {
 	near, far := net.Pipe()
 	t.Cleanup(func() { near.Close(); far.Close() })
 	cs := newConsumerSet(Limits{Consumers: []string{"backend-*"}})
-	c := &consumer{queue: reflect.ValueOf(make(chan *packets.Packet, 64)), spool: spool.New(far, 1<<20, nil, nil)}
+	c := &consumer{queue: make(chan *packets.Packet, 64), spool: spool.New(far, 1<<20, nil, nil)}
 	cs.online.Store(&[]*consumer{c})
 	s.hook.consumers, s.auth.consumers = cs, cs
 	cl.Net.Conn = &protoConn{Conn: near}
@@ -222,7 +221,7 @@ func stalledConsumer(t *testing.T, cs *consumerSet, n int) (c *consumer, queue c
 		queue <- &packets.Packet{}
 	}
 	sink, _ := loopback.Pair(t)
-	c = &consumer{queue: reflect.ValueOf(queue), spool: spool.New(sink, 1<<20, cs.notify, nil)}
+	c = &consumer{queue: queue, spool: spool.New(sink, 1<<20, cs.notify, nil)}
 	cs.online.Store(&[]*consumer{c})
 	write = func() {
 		<-queue
