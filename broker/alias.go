@@ -20,7 +20,7 @@ import (
 // client gets DISCONNECT 0x82 and the publish is dropped. An alias above
 // the maximum announced in the CONNACK gets DISCONNECT 0x94.
 func (h *authHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	restoreSendQuota(cl, pk)
+	restoreSendQuota(cl, &pk)
 	h.remaps.read(cl, &pk) // packetids.go
 	if pk.FixedHeader.Type == packets.Connect {
 		if f := checkConnect(&pk); f != nil {

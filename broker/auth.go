@@ -317,17 +317,7 @@ type session struct {
 func (h *authHook) ID() string { return "devicegate-auth" }
 
 // Provides reports the hook methods authHook implements.
-func (h *authHook) Provides(b byte) bool {
-	switch b {
-	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck:
-		return true
-	case mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnSelectSubscribers, mqtt.OnPublishDropped, mqtt.OnPublished:
-		return true // alias.go, share.go, drops.go, consumers.go (its CONNACK encode: the throttle's OnPacketEncode)
-	case mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired:
-		return true // packetids.go
-	}
-	return false
-}
+func (h *authHook) Provides(b byte) bool { return authEvents[b] } // hookevents.go
 
 // OnConnectAuthenticate lets in every client OnConnect has not refused.
 func (h *authHook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }

@@ -209,14 +209,10 @@ func (h *sessionHook) ID() string { return "devicegate-sessions" }
 
 // Provides reports the hook methods sessionHook implements.
 func (h *sessionHook) Provides(b byte) bool {
-	switch b {
-	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.OnDisconnect, mqtt.OnClientExpired,
-		mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped:
-		return true
-	case mqtt.StoredClients, mqtt.StoredSubscriptions, mqtt.StoredInflightMessages:
-		return h.store != nil
+	if h.store != nil {
+		return sessionStoreEvents[b] // hookevents.go
 	}
-	return false
+	return sessionEvents[b]
 }
 
 // keeps reports whether cl's session outlives its connection.

@@ -22,7 +22,7 @@ import (
 // client that acknowledges what it never received only raises its own
 // quota to its own maximum. Called from OnPacketRead, before mochi
 // processes the packet.
-func restoreSendQuota(cl *mqtt.Client, pk packets.Packet) {
+func restoreSendQuota(cl *mqtt.Client, pk *packets.Packet) {
 	if t := pk.FixedHeader.Type; t != packets.Puback && t != packets.Pubcomp {
 		return
 	}

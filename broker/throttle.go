@@ -227,13 +227,7 @@ type connInfo struct {
 func (h *throttle) ID() string { return "devicegate-throttle" }
 
 // Provides reports the hook methods the throttle implements.
-func (h *throttle) Provides(b byte) bool {
-	switch b {
-	case mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnPublish, mqtt.OnPacketEncode:
-		return true
-	}
-	return false
-}
+func (h *throttle) Provides(b byte) bool { return throttleEvents[b] } // hookevents.go
 
 // Init checks the hook was built by New.
 func (h *throttle) Init(any) error {
