@@ -28,10 +28,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	paho5 "github.com/eclipse/paho.golang/paho"
@@ -47,6 +49,7 @@ type config struct {
 	payload                 int
 	duration, quiet         time.Duration
 	v5                      bool // MQTT 5 publishers (v5.go)
+	waitSignal              bool // publish only on SIGUSR1, once connected
 }
 
 // Result is the JSON line loadgen prints.
@@ -84,6 +87,7 @@ func run(args []string) error {
 	fs.DurationVar(&c.duration, "duration", 3*time.Second, "how long to publish")
 	fs.DurationVar(&c.quiet, "quiet", 300*time.Millisecond, "end the round when no message has arrived for this long")
 	fs.BoolVar(&c.v5, "v5", false, "MQTT 5 publishers (eclipse/paho.golang), QoS 1 only")
+	fs.BoolVar(&c.waitSignal, "wait-signal", false, "once every client is connected, say so on stderr and publish only on SIGUSR1 (bench/instructions.sh counts only the load)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -169,6 +173,13 @@ func round(c config) (Result, error) {
 		pubs[i] = cl
 	}
 
+	if c.waitSignal {
+		start := make(chan os.Signal, 1)
+		signal.Notify(start, syscall.SIGUSR1)
+		fmt.Fprintln(os.Stderr, "loadgen: connected")
+		<-start
+		signal.Stop(start)
+	}
 	payload := make([]byte, c.payload)
 	for i := range payload {
 		payload[i] = 'a' + byte(i%26)
