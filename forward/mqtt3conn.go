@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -408,10 +409,20 @@ func (c *mqtt3Conn) subacked(p packet) error {
 	if len(codes) != len(c.d.Subscribe) {
 		return malformed("SUBACK with %d return codes for %d filters", len(codes), len(c.d.Subscribe))
 	}
-	for _, code := range codes {
+	var refused []string
+	for i, code := range codes {
 		if code > 2 && code != 0x80 {
 			return malformed("SUBACK return code 0x%02X", code)
 		}
+		if code == 0x80 {
+			refused = append(refused, c.d.Subscribe[i])
+		}
+	}
+	if len(refused) > 0 {
+		// As over MQTT 5 (mqtt5.go): a connection without the commands
+		// it was made for is no connection; the error says which.
+		a.Finish(fmt.Errorf("refused (SUBACK return code 0x80) for %s", strings.Join(refused, ", ")))
+		return nil
 	}
 	a.Finish(nil)
 	return nil

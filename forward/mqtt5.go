@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
@@ -80,11 +81,15 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 		}
 		subscribe := func(ctx context.Context) error {
 			sa, err := conn.c.Subscribe(ctx, sub)
-			if err == nil {
-				for _, r := range sa.Reasons {
-					if r >= 0x80 {
-						err = fmt.Errorf("refused with reason 0x%02X", r)
+			if sa != nil { // with paho's "at least one requested subscription failed": say which
+				var refused []string
+				for i, r := range sa.Reasons {
+					if r >= 0x80 && i < len(d.Subscribe) {
+						refused = append(refused, fmt.Sprintf("%s (reason 0x%02X)", d.Subscribe[i], r))
 					}
+				}
+				if len(refused) > 0 {
+					err = fmt.Errorf("refused for %s", strings.Join(refused, ", "))
 				}
 			}
 			if err != nil {
