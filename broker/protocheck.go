@@ -54,6 +54,11 @@ type protoConn struct {
 	// reg is the connection's entry in the broker's registry
 	// (registry.go), nil until it has one and after it is removed.
 	reg atomic.Pointer[regEntry]
+	// holding: the writes wait in held until flush (hold, below);
+	// read without heldMu, set and cleared under it.
+	holding atomic.Bool
+	heldMu  sync.Mutex
+	held    *[]byte
 }
 
 // leave ends the delivery of this client's publish, if one passed the
@@ -103,20 +108,26 @@ func (c *protoConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// Write writes to the spool once there is one, else to the socket.
+// Write writes to the spool once there is one, else to the socket, or,
+// while the writes are held, to the held bytes.
 func (c *protoConn) Write(b []byte) (int, error) {
 	if s := c.spool.Load(); s != nil {
 		return s.Write(b)
+	}
+	if c.holding.Load() {
+		return c.writeHeld(b)
 	}
 	return c.Conn.Write(b)
 }
 
 // Close closes the spool (which writes what is pending, then closes the
-// socket) once there is one, else the socket.
+// socket) once there is one, else writes what is held and closes the
+// socket.
 func (c *protoConn) Close() error {
 	if s := c.spool.Load(); s != nil {
 		return s.Close()
 	}
+	_ = c.flush() // what mochi wrote before it closed goes first
 	return c.Conn.Close()
 }
 
@@ -141,11 +152,14 @@ func (c *protoConn) ended() {
 }
 
 // CloseWrite half-closes the connection when the one under it can
-// (refuse.go's hangUp). With a spool it cannot: a FIN would overtake
-// the bytes pending; Close then writes them first.
+// (refuse.go's hangUp), after what is held. With a spool it cannot: a
+// FIN would overtake the bytes pending; Close then writes them first.
 func (c *protoConn) CloseWrite() error {
 	if c.spool.Load() != nil {
 		return errors.ErrUnsupported
+	}
+	if err := c.flush(); err != nil {
+		return err
 	}
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
