@@ -11,17 +11,18 @@ import "sync"
 // holds the connection's writes around a run of PUBACKs whose messages
 // are durable, and flushes them in one write before it waits for
 // anything. Whatever else is written meanwhile (mochi's writer, a
-// PINGRESP) joins the held bytes in the order it came; a Close or
-// CloseWrite writes them first. With a spool (a backend consumer,
-// consumers.go) nothing is held: the spool writes what is pending in
-// one call already.
+// PINGRESP) joins the held bytes in the order it came, or, while a
+// release writes them, waits for it, as it would for mochi's lock on a
+// write of the acker's own. A Close or CloseWrite writes what is held
+// first. With a spool (a backend consumer, consumers.go) nothing is
+// held: the spool writes what is pending in one call already.
 
-// maxHeld bounds the bytes held: beyond it they are written at once
-// and holding goes on.
+// maxHeld bounds the bytes held: a write that takes them beyond it
+// releases them.
 const maxHeld = 16 << 10
 
 // heldBufs are the held bytes' buffers, taken by hold and given back by
-// flush: a connection not holding keeps none.
+// a release: a connection not holding keeps none.
 var heldBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // hold makes the connection's writes wait until flush, which writes
@@ -40,57 +41,68 @@ func (c *protoConn) hold() bool {
 	return true
 }
 
-// flush writes what is held, in one call, and ends the holding. A write
-// error closes the socket: the bytes mochi took for written are lost,
-// and a connection whose write failed ends, as when mochi's own write
-// fails. Nothing held: nothing done.
-func (c *protoConn) flush() error {
+// flush writes what is held, in one call, and ends the holding.
+func (c *protoConn) flush() error { return c.release(true) }
+
+// release writes what is held, in one call, and ends the holding; with
+// nothing held it does nothing. When another release is writing, wait
+// says whether to wait for it or to return at once. A write error
+// closes the socket: the bytes mochi took for written are lost, and a
+// connection whose write failed ends, as when mochi's own write fails.
+func (c *protoConn) release(wait bool) error {
 	if !c.holding.Load() {
 		return nil
+	}
+	if wait {
+		c.wmu.Lock()
+	} else if !c.wmu.TryLock() {
+		return nil
+	}
+	defer c.wmu.Unlock()
+	c.heldMu.Lock()
+	if !c.holding.Load() {
+		c.heldMu.Unlock()
+		return nil
+	}
+	buf := c.held
+	c.releasing = true // writes meanwhile wait for wmu
+	c.heldMu.Unlock()
+	var err error
+	if len(*buf) > 0 {
+		_, err = c.Conn.Write(*buf)
 	}
 	c.heldMu.Lock()
-	defer c.heldMu.Unlock()
-	if !c.holding.Load() {
-		return nil
-	}
-	err := c.writeHeldOut()
-	// Cleared once written: a Write that finds it clear writes after
-	// these bytes, one that found it set waits for heldMu.
+	c.held, c.releasing = nil, false
+	// Cleared once written: a write that finds it clear goes after
+	// these bytes.
 	c.holding.Store(false)
-	if cap(*c.held) <= maxHeld {
-		heldBufs.Put(c.held)
+	c.heldMu.Unlock()
+	if cap(*buf) <= maxHeld {
+		*buf = (*buf)[:0]
+		heldBufs.Put(buf)
 	}
-	c.held = nil
+	if err != nil {
+		_ = c.Conn.Close()
+	}
 	return err
 }
 
 // writeHeld takes b while holding (holding was seen set).
 func (c *protoConn) writeHeld(b []byte) (int, error) {
 	c.heldMu.Lock()
-	defer c.heldMu.Unlock()
-	if !c.holding.Load() {
-		return c.Conn.Write(b) // flushed meanwhile: after what flush wrote
-	}
-	*c.held = append(*c.held, b...)
-	if len(*c.held) >= maxHeld {
-		if err := c.writeHeldOut(); err != nil {
-			return 0, err
+	if c.holding.Load() && !c.releasing {
+		*c.held = append(*c.held, b...)
+		full := len(*c.held) >= maxHeld
+		c.heldMu.Unlock()
+		if full {
+			if err := c.release(true); err != nil {
+				return 0, err
+			}
 		}
+		return len(b), nil
 	}
-	return len(b), nil
-}
-
-// writeHeldOut writes the held bytes; a failure closes the socket (see
-// flush). Called with heldMu held.
-func (c *protoConn) writeHeldOut() error {
-	b := *c.held
-	*c.held = b[:0]
-	if len(b) == 0 {
-		return nil
-	}
-	if _, err := c.Conn.Write(b); err != nil {
-		_ = c.Conn.Close()
-		return err
-	}
-	return nil
+	c.heldMu.Unlock()
+	c.wmu.Lock() // after the release writing, if one is
+	defer c.wmu.Unlock()
+	return c.Conn.Write(b)
 }

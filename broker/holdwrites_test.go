@@ -80,6 +80,37 @@ func TestHeldWriteFailureEndsConnection(t *testing.T) {
 	}
 }
 
+// TestCloseDoesNotWaitForBlockedRelease: a release writing to a socket
+// the client does not read (its buffers full) does not hold up a Close
+// (mochi's, when a new connection takes the session over): the Close
+// closes the socket at once, which ends the write with an error, as a
+// Close ends a write of mochi's own.
+func TestCloseDoesNotWaitForBlockedRelease(t *testing.T) {
+	server, client := tcpPair(t)
+	_ = server.(*net.TCPConn).SetWriteBuffer(4096)
+	_ = client.(*net.TCPConn).SetReadBuffer(4096)
+	pc := &protoConn{Conn: server}
+	pc.hold()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := pc.Write(make([]byte, 16<<20)) // beyond maxHeld: released at once, and blocks
+		wrote <- err
+	}()
+	eventually(t, "the release writing", func() bool {
+		pc.heldMu.Lock()
+		defer pc.heldMu.Unlock()
+		return pc.releasing
+	})
+	closed := make(chan error, 1)
+	go func() { closed <- pc.Close() }()
+	if err := receive(t, "Close to return", closed); err != nil {
+		t.Fatal(err)
+	}
+	if err := receive(t, "the blocked write to end", wrote); err == nil {
+		t.Fatal("the write the Close cut short returned no error")
+	}
+}
+
 // TestSpoolHoldsNothing: with a spool (a backend consumer) hold refuses
 // and the writes go to the spool, which writes what is pending in one
 // call anyway.

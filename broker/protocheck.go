@@ -54,11 +54,15 @@ type protoConn struct {
 	// reg is the connection's entry in the broker's registry
 	// (registry.go), nil until it has one and after it is removed.
 	reg atomic.Pointer[regEntry]
-	// holding: the writes wait in held until flush (hold, below);
-	// read without heldMu, set and cleared under it.
-	holding atomic.Bool
-	heldMu  sync.Mutex
-	held    *[]byte
+	// holding: the writes wait in held until a release
+	// (holdwrites.go); read without heldMu, set and cleared under it
+	// with held and releasing. wmu is held by a release while it
+	// writes, and by a write that waits for it.
+	holding   atomic.Bool
+	heldMu    sync.Mutex
+	held      *[]byte
+	releasing bool
+	wmu       sync.Mutex
 }
 
 // leave ends the delivery of this client's publish, if one passed the
@@ -127,7 +131,10 @@ func (c *protoConn) Close() error {
 	if s := c.spool.Load(); s != nil {
 		return s.Close()
 	}
-	_ = c.flush() // what mochi wrote before it closed goes first
+	// What mochi wrote before it closed goes first, unless a release
+	// is writing: the close must not wait behind a write to a socket
+	// the client no longer reads (a session taken over), and ends it.
+	_ = c.release(false)
 	return c.Conn.Close()
 }
 
@@ -158,7 +165,7 @@ func (c *protoConn) CloseWrite() error {
 	if c.spool.Load() != nil {
 		return errors.ErrUnsupported
 	}
-	if err := c.flush(); err != nil {
+	if err := c.release(true); err != nil {
 		return err
 	}
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
