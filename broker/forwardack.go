@@ -137,7 +137,7 @@ func (h *throttle) runAcker(cl *mqtt.Client, a *acker) {
 				next = q
 				break
 			}
-			q.err = q.durable.Wait() // returns at once
+			q.err = q.durable.Wait() // answered already, or as the committer answers its transaction
 			run = append(run, q)
 		}
 		held := len(run) > 1 && pc != nil && pc.hold()

@@ -419,8 +419,9 @@ type Queued struct {
 // None reports that no upstream takes the message: nothing was queued.
 func (q Queued) None() bool { return q.f == nil }
 
-// Ready reports, without waiting, whether every commit holding the
-// message has ended, so that Wait returns at once. Only before Wait.
+// Ready reports, without waiting, whether every transaction holding
+// the message has ended: Wait then waits for no commit. Only before
+// Wait.
 func (q Queued) Ready() bool {
 	if q.f != nil && !q.q.Ready() {
 		return false
