@@ -10,9 +10,10 @@ import (
 // (forward.Set).
 type Forwarder interface {
 	Forward(m *forward.Message) error
-	// ForwardAsync queues m; wait (nil when no upstream takes m)
-	// returns once it is durable.
-	ForwardAsync(m *forward.Message) (wait func() error, err error)
+	// ForwardAsync queues m; the Queued's Wait returns once it is
+	// durable, and its Ready says, without waiting, whether Wait would
+	// return at once (None: no upstream takes m).
+	ForwardAsync(m *forward.Message) (forward.Queued, error)
 }
 
 // forward hands device's pk to the upstreams, if any.

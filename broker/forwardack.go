@@ -5,6 +5,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/devicegate/devicegate/forward"
 )
 
 // A forwarded QoS 1 publish is acknowledged only once it is durable in
@@ -21,6 +23,15 @@ import (
 // way (QoS 0 or 2, refused, deferred, not forwarded) first waits until
 // the acker is idle (barrier), so PUBACKs and local deliveries keep the
 // order of the publishes.
+//
+// One commit makes many of a client's publishes durable at once, so the
+// acker works in runs: the first publish waited for, then those queued
+// behind it whose commit has ended already (Ready: no wait), up to
+// ackerRun. Their PUBACKs leave in one write (the connection's writes
+// held meanwhile, holdwrites.go), then they are published locally, in
+// order. A publish not yet durable ends the run: nothing is held while
+// the acker waits, and no PUBACK waits behind a later publish's commit
+// nor behind a local delivery of a later publish.
 
 // forwardedListener names the inline clients that publish locally what
 // an acker acknowledged.
@@ -39,10 +50,14 @@ type acker struct {
 	closed  bool
 }
 
+// ackerRun bounds the publishes one run acknowledges in one write.
+const ackerRun = 64
+
 type pendingAck struct {
-	pk    packets.Packet
-	wait  func() error           // returns when the message is durable
-	props []packets.UserProperty // the device's feedback (feedback.go)
+	pk      packets.Packet
+	durable forward.Queued         // the message's appends
+	props   []packets.UserProperty // the device's feedback (feedback.go)
+	err     error                  // the appends' outcome, once waited for
 }
 
 // ackerOf returns c's acker, started on first use. Called from OnPublish
@@ -68,6 +83,17 @@ func (a *acker) push(p *pendingAck) bool {
 	return true
 }
 
+// poll returns the next publish queued, or nil when none is (or the
+// acker is closed), without waiting.
+func (a *acker) poll() *pendingAck {
+	select {
+	case p := <-a.q:
+		return p
+	default:
+		return nil
+	}
+}
+
 // barrier waits until everything pushed is acknowledged (or failed).
 func (a *acker) barrier() {
 	if a != nil {
@@ -89,17 +115,54 @@ func (a *acker) close() {
 }
 
 func (h *throttle) runAcker(cl *mqtt.Client, a *acker) {
-	for p := range a.q {
-		h.finishForwarded(cl, p.pk, p.props, p.wait())
-		a.pending.Done()
+	pc, _ := cl.Net.Conn.(*protoConn)
+	var run []*pendingAck
+	var next *pendingAck // taken from the queue, not durable yet
+	for {
+		p := next
+		if p == nil {
+			var ok bool
+			if p, ok = <-a.q; !ok {
+				return
+			}
+		}
+		p.err = p.durable.Wait() // nothing is held here
+		run, next = append(run[:0], p), nil
+		for len(run) < ackerRun {
+			q := a.poll()
+			if q == nil {
+				break
+			}
+			if !q.durable.Ready() {
+				next = q
+				break
+			}
+			q.err = q.durable.Wait() // answered already, or as the committer answers its transaction
+			run = append(run, q)
+		}
+		held := len(run) > 1 && pc != nil && pc.hold()
+		for _, p := range run {
+			h.ackForwarded(cl, p.pk, p.props, p.err)
+		}
+		if held {
+			_ = pc.flush() // a failure ends the connection, as mochi's own would
+		}
+		for i, p := range run {
+			if p.err == nil {
+				h.publishLocal(cl, p.pk)
+			}
+			run[i] = nil
+			a.pending.Done()
+		}
 	}
 }
 
-// finishForwarded ends a queued publish: durable, it is counted allowed,
-// acknowledged (if the connection is still there; it is forwarded
-// upstream either way) and published locally; otherwise counted dropped
-// and not acknowledged, so the device sends it again.
-func (h *throttle) finishForwarded(cl *mqtt.Client, pk packets.Packet, props []packets.UserProperty, err error) {
+// ackForwarded acknowledges a queued publish: durable, it is counted
+// allowed and acknowledged (if the connection is still there; it is
+// forwarded upstream either way), and then published locally by the
+// caller; otherwise counted dropped and not acknowledged, so the device
+// sends it again.
+func (h *throttle) ackForwarded(cl *mqtt.Client, pk packets.Packet, props []packets.UserProperty, err error) {
 	if err != nil {
 		h.dropped.Add(1)
 		if h.logs.allow(logForward, "", refusalLogWindow) {
@@ -110,7 +173,6 @@ func (h *throttle) finishForwarded(cl *mqtt.Client, pk packets.Packet, props []p
 	h.allowed.Add(1)
 	_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID,
 		Properties: packets.Properties{User: props}, Origin: ackerOrigin})
-	h.publishLocal(cl, pk)
 }
 
 // publishLocal publishes pk to the local subscribers as cl, through an

@@ -54,6 +54,15 @@ type protoConn struct {
 	// reg is the connection's entry in the broker's registry
 	// (registry.go), nil until it has one and after it is removed.
 	reg atomic.Pointer[regEntry]
+	// holding: the writes wait in held until a release
+	// (holdwrites.go); read without heldMu, set and cleared under it
+	// with held and releasing. wmu is held by a release while it
+	// writes, and by a write that waits for it.
+	holding   atomic.Bool
+	heldMu    sync.Mutex
+	held      *[]byte
+	releasing bool
+	wmu       sync.Mutex
 }
 
 // leave ends the delivery of this client's publish, if one passed the
@@ -103,20 +112,29 @@ func (c *protoConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// Write writes to the spool once there is one, else to the socket.
+// Write writes to the spool once there is one, else to the socket, or,
+// while the writes are held, to the held bytes.
 func (c *protoConn) Write(b []byte) (int, error) {
 	if s := c.spool.Load(); s != nil {
 		return s.Write(b)
+	}
+	if c.holding.Load() {
+		return c.writeHeld(b)
 	}
 	return c.Conn.Write(b)
 }
 
 // Close closes the spool (which writes what is pending, then closes the
-// socket) once there is one, else the socket.
+// socket) once there is one, else writes what is held and closes the
+// socket.
 func (c *protoConn) Close() error {
 	if s := c.spool.Load(); s != nil {
 		return s.Close()
 	}
+	// What mochi wrote before it closed goes first, unless a release
+	// is writing: the close must not wait behind a write to a socket
+	// the client no longer reads (a session taken over), and ends it.
+	_ = c.release(false)
 	return c.Conn.Close()
 }
 
@@ -141,11 +159,14 @@ func (c *protoConn) ended() {
 }
 
 // CloseWrite half-closes the connection when the one under it can
-// (refuse.go's hangUp). With a spool it cannot: a FIN would overtake
-// the bytes pending; Close then writes them first.
+// (refuse.go's hangUp), after what is held. With a spool it cannot: a
+// FIN would overtake the bytes pending; Close then writes them first.
 func (c *protoConn) CloseWrite() error {
 	if c.spool.Load() != nil {
 		return errors.ErrUnsupported
+	}
+	if err := c.release(true); err != nil {
+		return err
 	}
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()

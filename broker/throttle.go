@@ -430,16 +430,16 @@ func (h *throttle) admitFailed(cl *mqtt.Client, pk *packets.Packet, err error) e
 // upstream takes, or one the logs refuse, goes the way of admit, after
 // the acker is idle.
 func (h *throttle) admitQueued(cl *mqtt.Client, c *connInfo, pk *packets.Packet) error {
-	wait, err := h.fwd.ForwardAsync(forwardMessage(c.device, pk))
-	if err == nil && wait != nil {
-		p := &pendingAck{pk: *pk, wait: wait}
+	q, err := h.fwd.ForwardAsync(forwardMessage(c.device, pk))
+	if err == nil && !q.None() {
+		p := &pendingAck{pk: *pk, durable: q}
 		if c.fb != nil {
 			p.props = c.fb.copyFeedback(pk.PacketID)
 		}
 		if h.ackerOf(cl, c).push(p) {
 			return errReject // the acker acks and publishes
 		}
-		err = wait() // the connection is gone: wait here
+		err = q.Wait() // the connection is gone: wait here
 		if err == nil {
 			h.allowed.Add(1)
 			return nil

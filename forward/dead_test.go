@@ -210,7 +210,7 @@ func TestReplayOneTransaction(t *testing.T) {
 		t.Fatalf("replay: %d, %v; forward log %v, %d dead letters left; want 2 replayed, in the forward log only", n, err, got, held)
 	}
 	wait, _ := st.ReplayDeadAsync("up/0", 1, 9, []byte("x"))
-	if err := wait(); !errors.Is(err, persist.ErrNotHeld) || len(forwardIDs(t, st, "up/0")) != 2 {
+	if err := wait.Wait(); !errors.Is(err, persist.ErrNotHeld) || len(forwardIDs(t, st, "up/0")) != 2 {
 		t.Fatalf("replay of a dead letter gone: %v, forward log %v; want ErrNotHeld and nothing written", err, forwardIDs(t, st, "up/0"))
 	}
 }

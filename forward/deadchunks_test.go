@@ -20,7 +20,7 @@ import (
 // moves them.
 func fillDead(t *testing.T, st *persist.Store, name string, n int) {
 	t.Helper()
-	waits := make([]func() error, 0, n)
+	waits := make([]persist.Queued, 0, n)
 	seqs := make([]uint64, 0, n)
 	entries := make([][]byte, 0, n)
 	for seq := uint64(1); seq <= uint64(n); seq++ {
@@ -36,7 +36,7 @@ func fillDead(t *testing.T, st *persist.Store, name string, n int) {
 		entries = append(entries, appendDead(nil, time.Now(), "not_authorized", "refused", rec))
 	}
 	for _, w := range waits {
-		if err := w(); err != nil {
+		if err := w.Wait(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -220,7 +220,7 @@ func (f *Forwarder) deadAt(seq uint64) (d DeadLetter, ok bool, err error) {
 // replay is ReplayDead's act on dead, found in f's log: each message
 // leaves the dead letters in the transaction that appends it again.
 func (f *Forwarder) replay(dead []DeadLetter) (int, error) {
-	var waits []func() error
+	var waits []Queued
 	var appended []DeadLetter
 	var appendErr error
 	for i := range dead {
@@ -240,7 +240,7 @@ func (f *Forwarder) replay(dead []DeadLetter) (int, error) {
 	var sent []DeadLetter
 	var waitErr error
 	for i, w := range waits {
-		if err := w(); err != nil {
+		if err := w.Wait(); err != nil {
 			waitErr = errors.Join(waitErr, err)
 			continue
 		}

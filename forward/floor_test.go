@@ -31,7 +31,7 @@ func floorForwarder(t *testing.T, policy Overflow, floor int64, free *atomic.Int
 // commits: all queued, then all waited for.
 func appendBatch(t *testing.T, f *Forwarder, n int, payload func(i int) string) {
 	t.Helper()
-	waits := make([]func() error, 0, n)
+	waits := make([]Queued, 0, n)
 	for i := range n {
 		wait, err := f.AppendAsync(msg("devices/d/t", payload(i)))
 		if err != nil {
@@ -40,7 +40,7 @@ func appendBatch(t *testing.T, f *Forwarder, n int, payload func(i int) string) 
 		waits = append(waits, wait)
 	}
 	for _, w := range waits {
-		if err := w(); err != nil {
+		if err := w.Wait(); err != nil {
 			t.Fatal(err)
 		}
 	}

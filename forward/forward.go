@@ -20,16 +20,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/devicegate/devicegate/persist"
 )
 
 // Log is the durable forward log (persist.Store).
 type Log interface {
-	// AppendForwardAsync queues rec; wait returns once it is durable.
-	// Records are committed in the order they are queued.
-	AppendForwardAsync(log string, seq uint64, rec []byte) (wait func() error, err error)
+	// AppendForwardAsync queues rec; its Queued's Wait returns once it
+	// is durable. Records are committed in the order they are queued.
+	AppendForwardAsync(log string, seq uint64, rec []byte) (persist.Queued, error)
 	// ReplayDeadAsync is AppendForwardAsync whose transaction also
 	// deletes dead letter dead: the message is in one log or the other.
-	ReplayDeadAsync(log string, dead, seq uint64, rec []byte) (wait func() error, err error)
+	ReplayDeadAsync(log string, dead, seq uint64, rec []byte) (persist.Queued, error)
 	ReadForward(log string, from uint64, fn func(seq uint64, rec []byte) bool) error
 	DeleteForward(log string, seqs []uint64) error
 	ForwardStats(log string) (messages int, bytes int64, first, last uint64, err error)
@@ -388,29 +390,87 @@ func (f *Forwarder) SetLive(l Live) error {
 // messages must be appended one after the other (the broker handles a
 // client's publishes in order); they are then forwarded in that order.
 func (f *Forwarder) Append(m *Message) error {
-	wait, err := f.AppendAsync(m)
+	q, err := f.AppendAsync(m)
 	if err != nil {
 		return err
 	}
-	return wait()
+	return q.Wait()
 }
 
 // AppendAsync is Append without the wait: the message is queued for the
 // store's next group commit, in order after the device's earlier ones,
-// and wait, called once, returns when it is durable. Until then the
+// and the Queued returned says when it is durable. Until then the
 // message is not acknowledged to anyone.
-func (f *Forwarder) AppendAsync(m *Message) (wait func() error, err error) {
+func (f *Forwarder) AppendAsync(m *Message) (Queued, error) {
 	return f.appendAsync(m, 0)
+}
+
+// Queued is a message queued for the forward logs' group commit
+// (Forwarder.AppendAsync, Set.ForwardAsync), in one upstream's log or
+// several. Its Wait must be called once; queueing it allocates nothing
+// of its own when one upstream takes the message.
+type Queued struct {
+	f    *Forwarder // nil: no log holds the message (None)
+	q    persist.Queued
+	size int64    // the record's bytes, counted in f's backlog
+	more []Queued // the other upstreams' (Set.ForwardAsync)
+}
+
+// None reports that no upstream takes the message: nothing was queued.
+func (q Queued) None() bool { return q.f == nil }
+
+// Ready reports, without waiting, whether every transaction holding
+// the message has ended: Wait then waits for no commit. Only before
+// Wait.
+func (q Queued) Ready() bool {
+	if q.f != nil && !q.q.Ready() {
+		return false
+	}
+	for _, m := range q.more {
+		if !m.Ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// Wait, called once, returns when every log holds the message durably;
+// an error means at least one does not (the first error).
+func (q Queued) Wait() error {
+	var first error
+	if q.f != nil {
+		first = q.f.durable(q.q, q.size)
+	}
+	for _, m := range q.more {
+		if err := m.Wait(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// durable waits for q, the append of size record bytes, and counts it.
+func (f *Forwarder) durable(q persist.Queued, size int64) error {
+	if err := q.Wait(); err != nil {
+		f.backlogBytes.Add(-size)
+		return f.appendFailed(err)
+	}
+	f.backlog.Add(1)
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // appendAsync is AppendAsync of a dead letter's message when dead is
 // not 0: the transaction that appends it takes dead letter dead.
-func (f *Forwarder) appendAsync(m *Message, dead uint64) (wait func() error, err error) {
+func (f *Forwarder) appendAsync(m *Message, dead uint64) (Queued, error) {
 	if m.At.IsZero() {
 		m.At = f.cfg.Now()
 	}
 	if err := f.atFloor(); err != nil {
-		return nil, err
+		return Queued{}, err
 	}
 	rec := appendRecord(nil, m)
 	maxBytes := f.live.Load().MaxBytes
@@ -423,7 +483,7 @@ func (f *Forwarder) appendAsync(m *Message, dead uint64) (wait func() error, err
 		if last := f.refusedLogged.Load(); now-last >= int64(10*time.Second) && f.refusedLogged.CompareAndSwap(last, now) {
 			f.slog.Warn("forward log full; new messages refused (overflow: refuse_new)", "refused_so_far", n, "max_bytes", maxBytes)
 		}
-		return nil, ErrFull
+		return Queued{}, ErrFull
 	}
 	// Queued for the commit under the lock that numbers it: the store
 	// commits in the order it queues, so the log never holds a number
@@ -431,33 +491,23 @@ func (f *Forwarder) appendAsync(m *Message, dead uint64) (wait func() error, err
 	// from the newest number it read, misses nothing. Queueing does not
 	// wait for the commit.
 	seal(rec, f.next)
-	var durable func() error
+	var q persist.Queued
+	var err error
 	if dead == 0 {
-		durable, err = f.log.AppendForwardAsync(f.cfg.Name, f.next, rec)
+		q, err = f.log.AppendForwardAsync(f.cfg.Name, f.next, rec)
 	} else {
-		durable, err = f.log.ReplayDeadAsync(f.cfg.Name, dead, f.next, rec)
+		q, err = f.log.ReplayDeadAsync(f.cfg.Name, dead, f.next, rec)
 	}
 	if err != nil {
 		f.mu.Unlock()
-		return nil, err
+		return Queued{}, err
 	}
 	f.next++
 	// Counted before the write so that concurrent appends see each
 	// other against MaxBytes; taken back if the write fails.
 	f.backlogBytes.Add(int64(len(rec)))
 	f.mu.Unlock()
-	return func() error {
-		if err := durable(); err != nil {
-			f.backlogBytes.Add(-int64(len(rec)))
-			return f.appendFailed(err)
-		}
-		f.backlog.Add(1)
-		select {
-		case f.wake <- struct{}{}:
-		default:
-		}
-		return nil
-	}, nil
+	return Queued{f: f, q: q, size: int64(len(rec))}, nil
 }
 
 // silentFor returns how long messages have waited for the upstream

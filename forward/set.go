@@ -34,49 +34,37 @@ func NewSet(routes []Route) *Set { return &Set{routes: routes} }
 // durably, and returns once all hold it; an error means at least one
 // does not (the device is then not acknowledged, and sends again).
 func (s *Set) Forward(m *Message) error {
-	wait, err := s.ForwardAsync(m)
-	if err != nil || wait == nil {
+	q, err := s.ForwardAsync(m)
+	if err != nil {
 		return err
 	}
-	return wait()
+	return q.Wait()
 }
 
 // ForwardAsync is Forward without the wait: it queues m in every
-// matching upstream's log and returns wait, which returns once all hold
-// it durably; wait is nil when no upstream takes m's topic.
-func (s *Set) ForwardAsync(m *Message) (wait func() error, err error) {
-	var waits []func() error
+// matching upstream's log and returns the Queued whose Wait returns once
+// all hold it durably (None when no upstream takes m's topic).
+func (s *Set) ForwardAsync(m *Message) (Queued, error) {
+	var all Queued
 	for _, r := range s.routes {
 		if len(r.Conns) > 0 && matchAny(r.Filters, m.Topic) {
 			f := r.Conns[0]
 			if len(r.Conns) > 1 {
 				f = r.Conns[connOf(m.Device, len(r.Conns))]
 			}
-			w, err := f.AppendAsync(m)
+			q, err := f.AppendAsync(m)
 			if err != nil {
-				for _, w := range waits {
-					_ = w() // queued already: let them finish
-				}
-				return nil, err
+				_ = all.Wait() // queued already: let them finish
+				return Queued{}, err
 			}
-			waits = append(waits, w)
-		}
-	}
-	switch len(waits) {
-	case 0:
-		return nil, nil
-	case 1:
-		return waits[0], nil
-	}
-	return func() error {
-		var first error
-		for _, w := range waits {
-			if err := w(); err != nil && first == nil {
-				first = err
+			if all.None() {
+				all = q
+			} else {
+				all.more = append(all.more, q)
 			}
 		}
-		return first
-	}, nil
+	}
+	return all, nil
 }
 
 // connOf is the connection, of n, of a device: FNV-1a of its ID, the

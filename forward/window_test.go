@@ -180,7 +180,7 @@ func TestOrderAcrossDropsMidWindow(t *testing.T) {
 			d := &countingDialer{Dialer: &MQTT{Address: up.Addr, ClientID: "gw", V5: v5}, payloads: map[string]int{}}
 			f, st := runForwarder(t, Config{Name: "up/0", Dial: d, MaxQoS: 1, Window: window,
 				AckTimeout: 2 * time.Second, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
-			waits := make([]func() error, 0, n)
+			waits := make([]Queued, 0, n)
 			for i := 1; i <= n; i++ { // queued in order, sharing commits
 				w, err := f.AppendAsync(msg("devices/d/t", strconv.Itoa(i)))
 				if err != nil {
@@ -189,7 +189,7 @@ func TestOrderAcrossDropsMidWindow(t *testing.T) {
 				waits = append(waits, w)
 			}
 			for _, w := range waits {
-				if err := w(); err != nil {
+				if err := w.Wait(); err != nil {
 					t.Fatal(err)
 				}
 			}

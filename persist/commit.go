@@ -83,6 +83,10 @@ type request struct {
 	// transaction (a batch of leases, leases.go).
 	fn   func(*bolt.Tx) error
 	done chan error
+	// answered is set, for every request of a transaction, before the
+	// first of them is answered on done: whoever is woken by one sees
+	// the others' answers coming without waiting for them (Queued.Ready).
+	answered atomic.Bool
 }
 
 var requests = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
@@ -265,6 +269,9 @@ func (c *committer) commit(reqs []*request) {
 		c.note(err, size)
 		c.count(reqs)
 		for _, r := range reqs {
+			r.answered.Store(true)
+		}
+		for _, r := range reqs {
 			c.answer(r, err)
 		}
 		return
@@ -316,6 +323,7 @@ func (c *committer) count(reqs []*request) {
 
 func (c *committer) answer(r *request, err error) {
 	c.pending.Add(-1)
+	r.answered.Store(true)
 	r.done <- err
 }
 

@@ -40,20 +40,20 @@ func forwardKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(make([
 // deferrals (see Enqueue for what an error means). A record already
 // stored under seq is replaced. rec is not retained.
 func (s *Store) AppendForward(log string, seq uint64, rec []byte) error {
-	wait, err := s.AppendForwardAsync(log, seq, rec)
+	q, err := s.AppendForwardAsync(log, seq, rec)
 	if err != nil {
 		return err
 	}
-	return wait()
+	return q.Wait()
 }
 
 // AppendForwardAsync is AppendForward without the wait: the record is
-// queued for the next group commit, and wait, called once, returns when
-// it is durable (or why it is not). rec must not change until then.
+// queued for the next group commit, and the Queued returned says when it
+// is durable (or why it is not). rec must not change until then.
 // Records are committed in the order they were queued (the committer
 // takes its queue in order), so a caller that numbers and queues under
 // one lock never leaves a gap for a reader to see.
-func (s *Store) AppendForwardAsync(log string, seq uint64, rec []byte) (wait func() error, err error) {
+func (s *Store) AppendForwardAsync(log string, seq uint64, rec []byte) (Queued, error) {
 	return s.appendForward(log, seq, rec, 0)
 }
 
@@ -62,49 +62,67 @@ func (s *Store) AppendForwardAsync(log string, seq uint64, rec []byte) (wait fun
 // of the log's dead-letter log, so that a crash leaves the message in
 // one of the two logs, never in both nor in neither. When the
 // dead-letter log does not hold dead (any longer), nothing is written
-// and wait's error wraps ErrNotHeld.
-func (s *Store) ReplayDeadAsync(log string, dead, seq uint64, rec []byte) (wait func() error, err error) {
+// and Wait's error wraps ErrNotHeld.
+func (s *Store) ReplayDeadAsync(log string, dead, seq uint64, rec []byte) (Queued, error) {
 	return s.appendForward(log, seq, rec, dead)
+}
+
+// Queued is an append to a forward log queued for the group commit
+// (AppendForwardAsync, ReplayDeadAsync). It is a value: queueing one
+// allocates nothing of its own.
+type Queued struct {
+	s         *Store
+	r         *request
+	log       string
+	seq, dead uint64
+}
+
+// Ready reports, without waiting, whether the transaction that holds
+// the append has ended (committed or not): Wait then returns as soon as
+// the committer has answered it, which it does for a whole transaction
+// in one go. Only before Wait.
+func (q Queued) Ready() bool { return q.r.answered.Load() }
+
+// Wait, called once, returns when the append is durable, or why it is
+// not.
+func (q Queued) Wait() error {
+	r := q.r
+	err := <-r.done
+	r.rec, r.take = nil, nil
+	requests.Put(r)
+	if err == nil {
+		return nil
+	}
+	if q.dead != 0 {
+		return fmt.Errorf("replay dead letter %d as message %d of forward log %q in %q: %w", q.dead, q.seq, q.log, q.s.path, err)
+	}
+	return fmt.Errorf("append message %d to forward log %q in %q: %w", q.seq, q.log, q.s.path, err)
 }
 
 // appendForward queues the append of rec as message seq of log, which
 // takes dead letter dead when dead is not 0 (no message is numbered 0).
-func (s *Store) appendForward(log string, seq uint64, rec []byte, dead uint64) (wait func() error, err error) {
+func (s *Store) appendForward(log string, seq uint64, rec []byte, dead uint64) (Queued, error) {
 	if err := validLog(log); err != nil {
-		return nil, err
+		return Queued{}, err
 	}
 	if int64(len(rec)) > bolt.MaxValueSize {
-		return nil, fmt.Errorf("append to forward log %q: %d bytes, the store keeps at most %d", log, len(rec), int64(bolt.MaxValueSize))
+		return Queued{}, fmt.Errorf("append to forward log %q: %d bytes, the store keeps at most %d", log, len(rec), int64(bolt.MaxValueSize))
 	}
 	r := requests.Get().(*request)
-	r.log = []byte(log)
+	r.log = append(r.log[:0], log...) // the pooled request's: Enqueue sets its own nil
 	r.key = binary.BigEndian.AppendUint64(r.key[:0], seq)
 	r.rec = rec
+	r.take = nil
+	r.answered.Store(false)
 	if dead != 0 {
-		r.take = binary.BigEndian.AppendUint64(r.take[:0], dead)
+		r.take = binary.BigEndian.AppendUint64(make([]byte, 0, 8), dead)
 	}
-	fail := func(err error) error {
-		if dead != 0 {
-			return fmt.Errorf("replay dead letter %d as message %d of forward log %q in %q: %w", dead, seq, log, s.path, err)
-		}
-		return fmt.Errorf("append message %d to forward log %q in %q: %w", seq, log, s.path, err)
-	}
-	release := func() {
-		r.rec, r.log, r.take = nil, nil, nil
-		requests.Put(r)
-	}
+	q := Queued{s: s, r: r, log: log, seq: seq, dead: dead}
 	if err := s.commit.submit(r); err != nil {
-		release()
-		return nil, fail(err)
+		r.done <- err // answered here: Wait releases r and says why
+		return Queued{}, q.Wait()
 	}
-	return func() error {
-		err := <-r.done
-		release()
-		if err != nil {
-			return fail(err)
-		}
-		return nil
-	}, nil
+	return q, nil
 }
 
 // DeleteForward removes messages of forward log log durably (the

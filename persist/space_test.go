@@ -84,7 +84,7 @@ func TestFloorCountsFreePagesInTheFile(t *testing.T) {
 	s := floorStore(t, floor, &free, &now)
 	rec := bytes.Repeat([]byte("r"), 1000)
 	var seqs []uint64
-	var waits []func() error
+	var waits []Queued
 	for seq := uint64(1); seq <= 4000; seq++ { // in group commits
 		wait, err := s.AppendForwardAsync("up/0", seq, rec)
 		if err != nil {
@@ -94,7 +94,7 @@ func TestFloorCountsFreePagesInTheFile(t *testing.T) {
 		seqs = append(seqs, seq)
 	}
 	for _, wait := range waits {
-		if err := wait(); err != nil {
+		if err := wait.Wait(); err != nil {
 			t.Fatal(err)
 		}
 	}
