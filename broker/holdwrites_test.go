@@ -114,6 +114,33 @@ func TestCloseDoesNotWaitForBlockedRelease(t *testing.T) {
 // TestSpoolHoldsNothing: with a spool (a backend consumer) hold refuses
 // and the writes go to the spool, which writes what is pending in one
 // call anyway.
+// TestCloseWritesHeldBoundedly: Close writes the held bytes itself when
+// no release is writing, and a socket the client no longer reads (its
+// buffers full) does not keep it: the write gets closeFlushTimeout.
+// Before, Close waited on that write for as long as the peer read
+// nothing.
+func TestCloseWritesHeldBoundedly(t *testing.T) {
+	server, client := tcpPair(t)
+	_ = server.(*net.TCPConn).SetWriteBuffer(4096)
+	_ = client.(*net.TCPConn).SetReadBuffer(4096)
+	// Fill the socket's buffers: the peer reads nothing.
+	_ = server.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	for {
+		if _, err := server.Write(make([]byte, 64<<10)); err != nil {
+			break
+		}
+	}
+	_ = server.SetWriteDeadline(time.Time{})
+	pc := &protoConn{Conn: server}
+	pc.hold()
+	mustWrite(t, pc, "disconnect") // held: mochi's last packet before its Close
+	closed := make(chan error, 1)
+	go func() { closed <- pc.Close() }()
+	if err := receive(t, "Close to return", closed); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSpoolHoldsNothing(t *testing.T) {
 	server, client := tcpPair(t)
 	pc := &protoConn{Conn: server}

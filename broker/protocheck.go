@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/devicegate/devicegate/internal/spool"
 )
@@ -64,6 +65,10 @@ type protoConn struct {
 	releasing bool
 	wmu       sync.Mutex
 }
+
+// closeFlushTimeout bounds Close's write of the held bytes
+// (holdwrites.go): a healthy socket takes them at once.
+const closeFlushTimeout = time.Second
 
 // leave ends the delivery of this client's publish, if one passed the
 // consumers' gate.
@@ -134,7 +139,14 @@ func (c *protoConn) Close() error {
 	// What mochi wrote before it closed goes first, unless a release
 	// is writing: the close must not wait behind a write to a socket
 	// the client no longer reads (a session taken over), and ends it.
-	_ = c.release(false)
+	// Nor behind its own write of the held bytes to such a socket:
+	// that write gets closeFlushTimeout at most.
+	if c.holding.Load() {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(closeFlushTimeout))
+		if err := c.release(false); err != nil {
+			return nil // its failed write closed the socket
+		}
+	}
 	return c.Conn.Close()
 }
 
