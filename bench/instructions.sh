@@ -37,17 +37,13 @@ command -v valgrind >/dev/null || { echo "instructions: valgrind not found (apt-
 # loadgen against it; leaves NAME.ir (instructions), NAME.msgs (messages
 # published) and NAME.fn (self instructions by function).
 count() {
-	local name=$1 bin=$2 dir="$work/run-$1" pid addr
+	local name=$1 bin=$2 dir="$work/run-$1" pid addr pattern
 	mkdir -p "$dir"
 	local vg=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$dir/cg.out")
 	if [ "$bin" = mochi ]; then
 		GODEBUG=asyncpreemptoff=1 "${vg[@]}" "$work/plainmochi" -addr 127.0.0.1:0 >"$dir/log" 2>&1 &
 		pid=$!
-		for _ in $(seq 600); do
-			addr=$(sed -n 's/^listening \([0-9.:]*\).*/\1/p' "$dir/log" | head -1)
-			[ -n "$addr" ] && break
-			sleep 0.1
-		done
+		pattern='s/^listening \([0-9.:]*\).*/\1/p'
 	else
 		cat >"$dir/gateway.yaml" <<EOF
 mqtt: {tcp: "127.0.0.1:0", consumers: {client_ids: ["sub-*"]}}
@@ -58,12 +54,15 @@ limits:
 EOF
 		GODEBUG=asyncpreemptoff=1 "${vg[@]}" "$bin" serve --config "$dir/gateway.yaml" >"$dir/log" 2>&1 &
 		pid=$!
-		for _ in $(seq 600); do
-			addr=$(sed -n 's/.*msg="mqtt listening" addr=\([0-9.:]*\).*/\1/p' "$dir/log" | head -1)
-			[ -n "$addr" ] && break
-			sleep 0.1
-		done
+		pattern='s/.*msg="mqtt listening" addr=\([0-9.:]*\).*/\1/p'
 	fi
+	# The address the server logs once it listens (a minute at most:
+	# under callgrind a start takes some 50 times longer).
+	for _ in $(seq 600); do
+		addr=$(sed -n "$pattern" "$dir/log" | head -1)
+		[ -n "$addr" ] && break
+		sleep 0.1
+	done
 	[ -n "$addr" ] || { echo "instructions: $name did not start; its log:" >&2; cat "$dir/log" >&2; exit 1; }
 	"$work/loadgen" -addr "$addr" -qos "$QOS" -duration "$DURATION" -wait-signal >"$dir/loadgen.json" 2>"$dir/loadgen.log" &
 	local lg=$!
