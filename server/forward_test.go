@@ -40,20 +40,7 @@ import (
 // the device keeps getting its acknowledgements.
 func TestForwardUpstream(t *testing.T) {
 	up := mosquittotest.Start(t)
-	var mu sync.Mutex
-	var got []string
-	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr).SetClientID("backend").SetOrderMatters(true))
-	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("upstream subscriber: %v", tok.Error())
-	}
-	defer sub.Disconnect(0)
-	if tok := sub.Subscribe("site-7/devices/#", 1, func(_ mqtt.Client, m mqtt.Message) {
-		mu.Lock()
-		got = append(got, m.Topic()+" "+string(m.Payload()))
-		mu.Unlock()
-	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe upstream: %v", tok.Error())
-	}
+	upstream := subscribeUpstream(t, up.Addr, "site-7/devices/#", func(m mqtt.Message) string { return m.Topic() + " " + string(m.Payload()) })
 
 	cfg := testConfig(t.TempDir(), 1000, time.Hour)
 	cfg.Forward = []config.Forward{{Name: "cloud", To: "mqtt://" + up.Addr, Topics: []string{"devices/#"},
@@ -68,10 +55,8 @@ func TestForwardUpstream(t *testing.T) {
 	}
 	arrived := func(n int) func() bool {
 		return func() bool {
-			mu.Lock()
-			defer mu.Unlock()
 			seen := map[string]bool{}
-			for _, s := range got {
+			for _, s := range upstream() {
 				seen[s] = true
 			}
 			return len(seen) == n
@@ -94,11 +79,9 @@ func TestForwardUpstream(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	prev := 0
 	seen := map[string]bool{}
-	for _, s := range got {
+	for _, s := range upstream() {
 		if seen[s] {
 			continue
 		}
@@ -108,6 +91,32 @@ func TestForwardUpstream(t *testing.T) {
 			t.Fatalf("upstream got %q after %d: out of order or mapped wrong", s, prev)
 		}
 		prev = n
+	}
+}
+
+// subscribeUpstream subscribes a client to filter on the upstream
+// broker at addr at QoS 1 and returns what arrived so far, each message
+// as format gives it, in arrival order.
+func subscribeUpstream(t *testing.T, addr, filter string, format func(mqtt.Message) string) func() []string {
+	t.Helper()
+	var mu sync.Mutex
+	var got []string
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("backend").SetOrderMatters(true))
+	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("upstream subscriber: %v", tok.Error())
+	}
+	t.Cleanup(func() { sub.Disconnect(0) })
+	if tok := sub.Subscribe(filter, 1, func(_ mqtt.Client, m mqtt.Message) {
+		mu.Lock()
+		got = append(got, format(m))
+		mu.Unlock()
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe upstream: %v", tok.Error())
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), got...)
 	}
 }
 
