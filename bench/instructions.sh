@@ -29,47 +29,18 @@ GO=${GO:-go}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 command -v valgrind >/dev/null || { echo "instructions: valgrind not found (apt-get install -y valgrind)" >&2; exit 1; }
-"$GO" build -o "$work/gateway" ./cmd/gateway
-"$GO" build -o "$work/plainmochi" ./bench/plainmochi
-"$GO" build -o "$work/loadgen" ./bench/loadgen
+# shellcheck source=bench/targets.sh
+. "$(dirname "$0")/targets.sh"
+build_targets
 
 # count NAME BIN: runs BIN (a gateway, or "mochi") under callgrind with
 # loadgen against it; leaves NAME.ir (instructions), NAME.msgs (messages
 # published) and NAME.fn (self instructions by function).
 count() {
-	local name=$1 bin=$2 dir="$work/run-$1" pid addr pattern
-	mkdir -p "$dir"
-	local vg=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$dir/cg.out")
-	if [ "$bin" = mochi ]; then
-		GODEBUG=asyncpreemptoff=1 "${vg[@]}" "$work/plainmochi" -addr 127.0.0.1:0 >"$dir/log" 2>&1 &
-		pid=$!
-		pattern='s/^listening \([0-9.:]*\).*/\1/p'
-	else
-		cat >"$dir/gateway.yaml" <<EOF
-mqtt: {tcp: "127.0.0.1:0", consumers: {client_ids: ["sub-*"]}}
-admin: {addr: "127.0.0.1:0"}
-data_dir: "$dir/data"
-limits:
-  default: {limit: 1000000000, window: 1s, policy: drop}
-EOF
-		GODEBUG=asyncpreemptoff=1 "${vg[@]}" "$bin" serve --config "$dir/gateway.yaml" >"$dir/log" 2>&1 &
-		pid=$!
-		pattern='s/.*msg="mqtt listening" addr=\([0-9.:]*\).*/\1/p'
-	fi
-	# The address the server logs once it listens (a minute at most:
-	# under callgrind a start takes some 50 times longer).
-	for _ in $(seq 600); do
-		addr=$(sed -n "$pattern" "$dir/log" | head -1)
-		[ -n "$addr" ] && break
-		sleep 0.1
-	done
-	[ -n "$addr" ] || { echo "instructions: $name did not start; its log:" >&2; cat "$dir/log" >&2; exit 1; }
-	"$work/loadgen" -addr "$addr" -qos "$QOS" -duration "$DURATION" -wait-signal >"$dir/loadgen.json" 2>"$dir/loadgen.log" &
-	local lg=$!
-	until grep -qs '^loadgen: connected' "$dir/loadgen.log"; do
-		kill -0 "$lg" 2>/dev/null || { echo "instructions: loadgen failed against $name:" >&2; cat "$dir/loadgen.log" >&2; exit 1; }
-		sleep 0.1
-	done
+	local name=$1 bin=$2 dir="$work/run-$1"
+	start_target "$name" "$bin" "$dir" env GODEBUG=asyncpreemptoff=1 \
+		valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$dir/cg.out"
+	start_load "$name" "$dir"
 	callgrind_control -i on "$pid" >/dev/null 2>&1
 	kill -USR1 "$lg"
 	wait "$lg"
@@ -77,7 +48,7 @@ EOF
 	callgrind_control -d "$pid" >/dev/null 2>&1
 	kill "$pid"
 	wait "$pid" 2>/dev/null || true
-	sed -n 's/.*"published":\([0-9]*\).*/\1/p' "$dir/loadgen.json" >"$work/$name.msgs"
+	published "$dir" >"$work/$name.msgs"
 	local out
 	out=$(ls -S "$dir"/cg.out* | head -1)
 	callgrind_annotate --threshold=100 --auto=no "$out" >"$dir/annotate"
