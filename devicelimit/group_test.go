@@ -28,9 +28,8 @@ type groupMsg struct {
 // never exceeds a window's limit in any interval of its length, and
 // what passes never exceeds an enforced part's limits.
 func TestPropertyGroupWindowsHold(t *testing.T) {
-	r := rand.New(rand.NewPCG(21, 22))
 	tables := tableSet{}
-	for seq := range groupSequences / raceScale {
+	forEachSeq(t, 21, groupSequences/raceScale, func(seq int, r *rand.Rand) {
 		buckets := 1 + r.IntN(40)
 		tab := tables.get(t, buckets)
 		group := GroupKey(fmt.Sprint("tenant-", seq))
@@ -110,7 +109,7 @@ func TestPropertyGroupWindowsHold(t *testing.T) {
 			tab.Reset(devs[i])
 		}
 		tab.Reset(group)
-	}
+	})
 }
 
 // TestGroupDecisionAllocatesNothing: a grouped decision on windows that

@@ -1,6 +1,8 @@
 package devicelimit
 
 import (
+	"io"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -22,63 +24,74 @@ const leaseCostSequences = 5_000
 // more than one lease per crash fewer than the reference, at any point
 // of the history, whatever the device's rate.
 func TestPropertyCrashCostsAtMostALease(t *testing.T) {
-	r := rand.New(rand.NewPCG(39, 1))
-	n := leaseCostSequences / raceScale
-	for seq := range n {
-		buckets := 1 + r.IntN(20)
-		policy := LeasePolicy{Share: []float64{0.05, 0.1, 0.2, 0.5}[r.IntN(4)], Min: 1 + r.IntN(2), Max: 2 + r.IntN(20)}
-		l := Limit{Unit: Messages, N: 1 + r.IntN(40), Window: time.Duration(1+r.IntN(4)) * time.Second}
-		q := Quota{Limit: l.N, Window: l.Window}
-		lease := policy.Size(l, 1)
-		ref, err := NewTable(buckets)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := &leaseWorld{t: t, r: r, buckets: buckets, idleAfter: uint32(1 + r.IntN(3)), policy: policy,
-			st: leaseStore{windows: map[string][]byte{}, leases: map[string]storedLease{}}, now: t0}
-		w.newTable()
-		// The device's rate: its mean gap between publishes is from a
-		// fifth to twice the quota's (T/N).
-		gap := time.Duration(float64(l.Window) / float64(l.N) * (0.2 + 1.8*r.Float64()))
-		crashes, refAdmitted, admitted := 0, 0, 0
-		var history []string
-		for range 50 + r.IntN(300) {
-			switch op := r.IntN(100); {
-			case op < 70:
-				w.now = w.now.Add(time.Duration(r.Int64N(int64(2*gap) + 1)))
-				dr, dc := ref.AllowAt("d", q, w.now), w.tab.AllowAt("d", q, w.now)
-				if crashes == 0 && dr.Allowed != dc.Allowed {
-					t.Fatalf("seq %d: before any crash the reference decided %v and the leased table %v at %v", seq, dr.Allowed, dc.Allowed, w.now)
-				}
-				if crashes > 0 {
-					refAdmitted += b2i(dr.Allowed)
-					admitted += b2i(dc.Allowed)
-				}
-				history = append(history, "publish")
-				if refAdmitted-admitted > crashes*lease {
-					t.Fatalf("seq %d: after %d crashes the reference admitted %d and the crashing table %d: more than %d (a lease of %d per crash) fewer; quota %v, %d buckets, policy %+v, mean gap %v; %v",
-						seq, crashes, refAdmitted, admitted, crashes*lease, lease, l, buckets, policy, gap, history)
-				}
-			case op < 80:
-				w.writeLeases(r.IntN(8) != 0)
-				history = append(history, "lease write")
-			case op < 88:
-				w.snapshot(-1)
-				history = append(history, "snapshot")
-			case op < 90 && crashes < 3:
-				kind := r.IntN(3)
-				switch kind {
-				case 0:
-					w.snapshot(r.IntN(2)) // a crash during a snapshot
-				case 1:
-					w.tab.TakeLeases(func(string, Lease) {}) // during a lease write
-				}
-				down := time.Duration(r.Int64N(int64(1500 * time.Millisecond)))
-				bound := w.now.Add(time.Duration(r.Int64N(int64(2 * time.Second))))
-				w.restart(down, bound)
-				crashes++
-				history = append(history, "crash", "restart after "+down.String())
+	forEachSeq(t, 39, leaseCostSequences/raceScale, func(seq int, r *rand.Rand) {
+		crashCostSequence(t, seq, r, nil)
+	})
+}
+
+// crashCostSequence runs one random history of
+// TestPropertyCrashCostsAtMostALease, writing its events to trace
+// unless nil.
+func crashCostSequence(t *testing.T, seq int, r *rand.Rand, trace io.Writer) {
+	buckets := 1 + r.IntN(20)
+	policy := LeasePolicy{Share: []float64{0.05, 0.1, 0.2, 0.5}[r.IntN(4)], Min: 1 + r.IntN(2), Max: 2 + r.IntN(20)}
+	l := Limit{Unit: Messages, N: 1 + r.IntN(40), Window: time.Duration(1+r.IntN(4)) * time.Second}
+	q := Quota{Limit: l.N, Window: l.Window}
+	lease := policy.Size(l, 1)
+	ref, err := NewTable(buckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &leaseWorld{t: t, r: r, buckets: buckets, idleAfter: uint32(1 + r.IntN(3)), policy: policy,
+		st: leaseStore{windows: map[string][]byte{}, leases: map[string]storedLease{}}, now: t0, trace: trace}
+	w.newTable()
+	// The device's rate: its mean gap between publishes is from a
+	// fifth to twice the quota's (T/N).
+	gap := time.Duration(float64(l.Window) / float64(l.N) * (0.2 + 1.8*r.Float64()))
+	if w.trace != nil {
+		w.tracef("history: buckets %d policy %+v quota %v gap %v", buckets, policy, l, gap)
+	}
+	crashes, refAdmitted, admitted := 0, 0, 0
+	var history []string
+	for range 50 + r.IntN(300) {
+		switch op := r.IntN(100); {
+		case op < 70:
+			w.now = w.now.Add(time.Duration(r.Int64N(int64(2*gap) + 1)))
+			dr, dc := ref.AllowAt("d", q, w.now), w.tab.AllowAt("d", q, w.now)
+			if w.trace != nil {
+				w.tracef("publish at %v: reference %+v, crashing %+v", w.now.Sub(t0), dr, dc)
 			}
+			if crashes == 0 && dr.Allowed != dc.Allowed {
+				t.Fatalf("seq %d: before any crash the reference decided %v and the leased table %v at %v", seq, dr.Allowed, dc.Allowed, w.now)
+			}
+			if crashes > 0 {
+				refAdmitted += b2i(dr.Allowed)
+				admitted += b2i(dc.Allowed)
+			}
+			history = append(history, "publish")
+			if refAdmitted-admitted > crashes*lease {
+				t.Fatalf("seq %d: after %d crashes the reference admitted %d and the crashing table %d: more than %d (a lease of %d per crash) fewer; quota %v, %d buckets, policy %+v, mean gap %v; %v",
+					seq, crashes, refAdmitted, admitted, crashes*lease, lease, l, buckets, policy, gap, history)
+			}
+		case op < 80:
+			w.writeLeases(r.IntN(8) != 0)
+			history = append(history, "lease write")
+		case op < 88:
+			w.snapshot(-1)
+			history = append(history, "snapshot")
+		case op < 90 && crashes < 3:
+			kind := r.IntN(3)
+			switch kind {
+			case 0:
+				w.snapshot(r.IntN(2)) // a crash during a snapshot
+			case 1:
+				w.tab.TakeLeases(func(string, Lease) {}) // during a lease write
+			}
+			down := time.Duration(r.Int64N(int64(1500 * time.Millisecond)))
+			bound := w.now.Add(time.Duration(r.Int64N(int64(2 * time.Second))))
+			w.restart(down, bound)
+			crashes++
+			history = append(history, "crash", "restart after "+down.String())
 		}
 	}
 }
@@ -96,21 +109,22 @@ func b2i(b bool) int {
 func (w *leaseWorld) restart(down time.Duration, bound Tick) {
 	w.pending = w.pending[:0]
 	w.now = w.now.Add(down)
+	if w.trace != nil {
+		w.tracef("restart at %v", w.now.Sub(t0))
+	}
 	w.newTable()
-	for key, enc := range w.st.windows {
-		if err := w.tab.RestoreBinary(key, enc); err != nil {
+	for _, key := range slices.Sorted(maps.Keys(w.st.windows)) {
+		if err := w.tab.RestoreBinary(key, w.st.windows[key]); err != nil {
 			w.t.Fatal(err)
 		}
 	}
-	keys := make([]string, 0, len(w.st.leases))
-	for key := range w.st.leases {
-		keys = append(keys, key)
-	}
-	slices.Sort(keys)
-	for _, key := range keys {
-		changed, _, err := w.tab.SettleLease(key, w.st.leases[key].stored(), bound, w.now)
+	for _, key := range slices.Sorted(maps.Keys(w.st.leases)) {
+		changed, units, err := w.tab.SettleLease(key, w.st.leases[key].stored(), bound, w.now)
 		if err != nil {
 			w.t.Fatal(err)
+		}
+		if w.trace != nil {
+			w.tracef("settled %q at %v: changed %v charged %d", key, bound.Sub(t0), changed, units)
 		}
 		if changed {
 			if win, ok := w.tab.Snapshot(key); ok {

@@ -2,8 +2,11 @@ package devicelimit
 
 import (
 	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -113,6 +116,15 @@ type leaseWorld struct {
 	// leaseMax is, per window, the most a lease of it may be: under
 	// the largest quota it was decided or leased at connect under.
 	leaseMax map[string]int
+	// trace, unless nil, gets a line per event (tracef).
+	trace io.Writer
+}
+
+// tracef writes a line of the sequence's events to w.trace: the same
+// seed must give the same lines (TestLeaseSequencesReplay). Call it
+// only when w.trace is set: its arguments cost an allocation each.
+func (w *leaseWorld) tracef(format string, args ...any) {
+	fmt.Fprintf(w.trace, format+"\n", args...)
 }
 
 // newTable starts a table as a new process would, reusing the last
@@ -186,10 +198,16 @@ func (w *leaseWorld) act(all bool) {
 
 func (w *leaseWorld) writeLeases(apply bool) {
 	gen, keys := w.tab.TakeLeases(func(key string, l Lease) {
+		if w.trace != nil {
+			w.tracef("lease %q %+v", key, l)
+		}
 		if apply {
 			w.st.putLease(key, l)
 		}
 	})
+	if w.trace != nil {
+		w.tracef("lease batch %d written %v", gen, apply)
+	}
 	if apply {
 		w.tab.LeasesDurable(gen)
 	} else {
@@ -204,14 +222,40 @@ type leaseCollected struct {
 }
 
 // snapshot collects and applies the first keep changes (all when keep
-// < 0), each window with its mark, as one transaction each does.
+// < 0), each window with its mark, as one transaction each does. When
+// it keeps some, they are the first in a random order of their windows
+// (a window's changes in the order the table handed them), not in the
+// table's order: that is by shard, and a window's shard follows its
+// hash, random per process (hash.go), which must not choose what a
+// crash keeps (the seed replays the run, TestLeaseSequencesReplay).
 func (w *leaseWorld) snapshot(keep int) {
 	var cs []leaseCollected
 	w.tab.CollectLeases(func(key string, enc []byte, m LeaseMark) {
 		cs = append(cs, leaseCollected{key, slices.Clone(enc), m})
 	})
+	slices.SortStableFunc(cs, func(a, b leaseCollected) int { return strings.Compare(a.key, b.key) })
+	if w.trace != nil {
+		for _, c := range cs {
+			w.tracef("collected %q %x %+v", c.key, c.enc, c.m)
+		}
+	}
 	if keep < 0 || keep > len(cs) {
 		keep = len(cs)
+	}
+	if keep < len(cs) {
+		var keys []string
+		for i, c := range cs {
+			if i == 0 || c.key != cs[i-1].key {
+				keys = append(keys, c.key)
+			}
+		}
+		w.r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+		slices.SortStableFunc(cs, func(a, b leaseCollected) int {
+			return slices.Index(keys, a.key) - slices.Index(keys, b.key)
+		})
+		if w.trace != nil {
+			w.tracef("snapshot cut after %d of %q", keep, keys)
+		}
 	}
 	for _, c := range cs[:keep] {
 		if c.enc == nil {
@@ -233,7 +277,8 @@ func (w *leaseWorld) snapshot(keep int) {
 func (w *leaseWorld) crash() {
 	defer func() { w.crashes++ }()
 	// What each window lost, per incarnation of its lease.
-	for key, sl := range w.st.leases {
+	for _, key := range slices.Sorted(maps.Keys(w.st.leases)) {
+		sl := w.st.leases[key]
 		charge := uint64(0)
 		if sl.cap > sl.held() {
 			charge = sl.cap - sl.held()
@@ -250,6 +295,9 @@ func (w *leaseWorld) crash() {
 					waiting += a.units
 				}
 			}
+		}
+		if w.trace != nil {
+			w.tracef("crash %d: %q stored %+v charge %d lost %d waiting %d", w.crashes, key, sl, charge, lost, waiting)
 		}
 		if uint64(lost) > charge {
 			w.t.Fatalf("crash %d: window %q lost %d acted units, charged %d (lease %+v)", w.crashes, key, lost, charge, sl)
@@ -270,106 +318,125 @@ func (w *leaseWorld) crash() {
 }
 
 func TestPropertyLeasesKeepQuotaAcrossCrashes(t *testing.T) {
-	r := rand.New(rand.NewPCG(28, 1))
 	tabs := map[int]*Table{}
 	n := leaseSequences
 	if raceScale > 1 {
 		n /= 50 // the race detector makes a sequence 50 times slower here
 	}
-	for seq := range n {
-		buckets := 2 + r.IntN(6)
-		w := &leaseWorld{t: t, r: r, buckets: buckets, tab: tabs[buckets], idleAfter: uint32(1 + r.IntN(3)), every: time.Duration(r.IntN(2)) * time.Second,
-			policy: LeasePolicy{Share: []float64{0.05, 0.2, 0.5, 1}[r.IntN(4)], Min: 1 + r.IntN(2), Max: 2 + r.IntN(8)},
-			st:     leaseStore{windows: map[string][]byte{}, leases: map[string]storedLease{}},
-			now:    t0, leaseMax: map[string]int{}}
-		w.newTable()
-		// The quotas: one or two windows for the devices, in their own
-		// quota or a class; a group's window above them, or none.
-		window := func() time.Duration { return time.Duration(1+r.IntN(4)) * time.Second }
-		var dq Quota
-		dq.NWindows = 1 + r.IntN(2)
-		dq.Windows[0] = Limit{Unit: Messages, N: 1 + r.IntN(12), Window: window()}
-		if dq.NWindows == 2 {
-			dq.Windows[1] = Limit{Unit: Bytes, N: 64 + r.IntN(300), Window: window()}
-		}
-		class := []string{"", "alarms"}[r.IntN(2)]
-		group := r.IntN(3) == 0
-		gq := Quota{Limit: 2 + r.IntN(15), Window: window()}
-		groupKey := GroupKey("g")
-		var one [1]Limit
-		gls := limitsInto(gq, &one)
-		dls := dq.Windows[:dq.NWindows]
-		// The quota of a rule a reload removed between a device's
-		// connect and its first publish: the connect's leases were
-		// asked under it, every decision is under dq
-		// (broker.Server.Reconfigure). (A quota changed back and forth
-		// over a window's counts re-cuts them, docs/quotas.md: not
-		// this test's invariant.)
-		var was Quota
-		was.NWindows = 1 + r.IntN(2)
-		was.Windows[0] = Limit{Unit: Messages, N: 1 + r.IntN(40), Window: window()}
-		if was.NWindows == 2 {
-			was.Windows[1] = Limit{Unit: Bytes, N: 64 + r.IntN(900), Window: window()}
-		}
-		devices := []string{"a", "b", "c"}
-		touched := map[string]bool{} // connected or decided in this sequence
-		for range 30 + r.IntN(60) {
-			switch op := r.IntN(100); {
-			case op < 5: // a device connects: its first leases asked (prelease.go)
-				dev := devices[r.IntN(len(devices))]
-				ls := dls
-				if !touched[dev] && r.IntN(2) == 0 {
-					ls = was.Windows[:was.NWindows]
-				}
-				touched[dev] = true
-				w.tab.Prelease(dev, class, ls, w.now)
-				var seen [2]int
-				for _, l := range ls {
-					key := string(AppendWindowKey(nil, dev, class, l.Unit, seen[l.Unit]))
-					seen[l.Unit]++
-					w.leaseMax[key] = max(w.leaseMax[key], w.policy.Size(l, 64))
-				}
-			case op < 55:
-				w.now = w.now.Add(time.Duration(r.IntN(400)) * time.Millisecond)
-				dev := devices[r.IntN(len(devices))]
-				touched[dev] = true
-				size := 1 + r.IntN(64)
-				var d Decision
-				if group {
-					d = w.tab.AllowGroupAt(dev, class, dq, groupKey, gq, size, w.now).Decision
-				} else {
-					d = w.tab.AllowClassAt(dev, class, dq, size, w.now)
-				}
-				if !d.Allowed {
-					continue
-				}
-				parts := w.parts(dev, class, dls, size)
-				if group {
-					parts = append(parts, w.parts(groupKey, "", gls, size)...)
-				}
-				w.pending = append(w.pending, pendingMsg{lease: d.Lease, parts: parts})
-			case op < 68:
-				w.writeLeases(r.IntN(8) != 0) // a write that fails now and then
-			case op < 78:
-				w.act(false)
-			case op < 88:
-				w.snapshot(-1)
-			case op < 92:
-				w.now = w.now.Add(time.Duration(r.IntN(3000)) * time.Millisecond)
-			case op < 94: // crash during a snapshot
-				w.snapshot(r.IntN(4))
-				w.crash()
-			case op < 96: // crash during a lease write
-				w.tab.TakeLeases(func(string, Lease) {})
-				w.crash()
-			default:
-				w.crash()
-			}
-		}
-		w.act(false)
+	forEachSeq(t, 28, n, func(seq int, r *rand.Rand) {
+		w := leaseSequence(t, r, tabs, nil)
 		checkActed(t, seq, w.acted)
-		tabs[buckets] = w.tab
+	})
+}
+
+// leaseSequence runs one random sequence of
+// TestPropertyLeasesKeepQuotaAcrossCrashes on a table of tabs (or a new
+// one), writing its events to trace unless nil, and returns its world.
+func leaseSequence(t *testing.T, r *rand.Rand, tabs map[int]*Table, trace io.Writer) *leaseWorld {
+	buckets := 2 + r.IntN(6)
+	w := &leaseWorld{t: t, r: r, buckets: buckets, tab: tabs[buckets], idleAfter: uint32(1 + r.IntN(3)), every: time.Duration(r.IntN(2)) * time.Second,
+		policy: LeasePolicy{Share: []float64{0.05, 0.2, 0.5, 1}[r.IntN(4)], Min: 1 + r.IntN(2), Max: 2 + r.IntN(8)},
+		st:     leaseStore{windows: map[string][]byte{}, leases: map[string]storedLease{}},
+		now:    t0, leaseMax: map[string]int{}, trace: trace}
+	w.newTable()
+	defer func() { tabs[buckets] = w.tab }()
+	// The quotas: one or two windows for the devices, in their own
+	// quota or a class; a group's window above them, or none.
+	window := func() time.Duration { return time.Duration(1+r.IntN(4)) * time.Second }
+	var dq Quota
+	dq.NWindows = 1 + r.IntN(2)
+	dq.Windows[0] = Limit{Unit: Messages, N: 1 + r.IntN(12), Window: window()}
+	if dq.NWindows == 2 {
+		dq.Windows[1] = Limit{Unit: Bytes, N: 64 + r.IntN(300), Window: window()}
 	}
+	class := []string{"", "alarms"}[r.IntN(2)]
+	group := r.IntN(3) == 0
+	gq := Quota{Limit: 2 + r.IntN(15), Window: window()}
+	groupKey := GroupKey("g")
+	var one [1]Limit
+	gls := limitsInto(gq, &one)
+	dls := dq.Windows[:dq.NWindows]
+	// The quota of a rule a reload removed between a device's
+	// connect and its first publish: the connect's leases were
+	// asked under it, every decision is under dq
+	// (broker.Server.Reconfigure). (A quota changed back and forth
+	// over a window's counts re-cuts them, docs/quotas.md: not
+	// this test's invariant.)
+	var was Quota
+	was.NWindows = 1 + r.IntN(2)
+	was.Windows[0] = Limit{Unit: Messages, N: 1 + r.IntN(40), Window: window()}
+	if was.NWindows == 2 {
+		was.Windows[1] = Limit{Unit: Bytes, N: 64 + r.IntN(900), Window: window()}
+	}
+	if w.trace != nil {
+		w.tracef("sequence: buckets %d policy %+v idle %d every %v quota %v class %q group %v %v was %v", buckets, w.policy, w.idleAfter, w.every, dls, class, group, gls, was.Windows[:was.NWindows])
+	}
+	devices := []string{"a", "b", "c"}
+	touched := map[string]bool{} // connected or decided in this sequence
+	for range 30 + r.IntN(60) {
+		switch op := r.IntN(100); {
+		case op < 5: // a device connects: its first leases asked (prelease.go)
+			dev := devices[r.IntN(len(devices))]
+			ls := dls
+			if !touched[dev] && r.IntN(2) == 0 {
+				ls = was.Windows[:was.NWindows]
+			}
+			touched[dev] = true
+			w.tab.Prelease(dev, class, ls, w.now)
+			if w.trace != nil {
+				w.tracef("prelease %s %v", dev, ls)
+			}
+			var seen [2]int
+			for _, l := range ls {
+				key := string(AppendWindowKey(nil, dev, class, l.Unit, seen[l.Unit]))
+				seen[l.Unit]++
+				w.leaseMax[key] = max(w.leaseMax[key], w.policy.Size(l, 64))
+			}
+		case op < 55:
+			w.now = w.now.Add(time.Duration(r.IntN(400)) * time.Millisecond)
+			dev := devices[r.IntN(len(devices))]
+			touched[dev] = true
+			size := 1 + r.IntN(64)
+			var d Decision
+			if group {
+				d = w.tab.AllowGroupAt(dev, class, dq, groupKey, gq, size, w.now).Decision
+			} else {
+				d = w.tab.AllowClassAt(dev, class, dq, size, w.now)
+			}
+			if w.trace != nil {
+				w.tracef("publish %s %d at %v: %+v", dev, size, w.now.Sub(t0), d)
+			}
+			if !d.Allowed {
+				continue
+			}
+			parts := w.parts(dev, class, dls, size)
+			if group {
+				parts = append(parts, w.parts(groupKey, "", gls, size)...)
+			}
+			w.pending = append(w.pending, pendingMsg{lease: d.Lease, parts: parts})
+		case op < 68:
+			w.writeLeases(r.IntN(8) != 0) // a write that fails now and then
+		case op < 78:
+			w.act(false)
+		case op < 88:
+			w.snapshot(-1)
+		case op < 92:
+			w.now = w.now.Add(time.Duration(r.IntN(3000)) * time.Millisecond)
+		case op < 94: // crash during a snapshot
+			w.snapshot(r.IntN(4))
+			w.crash()
+		case op < 96: // crash during a lease write
+			w.tab.TakeLeases(func(string, Lease) {})
+			w.crash()
+		default:
+			w.crash()
+		}
+	}
+	w.act(false)
+	if w.trace != nil {
+		w.tracef("acted %d", len(w.acted))
+	}
+	return w
 }
 
 // checkActed fails when some closed interval of a window's length holds
@@ -380,7 +447,8 @@ func checkActed(t *testing.T, seq int, acted []admission) {
 	for _, a := range acted {
 		by[a.key] = append(by[a.key], a)
 	}
-	for key, as := range by {
+	for _, key := range slices.Sorted(maps.Keys(by)) {
+		as := by[key]
 		slices.SortStableFunc(as, func(a, b admission) int { return int(a.at - b.at) })
 		sum, j := 0, 0
 		for i, a := range as {

@@ -96,9 +96,8 @@ func checkLimit(t *testing.T, admitted []sent, l Limit, what string) {
 // not a nanosecond before), and a message larger than a byte window is
 // refused as too large.
 func TestPropertyAllWindowsHold(t *testing.T) {
-	r := rand.New(rand.NewPCG(11, 12))
 	tables := tableSet{}
-	for seq := range multiSequences / raceScale {
+	forEachSeq(t, 11, multiSequences/raceScale, func(seq int, r *rand.Rand) {
 		buckets := 1 + r.IntN(40)
 		tab := tables.get(t, buckets)
 		ls := randomLimits(r, buckets)
@@ -125,7 +124,7 @@ func TestPropertyAllWindowsHold(t *testing.T) {
 			checkLimit(t, admitted, l, fmt.Sprintf("seq %d %v buckets %d", seq, ls, buckets))
 		}
 		resetAll(tab, dev, ls)
-	}
+	})
 }
 
 // retryExact reports whether the windows admit m at +retry and not a
@@ -151,9 +150,8 @@ func resetAll(tab *Table, dev string, ls []Limit) {
 // one size evenly, no faster than every window allows with the bucket
 // margin (N per T*(1+1/B), in messages or bytes), is never refused.
 func TestPropertyEvenSenderUnderEveryWindow(t *testing.T) {
-	r := rand.New(rand.NewPCG(13, 14))
 	tables := tableSet{}
-	for seq := range (100_000 - multiSequences) / raceScale {
+	forEachSeq(t, 13, (100_000-multiSequences)/raceScale, func(seq int, r *rand.Rand) {
 		buckets := 1 + r.IntN(40)
 		tab := tables.get(t, buckets)
 		ls := randomLimits(r, buckets)
@@ -184,7 +182,7 @@ func TestPropertyEvenSenderUnderEveryWindow(t *testing.T) {
 			now = now.Add(period)
 		}
 		resetAll(tab, dev, ls)
-	}
+	})
 }
 
 // TestStepsTwoWindows: 10 per 1 s and 30 per 10 s, 10 buckets each, at

@@ -74,10 +74,9 @@ func checkWindows(t *testing.T, admitted []Tick, q Quota, what string) {
 }
 
 func TestPropertyNeverMoreThanNInAnyWindow(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
 	tables := tableSet{}
 	var admitted []Tick
-	for seq := 0; seq < propertySequences/raceScale; seq++ {
+	forEachSeq(t, 1, propertySequences/raceScale, func(seq int, r *rand.Rand) {
 		q, buckets := randomQuota(r)
 		tab := tables.get(t, buckets)
 		dev := fmt.Sprint("dev-", seq)
@@ -97,7 +96,7 @@ func TestPropertyNeverMoreThanNInAnyWindow(t *testing.T) {
 		}
 		checkWindows(t, admitted, q, fmt.Sprintf("seq %d buckets %d", seq, buckets))
 		tab.Reset(dev)
-	}
+	})
 }
 
 // checkRetryAfter copies the window to two probe devices: one message at
@@ -124,9 +123,8 @@ func checkRetryAfter(t *testing.T, tab *Table, dev string, q Quota, now Tick, re
 }
 
 func TestPropertyEvenSenderNeverRefused(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
 	tables := tableSet{}
-	for seq := 0; seq < (100_000-propertySequences)/raceScale; seq++ {
+	forEachSeq(t, 3, (100_000-propertySequences)/raceScale, func(seq int, r *rand.Rand) {
 		q, buckets := randomQuota(r)
 		tab := tables.get(t, buckets)
 		// N per T*(1+1/B) is a period of T*(B+1)/(B*N), rounded up to the
@@ -147,7 +145,7 @@ func TestPropertyEvenSenderNeverRefused(t *testing.T) {
 			now = now.Add(period)
 		}
 		tab.Reset(dev)
-	}
+	})
 }
 
 // A quota change mid-sequence (limit and window length both random):
@@ -155,9 +153,8 @@ func TestPropertyEvenSenderNeverRefused(t *testing.T) {
 // in (t-m, t], m the shorter of the two windows, so no such interval
 // holds more than N2; and RetryAfter of a refusal under Q2 is exact.
 func TestPropertyQuotaChangeKeepsCounts(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 8))
 	tab := newTable(t, 20)
-	for seq := range 3000 {
+	forEachSeq(t, 7, 3000, func(seq int, r *rand.Rand) {
 		var q [2]Quota
 		for i := range q {
 			q[i], _ = randomQuota(r)
@@ -194,5 +191,5 @@ func TestPropertyQuotaChangeKeepsCounts(t *testing.T) {
 			}
 		}
 		tab.Reset(dev)
-	}
+	})
 }
