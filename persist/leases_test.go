@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -455,4 +456,89 @@ func TestEarlyLeaseWrittenWithoutAWait(t *testing.T) {
 	if err != nil || cap != 3 {
 		t.Fatalf("meter's stored cap %d (%v), want 3: its two admissions and a lease of 1", cap, err)
 	}
+}
+
+// TestLeaseTxMatchesOneByOne: merges in one transaction (leaseTx, as a
+// lease write and a snapshot make them: buckets looked up once, reads
+// through kept cursors, keys and values in one buffer) leave the lease
+// buckets byte for byte as the same merges made one per transaction,
+// over short and long device IDs interleaved, with the same key merged
+// several times in one transaction (a read seeing the transaction's own
+// earlier put), deletions of keys never leased, and buckets made in the
+// middle.
+func TestLeaseTxMatchesOneByOne(t *testing.T) {
+	long := strings.Repeat("L", bolt.MaxKeySize+1)
+	keys := []string{"a", "b", long + "1", "c", long + "2"}
+	rng := rand.New(rand.NewPCG(41, 1))
+	type op struct {
+		key string
+		l   leaseRecord
+		how int
+	}
+	var ops []op
+	for range 400 {
+		l := leaseRecord{inc: uint64(1 + rng.IntN(3)), length: time.Second}
+		how := rng.IntN(3)
+		switch how {
+		case leaseWrite:
+			l.cap, l.adm = uint64(rng.IntN(50)), uint64(rng.IntN(50))
+			if rng.IntN(2) == 0 {
+				l.window = []byte{byte(rng.IntN(256)), byte(rng.IntN(256))}
+			}
+		case leaseMark:
+			l.rec = uint64(rng.IntN(50))
+		}
+		ops = append(ops, op{keys[rng.IntN(len(keys))], l, how})
+	}
+	dump := func(s *Store) string {
+		var out strings.Builder
+		if err := s.view(func(tx *bolt.Tx) error {
+			for _, name := range [][]byte{bucketLeases, bucketLeasesLong} {
+				if b := tx.Bucket(name); b != nil {
+					if err := b.ForEach(func(k, v []byte) error {
+						fmt.Fprintf(&out, "%s %x %x\n", name, k, v)
+						return nil
+					}); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	one, batched := open(t, t.TempDir()), open(t, t.TempDir())
+	for i := 0; i < len(ops); i += 37 { // transactions of 37 merges
+		chunk := ops[i:min(i+37, len(ops))]
+		for _, o := range chunk {
+			if err := one.update(func(tx *bolt.Tx) error { return mergeLease(tx, o.key, o.l, o.how) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := batched.update(func(tx *bolt.Tx) error {
+			lt := leaseTx{tx: tx}
+			for _, o := range chunk {
+				if err := lt.merge(o.key, o.l, o.how); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if a, b := dump(one), dump(batched); a != b {
+			t.Fatalf("after %d merges: one by one\n%s\nin one transaction\n%s", i+len(chunk), a, b)
+		}
+	}
+	if d := dump(one); !strings.Contains(d, "leases-long") || !strings.Contains(d, "leases ") {
+		t.Fatalf("the ops left no record in one of the buckets:\n%s", d)
+	}
+}
+
+// mergeLease merges one lease write, snapshot mark or window deletion
+// (how) into the record of key in tx, in a leaseTx of its own.
+func mergeLease(tx *bolt.Tx, key string, l leaseRecord, how int) error {
+	return (&leaseTx{tx: tx}).merge(key, l, how)
 }

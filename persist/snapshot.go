@@ -360,12 +360,13 @@ func (sn *Snapshotter) writeLong(tx *bolt.Tx, st *SnapshotStats) error {
 	if err != nil {
 		return err
 	}
+	lt := leaseTx{tx: tx}
 	for _, lm := range sn.longMarks {
 		how := leaseMark
 		if lm.del {
 			how = leaseWindow
 		}
-		if err := mergeLease(tx, lm.key, leaseRecord{inc: lm.m.Inc, rec: lm.m.Recorded}, how); err != nil {
+		if err := lt.merge(lm.key, leaseRecord{inc: lm.m.Inc, rec: lm.m.Recorded}, how); err != nil {
 			return err
 		}
 	}
@@ -405,6 +406,7 @@ func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 			start := time.Now()
 			b := tx.Bucket(bucketWindows)
 			b.FillPercent = windowFill
+			lt := leaseTx{tx: tx}
 			for k, it := range items[i:j] {
 				if k > 0 && k%yieldEvery == 0 && sn.yield > 0 && commit.pending.Load() > 0 && time.Since(start) >= sn.yield {
 					j = i + k
@@ -419,7 +421,7 @@ func (sn *Snapshotter) write(final bool) (SnapshotStats, error) {
 						how, value = leaseWindow, nil // the deletion of a leased window
 					}
 					if m.Inc != 0 {
-						if err := mergeLease(tx, string(key), leaseRecord{inc: m.Inc, rec: m.Recorded}, how); err != nil {
+						if err := lt.merge(string(key), leaseRecord{inc: m.Inc, rec: m.Recorded}, how); err != nil {
 							return err
 						}
 					}
