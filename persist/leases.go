@@ -90,7 +90,7 @@ func decodeLease(v []byte) (leaseRecord, error) {
 	return l, nil
 }
 
-// How mergeLease merges its record into the stored one.
+// How leaseTx.merge merges a record into the stored one.
 const (
 	leaseWrite  = iota // a lease write: inc, cap, length, adm, window
 	leaseMark          // a snapshot's mark: inc, rec
