@@ -21,7 +21,11 @@
 # times more per message than at full speed: compare the per-message
 # parts, and read the totals with that in mind. Each target takes about
 # a minute. Needs valgrind (3.19 here) and GODEBUG=asyncpreemptoff=1
-# (set here: callgrind aborts on Go's preemption signal).
+# (set here: callgrind aborts on Go's preemption signal). On an AMD EPYC
+# host valgrind 3.19 reports RDTSCP to the program and then cannot run
+# it: the Go runtime dies with SIGILL in runtime.cputicks and loadgen
+# reports its connection lost (seen 2026-11-29; it ran on the host of
+# the day before).
 set -euo pipefail
 QOS=${QOS:-0}
 DURATION=${DURATION:-1s}
