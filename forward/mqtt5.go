@@ -28,7 +28,7 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
-	conn := &mqtt5Conn{Ending: NewEnding(), bc: nc, sess: &ackSession{SessionManager: state.NewInMemory()}}
+	conn := &mqtt5Conn{Ending: NewEnding(), bc: nc, sess: newAckSession()}
 	cfg := paho.ClientConfig{ClientID: d.ClientID, Conn: pahoConn(nc), Session: conn.sess, PacketTimeout: timeout,
 		OnClientError: conn.EndWith,
 		OnServerDisconnect: func(dc *paho.Disconnect) {
@@ -249,6 +249,25 @@ func props5(p *Props) *paho.PublishProperties {
 type ackSession struct {
 	session.SessionManager
 	next *Pending // the Send in progress; set and read on the forwarder's goroutine
+	// closed is closed by Close: paho.golang's session state, with no
+	// session kept (session expiry 0), forgets the publishes awaiting
+	// an acknowledgement when the connection goes (state.State.clean,
+	// from connectionLost) without answering them, and its Close then
+	// finds none to answer.
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func newAckSession() *ackSession {
+	return &ackSession{SessionManager: state.NewInMemory(), closed: make(chan struct{})}
+}
+
+// Close closes the session state and ends every wait for an
+// acknowledgement with ErrEnded.
+func (s *ackSession) Close() error {
+	err := s.SessionManager.Close()
+	s.closeOnce.Do(func() { close(s.closed) })
+	return err
 }
 
 func (s *ackSession) AddToSession(ctx context.Context, p session.Packet, resp chan<- packets.ControlPacket) error {
@@ -262,7 +281,15 @@ func (s *ackSession) AddToSession(ctx context.Context, p session.Packet, resp ch
 		return err
 	}
 	go func() {
-		cp := <-mine
+		var cp packets.ControlPacket
+		select {
+		case cp = <-mine:
+		case <-s.closed:
+			select {
+			case cp = <-mine: // answered before the end
+			default: // never answered: ErrEnded
+			}
+		}
 		switch r := cp.Content.(type) {
 		case *packets.Puback:
 			a.Finish(pubackError(r.ReasonCode, r.Reason()))

@@ -153,3 +153,56 @@ func (h *closeOnSubscribe) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packe
 	cl.Stop(errors.New("closed by the test on its SUBSCRIBE"))
 	return pk
 }
+
+// TestMQTT5AcksEndWithConnection: a QoS 1 message in flight when the
+// upstream closes the connection (a real mochi broker, which closes it
+// on the PUBLISH here, unacknowledged) gets its outcome once the
+// connection is closed: ErrEnded, to be sent again on the next. Before,
+// its Ack never completed: paho.golang's session state, with no session
+// kept, forgets the publishes awaiting a PUBACK when the connection goes
+// (state.State.clean) without answering them, and closing the session
+// after found none; the goroutine awaiting each one's PUBACK stayed
+// blocked for good, one per message in flight at each lost connection.
+func TestMQTT5AcksEndWithConnection(t *testing.T) {
+	_, addr := upstreamWith(t, &closeOnPublish{})
+	d := &MQTT{Address: addr, ClientID: "gw-acks", V5: true}
+	c, err := d.Dial(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := c.Send(&Message{Topic: "t/1", Payload: []byte("m")}, 1)
+	select {
+	case <-c.Lost():
+	case <-time.After(30 * time.Second): // a bound on a hang, not a wait
+		c.Close()
+		t.Fatal("the connection outlived its PUBLISH")
+	}
+	c.Close()
+	select {
+	case <-a.Done():
+		if !errors.Is(a.Error(), ErrEnded) {
+			t.Fatalf("outcome %v, want %v", a.Error(), ErrEnded)
+		}
+	case <-time.After(30 * time.Second): // a bound on a hang, not a wait
+		t.Fatal("no outcome for the message in flight, the connection closed")
+	}
+}
+
+// closeOnPublish lets every client in and closes its connection on its
+// first PUBLISH, unacknowledged.
+type closeOnPublish struct{ mqtt.HookBase }
+
+func (h *closeOnPublish) ID() string { return "close-on-publish" }
+
+func (h *closeOnPublish) Provides(b byte) bool {
+	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck || b == mqtt.OnPublish
+}
+
+func (h *closeOnPublish) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
+
+func (h *closeOnPublish) OnACLCheck(*mqtt.Client, string, bool) bool { return true }
+
+func (h *closeOnPublish) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	cl.Stop(errors.New("closed by the test on its PUBLISH"))
+	return pk, packets.ErrRejectPacket
+}
