@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
@@ -26,8 +28,8 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", d.Addr(), err)
 	}
-	conn := &mqtt5Conn{Ending: NewEnding(), bc: nc, sess: &ackSession{SessionManager: state.NewInMemory()}}
-	cfg := paho.ClientConfig{ClientID: d.ClientID, Conn: nc, Session: conn.sess, PacketTimeout: timeout,
+	conn := &mqtt5Conn{Ending: NewEnding(), bc: nc, sess: newAckSession()}
+	cfg := paho.ClientConfig{ClientID: d.ClientID, Conn: pahoConn(nc), Session: conn.sess, PacketTimeout: timeout,
 		OnClientError: conn.EndWith,
 		OnServerDisconnect: func(dc *paho.Disconnect) {
 			why := ""
@@ -80,7 +82,12 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 			sub.Subscriptions = append(sub.Subscriptions, paho.SubscribeOptions{Topic: s, QoS: 1})
 		}
 		subscribe := func(ctx context.Context) error {
+			ctx, stop := untilEnded(ctx, conn.Ending)
+			defer stop()
 			sa, err := conn.c.Subscribe(ctx, sub)
+			if why := conn.Reason(); err != nil && why != nil {
+				err = fmt.Errorf("connection lost: %w", why) // rather than that the wait was cut short
+			}
 			if sa != nil { // with paho's "at least one requested subscription failed": say which
 				var refused []string
 				for i, r := range sa.Reasons {
@@ -116,6 +123,44 @@ func (d *MQTT) dial5(ctx context.Context, timeout, keepAlive time.Duration) (Con
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// packetConn is the connection paho.golang writes to: a batchConn that
+// is also a sync.Locker, which paho holds while it writes a packet.
+// paho writes a packet as several Writes (its fixed header, then each
+// part) and holds the writer across them only when it is a sync.Locker
+// (packets.ControlPacket.WriteTo); on a bare TCP connection the parts
+// leave in one writev, but a batchConn takes them one by one. Its
+// goroutines write concurrently: the pinger sends its first PINGREQ as
+// the connection starts, just when Dial sends the SUBSCRIBE (later
+// PINGREQs, the acknowledgements of commands, the forwarder's
+// publishes). Without the lock, a PINGREQ landed inside the SUBSCRIBE
+// about once in 500 dials: mochi read a malformed SUBSCRIBE ("malformed
+// packet: topic") and closed the connection.
+type packetConn struct {
+	*batchConn
+	sync.Mutex
+}
+
+// pahoConn is nc as paho.golang's connection.
+func pahoConn(nc *batchConn) net.Conn { return &packetConn{batchConn: nc} }
+
+// untilEnded returns ctx, cancelled also when e ends. paho.golang does
+// not always end a wait when the connection ends: with no session kept
+// (session expiry 0), its session state forgets the packets awaiting an
+// answer (state.State.clean, from connectionLost) without answering
+// them, so a Subscribe waited for its whole timeout on a connection the
+// upstream had closed.
+func untilEnded(ctx context.Context, e *Ending) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-e.Lost():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
 
 func reasonText(p *paho.ConnackProperties) string {
 	if p != nil && p.ReasonString != "" {
@@ -204,6 +249,25 @@ func props5(p *Props) *paho.PublishProperties {
 type ackSession struct {
 	session.SessionManager
 	next *Pending // the Send in progress; set and read on the forwarder's goroutine
+	// closed is closed by Close: paho.golang's session state, with no
+	// session kept (session expiry 0), forgets the publishes awaiting
+	// an acknowledgement when the connection goes (state.State.clean,
+	// from connectionLost) without answering them, and its Close then
+	// finds none to answer.
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func newAckSession() *ackSession {
+	return &ackSession{SessionManager: state.NewInMemory(), closed: make(chan struct{})}
+}
+
+// Close closes the session state and ends every wait for an
+// acknowledgement with ErrEnded.
+func (s *ackSession) Close() error {
+	err := s.SessionManager.Close()
+	s.closeOnce.Do(func() { close(s.closed) })
+	return err
 }
 
 func (s *ackSession) AddToSession(ctx context.Context, p session.Packet, resp chan<- packets.ControlPacket) error {
@@ -217,7 +281,15 @@ func (s *ackSession) AddToSession(ctx context.Context, p session.Packet, resp ch
 		return err
 	}
 	go func() {
-		cp := <-mine
+		var cp packets.ControlPacket
+		select {
+		case cp = <-mine:
+		case <-s.closed:
+			select {
+			case cp = <-mine: // answered before the end
+			default: // never answered: ErrEnded
+			}
+		}
 		switch r := cp.Content.(type) {
 		case *packets.Puback:
 			a.Finish(pubackError(r.ReasonCode, r.Reason()))
