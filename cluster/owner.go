@@ -411,11 +411,14 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 
 // parted refuses a publish of a device another gateway took over: one
 // its old connection here sent before it was closed. It waits until that
-// connection is closed (bounded by the decision timeout), so that a
-// device still connected here learns nothing from the refusal, and
-// sends the message again where it is now.
+// connection is closed (the releaser closes it within controlTimeout of
+// the release request, once its release is written or failed; a second
+// more for the releaser to get to it), so that the device learns
+// nothing from the refusal (an MQTT 3.1.1 device would take policy
+// drop's PUBACK for a success) and sends the message again where it is
+// now.
 func (o *Owner) parted(d *owned, ls []devicelimit.Limit) devicelimit.GroupDecision {
-	t := time.NewTimer(o.timeout)
+	t := time.NewTimer(controlTimeout + time.Second)
 	defer t.Stop()
 	select {
 	case <-d.gone:
