@@ -136,6 +136,14 @@ const (
 	stClaiming = iota
 	stReady
 	stLost
+	// stParted: given up to the gateway that claimed the device (on its
+	// request, or fenced by its claim): a publish still read from its
+	// old connection here is refused, neither decided by the failure
+	// policy (the new owner counts its window) nor made a claim that
+	// takes the device back. The device stays so for the gateway TTL
+	// (forgetParted); a new connection of the device here (ClaimSoon,
+	// Claim) claims it again at once.
+	stParted
 )
 
 // infinite is the lease of a unit the device has no window of.
@@ -162,6 +170,9 @@ type owned struct {
 	maxSize          int
 	queued           bool
 	landed           chan struct{} // closed and renewed at each checkpoint's answer
+	gone             chan struct{} // closed once its sessions here are closed (stParted)
+	goneOnce         sync.Once
+	parted           atomic.Bool // state stParted
 }
 
 // NewOwner builds an owner and starts its liveness renewal, its
@@ -333,9 +344,13 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 			d.mu.Unlock()
 			return o.fallbackGroup(device, class, q, ls, size, now, g)
 		}
+		if d.state == stParted {
+			d.mu.Unlock()
+			return o.parted(d, ls)
+		}
 		if d.state != stReady {
-			// The claim failed, or the device was lost: this message takes
-			// the policy, the next one claims it again.
+			// The claim failed: this message takes the policy, the next
+			// one claims it again.
 			d.mu.Unlock()
 			o.forget(d)
 			return o.fallbackGroup(device, class, q, ls, size, now, g)
@@ -393,6 +408,40 @@ func (o *Owner) decide(device, class string, q devicelimit.Quota, ls []devicelim
 		}
 	}
 }
+
+// parted refuses a publish of a device another gateway took over: one
+// its old connection here sent before it was closed. It waits until that
+// connection is closed (the releaser closes it within controlTimeout of
+// the release request, once its release is written or failed; a second
+// more for the releaser to get to it), so that the device learns
+// nothing from the refusal (an MQTT 3.1.1 device would take policy
+// drop's PUBACK for a success) and sends the message again where it is
+// now.
+func (o *Owner) parted(d *owned, ls []devicelimit.Limit) devicelimit.GroupDecision {
+	t := time.NewTimer(controlTimeout + time.Second)
+	defer t.Stop()
+	select {
+	case <-d.gone:
+	case <-t.C:
+	case <-o.stop:
+	}
+	first := ls[0].N
+	return devicelimit.GroupDecision{Decision: devicelimit.Decision{Limit: first, Count: first, RetryAfter: failRetryAfter}}
+}
+
+// goneHere marks d's sessions here closed.
+func (d *owned) goneHere() { d.goneOnce.Do(func() { close(d.gone) }) }
+
+// part marks d given up to another gateway (d.mu held).
+func (d *owned) part() {
+	d.state = stParted
+	d.parted.Store(true)
+}
+
+// forgetParted forgets d, given up to another gateway, once the
+// publishes its old connection here sent before it was closed have been
+// decided (refused): the gateway's TTL later.
+func (o *Owner) forgetParted(d *owned) { time.AfterFunc(o.ttl, func() { o.forget(d) }) }
 
 // withGroup decides a device's part in the table and its group's in
 // Redis (the device's windows locked by the caller), and reports whether

@@ -150,8 +150,9 @@ func TestOwnerMovesAndCrashes(t *testing.T) {
 
 // TestOwnerFenced: a checkpoint of an owner whose device another
 // gateway claimed meanwhile is refused by the epoch; the stale owner
-// drops the device and closes its sessions, and decides for it again
-// only after claiming it back.
+// drops the device and closes its sessions, refuses what its old
+// connection still sends, and decides for it again only after a new
+// connection claimed it back.
 func TestOwnerFenced(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newOwner(t, srv, 10, time.Second)
@@ -184,8 +185,16 @@ func TestOwnerFenced(t *testing.T) {
 	if g, _ := srv.Client().HGet(ctx, a.o.recordKey("d"), "g").Result(); g != "other" {
 		t.Fatalf("record's owner %q after the stale write, want other", g)
 	}
-	// Claimed back ("other" is dead): the windows of the checkpoint,
-	// with the lease charged.
+	// Refused while given up: a publish its old connection here sent
+	// before it was closed (neither the failure policy's nor a claim).
+	if v := a.o.AllowAt("d", q, t0.Add(time.Second)); v.Allowed || a.o.stats.fallbacks.Load() != 0 {
+		t.Fatalf("given up, the device was decided: %+v, %d fallbacks", v, a.o.stats.fallbacks.Load())
+	}
+	// Claimed back by a new connection ("other" is dead): the windows of
+	// the checkpoint, with the lease charged.
+	if err := a.o.Claim("d"); err != nil {
+		t.Fatal(err)
+	}
 	v := a.o.AllowAt("d", q, t0.Add(time.Second))
 	if !v.Allowed || v.Count < 4 {
 		t.Fatalf("after the claim back: %+v; want admitted with the earlier 3 and a charge counted", v)

@@ -36,7 +36,7 @@ type claimReq struct {
 // caller checks d.state. waited reports whether it waited for the
 // claim.
 func (o *Owner) get(device string, now devicelimit.Tick) (d *owned, waited bool) {
-	d = o.start1(device, now)
+	d = o.start1(device, now, false)
 	if !d.settled.Load() {
 		<-d.ready
 		waited = true
@@ -45,21 +45,22 @@ func (o *Owner) get(device string, now devicelimit.Tick) (d *owned, waited bool)
 }
 
 // start1 returns the device's state, its claim queued when this gateway
-// had none.
-func (o *Owner) start1(device string, now devicelimit.Tick) *owned {
+// had none, or when conn (a new connection of the device here) and the
+// device was given up to another gateway (stParted).
+func (o *Owner) start1(device string, now devicelimit.Tick, conn bool) *owned {
 	sh := o.shard(device)
 	sh.mu.RLock()
 	d := sh.m[device]
 	sh.mu.RUnlock()
-	if d != nil {
+	if d != nil && !(conn && d.parted.Load()) {
 		return d
 	}
 	sh.mu.Lock()
-	if d = sh.m[device]; d != nil {
+	if d = sh.m[device]; d != nil && !(conn && d.parted.Load()) {
 		sh.mu.Unlock()
 		return d
 	}
-	d = &owned{device: device, ready: make(chan struct{}), landed: make(chan struct{})}
+	d = &owned{device: device, ready: make(chan struct{}), landed: make(chan struct{}), gone: make(chan struct{})}
 	sh.m[device] = d
 	sh.mu.Unlock()
 	o.stats.claims.Add(1)
@@ -83,7 +84,8 @@ func (o *Owner) start1(device string, now devicelimit.Tick) *owned {
 // decision (at its connection), so that the gateway it was on releases
 // it and closes its session there. It returns once the claim ended.
 func (o *Owner) Claim(device string) error {
-	d, _ := o.get(device, o.clock.Now())
+	d := o.start1(device, o.clock.Now(), true)
+	<-d.ready
 	d.mu.Lock()
 	ok := d.state == stReady
 	d.mu.Unlock()
@@ -96,7 +98,7 @@ func (o *Owner) Claim(device string) error {
 
 // ClaimSoon queues the device's claim and returns at once: its first
 // decision waits for it (the broker's connection hook).
-func (o *Owner) ClaimSoon(device string) { o.start1(device, o.clock.Now()) }
+func (o *Owner) ClaimSoon(device string) { o.start1(device, o.clock.Now(), true) }
 
 // forget drops d from the map, if it is still d there.
 func (o *Owner) forget(d *owned) {

@@ -131,7 +131,7 @@ func (o *Owner) checkpoint(batch []*owned) {
 		default:
 			o.stats.fenced.Add(1)
 			if d.epoch == s.epoch && d.state == stReady {
-				d.state = stLost
+				d.part()
 				o.lost(d)
 			}
 		}
@@ -145,10 +145,14 @@ func (o *Owner) checkpoint(batch []*owned) {
 // closes its sessions here.
 func (o *Owner) lost(d *owned) {
 	go func() {
-		o.forget(d)
+		// Closed before the device is forgotten, as in releaseBatch: a
+		// publish racing the close is refused (Owner.parted), neither
+		// decided by the failure policy nor claiming the device back.
 		if o.onLost != nil {
 			o.onLost(d.device)
 		}
+		d.goneHere()
+		o.forgetParted(d)
 	}()
 }
 

@@ -144,7 +144,12 @@ func (o *Owner) part(device string) (parting, bool) {
 	}
 	p.d.mu.Lock()
 	p.was = p.d.state == stReady
-	p.d.state = stLost
+	switch {
+	case p.was:
+		p.d.part()
+	case p.d.state != stParted:
+		p.d.state = stLost
+	}
 	p.epoch = p.d.epoch
 	if p.was {
 		p.c = appendCheckpoint(nil, o.table, device, p.d.wins)
@@ -186,11 +191,11 @@ func (o *Owner) releaser() {
 		o.relq = nil
 		o.relMu.Unlock()
 		ctx, cancel := context.WithTimeout(o.done, controlTimeout)
-		chunks(len(ps), func(lo, hi int) {
-			if ctx.Err() == nil {
-				o.releaseBatch(ctx, ps[lo:hi], true)
-			}
-		})
+		// Every batch, even once ctx ended (its script call then fails
+		// at once): the devices' sessions here are closed and the
+		// devices forgotten all the same, or their publishes here would
+		// stay refused (Owner.parted).
+		chunks(len(ps), func(lo, hi int) { o.releaseBatch(ctx, ps[lo:hi], true) })
 		devs := make([]any, len(ps))
 		for i, p := range ps {
 			devs[i] = p.device
@@ -230,11 +235,16 @@ func (o *Owner) releaseBatch(ctx context.Context, ps []parting, notify bool) boo
 			continue
 		}
 		// Closed before the device is forgotten: a publish racing the
-		// close takes the failure policy rather than claiming it back.
+		// close is refused (Owner.parted) rather than claiming it back.
 		if p.was && notify && o.onLost != nil {
 			o.onLost(p.device)
 		}
-		o.forget(p.d)
+		p.d.goneHere()
+		if notify && p.d.parted.Load() {
+			o.forgetParted(p.d)
+		} else {
+			o.forget(p.d)
+		}
 	}
 	return failed == 0
 }

@@ -51,7 +51,11 @@ func (o *Owner) Stats() OwnerStats {
 	for i := range o.shards {
 		sh := &o.shards[i]
 		sh.mu.RLock()
-		s.Owned += len(sh.m)
+		for _, d := range sh.m {
+			if !d.parted.Load() {
+				s.Owned++
+			}
+		}
 		sh.mu.RUnlock()
 	}
 	return s
