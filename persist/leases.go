@@ -150,14 +150,6 @@ func (lt *leaseTx) bucket(long, create bool) (*bolt.Bucket, error) {
 	return *b, nil
 }
 
-// hold appends b to the buffer and returns its copy there, capped so
-// that no later append writes over it.
-func (lt *leaseTx) hold(b []byte) []byte {
-	n := len(lt.buf)
-	lt.buf = append(lt.buf, b...)
-	return lt.buf[n:len(lt.buf):len(lt.buf)]
-}
-
 // merge merges a lease write, a snapshot's mark or a window's deletion
 // (how) into the record of key.
 func (lt *leaseTx) merge(key string, l leaseRecord, how int) error {
