@@ -135,8 +135,9 @@ type Server struct {
 	sessions  *sessionHook
 	commander *mqtt.Client
 
-	auth *authHook
-	mlog *mochiLimits // what mochi's log handler counts and holds back
+	auth     *authHook
+	takeover *takeoverHook
+	mlog     *mochiLimits // what mochi's log handler counts and holds back
 
 	mu       sync.Mutex
 	tcp      *tcpListener // set once the listener is bound
@@ -230,6 +231,12 @@ func New(opts Options) (*Server, error) {
 	}
 	h.consumers = ah.consumers
 	h.remaps = &ah.remaps
+	// First: the other hooks' OnSessionEstablish and OnDisconnect run
+	// once a takeover is done (takeover.go).
+	th := newTakeoverHook(srv)
+	if err := srv.AddHook(th, nil); err != nil {
+		return nil, fmt.Errorf("add takeover hook: %w", err)
+	}
 	if err := srv.AddHook(ah, nil); err != nil {
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}
@@ -250,7 +257,7 @@ func New(opts Options) (*Server, error) {
 	if err := srv.AddHook(sh, nil); err != nil {
 		return nil, fmt.Errorf("add sessions hook: %w", err)
 	}
-	s := &Server{opts: opts, mqtt: srv, hook: h, auth: ah, mlog: mlog, closed: make(chan struct{}), sessions: sh,
+	s := &Server{opts: opts, mqtt: srv, hook: h, auth: ah, takeover: th, mlog: mlog, closed: make(chan struct{}), sessions: sh,
 		commander: srv.NewClient(nil, commandListener, commandOrigin, true)}
 	if opts.Defer != nil {
 		s.def = newDeferrer(opts.Defer, opts.DeferLimits, h)
@@ -406,6 +413,7 @@ func (s *Server) tick(now devicelimit.Tick) {
 	s.hook.blocks.expire(now)
 	s.hook.sweep(now)
 	s.auth.sweep(now)
+	s.takeover.sweep()
 }
 
 // disconnectClients ends every client of the listener on shutdown. MQTT 5

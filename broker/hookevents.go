@@ -24,6 +24,7 @@ var (
 	authEvents = eventsOf(mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck,
 		mqtt.OnPacketRead, mqtt.OnSubscribe, mqtt.OnSelectSubscribers, mqtt.OnPublishDropped, mqtt.OnPublished, // alias.go, share.go, drops.go, consumers.go (its CONNACK encode: the throttle's OnPacketEncode)
 		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired) // packetids.go
+	takeoverEvents = eventsOf(mqtt.OnSessionEstablish, mqtt.OnDisconnect)
 	throttleEvents = eventsOf(mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnPublish, mqtt.OnPacketEncode)
 	// sessionEvents, and sessionStoreEvents for a hook that keeps
 	// sessions in the data file.
