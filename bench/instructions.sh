@@ -29,9 +29,6 @@
 set -euo pipefail
 QOS=${QOS:-0}
 DURATION=${DURATION:-1s}
-GO=${GO:-go}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 command -v valgrind >/dev/null || { echo "instructions: valgrind not found (apt-get install -y valgrind)" >&2; exit 1; }
 # shellcheck source=bench/targets.sh
 . "$(dirname "$0")/targets.sh"

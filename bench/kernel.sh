@@ -23,9 +23,6 @@ set -euo pipefail
 QOS=${QOS:-0}
 DURATION=${DURATION:-5s}
 ROUNDS=${ROUNDS:-1}
-GO=${GO:-go}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 command -v perf >/dev/null || { echo "kernel: perf not found (apt-get install -y linux-perf)" >&2; exit 1; }
 # shellcheck source=bench/targets.sh
 . "$(dirname "$0")/targets.sh"
@@ -50,6 +47,7 @@ measure() {
 	mkfifo "$dir/ctl" "$dir/ack"
 	perf stat -x, -D -1 --control "fifo:$dir/ctl,$dir/ack" -e "$events" -p "$pid" -o "$dir/perf" 2>"$dir/perf.log" &
 	local perf=$! before after m
+	pids+=("$perf")
 	exec 7<>"$dir/ctl" 8<>"$dir/ack"
 	echo enable >&7
 	read -r -t 30 -u 8 _ || { echo "kernel: perf did not start counting" >&2; exit 1; }

@@ -1,7 +1,21 @@
 # targets.sh: what bench/instructions.sh and bench/kernel.sh share,
-# sourced by them: building the servers and loadgen, starting one server
-# with its load, and the gateway's configuration for it. Needs $work (a
-# scratch directory) and $GO.
+# sourced by them: a scratch directory ($work), building the servers
+# and loadgen, starting one server with its load, and the gateway's
+# configuration for it. GO names the go command (default go). On exit,
+# by success or failure, the processes started here (and those a script
+# adds to pids) are ended, by their PIDs, and $work removed.
+
+GO=${GO:-go}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
 
 # build_targets builds this build's gateway, plain mochi and loadgen
 # into $work.
@@ -23,6 +37,7 @@ start_target() {
 	if [ "$bin" = mochi ]; then
 		"$@" "$work/plainmochi" -addr 127.0.0.1:0 >"$dir/log" 2>&1 &
 		pid=$!
+		pids+=("$pid")
 		pattern='s/^listening \([0-9.:]*\).*/\1/p'
 	else
 		cat >"$dir/gateway.yaml" <<EOF
@@ -34,6 +49,7 @@ limits:
 EOF
 		"$@" "$bin" serve --config "$dir/gateway.yaml" >"$dir/log" 2>&1 &
 		pid=$!
+		pids+=("$pid")
 		pattern='s/.*msg="mqtt listening" addr=\([0-9.:]*\).*/\1/p'
 	fi
 	addr=
@@ -52,6 +68,7 @@ start_load() {
 	local name=$1 dir=$2
 	"$work/loadgen" -addr "$addr" -qos "$QOS" -duration "$DURATION" -wait-signal >"$dir/loadgen.json" 2>"$dir/loadgen.log" &
 	lg=$!
+	pids+=("$lg")
 	until grep -qs '^loadgen: connected' "$dir/loadgen.log"; do
 		kill -0 "$lg" 2>/dev/null || { echo "$0: loadgen failed against $name:" >&2; cat "$dir/loadgen.log" >&2; exit 1; }
 		sleep 0.1
