@@ -22,7 +22,10 @@ import (
 // is up to 5 transactions a second, but an op takes less than a second:
 // each op therefore ends with a new device's first admission, which
 // waits for its lease, so that the write it wakes takes the op's leases
-// (one transaction per op).
+// (one transaction per op). With writes=45 the op's admissions are cut
+// in 45 parts, each ended by such a newcomer: 45 lease transactions a
+// second, as make bench-lease's gateway writes them (42 to 47 a
+// second), each of some 45 records.
 //
 //	go test -run '^$' -bench QuietFleetLeases -benchtime 20x ./persist
 func BenchmarkQuietFleetLeases(b *testing.B) {
@@ -32,8 +35,16 @@ func BenchmarkQuietFleetLeases(b *testing.B) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("device-%05d", i)
 	}
-	for _, on := range []bool{true, false} {
-		b.Run(fmt.Sprintf("leases=%v", map[bool]string{true: "on", false: "off"}[on]), func(b *testing.B) {
+	for _, c := range []struct {
+		on     bool
+		writes int
+	}{{true, 1}, {true, 45}, {false, 0}} {
+		on := c.on
+		name := "leases=off"
+		if on {
+			name = fmt.Sprintf("leases=on/writes=%d", c.writes)
+		}
+		b.Run(name, func(b *testing.B) {
 			s := benchStore(b)
 			tab := newTable(b, devicelimit.DefaultBuckets)
 			var l *Leaser
@@ -47,15 +58,20 @@ func BenchmarkQuietFleetLeases(b *testing.B) {
 			windows, sec := 0, 0
 			second := func() {
 				var last uint32
-				for i := sec % every; i < devices; i += every {
+				part := 0
+				for n, i := 0, sec%every; i < devices; n, i = n+1, i+every {
 					clock.now = clock.now.Add(time.Second / (devices / every))
 					if d := tab.AllowAt(ids[i], q, clock.now); d.Lease != 0 {
 						last = d.Lease
 					}
-				}
-				if on {
-					// The latest batch: its write takes the op's leases.
-					last = tab.AllowAt(fmt.Sprint("newcomer-", sec), q, clock.now).Lease
+					if on && (n+1)*c.writes/(devices/every) > part {
+						// The latest batch: its write takes the part's leases.
+						part++
+						last = tab.AllowAt(fmt.Sprint("newcomer-", sec, "-", part), q, clock.now).Lease
+						if !tab.WaitLease(last, 5*time.Second) {
+							b.Fatal("leases not written")
+						}
+					}
 				}
 				if !tab.WaitLease(last, 5*time.Second) {
 					b.Fatal("leases not written")
