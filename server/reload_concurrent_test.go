@@ -18,23 +18,28 @@ import (
 	"github.com/devicegate/devicegate/internal/logtest"
 )
 
-// reloadFile is a configuration file whose rule r has the quota
-// ruleLimit and whose class c has classLimit, both per hour; the rest
-// is a test gateway's.
-func reloadFile(dir string, ruleLimit, classLimit int) string {
+// gatewayFile is a test gateway's configuration file (ports 0, the
+// token test-token, data in dir) with limits, the YAML under "limits:".
+func gatewayFile(dir, limits string) string {
 	return fmt.Sprintf(`mqtt: {tcp: "127.0.0.1:0"}
 admin: {addr: "127.0.0.1:0", token: test-token}
 data_dir: %q
 persist: {snapshot_interval: 100ms}
 limits:
-  default: {limit: 1000, window: 1h}
+%s`, dir, limits)
+}
+
+// reloadFile is a configuration file whose rule r has the quota
+// ruleLimit and whose class c has classLimit, both per hour.
+func reloadFile(dir string, ruleLimit, classLimit int) string {
+	return gatewayFile(dir, fmt.Sprintf(`  default: {limit: 1000, window: 1h}
   rules:
     - name: r
       match: {client_id: "r-*"}
       quota: {limit: %d, window: 1h}
       classes:
         - {name: c, topics: ["devices/+/c/#"], quota: {limit: %d, window: 1h}}
-`, dir, ruleLimit, classLimit)
+`, ruleLimit, classLimit))
 }
 
 // writeWhole replaces path's content by text as an operator's editor
