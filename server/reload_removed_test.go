@@ -19,12 +19,23 @@ import (
 // (4 an hour, a class alarms of 3 an hour), a rule tenants in the group
 // acme (each device 5 an hour, the group 6), a rule slow (2 a second,
 // policy defer) and a rule wide that meters hides (5 an hour); without
-// full, only wide. The default is 6 an hour, policy drop.
+// full, only wide. Both have a rule bulk whose class bulk is 2 a second
+// under policy defer when full, else 6 an hour (drop). The default is 6
+// an hour, policy drop.
 func removedFile(dir string, full bool) string {
+	bulk := "{limit: 6, window: 1h}"
+	if full {
+		bulk = "{limit: 2, window: 1s, policy: defer}"
+	}
 	rules := `
     - name: wide
       match: {client_id: "meter-*"}
-      quota: {limit: 5, window: 1h}`
+      quota: {limit: 5, window: 1h}
+    - name: bulk
+      match: {client_id: "bulk-*"}
+      quota: {limit: 100, window: 1h}
+      classes:
+        - {name: bulk, topics: ["devices/+/bulk/#"], quota: ` + bulk + `}`
 	if full {
 		rules = `
     - name: meters
@@ -133,6 +144,7 @@ func TestReloadRemovesRuleClassGroup(t *testing.T) {
 	tenant1 := mqtttest.Dial5(t, addr, "tenant-1")
 	tenant2 := mqtttest.Dial5(t, addr, "tenant-2")
 	slow := mqtttest.Dial5(t, addr, "slow-1")
+	bulk := mqtttest.Dial5(t, addr, "bulk-1")
 
 	// Before: each quota takes what it allows.
 	check := func(what string, n, want int) {
@@ -150,8 +162,12 @@ func TestReloadRemovesRuleClassGroup(t *testing.T) {
 		t.Fatalf("slow-1: %v acked of 5", sent)
 	}
 	admitted(sent[:2])
-	if st := g.srv.Stats(); st.QueueMessages != 3 {
-		t.Fatalf("%d messages deferred, want 3", st.QueueMessages)
+	if sent = publish(bulk, "devices/bulk-1/bulk/x", "b", 5); len(sent) != 5 { // the same in class bulk
+		t.Fatalf("bulk-1: %v acked of 5", sent)
+	}
+	admitted(sent[:2])
+	if st := g.srv.Stats(); st.QueueMessages != 6 {
+		t.Fatalf("%d messages deferred, want 6", st.QueueMessages)
 	}
 
 	reload(false)
@@ -177,35 +193,44 @@ func TestReloadRemovesRuleClassGroup(t *testing.T) {
 	// all, released ones included. (The rule's 1 s window, re-cut from
 	// the default's hour, counts what the hour's newest bucket, 3 min
 	// long, holds until that bucket ends: the first step passes it.)
+	// So does bulk-1 in its class bulk, whose quota the reload changed
+	// to 6 an hour.
 	check("slow-1 under the default", admitted(publish(slow, "devices/slow-1/t", "d", 1)), 1)
+	check("bulk-1 under the class's new quota", admitted(publish(bulk, "devices/bulk-1/bulk/x", "c", 1)), 1)
 	at := start
 	for step, d := range []time.Duration{200 * time.Second, 1100 * time.Millisecond, 1100 * time.Millisecond, 200 * time.Second} {
 		at = at.Add(d)
 		src.Advance(d)
 		waitClock(t, g, devicelimit.TickOf(at))
 		if step == 0 {
-			admitted([]string{"s3", "s4"})
+			admitted([]string{"s3", "s4", "b3", "b4"})
 		}
 		admitted(publish(slow, "devices/slow-1/t", "d", 4))
+		admitted(publish(bulk, "devices/bulk-1/bulk/x", "c", 4))
 	}
 	poll.Until(t, 20*time.Second, "the deferred gone", func() bool { return g.srv.Stats().QueueMessages == 0 })
 	st := g.srv.Stats()
-	total := 0
+	total := map[string]int{}
 	mu.Lock()
 	for p, n := range got {
-		if strings.HasPrefix(p, "s") && n != 1 || strings.HasPrefix(p, "d") && n > 1 {
+		if strings.ContainsAny(p[:1], "sb") && n != 1 || strings.ContainsAny(p[:1], "dc") && n > 1 {
 			t.Errorf("%s received %d times", p, n)
 		}
-		if strings.HasPrefix(p, "s") || strings.HasPrefix(p, "d") {
-			total += n
+		switch p[0] {
+		case 's', 'd':
+			total["slow-1"] += n
+		case 'b', 'c':
+			total["bulk-1"] += n
 		}
 	}
 	mu.Unlock()
-	if st.Released != 3 || st.Expired != 0 {
-		t.Fatalf("deferred: %d released, %d expired; want 3 and 0", st.Released, st.Expired)
+	if st.Released != 6 || st.Expired != 0 {
+		t.Fatalf("deferred: %d released, %d expired; want 6 and 0", st.Released, st.Expired)
 	}
-	if total != 6 {
-		t.Fatalf("slow-1: %d admitted within the hour (released included), its quota 6 across the removal", total)
+	for dev, n := range total {
+		if n != 6 {
+			t.Errorf("%s: %d admitted within the hour (released included), its quota 6 across the reload", dev, n)
+		}
 	}
 	// The metrics keep a removed group's and class's series, counted
 	// before the removal and growing no more.
