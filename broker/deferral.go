@@ -149,6 +149,9 @@ type deferrer struct {
 	// publish delivers a released message as its device; expiry is the
 	// remaining message expiry interval. Called only by release rounds.
 	publish func(device string, m *deferredMsg, expiry uint32) error
+	// live returns what the configuration gives the device's live
+	// connection now, nil when it has none (throttle.liveRules).
+	live func(device string) *ruleView
 
 	seed   maphash.Seed
 	shards [deferShards]deferShard
@@ -226,6 +229,7 @@ func newDeferrer(store DeferStore, limits DeferLimits, h *throttle) *deferrer {
 		table:    h.limiter,
 		leases:   h.table,
 		resolver: h.resolver,
+		live:     h.liveRules,
 		clock:    h.clock,
 		log:      h.log,
 		logs:     h.logs,

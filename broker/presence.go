@@ -153,6 +153,17 @@ func (h *throttle) ruleView(clientID, username string) *ruleView {
 // now.
 func (c *connInfo) rules() *ruleView { return c.rv.Load() }
 
+// liveRules returns what the configuration gives device's newest live
+// connection (looked up again at each reload), nil when it has none.
+func (h *throttle) liveRules(device string) *ruleView {
+	h.devMu.Lock()
+	defer h.devMu.Unlock()
+	if d := h.devices[device]; d != nil && len(d.live) > 0 {
+		return d.live[len(d.live)-1].rules()
+	}
+	return nil
+}
+
 // OnDisconnect forgets the connection. (mochi skips OnDisconnect when a
 // CONNACK write fails; sweep removes those entries.)
 func (h *throttle) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {

@@ -90,14 +90,33 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 	sh.mu.Unlock()
 	batch := d.batch[:0]
 	var retry time.Duration
+	// A connected device's messages are released by the quota its
+	// publishes are decided by now (its rule's, or its rule's class of
+	// that name), not the one they were queued under: after a reload
+	// changed or removed that rule, both would count in one window at
+	// two lengths, and each re-cut to the shorter forgets what the
+	// longer must still count (TestReloadRemovesRuleClassGroup: 10
+	// admitted in an hour under a quota of 6).
+	var now0 *devicelimit.Quota
+	if rv := d.live(dq.device); rv != nil {
+		if dq.class == "" {
+			now0 = &rv.rule
+		} else if c, ok := devicelimit.ClassNamed(rv.classes, dq.class); ok {
+			now0 = &c.Quota
+		}
+	}
 	for _, m := range msgs {
 		if d.expiredAt(&m, now) {
 			batch = append(batch, batchItem{queuedMsg: m, expired: true})
 			continue
 		}
-		q := d.resolver.QuotaAt(dq.device, m.quota, now)
+		rec := m.quota
+		if now0 != nil {
+			rec = *now0
+		}
+		q := d.resolver.QuotaAt(dq.device, rec, now)
 		if dq.class != "" {
-			q = d.resolver.ClassQuotaAt(dq.device, dq.class, m.quota, now)
+			q = d.resolver.ClassQuotaAt(dq.device, dq.class, rec, now)
 		}
 		dec := d.table.AllowClassAt(dq.device, dq.class, q, m.size, now)
 		if dec.TooLarge {

@@ -392,13 +392,21 @@ func (r *Resolver) QuotaAt(device string, rule Quota, now Tick) Quota {
 // else recorded (the class's quota when the message was deferred).
 func (r *Resolver) ClassQuotaAt(device, class string, recorded Quota, now Tick) Quota {
 	if o, ok := r.Override(device, now); ok {
-		for _, c := range o.Classes {
-			if c.Name == class {
-				return c.Quota
-			}
+		if c, ok := ClassNamed(o.Classes, class); ok {
+			return c.Quota
 		}
 	}
 	return recorded
+}
+
+// ClassNamed returns the class of cs named name.
+func ClassNamed(cs []Class, name string) (*Class, bool) {
+	for i := range cs {
+		if cs[i].Name == name {
+			return &cs[i], true
+		}
+	}
+	return nil, false
 }
 
 // contract returns the quota and topic classes device is under at now

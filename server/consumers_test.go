@@ -110,10 +110,11 @@ func countPublishes(t *testing.T, conn net.Conn, enough func(int) bool) int {
 	return n
 }
 
-// metric reads one unlabelled series from the gateway's /metrics.
+// metric reads one series from the gateway's /metrics: name, with its
+// labels if it has any (`x_total{result="ok"}`).
 func metric(t *testing.T, url, name string) float64 {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(httpGet(t, url, ""))
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(httpGet(t, url, ""))
 	if m == nil {
 		t.Fatalf("/metrics has no %s", name)
 	}

@@ -44,18 +44,25 @@ func newReloadCounter() *prometheus.CounterVec {
 }
 
 // ReloadFromSource reads the configuration again (Deps.Load: the file
-// and the command line's flags) and reloads it (Reload).
+// and the command line's flags) and reloads it (Reload). Reloads take
+// turns: one asked for during another waits for it, then reads the
+// file. The file is read in its turn, not before: read before, it could
+// be put in force after a newer file a later reload read and applied
+// (two operators reloading at once: the older file won, each told its
+// own was applied).
 func (g *Gateway) ReloadFromSource() ([]config.Change, error) {
 	if g.load == nil {
 		return nil, fmt.Errorf("%w: this gateway has no configuration source to read again", ErrReloadInvalid)
 	}
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
 	next, err := g.load()
 	if err != nil {
 		g.reloads.WithLabelValues("invalid").Inc()
 		g.log.Error("configuration not reloaded; the running configuration stays", "error", err)
 		return nil, fmt.Errorf("%w: %w", ErrReloadInvalid, err)
 	}
-	return g.Reload(next)
+	return g.reload(next)
 }
 
 // Reload puts next in force without a restart, as a whole or not at
@@ -72,10 +79,15 @@ func (g *Gateway) ReloadFromSource() ([]config.Change, error) {
 // destination's rate, max_age and max_bytes at once, its credentials
 // (read again, with its password file and client certificate) from its
 // next connection. next must have passed Validate. It returns the keys
-// that changed.
+// that changed. One reload at a time: it waits for one under way.
 func (g *Gateway) Reload(next config.Config) ([]config.Change, error) {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
+	return g.reload(next)
+}
+
+// reload is Reload, g.reloadMu held.
+func (g *Gateway) reload(next config.Config) ([]config.Change, error) {
 	log := g.log
 	changes, err := config.ReloadChanges(g.cfg, next)
 	if err != nil {
