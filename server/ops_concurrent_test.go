@@ -148,9 +148,8 @@ func overlapping(a, b []opsOp) int {
 	return n
 }
 
-// runOperators runs steps steps of two operators, step k of both sent
-// at the same moment (each operator's requests of a step one after the
-// other), and returns the first failure: a connection error, an
+// runOperators runs steps steps of two operators, step k of both begun
+// at the same moment, and returns the first failure: a connection error, an
 // unexpected status, an answer that does not name what was asked. A
 // failed step does not stop the others, so that neither operator waits
 // for the other forever.
@@ -220,8 +219,10 @@ type opsClient struct {
 	token string
 }
 
-func newOpsClient(g *Gateway) *opsClient {
-	return &opsClient{c: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: opsTargets}}, base: "http://" + g.AdminAddr().String(), token: "test-token"}
+func newOpsClient(t *testing.T, g *Gateway) *opsClient {
+	tr := &http.Transport{MaxIdleConnsPerHost: opsTargets}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &opsClient{c: &http.Client{Timeout: 30 * time.Second, Transport: tr}, base: "http://" + g.AdminAddr().String(), token: "test-token"}
 }
 
 // call sends a request and returns when it was sent and answered, the
@@ -500,7 +501,7 @@ type opsRound struct {
 // state GET shows at the end.
 func checkBurst(t *testing.T, g *Gateway, r opsRound, cl *mqtttest.Client5, init opsState, a, b []opsOp, publish bool) opsState {
 	t.Helper()
-	c := newOpsClient(g)
+	c := newOpsClient(t, g)
 	final, err := c.getOp(r.tg)
 	if err != nil {
 		t.Fatalf("%s after the burst: %v", r.tg.name, err)
@@ -558,7 +559,7 @@ func checkRestart(t *testing.T, g *Gateway, cfg config.Config, src devicelimit.T
 	t.Helper()
 	closeGateway(t, g)
 	g = mustStart(t, cfg, Deps{Time: src})
-	c := newOpsClient(g)
+	c := newOpsClient(t, g)
 	for _, r := range rounds {
 		cl := mqtttest.Dial5(t, g.Addr().String(), r.dev) // a group is known once a device joined it
 		got, err := c.getOp(r.tg)
@@ -600,7 +601,7 @@ const (
 // target's requests, by operator.
 func overrideBurst(t *testing.T, g *Gateway, targets []opsTarget) (a, b [][]opsOp) {
 	t.Helper()
-	ca, cb := newOpsClient(g), newOpsClient(g)
+	ca, cb := newOpsClient(t, g), newOpsClient(t, g)
 	a, b = make([][]opsOp, len(targets)), make([][]opsOp, len(targets))
 	err := runOperators(opsSteps, func(m int) error {
 		return each(len(targets), func(d int) error {
@@ -695,7 +696,7 @@ func TestConcurrentResetAndOverride(t *testing.T) {
 	for d, r := range rounds {
 		clients[d].MustPublish(t, r.topic, "before", mqtttest.CodeSuccess)
 	}
-	ca, cb := newOpsClient(g), newOpsClient(g)
+	ca, cb := newOpsClient(t, g), newOpsClient(t, g)
 	a, b := make([][]opsOp, opsTargets), make([][]opsOp, opsTargets)
 	err := runOperators(opsSteps, func(m int) error {
 		return each(opsTargets, func(d int) error {

@@ -102,7 +102,9 @@ func TestConcurrentQuotaKillProcess(t *testing.T) {
 	}
 	operator := func(who int, bar []sync.WaitGroup, done *sync.WaitGroup) {
 		defer done.Done()
-		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: devices}}
+		tr := &http.Transport{MaxIdleConnsPerHost: devices}
+		defer tr.CloseIdleConnections()
+		c := &http.Client{Timeout: 30 * time.Second, Transport: tr}
 		for m := range steps {
 			bar[m].Done()
 			bar[m].Wait() // both operators start step m together
