@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -156,12 +157,88 @@ func TestReloadChangesListItems(t *testing.T) {
 	for _, c := range changes {
 		got = append(got, c.String())
 	}
-	want := []string{`limits.rules[1]: "(none)" -> "(item name=pumps)"`, `limits.rules[2]: "(none)" -> "(item)"`}
+	want := []string{`limits.rules[#3]: "(none)" -> "(item name=#3)"`, `limits.rules[pumps]: "(none)" -> "(item name=pumps)"`}
 	if err != nil || strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("added: %q, %v; want %q", got, err, want)
 	}
 	changes, _ = ReloadChanges(b, a)
-	if len(changes) != 2 || changes[0].String() != `limits.rules[1]: "(item name=pumps)" -> "(none)"` {
+	if len(changes) != 2 || changes[1].String() != `limits.rules[pumps]: "(item name=pumps)" -> "(none)"` {
 		t.Fatalf("removed: %v", changes)
 	}
+}
+
+// TestReloadChangesByName: rules and topic classes are compared by
+// name, not by place: a rule removed from the middle of the list is one
+// change naming it, not a rename of every rule after it; a rule
+// changed is named by its name wherever it now stands; a rule moved
+// before another (first match wins) says where it was and is; a rule
+// without a name is "#N", as the resolver and the admin API call it.
+func TestReloadChangesByName(t *testing.T) {
+	a := Default()
+	w := a.Limits.Default.Window
+	rule := func(name string, limit int) Rule {
+		return Rule{Name: name, Match: Match{ClientID: name + "-*"}, Quota: Quota{Limit: limit, Window: w}}
+	}
+	class := func(name string, limit int) Class {
+		return Class{Name: name, Topics: []string{"+/" + name}, Quota: Quota{Limit: limit, Window: w}}
+	}
+	meters := rule("meters", 1)
+	meters.Classes = []Class{class("alarms", 1), class("bulk", 2), class("logs", 3)}
+	a.Limits.Rules = []Rule{rule("pumps", 1), meters, rule("valves", 1), rule("doors", 1)}
+	a.Limits.Classes = []Class{class("alarms", 1), class("bulk", 2)}
+	step := func(what string, change func(*Config), want ...string) {
+		t.Helper()
+		b := a
+		b.Limits.Rules = slices.Clone(a.Limits.Rules)
+		b.Limits.Rules[1].Classes = slices.Clone(meters.Classes)
+		b.Limits.Classes = slices.Clone(a.Limits.Classes)
+		change(&b)
+		if err := b.Validate(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		changes, err := ReloadChanges(a, b)
+		var got []string
+		for _, c := range changes {
+			got = append(got, c.String())
+		}
+		if err != nil || strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s:\n%s\n%v\nwant\n%s", what, strings.Join(got, "\n"), err, strings.Join(want, "\n"))
+		}
+	}
+	step("rule removed from the middle", func(b *Config) { b.Limits.Rules = slices.Delete(b.Limits.Rules, 1, 2) },
+		`limits.rules[meters]: "(item name=meters)" -> "(none)"`)
+	step("rule removed, one after it changed", func(b *Config) {
+		b.Limits.Rules = slices.Delete(b.Limits.Rules, 0, 1)
+		b.Limits.Rules[2].Quota.Limit = 7
+	},
+		`limits.rules[doors].quota.limit: "1" -> "7"`,
+		`limits.rules[pumps]: "(item name=pumps)" -> "(none)"`)
+	step("rule added at the front", func(b *Config) { b.Limits.Rules = slices.Insert(b.Limits.Rules, 0, rule("lamps", 2)) },
+		`limits.rules[lamps]: "(none)" -> "(item name=lamps)"`)
+	step("rule moved to the front", func(b *Config) {
+		d := b.Limits.Rules[3]
+		b.Limits.Rules = slices.Insert(slices.Delete(b.Limits.Rules, 3, 4), 0, d)
+	},
+		`limits.rules[doors]: "(item name=doors at [3])" -> "(item name=doors at [0])"`)
+	step("class removed from the middle of a rule's", func(b *Config) {
+		b.Limits.Rules[1].Classes = slices.Delete(b.Limits.Rules[1].Classes, 1, 2)
+		b.Limits.Rules[1].Classes[1].Quota.Limit = 9
+	},
+		`limits.rules[meters].classes[bulk]: "(item name=bulk)" -> "(none)"`,
+		`limits.rules[meters].classes[logs].quota.limit: "3" -> "9"`)
+	step("default class removed", func(b *Config) { b.Limits.Classes = b.Limits.Classes[1:] },
+		`limits.classes[alarms]: "(item name=alarms)" -> "(none)"`)
+	step("rule without a name", func(b *Config) {
+		b.Limits.Rules[2].Name = ""
+	},
+		`limits.rules[#3]: "(none)" -> "(item name=#3)"`,
+		`limits.rules[valves]: "(item name=valves)" -> "(none)"`)
+	step("a name that reads as a place or as punctuation", func(b *Config) {
+		b.Limits.Rules[0].Name, b.Limits.Rules[2].Name = "7", "a].b"
+		b.Limits.Rules[2].Quota.Limit = 4
+	},
+		`limits.rules["7"]: "(none)" -> "(item name=7)"`,
+		`limits.rules["a\x5d.b"]: "(none)" -> "(item name=a].b)"`,
+		`limits.rules[pumps]: "(item name=pumps)" -> "(none)"`,
+		`limits.rules[valves]: "(item name=valves)" -> "(none)"`)
 }

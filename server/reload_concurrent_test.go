@@ -97,9 +97,9 @@ func changedPair(changes []config.Change) (from, to limitPair, changed, ok bool)
 	for _, c := range changes {
 		var f, t *int
 		switch c.Key {
-		case "limits.rules[0].quota.limit":
+		case "limits.rules[r].quota.limit":
 			f, t = &from.rule, &to.rule
-		case "limits.rules[0].classes[0].quota.limit":
+		case "limits.rules[r].classes[c].quota.limit":
 			f, t = &from.class, &to.class
 		default:
 			return from, to, true, false // nothing else differs between the files

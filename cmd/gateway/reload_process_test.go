@@ -229,7 +229,7 @@ func TestReloadUnparsableProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, stdout, stderr = runBinary(t, "reload", "--admin-addr", g.admin, "--data-dir", g.dir)
-	if code != 0 || !strings.Contains(stdout, `limits.rules[0].quota.limit: "5" -> "4"`) {
+	if code != 0 || !strings.Contains(stdout, `limits.rules[sensors].quota.limit: "5" -> "4"`) {
 		t.Fatalf("gateway reload: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
