@@ -97,7 +97,7 @@ func (s *Server) listRules(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) putRuleEnforce(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if _, ok := s.opts.Resolver.RuleEnforce(name); !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no rule named %q in limits.rules", name))
+		unknownRule(w, name)
 		return
 	}
 	if status, msg := checkContentType(r); status != 0 {
@@ -124,7 +124,9 @@ func (s *Server) putRuleEnforce(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.opts.Resolver.SetRuleEnforce(name, *b.Enforce); err != nil {
-		writeError(w, http.StatusNotFound, err.Error())
+		// A reload removed the rule while the body came: the same
+		// answer as for a rule never configured.
+		unknownRule(w, name)
 		return
 	}
 	mode := "enforcing"
@@ -147,6 +149,11 @@ func (s *Server) putRuleEnforce(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("rule switched at runtime", "rule", name, "mode", mode, "switched", strings.Join(out.Switched, ", "), "group", st.Group)
 	writeJSON(w, http.StatusOK, out)
+}
+
+// unknownRule answers a switch of a rule not in force: 404 naming it.
+func unknownRule(w http.ResponseWriter, name string) {
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no rule named %q in limits.rules", name))
 }
 
 // enforceOut is a quota's enforce field in the API: false in shadow
