@@ -131,7 +131,7 @@ func TestReloadProcess(t *testing.T) {
 	if err := os.WriteFile(g.file, []byte(reloadConfig(g.mqtt, g.tls, certB, keyB, "debug", 3, 2, 2, extra)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g.hangup(t, `msg="configuration reloaded" changes=\d+ connections=52 changed=.*limits.rules\[0\].quota.limit: \\"5\\" -> \\"3\\"`)
+	g.hangup(t, `msg="configuration reloaded" changes=\d+ connections=52 changed=.*limits.rules\[sensors\].quota.limit: \\"5\\" -> \\"3\\"`)
 
 	// The window keeps its 3: the new quota of 3 refuses the 4th, which
 	// the old one of 5 admitted.
