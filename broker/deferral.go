@@ -149,9 +149,12 @@ type deferrer struct {
 	// publish delivers a released message as its device; expiry is the
 	// remaining message expiry interval. Called only by release rounds.
 	publish func(device string, m *deferredMsg, expiry uint32) error
-	// live returns what the configuration gives the device's live
-	// connection now, nil when it has none (throttle.liveRules).
-	live func(device string) *ruleView
+	// live returns the device's newest live connection, nil when it
+	// has none (throttle.liveConn).
+	live func(device string) *connInfo
+	// decideAs decides a message on topic of size bytes as a publish
+	// of connection c at now would be (throttle.decideRelease).
+	decideAs func(c *connInfo, topic string, size int, now devicelimit.Tick) devicelimit.Decision
 
 	seed   maphash.Seed
 	shards [deferShards]deferShard
@@ -216,8 +219,11 @@ type queuedMsg struct {
 	enqueued devicelimit.Tick
 	expiry   uint32 // MQTT 5 message expiry interval, seconds; 0 none
 	size     int    // payload bytes, what a byte window counts
-	quota    devicelimit.Quota
-	rec      []byte
+	// topic is the message's topic: a release of a connected device
+	// finds its topic class by it, as a publish does.
+	topic string
+	quota devicelimit.Quota
+	rec   []byte
 }
 
 func (q *devQueue) idle() bool { return len(q.msgs) == 0 && q.writers == 0 }
@@ -229,7 +235,8 @@ func newDeferrer(store DeferStore, limits DeferLimits, h *throttle) *deferrer {
 		table:    h.limiter,
 		leases:   h.table,
 		resolver: h.resolver,
-		live:     h.liveRules,
+		live:     h.liveConn,
+		decideAs: h.decideRelease,
 		clock:    h.clock,
 		log:      h.log,
 		logs:     h.logs,
@@ -353,7 +360,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device, cla
 		d.failed("deferred message not stored", err, device)
 		return outFailed, dec
 	}
-	dq.msgs = append(dq.msgs, queuedMsg{seq: seq, enqueued: now, expiry: m.MessageExpiry, size: len(m.Payload), quota: rec, rec: record})
+	dq.msgs = append(dq.msgs, queuedMsg{seq: seq, enqueued: now, expiry: m.MessageExpiry, size: len(m.Payload), topic: pk.TopicName, quota: rec, rec: record})
 	dq.bytes += n
 	d.queueMsgs.Add(1)
 	d.queueBytes.Add(n)
@@ -459,7 +466,7 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 			q = fallback
 			invalid++
 		}
-		cur.msgs = append(cur.msgs, queuedMsg{seq: seq, enqueued: m.Enqueued, expiry: m.MessageExpiry, size: len(m.Payload), quota: q, rec: bytes.Clone(rec)})
+		cur.msgs = append(cur.msgs, queuedMsg{seq: seq, enqueued: m.Enqueued, expiry: m.MessageExpiry, size: len(m.Payload), topic: m.Topic, quota: q, rec: bytes.Clone(rec)})
 		cur.bytes += int64(len(rec))
 		total += int64(len(rec))
 		maxSeq = max(maxSeq, seq)

@@ -78,13 +78,7 @@ func (s *Server) NextMessages(device string, peek Peeker) ([]Next, error) {
 // viewOf returns what the configuration gives device: its live
 // connection's view, else a connection's naming it by the identity.
 func (h *throttle) viewOf(device string) *ruleView {
-	h.devMu.Lock()
-	var c *connInfo
-	if d := h.devices[device]; d != nil && len(d.live) > 0 {
-		c = d.live[len(d.live)-1]
-	}
-	h.devMu.Unlock()
-	if c != nil {
+	if c := h.liveConn(device); c != nil {
 		return c.rules()
 	}
 	clientID, username := device, ""

@@ -153,13 +153,13 @@ func (h *throttle) ruleView(clientID, username string) *ruleView {
 // now.
 func (c *connInfo) rules() *ruleView { return c.rv.Load() }
 
-// liveRules returns what the configuration gives device's newest live
-// connection (looked up again at each reload), nil when it has none.
-func (h *throttle) liveRules(device string) *ruleView {
+// liveConn returns device's newest live connection (its rules looked
+// up again at each reload), nil when it has none.
+func (h *throttle) liveConn(device string) *connInfo {
 	h.devMu.Lock()
 	defer h.devMu.Unlock()
 	if d := h.devices[device]; d != nil && len(d.live) > 0 {
-		return d.live[len(d.live)-1].rules()
+		return d.live[len(d.live)-1]
 	}
 	return nil
 }

@@ -90,35 +90,34 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 	sh.mu.Unlock()
 	batch := d.batch[:0]
 	var retry time.Duration
-	// A connected device's messages are released by the quota its
-	// publishes are decided by now (its rule's, or its rule's class of
-	// that name), not the one they were queued under: after a reload
-	// changed or removed that rule, both would count in one window at
-	// two lengths, and each re-cut to the shorter forgets what the
-	// longer must still count (TestReloadRemovesRuleClassGroup: 10
-	// admitted in an hour under a quota of 6).
-	var now0 *devicelimit.Quota
-	if rv := d.live(dq.device); rv != nil {
-		if dq.class == "" {
-			now0 = &rv.rule
-		} else if c, ok := devicelimit.ClassNamed(rv.classes, dq.class); ok {
-			now0 = &c.Quota
-		}
-	}
+	// A connected device's messages are released as its publishes of
+	// them would be decided now (decideRelease): the topic class, the
+	// quota, the rule's runtime enforce switch and the group its
+	// connection is under now, not those they were queued under. After
+	// a reload changed or removed its rule or class, both would
+	// otherwise count in one window at two lengths, each re-cut to the
+	// shorter forgetting what the longer must still count
+	// (TestReloadRemovesRuleClassGroup: 10 admitted in an hour under a
+	// quota of 6), or in a removed class's window its new messages no
+	// longer count in. A device not connected has no such decision:
+	// its messages go by the quota they were queued under (or its
+	// override), in the window of the class they were queued in.
+	c := d.live(dq.device)
 	for _, m := range msgs {
 		if d.expiredAt(&m, now) {
 			batch = append(batch, batchItem{queuedMsg: m, expired: true})
 			continue
 		}
-		rec := m.quota
-		if now0 != nil {
-			rec = *now0
+		var dec devicelimit.Decision
+		if c != nil {
+			dec = d.decideAs(c, m.topic, m.size, now)
+		} else {
+			q := d.resolver.QuotaAt(dq.device, m.quota, now)
+			if dq.class != "" {
+				q = d.resolver.ClassQuotaAt(dq.device, dq.class, m.quota, now)
+			}
+			dec = d.table.AllowClassAt(dq.device, dq.class, q, m.size, now)
 		}
-		q := d.resolver.QuotaAt(dq.device, rec, now)
-		if dq.class != "" {
-			q = d.resolver.ClassQuotaAt(dq.device, dq.class, rec, now)
-		}
-		dec := d.table.AllowClassAt(dq.device, dq.class, q, m.size, now)
 		if dec.TooLarge {
 			// The quota changed since it was queued and no window can
 			// take it now: dropped as expired, not held for ever.
@@ -184,6 +183,20 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 	clear(batch)
 	d.batch = batch[:0]
 	return n > 0
+}
+
+// decideRelease decides the release of a deferred message on topic of
+// size bytes of c's device at now as OnPublish would decide a publish
+// of it on c now: its topic class and quota (ClassAt: override, rule,
+// the rule's runtime enforce switch), its group's windows, shadow mode
+// letting it through (counted as would-refuse, not logged: the log
+// limiter's cache is c's OnPublish's alone).
+func (h *throttle) decideRelease(c *connInfo, topic string, size int, now devicelimit.Tick) devicelimit.Decision {
+	v := c.rules()
+	class, q := h.resolver.ClassAt(c.device, v.rule, v.ruleName, v.classes, topic, now)
+	var gq devicelimit.Quota
+	d, _, _ := h.judge(c, class, &q, &gq, size, now)
+	return d
 }
 
 // batchItem is a message a release round took from the head of a queue.

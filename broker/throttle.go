@@ -253,8 +253,18 @@ func remoteHost(remote string) string {
 // allowed all the same. The quotas go by pointer: a Quota is 160 bytes,
 // and copying three of them cost an allowed publish 14 %.
 func (h *throttle) decide(cl *mqtt.Client, c *connInfo, class string, q, gq *devicelimit.Quota, size int, now devicelimit.Tick) (devicelimit.Decision, bool) {
-	var d devicelimit.Decision
-	byGroup, shadow := false, q.Shadow
+	d, byGroup, shadowed := h.judge(c, class, q, gq, size, now)
+	if shadowed {
+		h.logThrottled(cl, c, class, refusing(*q, *gq, byGroup), d, byGroup, now)
+	}
+	return d, byGroup
+}
+
+// judge is decide without its log line, for callers that do not run in
+// c's OnPublish (a release round): it also reports whether the message
+// was let through in shadow mode.
+func (h *throttle) judge(c *connInfo, class string, q, gq *devicelimit.Quota, size int, now devicelimit.Tick) (d devicelimit.Decision, byGroup, shadowed bool) {
+	shadow := q.Shadow
 	if c.rules().group.Key == "" {
 		d = h.limiter.AllowClassAt(c.device, class, *q, size, now)
 	} else {
@@ -265,10 +275,9 @@ func (h *throttle) decide(cl *mqtt.Client, c *connInfo, class string, q, gq *dev
 		// counted in its windows), let through all the same.
 		h.wouldRefuse.Add(1)
 		c.rules().wouldRefuse.Add(1)
-		h.logThrottled(cl, c, class, refusing(*q, *gq, byGroup), d, byGroup, now)
-		d.Allowed = true
+		d.Allowed, shadowed = true, true
 	}
-	return d, byGroup
+	return d, byGroup, shadowed
 }
 
 // wouldRefuseOf returns the would-refuse counter of the rule named rule

@@ -378,8 +378,10 @@ func (r *Resolver) Resolve(device, clientID, username string, now Tick) (Quota, 
 }
 
 // QuotaAt returns the device's override quota in force at now, else
-// rule (the quota its rule gave it, resolved once at connect): the quota
-// a publish or a release of the device is counted under.
+// rule: the quota its rule gave it (resolved once at connect), or the
+// one a message was deferred under, which a release of a device not
+// connected is counted under (a connected device's publishes and
+// releases resolve by ClassAt).
 func (r *Resolver) QuotaAt(device string, rule Quota, now Tick) Quota {
 	if o, ok := r.Override(device, now); ok {
 		return o.Quota
@@ -389,7 +391,8 @@ func (r *Resolver) QuotaAt(device string, rule Quota, now Tick) Quota {
 
 // ClassQuotaAt returns the quota of the device's topic class named class
 // at now: its override's class of that name, when its override has one,
-// else recorded (the class's quota when the message was deferred).
+// else recorded (the class's quota when the message was deferred): what
+// a release of a device not connected is counted under.
 func (r *Resolver) ClassQuotaAt(device, class string, recorded Quota, now Tick) Quota {
 	if o, ok := r.Override(device, now); ok {
 		if c, ok := ClassNamed(o.Classes, class); ok {

@@ -69,75 +69,13 @@ func removedFile(dir string, full bool) string {
 // and group find their windows' counts: no fresh quota.
 func TestReloadRemovesRuleClassGroup(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "gateway.yaml")
 	data := filepath.Join(dir, "data")
-	writeWhole(t, path, removedFile(data, true))
-	cfg, err := loadFile(path)()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	src := devicelimit.NewManualTime(start)
-	g := mustStart(t, cfg, Deps{Time: src, Load: loadFile(path)})
-	base := "http://" + g.AdminAddr().String()
-	addr := g.Addr().String()
-
-	var mu sync.Mutex
-	got := map[string]int{} // payload -> times a subscriber received it
-	mqtttest.Subscribe5(t, addr, "backend", paho.SubscribeOptions{Topic: "devices/#", QoS: 1}, func(p *paho.Publish) {
-		mu.Lock()
-		got[string(p.Payload)]++
-		mu.Unlock()
-	})
-	received := func(payload string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return got[payload]
-	}
-	// admitted publishes n messages (payloads prefix1..prefixN, QoS 1)
-	// and returns how many were admitted (PUBACK 0x00 and received: a
-	// deferred one is acked 0x00 too, but not received yet).
-	seq := map[string]int{}
-	publish := func(dev *mqtttest.Client5, topic, prefix string, n int) (acked []string) {
-		t.Helper()
-		for range n {
-			seq[prefix]++
-			p := fmt.Sprintf("%s%d", prefix, seq[prefix])
-			code, err := dev.Publish(topic, p)
-			if err != nil {
-				t.Fatalf("publish %s: %v", p, err)
-			}
-			switch code {
-			case mqtttest.CodeSuccess:
-				acked = append(acked, p)
-			case mqtttest.CodeQuotaExceeded:
-			default:
-				t.Fatalf("publish %s: PUBACK 0x%02x", p, code)
-			}
-		}
-		return acked
-	}
-	// admitted waits until each of acked reached the subscriber and
-	// returns how many did.
-	admitted := func(acked []string) int {
-		t.Helper()
-		poll.Until(t, 20*time.Second, fmt.Sprintf("%v received", acked), func() bool {
-			for _, p := range acked {
-				if received(p) == 0 {
-					return false
-				}
-			}
-			return true
-		})
-		return len(acked)
-	}
+	r := startReloadRig(t, filepath.Join(dir, "gateway.yaml"), removedFile(data, true))
+	g, src, start, base, addr := r.g, r.src, r.start, r.base, r.addr
+	publish, admitted := r.publish, r.admitted
 	reload := func(full bool) {
 		t.Helper()
-		writeWhole(t, path, removedFile(data, full))
-		a, err := postReload(base)
-		if err != nil || !a.ok {
-			t.Fatalf("reload: %v %s", err, a.text)
-		}
+		r.reload(removedFile(data, full))
 	}
 
 	meter := mqtttest.Dial5(t, addr, "meter-1")
@@ -211,8 +149,8 @@ func TestReloadRemovesRuleClassGroup(t *testing.T) {
 	poll.Until(t, 20*time.Second, "the deferred gone", func() bool { return g.srv.Stats().QueueMessages == 0 })
 	st := g.srv.Stats()
 	total := map[string]int{}
-	mu.Lock()
-	for p, n := range got {
+	r.mu.Lock()
+	for p, n := range r.got {
 		if strings.ContainsAny(p[:1], "sb") && n != 1 || strings.ContainsAny(p[:1], "dc") && n > 1 {
 			t.Errorf("%s received %d times", p, n)
 		}
@@ -223,7 +161,7 @@ func TestReloadRemovesRuleClassGroup(t *testing.T) {
 			total["bulk-1"] += n
 		}
 	}
-	mu.Unlock()
+	r.mu.Unlock()
 	if st.Released != 6 || st.Expired != 0 {
 		t.Fatalf("deferred: %d released, %d expired; want 6 and 0", st.Released, st.Expired)
 	}
@@ -259,5 +197,221 @@ func TestReloadRemovesRuleClassGroup(t *testing.T) {
 	}
 	if groups := httpGet(t, base+"/api/v1/groups", "test-token"); !strings.Contains(groups, "acme") {
 		t.Fatalf("GET /api/v1/groups after adding it again: %s", groups)
+	}
+}
+
+// releaseFile is a configuration file for TestReleaseDecidedAsPublish.
+// Before (after false): a rule alarmers (6 an hour, its class alarms 2
+// a second under policy defer), a rule sw, a rule joiners and a rule
+// gone (each 2 a second, policy defer). After: alarmers has no class,
+// joiners is 10 an hour in the group crew (4 an hour), gone is 3 an
+// hour (policy defer); sw is as before.
+func releaseFile(dir string, after bool) string {
+	rules := []string{
+		`{name: alarmers, match: {client_id: "alarm-*"}, quota: {limit: 6, window: 1h},
+       classes: [{name: alarms, topics: ["devices/+/alarm/#"], quota: {limit: 2, window: 1s, policy: defer}}]}`,
+		`{name: joiners, match: {client_id: "join-*"}, quota: {limit: 2, window: 1s, policy: defer}}`,
+		`{name: gone, match: {client_id: "gone-*"}, quota: {limit: 2, window: 1s, policy: defer}}`,
+		`{name: sw, match: {client_id: "sw-*"}, quota: {limit: 2, window: 1s, policy: defer}}`,
+	}
+	if after {
+		rules[0] = `{name: alarmers, match: {client_id: "alarm-*"}, quota: {limit: 6, window: 1h}}`
+		rules[1] = `{name: joiners, match: {client_id: "join-*"}, quota: {limit: 10, window: 1h},
+       group: {name: crew, quota: {limit: 4, window: 1h}}}`
+		rules[2] = `{name: gone, match: {client_id: "gone-*"}, quota: {limit: 3, window: 1h, policy: defer}}`
+	}
+	return gatewayFile(dir, "  default: {limit: 6, window: 1h}\n  rules:\n    - "+strings.Join(rules, "\n    - ")+"\n")
+}
+
+// TestReleaseDecidedAsPublish: a connected device's deferred messages
+// are released as its publishes of them would be decided now, and a
+// device not connected has its released by the quota they were queued
+// under. Real MQTT 5 devices defer messages, then a reload removes a
+// topic class (alarm-1's alarms), puts a rule's devices in a group
+// (join-1, join-2) and changes the rule of a device that disconnected
+// (gone-1); the rule sw is switched to shadow mode at runtime. On the
+// injected clock, one step past the deferring windows: alarm-1's
+// alarms go out in its own window, where its new alarms count now, not
+// in the removed class's (so its telemetry then gets what they left);
+// sw-1's all go out, those its window refuses let through as
+// would-refuse; join-1's count in the group's window, which admits 2
+// after join-2's 2 and then refuses join-2; gone-1's go out 2 a second,
+// as queued, not 3 an hour.
+func TestReleaseDecidedAsPublish(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	r := startReloadRig(t, filepath.Join(dir, "gateway.yaml"), releaseFile(data, false))
+	deferred := func(device string, want int) {
+		t.Helper()
+		poll.Until(t, 20*time.Second, fmt.Sprintf("%s holding %d deferred", device, want), func() bool {
+			return strings.Contains(httpGet(t, r.base+"/api/v1/devices/"+device, "test-token"), fmt.Sprintf(`"deferred":%d,`, want))
+		})
+	}
+	at := r.start
+	step := func() {
+		t.Helper()
+		at = at.Add(1200 * time.Millisecond) // past a 1 s window and its partly expired bucket
+		r.src.Advance(1200 * time.Millisecond)
+		waitClock(t, r.g, devicelimit.TickOf(at))
+	}
+
+	alarm := mqtttest.Dial5(t, r.addr, "alarm-1")
+	sw := mqtttest.Dial5(t, r.addr, "sw-1")
+	join1 := mqtttest.Dial5(t, r.addr, "join-1")
+	join2 := mqtttest.Dial5(t, r.addr, "join-2")
+	gone := mqtttest.Dial5(t, r.addr, "gone-1")
+	for _, d := range []struct {
+		dev    *mqtttest.Client5
+		topic  string
+		prefix string
+		n      int
+	}{
+		{alarm, "devices/alarm-1/alarm/x", "a", 5},
+		{sw, "devices/sw-1/t", "s", 6},
+		{join1, "devices/join-1/t", "j", 5},
+		{gone, "devices/gone-1/t", "g", 5},
+	} {
+		if acked := r.publish(d.dev, d.topic, d.prefix, d.n); len(acked) != d.n {
+			t.Fatalf("%s: %v acked of %d", d.prefix, acked, d.n)
+		}
+		r.admitted([]string{d.prefix + "1", d.prefix + "2"}) // the rest deferred
+	}
+	if st := r.g.srv.Stats(); st.QueueMessages != 3+4+3+3 {
+		t.Fatalf("%d messages deferred, want 13", st.QueueMessages)
+	}
+	gone.Close()
+	poll.Until(t, 20*time.Second, "gone-1 disconnected", func() bool {
+		return strings.Contains(httpGet(t, r.base+"/api/v1/devices/gone-1", "test-token"), `"connected":false`)
+	})
+
+	r.reload(releaseFile(data, true))
+	httpDo(t, "PUT", r.base+"/api/v1/rules/sw/enforce", "test-token", `{"enforce":false}`, 200)
+	if n := len(r.publish(join2, "devices/join-2/t", "k", 2)); n != 2 {
+		t.Fatalf("join-2: %d of 2 admitted by the empty group", n)
+	}
+
+	step()
+	r.admitted([]string{"a3", "a4", "a5"})       // in alarm-1's own window (6 an hour)
+	r.admitted([]string{"s3", "s4", "s5", "s6"}) // 2 by the window, 2 let through
+	r.admitted([]string{"j3", "j4"})             // the group's 3rd and 4th
+	r.admitted([]string{"g3", "g4"})             // 2 a second, as queued
+	deferred("join-1", 1)                        // the group refused j5
+	if n := len(r.publish(alarm, "devices/alarm-1/t", "m", 5)); n != 3 {
+		t.Errorf("alarm-1: %d of 5 admitted after its 3 released alarms, want 3 (its window of 6 an hour holds them)", n)
+	}
+	if n := len(r.publish(join2, "devices/join-2/t", "k", 1)); n != 0 {
+		t.Errorf("join-2: %d admitted by a group whose window holds 4 (2 its own, 2 released of join-1's), want 0", n)
+	}
+	if rules := httpGet(t, r.base+"/api/v1/rules", "test-token"); !strings.Contains(rules, `{"rule":"sw","enforce":false,"would_refuse":2}`) {
+		t.Errorf("GET /api/v1/rules: %s, want sw's 2 releases counted as would-refuse", rules)
+	}
+
+	step()
+	r.admitted([]string{"g5"})
+	deferred("gone-1", 0)
+	deferred("join-1", 1) // still refused by the group, for the hour
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, n := range r.got {
+		if n != 1 {
+			t.Errorf("%s received %d times", p, n)
+		}
+	}
+	if r.got["j5"] != 0 {
+		t.Errorf("j5 released beyond the group's 4 an hour")
+	}
+}
+
+// reloadRig is a gateway started from the configuration file at path,
+// which a test rewrites and reloads, on an injected clock, with a
+// backend subscriber to devices/# counting how often each payload
+// reaches it.
+type reloadRig struct {
+	t          *testing.T
+	path       string
+	g          *Gateway
+	src        *devicelimit.ManualTime
+	start      time.Time
+	base, addr string
+	seq        map[string]int // the last payload number of each prefix
+
+	mu  sync.Mutex
+	got map[string]int // payload -> times the subscriber received it
+}
+
+// startReloadRig writes file to path and starts a gateway from it.
+func startReloadRig(t *testing.T, path, file string) *reloadRig {
+	t.Helper()
+	writeWhole(t, path, file)
+	cfg, err := loadFile(path)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reloadRig{t: t, path: path, start: time.Now(), seq: map[string]int{}, got: map[string]int{}}
+	r.src = devicelimit.NewManualTime(r.start)
+	r.g = mustStart(t, cfg, Deps{Time: r.src, Load: loadFile(path)})
+	r.base = "http://" + r.g.AdminAddr().String()
+	r.addr = r.g.Addr().String()
+	mqtttest.Subscribe5(t, r.addr, "backend", paho.SubscribeOptions{Topic: "devices/#", QoS: 1}, func(p *paho.Publish) {
+		r.mu.Lock()
+		r.got[string(p.Payload)]++
+		r.mu.Unlock()
+	})
+	return r
+}
+
+// received returns how often payload reached the subscriber.
+func (r *reloadRig) received(payload string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.got[payload]
+}
+
+// publish publishes n messages of dev on topic (QoS 1), their payloads
+// prefix and a number counting on from the prefix's last, and returns
+// those acked 0x00: admitted, or deferred (acked too, not received yet).
+func (r *reloadRig) publish(dev *mqtttest.Client5, topic, prefix string, n int) (acked []string) {
+	r.t.Helper()
+	for range n {
+		r.seq[prefix]++
+		p := fmt.Sprintf("%s%d", prefix, r.seq[prefix])
+		code, err := dev.Publish(topic, p)
+		if err != nil {
+			r.t.Fatalf("publish %s: %v", p, err)
+		}
+		switch code {
+		case mqtttest.CodeSuccess:
+			acked = append(acked, p)
+		case mqtttest.CodeQuotaExceeded:
+		default:
+			r.t.Fatalf("publish %s: PUBACK 0x%02x", p, code)
+		}
+	}
+	return acked
+}
+
+// admitted waits until each of acked reached the subscriber and returns
+// how many did.
+func (r *reloadRig) admitted(acked []string) int {
+	r.t.Helper()
+	poll.Until(r.t, 20*time.Second, fmt.Sprintf("%v received", acked), func() bool {
+		for _, p := range acked {
+			if r.received(p) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	return len(acked)
+}
+
+// reload writes file to the rig's path and reloads it through the admin
+// API.
+func (r *reloadRig) reload(file string) {
+	r.t.Helper()
+	writeWhole(r.t, r.path, file)
+	a, err := postReload(r.base)
+	if err != nil || !a.ok {
+		r.t.Fatalf("reload: %v %s", err, a.text)
 	}
 }
