@@ -422,9 +422,14 @@ func (s *Server) resetDevice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reset, err := s.windows().Reset(id)
+	if errors.Is(err, ErrResetNotDurable) {
+		s.log.Error("device window reset not written to the data file; the next snapshot writes it", "device", id, "err", err.Error())
+		writeError(w, http.StatusServiceUnavailable, "the device's windows are emptied but not yet in the data file: the next snapshot writes that, and a crash before it can bring the old counts back; see the gateway's log")
+		return
+	}
 	if err != nil {
 		s.log.Error("device window reset failed", "device", id, "err", err.Error())
-		writeError(w, http.StatusServiceUnavailable, "reset failed; see the gateway's log")
+		writeError(w, http.StatusServiceUnavailable, "reset failed, nothing changed; see the gateway's log")
 		return
 	}
 	if reset {

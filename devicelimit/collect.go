@@ -23,9 +23,13 @@ func (t *Table) Collect(fn func(device string, enc []byte)) int {
 // CollectLeases is Collect that also hands out, with each window, what
 // its snapshot records of its lease (zero without one): the store
 // writes it in the same transaction as the window. With a deletion
-// (enc nil) the mark holds only the deleted window's incarnation (0 if
-// it had no lease): a lease write of a later incarnation of the same
-// key may commit before the deletion does, and must survive it. A window with an
+// (enc nil) the mark holds the deleted window's incarnation (0 if it
+// had no lease): a lease write of a later incarnation of the same key
+// may commit before the deletion does, and must survive it; and, as
+// recorded, all its leases could have admitted: the deleted incarnation
+// admits nothing more, so its lease closes (a reset window's was
+// open), and no lease write of it, taken before the deletion, can open
+// it again whichever commits first. A window with an
 // open lease is looked at again by the next collection, and handed out
 // only when it admitted since (or its lease closes): once idleLimit
 // collections in a row found it admitting nothing, its lease is closed:
@@ -41,7 +45,7 @@ func (t *Table) CollectLeases(fn func(device string, enc []byte, m LeaseMark)) i
 		s := &t.shards[i]
 		s.mu.Lock()
 		for _, g := range s.gone {
-			fn(g.key, nil, LeaseMark{Inc: g.inc})
+			fn(g.key, nil, LeaseMark{Inc: g.inc, Recorded: g.held})
 			n++
 		}
 		clear(s.gone)

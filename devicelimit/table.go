@@ -295,7 +295,7 @@ func (t *Table) Reset(device string) bool {
 	i := s.index.find(device, h)
 	had := i >= 0
 	if had {
-		s.evict(i)
+		s.drop(i, true)
 	}
 	if stemEnd(device) >= 0 {
 		return had // a window's own key: that window only
@@ -308,7 +308,7 @@ func (t *Table) Reset(device string) bool {
 			continue
 		}
 		// Eviction shifts a later entry into slot i: look at it next.
-		s.evict(i)
+		s.drop(i, true)
 		had = true
 	}
 	return had
@@ -316,14 +316,23 @@ func (t *Table) Reset(device string) bool {
 
 // evict removes the window in index slot i, remembering its device for
 // Collect if a store may hold it. Called with s.mu held.
-func (s *shard) evict(i int) {
+func (s *shard) evict(i int) { s.drop(i, false) }
+
+// drop is evict; leased also remembers a window that took a lease,
+// which a lease write may hold (with its counts) before any Collect
+// handed the window out: a topic class's window takes its first at its
+// first admission. Reset drops so, the only eviction of a window whose
+// lease is open. Called with s.mu held.
+func (s *shard) drop(i int, leased bool) {
 	slot := &s.index.slots[i]
 	ref := slot.ref()
-	if s.rec(ref).flags()&flagStored != 0 {
-		g := goneWindow{key: slot.keyString()}
-		if s.slabs[ref>>refClassShift].leased {
-			g.inc = s.lease(ref).inc
-		}
+	var g goneWindow
+	if s.slabs[ref>>refClassShift].leased {
+		ls := s.lease(ref)
+		g.inc, g.held = ls.inc, max(ls.cap, ls.adm)
+	}
+	if s.rec(ref).flags()&flagStored != 0 || leased && g.inc != 0 {
+		g.key = slot.keyString()
 		s.gone = append(s.gone, g)
 	}
 	s.free(ref)
@@ -333,10 +342,13 @@ func (s *shard) evict(i int) {
 // goneWindow is a window evicted or reset after a Collect handed it
 // out: its key, and the incarnation of its lease (0: none), which a
 // store needs to tell its deletion from a later incarnation's lease
-// write under the same key (CollectLeases).
+// write under the same key (CollectLeases), and all its leases could
+// have admitted: an evicted incarnation admits nothing more, so its
+// deletion closes its lease (a reset window's is still open).
 type goneWindow struct {
-	key string
-	inc uint64
+	key  string
+	inc  uint64
+	held uint64
 }
 
 // Len returns the number of windows held.

@@ -30,8 +30,11 @@ import (
 // kinds of transaction commit. A snapshot writes a window's mark only
 // when its lease closes (devicelimit's CollectLeases); one that deletes
 // the window drops the lease write's counts (the window is gone: they
-// must not bring it back), its admissions then counting as recorded,
-// unless the record is of a later incarnation than the deleted window.
+// must not bring it back) and records the whole of its leases (the
+// deleted incarnation admits nothing more: its lease is closed), unless
+// the record is of a later incarnation than the deleted window. A lease
+// write of the deleted incarnation that commits after the deletion
+// holds no more than that: its counts stay unused, its cap recorded.
 // The buckets are made by the first write and emptied at every
 // start (SettleLeases).
 var (
@@ -153,6 +156,9 @@ func (lt *leaseTx) bucket(long, create bool) (*bolt.Bucket, error) {
 // merge merges a lease write, a snapshot's mark or a window's deletion
 // (how) into the record of key.
 func (lt *leaseTx) merge(key string, l leaseRecord, how int) error {
+	if how == leaseWindow && l.inc == 0 {
+		return nil // the deletion of a window that never took a lease
+	}
 	long := longID(key)
 	var k []byte
 	if long {
@@ -162,18 +168,12 @@ func (lt *leaseTx) merge(key string, l leaseRecord, how int) error {
 		lt.buf = append(lt.buf, key...)
 		k = lt.buf[n:len(lt.buf):len(lt.buf)]
 	}
-	b, err := lt.bucket(long, how != leaseWindow)
+	b, err := lt.bucket(long, true)
 	if err != nil {
 		return err
 	}
-	if b == nil { // a deletion, and no lease was ever written
-		return nil
-	}
 	var cur leaseRecord
 	v := lt.get(b, long, k)
-	if v == nil && how == leaseWindow {
-		return nil
-	}
 	if v != nil {
 		if long {
 			_, enc, err := decodeLongValue(k, v)
@@ -195,10 +195,18 @@ func (lt *leaseTx) merge(key string, l leaseRecord, how int) error {
 			// its admissions.
 			return nil
 		}
-		// The window's counts are gone (expired, or reset): those of
-		// its admissions up to the lease write's are held by nothing,
-		// and need no charge.
-		cur.rec, cur.adm, cur.window = max(cur.rec, cur.adm), 0, nil
+		if cur.inc < l.inc {
+			// Its lease write has not committed yet (or never will):
+			// the record of the deletion makes sure that one coming
+			// after it neither restores its counts nor charges it.
+			cur = leaseRecord{inc: l.inc}
+		}
+		// The window's counts are gone (expired, or reset), and so is
+		// the window: its lease is closed, all it could admit recorded
+		// (l.rec, devicelimit's CollectLeases), beyond any lease write
+		// of it, taken before the deletion; those admissions are held
+		// by nothing and need no charge.
+		cur.rec, cur.adm, cur.window = max(cur.rec, cur.adm, l.rec), 0, nil
 	case cur.inc > l.inc:
 		return nil
 	case cur.inc < l.inc:

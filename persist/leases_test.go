@@ -22,14 +22,8 @@ import (
 // charged nothing, and one never seen has no window. The leases are
 // gone after the start, and the charge is in the file.
 func TestLeasesChargeOnlyOpenLeases(t *testing.T) {
-	dir := t.TempDir()
-	s := open(t, dir)
-	tab := newTable(t, 10)
-	policy := devicelimit.LeasePolicy{Share: 0.1, Min: 1, Max: 1000}
-	tab.EnableLeases(policy)
-	l := NewLeaser(s, tab, nil)
-	clock := &stepClock{now: t0}
-	sn := NewSnapshotter(s, tab, clock, time.Hour, nil)
+	s, tab, l, clock, sn := leasedStore(t, t.TempDir())
+	policy := tenthLease
 	daily := devicelimit.Quota{Limit: 1000, Window: 24 * time.Hour}
 
 	admit := func(device string, n int) {
@@ -59,19 +53,8 @@ func TestLeasesChargeOnlyOpenLeases(t *testing.T) {
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	crashed := copyStore(t, s) // kill -9: no final snapshot
-
-	s2 := open(t, crashed)
-	tab2 := newTable(t, 10)
-	tab2.EnableLeases(policy)
-	if _, err := s2.RestoreWindows(tab2); err != nil {
-		t.Fatal(err)
-	}
 	at := clock.now.Add(time.Second)
-	n, err := s2.SettleLeases(tab2, true, at, at)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2, tab2, n := afterCrash(t, s, policy, at) // kill -9: no final snapshot
 	if n != 1 {
 		t.Errorf("charged %d windows, want 1 (busy's)", n)
 	}
@@ -90,7 +73,7 @@ func TestLeasesChargeOnlyOpenLeases(t *testing.T) {
 	if got := used(tab2, "never-seen"); got != 0 {
 		t.Errorf("a device never seen counts %d, want 0", got)
 	}
-	err = s2.view(func(tx *bolt.Tx) error {
+	err := s2.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketLeases) != nil {
 			t.Error("the leases are still in the file after the start")
 		}

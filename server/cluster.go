@@ -246,17 +246,40 @@ func (g *Gateway) closeCluster(context.Context) error {
 // adminWindows returns the windows the admin API reads and resets: nil
 // (the table) unless they are shared.
 func (g *Gateway) adminWindows() admin.Windows {
+	local := localWindows{g.table, g.snap}
 	if g.cluster == nil {
-		return nil
+		return local
 	}
-	return sharedWindows{g.cluster.limiter, g.cluster.owner, g.table, g.resolver}
+	return sharedWindows{g.cluster.limiter, g.cluster.owner, local, g.resolver}
+}
+
+// localWindows are this gateway's table, as the admin API sees them: a
+// reset is in the data file before it is answered (persist.Snapshotter.Reset).
+type localWindows struct {
+	t    *devicelimit.Table
+	snap *persist.Snapshotter
+}
+
+func (w localWindows) PeekAllAt(device, class string, ls []devicelimit.Limit, size int, now devicelimit.Tick) (devicelimit.Verdict, error) {
+	return w.t.PeekAllAt(device, class, ls, size, now), nil
+}
+
+// Reset empties the device's windows and writes that to the data file;
+// an error wraps admin.ErrResetNotDurable: the windows are empty in
+// memory, and the next snapshot writes them.
+func (w localWindows) Reset(device string) (bool, error) {
+	had, err := w.snap.Reset(device)
+	if err != nil {
+		return had, fmt.Errorf("%w: %w", admin.ErrResetNotDurable, err)
+	}
+	return had, nil
 }
 
 // sharedWindows are the windows in Redis, as the admin API sees them.
 type sharedWindows struct {
 	l        *cluster.Limiter
 	owner    *cluster.Owner // nil unless decisions are where the device is
-	local    *devicelimit.Table
+	local    localWindows
 	resolver *devicelimit.Resolver
 }
 
@@ -289,7 +312,8 @@ func (w sharedWindows) Reset(device string) (bool, error) {
 	if w.owner != nil && w.owner.Reset(device) {
 		had = true
 	}
-	return w.local.Reset(device) || had, nil
+	local, err := w.local.Reset(device)
+	return local || had, err
 }
 
 // blockStore is where the broker keeps automatic blocks: the data file,
