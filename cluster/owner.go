@@ -168,6 +168,12 @@ type owned struct {
 	wins             []win
 	durWins          int // wins[:durWins] are in the durable checkpoint
 	maxSize          int
+	// resets counts the operator's resets of its windows here, durReset
+	// those a checkpoint Redis accepted covers; while durReset < resets
+	// checkpoints carry no lease (a crash charges nothing) and nothing is
+	// admitted until one lands. ckErr is the last checkpoint's failure.
+	resets, durReset int64
+	ckErr            error
 	queued           bool
 	landed           chan struct{} // closed and renewed at each checkpoint's answer
 	gone             chan struct{} // closed once its sessions here are closed (stParted)

@@ -82,6 +82,7 @@ type snap struct {
 	sinceM, sinceB recent
 	leaseM, leaseB int64
 	wins           int
+	resets         int64 // d.resets when it was taken
 }
 
 // checkpoint writes the checkpoints of batch in one script call (one per
@@ -96,7 +97,10 @@ func (o *Owner) checkpoint(batch []*owned) {
 		d.mu.Lock()
 		d.queued = false
 		if d.state == stReady {
-			s := snap{d: d, epoch: d.epoch, gen: gen, sinceM: d.sinceM, sinceB: d.sinceB, leaseM: o.leaseM(d), leaseB: o.leaseB(d), wins: len(d.wins)}
+			s := snap{d: d, epoch: d.epoch, gen: gen, sinceM: d.sinceM, sinceB: d.sinceB, wins: len(d.wins), resets: d.resets}
+			if d.durReset == d.resets { // else a reset's checkpoint: no lease (Owner.Reset)
+				s.leaseM, s.leaseB = o.leaseM(d), o.leaseB(d)
+			}
 			args = append(args, d.epoch, appendCheckpoint(nil, o.table, d.device, d.wins), s.leaseM, s.leaseB)
 			snaps = append(snaps, s)
 			keys = append(keys, o.recordKey(d.device))
@@ -117,15 +121,22 @@ func (o *Owner) checkpoint(batch []*owned) {
 		switch {
 		case errs[i] != nil:
 			o.shared.health.failed(errs[i])
+			d.ckErr = errs[i]
 		case written == 1:
 			o.shared.health.ok()
+			d.ckErr = nil
+			if d.epoch == s.epoch {
+				d.durReset = max(d.durReset, s.resets) // the record holds it, whatever came since
+			}
 			// A lapse of the liveness since the snapshot (gen moved): the
 			// device may have been claimed elsewhere meanwhile; the next
 			// checkpoint tells.
 			if d.epoch == s.epoch && d.state == stReady && o.gen.Load() == s.gen {
 				d.sinceM.drop(&s.sinceM)
 				d.sinceB.drop(&s.sinceB)
-				d.leasedM, d.leasedB = s.leaseM, s.leaseB
+				if s.resets == d.resets { // a lease taken before a reset is void
+					d.leasedM, d.leasedB = s.leaseM, s.leaseB
+				}
 				d.durWins = max(d.durWins, s.wins)
 			}
 		default:

@@ -45,13 +45,78 @@ func (o *Owner) PeekAll(ctx context.Context, device, class string, ls []deviceli
 	return scratch.PeekAllAt(device, class, ls, size, now), nil
 }
 
-// Reset empties the device's windows in this gateway's table, when it
-// owns the device, and reports whether it had any. (A gateway that
-// does not own the device cannot reach the owner's table: the admin
-// API's reset is for the gateway the device is on.)
-func (o *Owner) Reset(device string) bool {
+// Reset empties the device's windows in the owner's table and writes
+// that to the device's checkpoint in Redis before it returns, so that
+// neither a crash of this gateway nor a move of the device brings the
+// old counts back. It reports whether the device had a window here.
+//
+// A device another gateway owns is taken over first, through the
+// release request its owner answers as for a device that connected
+// here (the owner writes its final windows and closes the device's
+// session; the device reconnects and is claimed back with the emptied
+// windows); a device without a record in Redis has no windows to reset.
+// The checkpoint the reset writes carries no lease, so that a crash
+// right after it charges the device nothing; the device's next
+// admission waits for a checkpoint with a lease, as at its claim.
+//
+// An error wraps ErrResetNotWritten when the windows were emptied here
+// but the checkpoint was not written (Redis failed, ctx ended, or
+// another gateway took the device over meanwhile); otherwise nothing
+// changed.
+func (o *Owner) Reset(ctx context.Context, device string) (bool, error) {
 	if !o.Owns(device) {
-		return false
+		n, err := o.ctl.Exists(ctx, o.recordKey(device)).Result()
+		if err != nil {
+			return false, fmt.Errorf("reset %q: read its record in redis: %w", device, err)
+		}
+		if n == 0 {
+			return false, nil // no gateway decided for it: empty everywhere
+		}
+		if err := o.Claim(device); err != nil {
+			return false, fmt.Errorf("reset %q: take it over from its owner: %w", device, err)
+		}
 	}
-	return o.table.Reset(device)
+	sh := o.shard(device)
+	sh.mu.RLock()
+	d := sh.m[device]
+	sh.mu.RUnlock()
+	if d == nil {
+		return false, fmt.Errorf("reset %q: %w", device, errClaimLost)
+	}
+	d.mu.Lock()
+	if d.state != stReady {
+		d.mu.Unlock()
+		return false, fmt.Errorf("reset %q: %w", device, errClaimLost)
+	}
+	had := o.table.Reset(device)
+	d.resets++
+	r := d.resets
+	d.leasedM, d.leasedB, d.ckErr = 0, 0, nil
+	for {
+		var err error
+		switch {
+		case d.durReset >= r:
+			d.mu.Unlock()
+			return had, nil
+		case d.state != stReady:
+			err = errClaimLost
+		case d.ckErr != nil:
+			err = d.ckErr
+		case o.shared.health.skip():
+			err = errResting
+		}
+		if err != nil {
+			d.mu.Unlock()
+			return had, fmt.Errorf("reset %q: %w: %w", device, ErrResetNotWritten, err)
+		}
+		o.enqueue(d, true)
+		ch := d.landed
+		d.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return had, fmt.Errorf("reset %q: %w: %w", device, ErrResetNotWritten, ctx.Err())
+		}
+		d.mu.Lock()
+	}
 }

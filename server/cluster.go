@@ -294,8 +294,10 @@ func (w sharedWindows) PeekAllAt(device, class string, ls []devicelimit.Limit, s
 	return w.l.PeekAll(ctx, device, class, ls, size)
 }
 
-// Reset empties the shared window, and this gateway's own, which the
-// failure policy local decides on.
+// Reset empties the shared window, the owner's (cluster.Owner.Reset:
+// in the device's checkpoint in Redis before it returns, the device
+// taken over from the gateway that owns it), and this gateway's own,
+// which the failure policy local decides on.
 func (w sharedWindows) Reset(device string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -309,11 +311,21 @@ func (w sharedWindows) Reset(device string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if w.owner != nil && w.owner.Reset(device) {
-		had = true
+	var notWritten error
+	if w.owner != nil {
+		octx, ocancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ocancel()
+		owned, err := w.owner.Reset(octx, device)
+		switch {
+		case errors.Is(err, cluster.ErrResetNotWritten):
+			notWritten = fmt.Errorf("%w: %w", admin.ErrResetNotDurable, err)
+		case err != nil:
+			return false, err
+		}
+		had = had || owned
 	}
 	local, err := w.local.Reset(device)
-	return local || had, err
+	return local || had, errors.Join(notWritten, err)
 }
 
 // blockStore is where the broker keeps automatic blocks: the data file,
