@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -116,4 +117,44 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestOwnerResetRedisFrozen: Redis stops answering (SIGSTOP) while the
+// owner resets a device that used its window: the reset empties the
+// owner's windows but its checkpoint is not written, and it says so
+// (ErrResetNotWritten). Redis back, a reset repeated until Redis is
+// tried again answers false (nothing left to empty) and writes what the
+// first one left: A's crash then leaves B the windows empty.
+func TestOwnerResetRedisFrozen(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newOwner(t, srv, 10, 2*time.Second)
+	q := devicelimit.Quota{Limit: 6, Window: time.Hour}
+	if n := admitted(a, "d", q, 6, t0); n != 6 {
+		t.Fatalf("A admitted %d of a fresh window, want 6", n)
+	}
+	srv.Stop()
+	had, err := a.o.Reset(ctxT(t), "d")
+	srv.Cont()
+	if !had || !errors.Is(err, ErrResetNotWritten) {
+		t.Fatalf("reset with Redis frozen: got %v, %v, want true and ErrResetNotWritten", had, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		had, err = a.o.Reset(ctxT(t), "d")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reset after Redis came back: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling until Redis is tried again, not letting logical time pass
+	}
+	if had {
+		t.Fatal("the repeated reset found windows: the first did not empty them")
+	}
+	crash(t, srv, a)
+	b := newOwner(t, srv, 10, 2*time.Second)
+	if n := admitted(b, "d", q, 6, t0.Add(time.Second)); n != 6 {
+		t.Fatalf("B admitted %d after the repeated reset and A's crash, want the whole quota 6", n)
+	}
 }
