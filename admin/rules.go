@@ -123,7 +123,8 @@ func (s *Server) putRuleEnforce(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad body: data after the object")
 		return
 	}
-	if err := s.opts.Resolver.SetRuleEnforce(name, *b.Enforce); err != nil {
+	st, err := s.opts.Resolver.SetRuleEnforce(name, *b.Enforce)
+	if err != nil {
 		// A reload removed the rule while the body came: the same
 		// answer as for a rule never configured.
 		unknownRule(w, name)
@@ -133,15 +134,11 @@ func (s *Server) putRuleEnforce(w http.ResponseWriter, r *http.Request) {
 	if !*b.Enforce {
 		mode = "shadow mode"
 	}
-	st, _ := s.opts.Resolver.RuleState(name)
-	// The answer names what this request switched: read back, the
-	// state could already be another operator's switch made since
-	// (a probe of two operators switching at once saw 1 answer in
-	// 4,000 name the other's).
-	st.Enforce = *b.Enforce
-	for i := range st.Classes {
-		st.Classes[i].Enforce = *b.Enforce
-	}
+	// The answer names what this request switched, in the rules it
+	// switched: read back, the state could already be another
+	// operator's switch made since (a probe of two operators switching
+	// at once saw 1 answer in 4,000 name the other's), or a reload's
+	// rules, without the rule's classes and group when it removed it.
 	out := ruleOut(name, st)
 	out.Switched = []string{"quota"}
 	for _, c := range st.Classes {

@@ -18,7 +18,7 @@ func TestResolverReconfigure(t *testing.T) {
 	if err := r.SetOverride("o-1", Override{Quota: q(7)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.SetRuleEnforce("s", false); err != nil {
+	if _, err := r.SetRuleEnforce("s", false); err != nil {
 		t.Fatal(err)
 	}
 	n, err := NewResolver(q(20), []Rule{{Name: "t", ClientID: "t-*", Quota: q(3)}, {Name: "s", ClientID: "s-*", Quota: q(4)}}, 10)

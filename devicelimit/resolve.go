@@ -214,13 +214,15 @@ func (r *Resolver) Reconfigure(n *Resolver) error {
 // SetRuleEnforce switches the named rule's own quota between enforcing
 // (enforce set) and shadow mode at runtime, from its devices' next
 // message; it lasts until the gateway stops (the configuration's
-// enforce applies again after a restart). An unknown name is an error
-// wrapping ErrUnknownRule.
-func (r *Resolver) SetRuleEnforce(name string, enforce bool) error {
+// enforce applies again after a restart). It returns the rule's state
+// as this switch set it, read from the rules it switched: a reload or
+// another switch right after it cannot change the answer. An unknown
+// name is an error wrapping ErrUnknownRule.
+func (r *Resolver) SetRuleEnforce(name string, enforce bool) (RuleState, error) {
 	s := r.set.Load()
 	i, ok := s.ruleIdx[name]
 	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownRule, name)
+		return RuleState{}, fmt.Errorf("%w: %q", ErrUnknownRule, name)
 	}
 	mode := modeShadow
 	if enforce {
@@ -229,7 +231,7 @@ func (r *Resolver) SetRuleEnforce(name string, enforce bool) error {
 	s.modes[i].Store(mode)
 	s.switched.Store(true)
 	r.gen.Add(1)
-	return nil
+	return s.state(i, &enforce), nil
 }
 
 // RuleEnforce reports whether the named rule's own quota is enforced

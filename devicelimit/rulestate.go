@@ -36,10 +36,23 @@ func (r *Resolver) RuleState(name string) (RuleState, bool) {
 	if !ok {
 		return RuleState{}, false
 	}
+	return s.state(i, nil), true
+}
+
+// state returns rule i's state; with switched set, as that switch set
+// it (the rule and its classes in its mode), whatever another switch
+// stored since.
+func (s *ruleSet) state(i int, switched *bool) RuleState {
 	cr := &s.rules[i]
-	st := RuleState{Enforce: !s.ruleShadow(i, cr.Quota.Shadow)}
+	enforce := func(configured bool) bool {
+		if switched != nil {
+			return *switched
+		}
+		return !s.ruleShadow(i, configured)
+	}
+	st := RuleState{Enforce: enforce(cr.Quota.Shadow)}
 	for _, c := range cr.Classes {
-		st.Classes = append(st.Classes, ClassState{Name: c.Name, Enforce: !s.ruleShadow(i, c.Quota.Shadow)})
+		st.Classes = append(st.Classes, ClassState{Name: c.Name, Enforce: enforce(c.Quota.Shadow)})
 	}
 	if cr.group.on {
 		st.Group = cr.group.tmpl.String()
@@ -50,5 +63,5 @@ func (r *Resolver) RuleState(name string) (RuleState, bool) {
 			}
 		}
 	}
-	return st, true
+	return st
 }

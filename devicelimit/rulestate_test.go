@@ -1,6 +1,7 @@
 package devicelimit
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -27,7 +28,8 @@ func TestRuleSwitchCoversClasses(t *testing.T) {
 	if _, q := r.ClassAt("meter-1", rule, "meters", classes, "alarms/1", 0); !q.Shadow {
 		t.Fatal("the class is enforced before any switch")
 	}
-	if err := r.SetRuleEnforce("meters", true); err != nil {
+	switched, err := r.SetRuleEnforce("meters", true)
+	if err != nil {
 		t.Fatal(err)
 	}
 	// A connection from before the switch holds the configured classes.
@@ -45,6 +47,9 @@ func TestRuleSwitchCoversClasses(t *testing.T) {
 	if !ok || !reflect.DeepEqual(st, want) {
 		t.Fatalf("RuleState = %+v, %v, want %+v", st, ok, want)
 	}
+	if !reflect.DeepEqual(switched, want) {
+		t.Fatalf("SetRuleEnforce's state = %+v, want %+v", switched, want)
+	}
 	// An override's classes are its own: the rule's switch leaves them.
 	if err := r.SetOverride("meter-3", Override{Quota: Quota{Limit: 5, Window: hour}, Classes: alarms}); err != nil {
 		t.Fatal(err)
@@ -54,5 +59,26 @@ func TestRuleSwitchCoversClasses(t *testing.T) {
 	}
 	if _, ok := r.RuleState("valves"); ok {
 		t.Fatal("RuleState of an unknown rule")
+	}
+	// The answer is the switched rules' whatever comes after: another
+	// switch, a reload that removes the rule.
+	if _, err := r.SetRuleEnforce("meters", false); err != nil {
+		t.Fatal(err)
+	}
+	n, err := NewResolver(Quota{Limit: 10, Window: hour}, nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reconfigure(n); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(switched, want) {
+		t.Fatalf("SetRuleEnforce's state changed after it to %+v", switched)
+	}
+	if _, ok := r.RuleState("meters"); ok {
+		t.Fatal("RuleState of a rule the reload removed")
+	}
+	if _, err := r.SetRuleEnforce("meters", true); !errors.Is(err, ErrUnknownRule) {
+		t.Fatalf("switch of a removed rule: %v, want ErrUnknownRule", err)
 	}
 }
