@@ -85,6 +85,7 @@ func (d *devState) seen(now devicelimit.Tick) {
 // OnSessionEstablish caches the connection's device and rule quota. It
 // runs after authentication, so refused connections leave nothing behind.
 func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	gen := h.resolver.Generation()
 	c := h.connInfo(cl)
 	h.devMu.Lock()
 	d := h.devices[c.device]
@@ -95,6 +96,15 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 	d.live = append(d.live, c)
 	c.dev = d
 	h.devMu.Unlock()
+	// A reload that put its rules in force (Generation changes after
+	// that) between connInfo's lookup and the append walked the live
+	// connections without c (Server.Reconfigure): look the rules up
+	// again, until none came between a lookup and its store. A reload
+	// after that finds c in its walk, and its store comes last.
+	for now := h.resolver.Generation(); now != gen; now = h.resolver.Generation() {
+		gen = now
+		c.rv.Store(h.ruleView(c.clientID, c.username))
+	}
 	h.conns.setInfo(cl, c)
 	h.connected.Add(1)
 	if h.prelease && !h.consumers.rules.Load().matches(cl.ID) {

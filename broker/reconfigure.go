@@ -15,8 +15,9 @@ import (
 // topic classes and group are looked up again, so that its device's
 // next message is judged by them, without a reconnection. The groups
 // listed by Groups are those joined since. It returns the connections
-// updated. A connection being established while it runs may keep the
-// rules it looked up a moment before, until it reconnects.
+// updated. A connection being established while it runs is judged by
+// the new rules too: it looks them up again when they changed after
+// its first lookup (throttle.OnSessionEstablish).
 func (s *Server) Reconfigure() int {
 	h := s.hook
 	h.groupsSeen.Clear()
