@@ -423,8 +423,8 @@ func (s *Server) resetDevice(w http.ResponseWriter, r *http.Request) {
 	}
 	reset, err := s.windows().Reset(id)
 	if errors.Is(err, ErrResetNotDurable) {
-		s.log.Error("device window reset not written to the data file; the next snapshot writes it", "device", id, "err", err.Error())
-		writeError(w, http.StatusServiceUnavailable, "the device's windows are emptied but not yet in the data file: the next snapshot writes that, and a crash before it can bring the old counts back; see the gateway's log")
+		s.log.Error("device window reset not written to the data file (in cluster owner mode: the device's checkpoint in redis); the next snapshot or checkpoint writes it", "device", id, "err", err.Error())
+		writeError(w, http.StatusServiceUnavailable, "the device's windows are emptied but not yet in the data file (in cluster owner mode: the device's checkpoint in redis): the next snapshot or checkpoint writes that, and a crash before it can bring the old counts back; repeat the reset, or see the gateway's log")
 		return
 	}
 	if err != nil {
