@@ -19,9 +19,17 @@ import "fmt"
 // bring them back. A reset of a device without a window writes what a
 // failed reset left pending, so that its success says the device's
 // windows are empty on disk too.
+//
+// After Close (the gateway is stopping: no snapshot follows) it changes
+// nothing and returns an error wrapping ErrClosed.
 func (sn *Snapshotter) Reset(device string) (bool, error) {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	if sn.closed {
+		return false, fmt.Errorf("reset %q: %w", device, ErrClosed)
+	}
 	had := sn.table.Reset(device)
-	if _, err := sn.Snapshot(); err != nil {
+	if _, err := sn.snapshot(false); err != nil {
 		return had, fmt.Errorf("reset %q: %w", device, err)
 	}
 	return had, nil

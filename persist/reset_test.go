@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -130,4 +131,29 @@ func leasedStore(t *testing.T, dir string) (*Store, *devicelimit.Table, *Leaser,
 	tab.EnableLeases(tenthLease)
 	clock := &stepClock{now: t0}
 	return s, tab, NewLeaser(s, tab, nil), clock, NewSnapshotter(s, tab, clock, time.Hour, nil)
+}
+
+// A reset that comes after Close (the gateway stopping, its final
+// snapshot taken) changes nothing, in memory or on disk, and says so:
+// no later snapshot would write it.
+func TestResetAfterClose(t *testing.T) {
+	_, tab, l, clock, sn := leasedStore(t, t.TempDir())
+	q := devicelimit.Quota{Limit: 20, Window: time.Hour}
+	clock.now = clock.now.Add(ms)
+	if d := tab.AllowAt("dev", q, clock.now); !d.Allowed || !tab.WaitLease(d.Lease, 5*time.Second) {
+		t.Fatalf("admission %+v", d)
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := sn.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	had, err := sn.Reset("dev")
+	if !errors.Is(err, ErrClosed) || had {
+		t.Fatalf("Reset after Close = %v, %v; want false, ErrClosed", had, err)
+	}
+	if got := tab.PeekAt("dev", q, clock.now).Count; got != 1 {
+		t.Errorf("after a refused reset dev counts %d in memory, want its 1", got)
+	}
 }

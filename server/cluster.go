@@ -266,9 +266,13 @@ func (w localWindows) PeekAllAt(device, class string, ls []devicelimit.Limit, si
 
 // Reset empties the device's windows and writes that to the data file;
 // an error wraps admin.ErrResetNotDurable: the windows are empty in
-// memory, and the next snapshot writes them.
+// memory, and the next snapshot writes them; or, once the gateway is
+// stopping (its final snapshot taken), nothing changed.
 func (w localWindows) Reset(device string) (bool, error) {
 	had, err := w.snap.Reset(device)
+	if errors.Is(err, persist.ErrClosed) {
+		return false, err
+	}
 	if err != nil {
 		return had, fmt.Errorf("%w: %w", admin.ErrResetNotDurable, err)
 	}
