@@ -345,8 +345,9 @@ func (h *throttle) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 	if w := c.status.Load(); w != nil {
 		defer h.statusAfter(cl, c, w, class, &q, &gq, now) // status.go
 	}
-	// A device in a group is never deferred: a deferred message would
-	// be released without its group's windows (policy defer drops).
+	// A device in a group is never deferred: a deferred message
+	// released while its device is not connected goes without its
+	// group's windows (releaseDevice; policy defer drops).
 	if h.defers(&q, v) {
 		c.ack.barrier()
 		err := h.deferPublish(cl, &pk, c, class, q, now)

@@ -125,17 +125,14 @@ func ReloadChanges(running, next Config) ([]Change, error) {
 			c.Old, c.New = "(secret)", "(secret)"
 		}
 		changes = append(changes, c)
-		if !IsReloadable(k) {
-			refused = append(refused, &FieldError{Key: k, Msg: fmt.Sprintf("cannot change without a restart (running %q, file %q)", c.Old, c.New)})
-		}
 	}
-	for _, c := range moves(fa, fb) {
-		changes = append(changes, c)
+	changes = append(changes, moves(fa, fb)...)
+	slices.SortStableFunc(changes, func(x, y Change) int { return strings.Compare(x.Key, y.Key) })
+	for _, c := range changes {
 		if !IsReloadable(c.Key) {
 			refused = append(refused, &FieldError{Key: c.Key, Msg: fmt.Sprintf("cannot change without a restart (running %q, file %q)", c.Old, c.New)})
 		}
 	}
-	slices.SortStableFunc(changes, func(x, y Change) int { return strings.Compare(x.Key, y.Key) })
 	if len(refused) > 0 {
 		return changes, errors.Join(refused...)
 	}
