@@ -325,6 +325,7 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 			t.MaxExcess = max(t.MaxExcess, d.Excess)
 		}
 	}
+	res.Timeline.finish()
 	slices.Sort(all)
 	t.LatencyP50, t.LatencyP95, t.LatencyP99, t.LatencyMax = percentiles(all)
 	res.Groups = judgeGroups(logs, opts)
@@ -381,6 +382,7 @@ func checkDevice(l DeviceLog, opts CheckOptions, tl *Timeline) (DeviceResult, []
 		}
 		if arrived && s.Ack != AckRefused {
 			lat = append(lat, at.Sub(s.At))
+			tl.addLatency(s.At, at.Sub(s.At))
 		}
 		switch s.Ack {
 		case AckRefused:

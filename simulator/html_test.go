@@ -96,3 +96,34 @@ func TestTimelineSumsToTotals(t *testing.T) {
 		t.Fatal("no messages: want no timeline")
 	}
 }
+
+// TestTimelineLatency checks each bin's latency figures come from the
+// messages sent in that bin that arrived, refusals and the unarrived
+// left out.
+func TestTimelineLatency(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	q := devicelimit.Quota{Limit: 1000, Window: time.Second}
+	l := DeviceLog{Device: "a", Quota: q}
+	// 100 messages at t0 (latencies 1..100 ms) and one at t0+30 s (a
+	// refusal that arrived anyway: leaked, no latency), one at t0+60 s
+	// never arrived: 120 bins of 500 ms, only the first with latencies.
+	for i := range 100 {
+		l.Sent = append(l.Sent, Sent{Seq: uint64(i), At: t0, Ack: AckSuccess})
+		l.Arrivals = append(l.Arrivals, Arrival{Seq: uint64(i), At: t0.Add(time.Duration(i+1) * time.Millisecond)})
+	}
+	l.Sent = append(l.Sent, Sent{Seq: 100, At: t0.Add(30 * time.Second), Ack: AckRefused},
+		Sent{Seq: 101, At: t0.Add(60 * time.Second), Ack: AckSuccess})
+	l.Arrivals = append(l.Arrivals, Arrival{Seq: 100, At: t0.Add(31 * time.Second)})
+	tl := Check([]DeviceLog{l}, CheckOptions{}).Timeline
+	if len(tl.LatencyP99) != len(tl.Accepted) || len(tl.LatencyMax) != len(tl.Accepted) {
+		t.Fatalf("latency series of %d and %d bins, want %d", len(tl.LatencyP99), len(tl.LatencyMax), len(tl.Accepted))
+	}
+	if tl.LatencyP99[0] != 99*time.Millisecond || tl.LatencyMax[0] != 100*time.Millisecond {
+		t.Fatalf("first bin: p99 %v max %v, want 99ms and 100ms", tl.LatencyP99[0], tl.LatencyMax[0])
+	}
+	for i := 1; i < len(tl.LatencyP99); i++ {
+		if tl.LatencyP99[i] != 0 || tl.LatencyMax[i] != 0 {
+			t.Fatalf("bin %d: p99 %v max %v, want none", i, tl.LatencyP99[i], tl.LatencyMax[i])
+		}
+	}
+}
