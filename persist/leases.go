@@ -23,8 +23,9 @@ import (
 // window's length in nanoseconds; version 2 then holds the units the
 // window had admitted at its latest lease write and, the rest of the
 // record, its counts then (a window's encoding, devicelimit's
-// Window.MarshalBinary; none when empty). A lease write and a snapshot
-// each merge their part in: the higher incarnation wins, and within one
+// Window.MarshalBinary; none when empty). A lease write (through the
+// lease log, leaselog.go, when it is folded) and a snapshot each merge
+// their part in: the higher incarnation wins, and within one
 // the higher cap, the higher recorded count and the lease write with
 // the more admissions, so the record is right in whatever order the two
 // kinds of transaction commit. A snapshot writes a window's mark only
@@ -156,8 +157,14 @@ func (lt *leaseTx) bucket(long, create bool) (*bolt.Bucket, error) {
 // merge merges a lease write, a snapshot's mark or a window's deletion
 // (how) into the record of key.
 func (lt *leaseTx) merge(key string, l leaseRecord, how int) error {
+	_, err := lt.mergeCounted(key, l, how)
+	return err
+}
+
+// mergeCounted is merge, and reports whether it added the key's record.
+func (lt *leaseTx) mergeCounted(key string, l leaseRecord, how int) (bool, error) {
 	if how == leaseWindow && l.inc == 0 {
-		return nil // the deletion of a window that never took a lease
+		return false, nil // the deletion of a window that never took a lease
 	}
 	long := longID(key)
 	var k []byte
@@ -170,7 +177,7 @@ func (lt *leaseTx) merge(key string, l leaseRecord, how int) error {
 	}
 	b, err := lt.bucket(long, true)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var cur leaseRecord
 	v := lt.get(b, long, k)
@@ -178,12 +185,12 @@ func (lt *leaseTx) merge(key string, l leaseRecord, how int) error {
 		if long {
 			_, enc, err := decodeLongValue(k, v)
 			if err != nil {
-				return err
+				return false, err
 			}
 			v = enc
 		}
 		if cur, err = decodeLease(v); err != nil {
-			return fmt.Errorf("device %s: %w", keyName([]byte(key)), err)
+			return false, fmt.Errorf("device %s: %w", keyName([]byte(key)), err)
 		}
 	}
 	switch {
@@ -193,7 +200,7 @@ func (lt *leaseTx) merge(key string, l leaseRecord, how int) error {
 			// write committed first: its counts are not the deleted
 			// window's, and dropping them would let a crash forget
 			// its admissions.
-			return nil
+			return false, nil
 		}
 		if cur.inc < l.inc {
 			// Its lease write has not committed yet (or never will):
@@ -208,7 +215,7 @@ func (lt *leaseTx) merge(key string, l leaseRecord, how int) error {
 		// by nothing and need no charge.
 		cur.rec, cur.adm, cur.window = max(cur.rec, cur.adm, l.rec), 0, nil
 	case cur.inc > l.inc:
-		return nil
+		return false, nil
 	case cur.inc < l.inc:
 		cur = leaseRecord{inc: l.inc, length: l.length}
 	}
@@ -227,7 +234,7 @@ func (lt *leaseTx) merge(key string, l leaseRecord, how int) error {
 	} else {
 		lt.buf = cur.append(lt.buf)
 	}
-	return b.Put(k, lt.buf[n:len(lt.buf):len(lt.buf)])
+	return v == nil, b.Put(k, lt.buf[n:len(lt.buf):len(lt.buf)])
 }
 
 // SettleLeases settles, at the start after an unclean shutdown, every
@@ -245,7 +252,16 @@ func (s *Store) SettleLeases(t *devicelimit.Table, charge bool, at, now deviceli
 	var keys []string
 	charged := 0
 	if charge {
-		err := s.view(func(tx *bolt.Tx) error {
+		// The lease writes still in the lease log are read as those
+		// merged: folded first (leaselog.go).
+		err := s.update(func(tx *bolt.Tx) error {
+			_, _, err := foldLeaseLog(tx)
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("fold the lease log of %q: %w", s.path, err)
+		}
+		err = s.view(func(tx *bolt.Tx) error {
 			for _, name := range [][]byte{bucketLeases, bucketLeasesLong} {
 				b := tx.Bucket(name)
 				if b == nil {
@@ -292,7 +308,7 @@ func (s *Store) SettleLeases(t *devicelimit.Table, charge bool, at, now deviceli
 				return err
 			}
 		}
-		for _, name := range [][]byte{bucketLeases, bucketLeasesLong} {
+		for _, name := range [][]byte{bucketLeases, bucketLeasesLong, bucketLeaseLog} {
 			if tx.Bucket(name) == nil {
 				continue
 			}
@@ -335,8 +351,9 @@ func putWindow(tx *bolt.Tx, t *devicelimit.Table, key string) error {
 }
 
 // Leaser writes a Table's leases (devicelimit.Table.EnableLeases):
-// every lease asked since its last write goes in the next, through the
-// store's group commit (shared with deferred messages), and the
+// every lease asked since its last write goes in the next, appended to
+// the lease log (leaselog.go) through the store's group commit (shared
+// with deferred messages), and the
 // admissions waiting for them are let go once it is durable. A write
 // comes at once when an admission waits (after writeGap since the
 // last), and at most lazyAfter after a lease asked early. A failed write is retried with the next batch. Create it
@@ -348,13 +365,24 @@ type Leaser struct {
 
 	// lazy is how long leases asked early may wait (lazyAfter).
 	lazy time.Duration
-	// batch is the last write's, emptied, for the next (write runs on
-	// run's goroutine alone).
+	// foldAt is the fewest entries the lease log holds before a write
+	// folds it (foldLeaseLogAt).
+	foldAt int
+	// batch is the last write's, emptied, for the next, and value its
+	// lease log value (write runs on run's goroutine alone).
 	batch []leaseEntry
+	value []byte
+	// logged is the entries appended to the lease log since it was
+	// last folded; folded, the records its foldings added to "leases"
+	// (those a snapshot added are not counted: it only folds sooner).
+	logged, folded int
 
 	writes  sync.Mutex // guards stats
 	batches uint64     // lease writes committed
 	records uint64     // lease records written
+	// folds and foldedEntries count the lease log's foldings and the
+	// entries they merged.
+	folds, foldedEntries uint64
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -364,16 +392,16 @@ type Leaser struct {
 // NewLeaser returns a Leaser of t's leases into s and starts it. log
 // nil discards.
 func NewLeaser(s *Store, t *devicelimit.Table, log *slog.Logger) *Leaser {
-	return newLeaser(s, t, log, lazyAfter)
+	return newLeaser(s, t, log, lazyAfter, foldLeaseLogAt)
 }
 
 // newLeaser is NewLeaser with leases asked early written lazy after
-// they are asked.
-func newLeaser(s *Store, t *devicelimit.Table, log *slog.Logger, lazy time.Duration) *Leaser {
+// they are asked, and the lease log folded past foldAt entries.
+func newLeaser(s *Store, t *devicelimit.Table, log *slog.Logger, lazy time.Duration, foldAt int) *Leaser {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &Leaser{store: s, table: t, log: log, lazy: lazy, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Leaser{store: s, table: t, log: log, lazy: lazy, foldAt: foldAt, stop: make(chan struct{}), done: make(chan struct{})}
 	go l.run()
 	return l
 }
@@ -467,18 +495,39 @@ func (l *Leaser) write() error {
 		batch = append(batch, leaseEntry{key, le})
 	})
 	if len(batch) > 0 {
+		value := l.value[:0]
+		for _, e := range batch {
+			value = appendLogEntry(value, e.key, e.l)
+		}
+		l.value = value
+		fold := l.logged+len(batch) > max(l.foldAt, l.folded)
+		var folded, added int
 		r := &request{done: make(chan error, 1), fn: func(tx *bolt.Tx) error {
-			lt := leaseTx{tx: tx, buf: make([]byte, 0, len(batch)*48+len(windows))}
-			for _, e := range batch {
-				if err := lt.merge(e.key, leaseRecord{inc: e.l.Inc, cap: e.l.Cap, length: e.l.Length, adm: e.l.Adm, window: e.l.Window}, leaseWrite); err != nil {
-					return err
-				}
+			// Run again when another request of the commit fails: the
+			// counts are set afresh.
+			folded, added = 0, 0
+			if err := appendLeaseLog(tx, value); err != nil {
+				return err
 			}
-			return nil
+			if !fold {
+				return nil
+			}
+			var err error
+			folded, added, err = foldLeaseLog(tx)
+			return err
 		}}
 		if err := l.store.commit.do(r); err != nil {
 			l.table.RequeueLeases(keys)
 			return fmt.Errorf("write %d leases to %q: %w", len(batch), l.store.path, err)
+		}
+		if fold {
+			l.logged, l.folded = 0, l.folded+added
+			l.writes.Lock()
+			l.folds++
+			l.foldedEntries += uint64(folded)
+			l.writes.Unlock()
+		} else {
+			l.logged += len(batch)
 		}
 	}
 	clear(batch)
@@ -498,6 +547,14 @@ func (l *Leaser) Stats() (writes, records uint64) {
 	l.writes.Lock()
 	defer l.writes.Unlock()
 	return l.batches, l.records
+}
+
+// Folds returns how many times the lease log was folded into "leases"
+// and the entries those foldings merged.
+func (l *Leaser) Folds() (folds, entries uint64) {
+	l.writes.Lock()
+	defer l.writes.Unlock()
+	return l.folds, l.foldedEntries
 }
 
 // Close stops the Leaser, waiting for a write in progress or ctx. Call

@@ -351,7 +351,7 @@ func TestEarlyLeasesJoinTheNextWrite(t *testing.T) {
 	s := open(t, t.TempDir())
 	tab := newTable(t, 10)
 	tab.EnableLeases(devicelimit.DefaultLeasePolicy)
-	l := newLeaser(s, tab, nil, time.Hour) // early asks wait for a needed write
+	l := newLeaser(s, tab, nil, time.Hour, foldLeaseLogAt) // early asks wait for a needed write
 	defer l.Close(context.Background())
 	q := devicelimit.Quota{Limit: 5, Window: 10 * time.Second} // a lease of 1
 	admit := func(device string, at devicelimit.Tick) devicelimit.Decision {
@@ -430,15 +430,27 @@ func TestEarlyLeaseWrittenWithoutAWait(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling the condition
 	}
-	var cap uint64
-	err := s.view(func(tx *bolt.Tx) error {
-		rec, err := decodeLease(tx.Bucket(bucketLeases).Get([]byte("meter")))
-		cap = rec.cap
+	if cap := foldedLease(t, s, "meter").cap; cap != 3 {
+		t.Fatalf("meter's stored cap %d, want 3: its two admissions and a lease of 1", cap)
+	}
+}
+
+// foldedLease folds the lease log of s and returns key's record.
+func foldedLease(t *testing.T, s *Store, key string) leaseRecord {
+	t.Helper()
+	var rec leaseRecord
+	err := s.update(func(tx *bolt.Tx) error {
+		if _, _, err := foldLeaseLog(tx); err != nil {
+			return err
+		}
+		var err error
+		rec, err = decodeLease(bytes.Clone(tx.Bucket(bucketLeases).Get([]byte(key))))
 		return err
 	})
-	if err != nil || cap != 3 {
-		t.Fatalf("meter's stored cap %d (%v), want 3: its two admissions and a lease of 1", cap, err)
+	if err != nil {
+		t.Fatalf("%s's lease record: %v", key, err)
 	}
+	return rec
 }
 
 // TestLeaseTxMatchesOneByOne: merges in one transaction (leaseTx, as a
@@ -473,25 +485,7 @@ func TestLeaseTxMatchesOneByOne(t *testing.T) {
 		}
 		ops = append(ops, op{keys[rng.IntN(len(keys))], l, how})
 	}
-	dump := func(s *Store) string {
-		var out strings.Builder
-		if err := s.view(func(tx *bolt.Tx) error {
-			for _, name := range [][]byte{bucketLeases, bucketLeasesLong} {
-				if b := tx.Bucket(name); b != nil {
-					if err := b.ForEach(func(k, v []byte) error {
-						fmt.Fprintf(&out, "%s %x %x\n", name, k, v)
-						return nil
-					}); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return out.String()
-	}
+	dump := func(s *Store) string { return dumpLeases(t, s) }
 	one, batched := open(t, t.TempDir()), open(t, t.TempDir())
 	for i := 0; i < len(ops); i += 37 { // transactions of 37 merges
 		chunk := ops[i:min(i+37, len(ops))]
