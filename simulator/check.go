@@ -221,6 +221,8 @@ type Totals struct {
 	// windows held more than their limit.
 	GroupViolations int `json:"group_violations,omitempty"`
 	Latency
+	// LatencyHist is the histogram of the latencies Latency sums up.
+	LatencyHist Histogram `json:"latency_hist"`
 }
 
 // Counts are the message counters of a device or of the fleet. The
@@ -328,6 +330,7 @@ func Check(logs []DeviceLog, opts CheckOptions) Result {
 	res.Timeline.finish()
 	slices.Sort(all)
 	t.LatencyP50, t.LatencyP95, t.LatencyP99, t.LatencyMax = percentiles(all)
+	t.LatencyHist = newHistogram(all)
 	res.Groups = judgeGroups(logs, opts)
 	for _, g := range res.Groups {
 		if g.Violated {
