@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -98,18 +99,22 @@ func appendLeaseLog(tx *bolt.Tx, value []byte) error {
 	return b.Put(k[:], value)
 }
 
-// foldLeaseLog merges every lease write of the lease log into "leases"
-// (leaseTx.merge), in the order they were appended, and deletes the
-// log. It returns the entries folded and the records it added to
+// foldLeaseLog merges the lease writes of the lease log into "leases"
+// (leaseTx.merge) in the order they were appended, its oldest values
+// first, until limit entries or more are folded (limit < 0: all of
+// them), and deletes the values folded (and the log once they are all
+// folded). It returns the entries folded and the records it added to
 // "leases".
-func foldLeaseLog(tx *bolt.Tx) (entries, added int, err error) {
+func foldLeaseLog(tx *bolt.Tx, limit int) (entries, added int, err error) {
 	log := tx.Bucket(bucketLeaseLog)
 	if log == nil {
 		return 0, 0, nil
 	}
 	lt := leaseTx{tx: tx}
+	var done [][]byte // the keys of the values folded
 	c := log.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
+	k, v := c.First()
+	for ; k != nil && (limit < 0 || entries < limit); k, v = c.Next() {
 		if v == nil || len(k) != 8 {
 			return 0, 0, fmt.Errorf("%w: lease log: key %x is not a sequence number", ErrCorrupt, k)
 		}
@@ -128,6 +133,16 @@ func foldLeaseLog(tx *bolt.Tx) (entries, added int, err error) {
 				added++
 			}
 		}
+		done = append(done, bytes.Clone(k))
 	}
-	return entries, added, tx.DeleteBucket(bucketLeaseLog)
+	if k == nil {
+		return entries, added, tx.DeleteBucket(bucketLeaseLog)
+	}
+	// Deleted after the walk: a cursor that deletes as it goes skips.
+	for _, k := range done {
+		if err := log.Delete(k); err != nil {
+			return 0, 0, err
+		}
+	}
+	return entries, added, nil
 }

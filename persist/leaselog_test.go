@@ -78,13 +78,21 @@ func TestLeaseLogFoldMatchesMerge(t *testing.T) {
 			for _, w := range writes[i:j] {
 				value = appendLogEntry(value, w.key, w.l)
 			}
-			fold := rng.IntN(4) == 0 || j == len(writes)
+			// Fold now and then, all of the log or its oldest part,
+			// and all of it at the end.
+			fold, limit := rng.IntN(4) == 0, -1
+			if rng.IntN(2) == 0 {
+				limit = rng.IntN(60)
+			}
+			if j == len(writes) {
+				fold, limit = true, -1
+			}
 			err := logged.update(func(tx *bolt.Tx) error {
 				if err := appendLeaseLog(tx, value); err != nil {
 					return err
 				}
 				if fold {
-					_, _, err := foldLeaseLog(tx)
+					_, _, err := foldLeaseLog(tx, limit)
 					return err
 				}
 				return nil

@@ -255,7 +255,7 @@ func (s *Store) SettleLeases(t *devicelimit.Table, charge bool, at, now deviceli
 		// The lease writes still in the lease log are read as those
 		// merged: folded first (leaselog.go).
 		err := s.update(func(tx *bolt.Tx) error {
-			_, _, err := foldLeaseLog(tx)
+			_, _, err := foldLeaseLog(tx, -1)
 			return err
 		})
 		if err != nil {
@@ -372,9 +372,9 @@ type Leaser struct {
 	// lease log value (write runs on run's goroutine alone).
 	batch []leaseEntry
 	value []byte
-	// logged is the entries appended to the lease log since it was
-	// last folded; folded, the records its foldings added to "leases"
-	// (those a snapshot added are not counted: it only folds sooner).
+	// logged is the entries the lease log holds; folded, the records
+	// its foldings added to "leases" (those a snapshot added are not
+	// counted: it only folds sooner).
 	logged, folded int
 
 	writes  sync.Mutex // guards stats
@@ -500,7 +500,12 @@ func (l *Leaser) write() error {
 			value = appendLogEntry(value, e.key, e.l)
 		}
 		l.value = value
+		// Past its threshold the log is folded a part at a time, its
+		// oldest values first, at least twice the batch: it shrinks,
+		// and no one transaction folds a whole fleet's log (the group
+		// commit's other writers wait for it).
 		fold := l.logged+len(batch) > max(l.foldAt, l.folded)
+		limit := max(l.foldAt/4, 2*len(batch))
 		var folded, added int
 		r := &request{done: make(chan error, 1), fn: func(tx *bolt.Tx) error {
 			// Run again when another request of the commit fails: the
@@ -513,21 +518,20 @@ func (l *Leaser) write() error {
 				return nil
 			}
 			var err error
-			folded, added, err = foldLeaseLog(tx)
+			folded, added, err = foldLeaseLog(tx, limit)
 			return err
 		}}
 		if err := l.store.commit.do(r); err != nil {
 			l.table.RequeueLeases(keys)
 			return fmt.Errorf("write %d leases to %q: %w", len(batch), l.store.path, err)
 		}
+		l.logged += len(batch) - folded
 		if fold {
-			l.logged, l.folded = 0, l.folded+added
+			l.folded += added
 			l.writes.Lock()
 			l.folds++
 			l.foldedEntries += uint64(folded)
 			l.writes.Unlock()
-		} else {
-			l.logged += len(batch)
 		}
 	}
 	clear(batch)

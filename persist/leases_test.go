@@ -440,7 +440,7 @@ func foldedLease(t *testing.T, s *Store, key string) leaseRecord {
 	t.Helper()
 	var rec leaseRecord
 	err := s.update(func(tx *bolt.Tx) error {
-		if _, _, err := foldLeaseLog(tx); err != nil {
+		if _, _, err := foldLeaseLog(tx, -1); err != nil {
 			return err
 		}
 		var err error
