@@ -122,13 +122,18 @@ func (h *throttle) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 // that commit once, not its first publish. The windows of a topic
 // class or a group are leased by their first admission, as before. A
 // data file that does not record them within leaseWait lets the CONNACK
-// go: the first publish then waits for its lease itself.
+// go: the first publish then waits for its lease itself. The CONNACKs
+// one commit lets go keep the spacing their connections asked with
+// (cohort.go).
 func (h *throttle) preleaseOf(c *connInfo) {
 	v := c.rules()
 	now := h.clock.Now()
 	q, _, _ := h.resolver.ContractAt(c.device, v.rule, v.ruleName, v.classes, now)
 	if gen := h.table.PreleaseQuota(c.device, q, now); gen != 0 {
-		h.table.WaitSessionLease(gen, leaseWait)
+		spacing := h.cohorts.offset(gen, time.Now())
+		if h.table.WaitSessionLease(gen, leaseWait) && spacing > 0 {
+			time.Sleep(spacing)
+		}
 	}
 }
 

@@ -115,6 +115,8 @@ type throttle struct {
 	// prelease: the table decides and takes leases, so a session's
 	// start asks its device's first leases (preleaseOf).
 	prelease bool
+	// cohorts spaces the CONNACKs a lease commit lets go (cohort.go).
+	cohorts cohorts
 	resolver *devicelimit.Resolver
 	clock    devicelimit.Clock
 	identity devicelimit.Identity
