@@ -116,7 +116,7 @@ type throttle struct {
 	// start asks its device's first leases (preleaseOf).
 	prelease bool
 	// cohorts spaces the CONNACKs a lease commit lets go (cohort.go).
-	cohorts cohorts
+	cohorts  cohorts
 	resolver *devicelimit.Resolver
 	clock    devicelimit.Clock
 	identity devicelimit.Identity
