@@ -18,15 +18,16 @@ import (
 // transaction touches into memory and writes it anew, so each of the
 // thousands of small lease writes of a connection storm, and each
 // lazy write of a quiet fleet, rewrote pages of the whole bucket (make
-// bench-lease: lease writes were some 40 % of the gateway's allocations
-// in the ramp of 10,000 devices, and the collections that came with
-// them stalled deliveries; docs/durability.md). It appends its batch as
-// one value under the next sequence number of "lease-log", one leaf
-// page at the end of a bucket. A write that finds the log holding more
-// entries than foldLeaseLogAt or than "leases" holds records, whichever
-// is more, first folds it into "leases" (foldLeaseLog), so a record is
-// merged about once per window per folding however often its window
-// takes a lease; SettleLeases folds what is left before it reads.
+// bench-lease: lease writes added some 40 % to the gateway's
+// allocations in the ramp of 10,000 devices, and the collections that
+// came with them stalled deliveries; docs/durability.md). It appends
+// its batch as one value under the next sequence number of
+// "lease-log", one leaf page at the end of a bucket. Once the log holds
+// more entries than foldLeaseLogAt or than "leases" holds records,
+// whichever is more, each write also folds the log's oldest values
+// into "leases" (foldLeaseLog, Leaser.write), so a record is merged
+// about once per window per pass however often its window takes a
+// lease; SettleLeases folds what is left before it reads.
 //
 // Folding a lease write later than it committed changes nothing a
 // crash is charged: the merge is free of order between lease writes

@@ -252,3 +252,39 @@ func TestLeaseLogDamaged(t *testing.T) {
 		})
 	}
 }
+
+// A lease log that cannot be folded (damaged) does not stop the lease
+// writes: the first write that tries to fold fails, those after it only
+// append, and the admissions waiting for them go on; the next start
+// refuses the file, naming the log.
+func TestLeaserGoesOnPastDamagedLog(t *testing.T) {
+	s := open(t, t.TempDir())
+	if err := s.update(func(tx *bolt.Tx) error { return appendLeaseLog(tx, []byte{0x7f, 'd'}) }); err != nil {
+		t.Fatal(err)
+	}
+	tab := newTable(t, 10)
+	tab.EnableLeases(devicelimit.LeasePolicy{Share: 0.1, Min: 1, Max: 1})
+	l := newLeaser(s, tab, nil, time.Hour, 1) // every write would fold
+	q := devicelimit.Quota{Limit: 1000, Window: time.Hour}
+	now := t0
+	for i := range 5 {
+		now = now.Add(ms)
+		if d := tab.AllowAt(fmt.Sprint("dev-", i), q, now); !d.Allowed || !tab.WaitLease(d.Lease, 10*time.Second) {
+			t.Fatalf("admission %d: %+v, its lease not written", i, d)
+		}
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if folds, _ := l.Folds(); folds != 0 {
+		t.Errorf("%d foldings of a damaged log", folds)
+	}
+	if writes, records := l.Stats(); writes < 5 || records < 5 {
+		t.Errorf("%d lease writes of %d records, want the 5 admissions' at least", writes, records)
+	}
+	tab2 := newTable(t, 10)
+	tab2.EnableLeases(devicelimit.DefaultLeasePolicy)
+	if _, err := s.SettleLeases(tab2, true, now, now); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "lease log") {
+		t.Fatalf("settle of the damaged log: %v, want ErrCorrupt naming the lease log", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -368,14 +369,15 @@ type Leaser struct {
 	// foldAt is the fewest entries the lease log holds before a write
 	// folds it (foldLeaseLogAt).
 	foldAt int
-	// batch is the last write's, emptied, for the next, and value its
-	// lease log value (write runs on run's goroutine alone).
-	batch []leaseEntry
+	// value is the last write's lease log value, for the next to reuse
+	// (write runs on run's goroutine alone).
 	value []byte
 	// logged is the entries the lease log holds; folded, the records
 	// its foldings added to "leases" (those a snapshot added are not
-	// counted: it only folds sooner).
+	// counted: it only folds sooner); foldBroken, a folding found the
+	// log or the records damaged.
 	logged, folded int
+	foldBroken     bool
 
 	writes  sync.Mutex // guards stats
 	batches uint64     // lease writes committed
@@ -478,54 +480,47 @@ func (l *Leaser) run() {
 	}
 }
 
-// leaseEntry is one lease of a write's batch.
-type leaseEntry struct {
-	key string
-	l   devicelimit.Lease
-}
-
-// write writes one batch of leases.
+// write writes one batch of leases: appended to the lease log as one
+// value, and the log folded in part when it has grown past its
+// threshold (leaselog.go).
 func (l *Leaser) write() error {
-	batch := l.batch[:0]
-	var windows []byte // the records' windows, one after the other
+	value, n := l.value[:0], 0
 	gen, keys := l.table.TakeLeases(func(key string, le devicelimit.Lease) {
-		n := len(windows)
-		windows = append(windows, le.Window...)
-		le.Window = windows[n:len(windows):len(windows)]
-		batch = append(batch, leaseEntry{key, le})
+		value = appendLogEntry(value, key, le)
+		n++
 	})
-	if len(batch) > 0 {
-		value := l.value[:0]
-		for _, e := range batch {
-			value = appendLogEntry(value, e.key, e.l)
-		}
-		l.value = value
+	l.value = value
+	if n > 0 {
 		// Past its threshold the log is folded a part at a time, its
 		// oldest values first, at least twice the batch: it shrinks,
 		// and no one transaction folds a whole fleet's log (the group
-		// commit's other writers wait for it).
-		fold := l.logged+len(batch) > max(l.foldAt, l.folded)
-		limit := max(l.foldAt/4, 2*len(batch))
+		// commit's other writers wait for it). A log that cannot be
+		// folded (damaged) is no longer tried: the lease writes go on.
+		fold := !l.foldBroken && l.logged+n > max(l.foldAt, l.folded)
+		limit := max(l.foldAt/4, 2*n)
 		var folded, added int
+		var foldErr error
 		r := &request{done: make(chan error, 1), fn: func(tx *bolt.Tx) error {
 			// Run again when another request of the commit fails: the
-			// counts are set afresh.
-			folded, added = 0, 0
+			// results are set afresh.
+			folded, added, foldErr = 0, 0, nil
 			if err := appendLeaseLog(tx, value); err != nil {
 				return err
 			}
-			if !fold {
-				return nil
+			if fold {
+				folded, added, foldErr = foldLeaseLog(tx, limit)
 			}
-			var err error
-			folded, added, err = foldLeaseLog(tx, limit)
-			return err
+			return foldErr
 		}}
 		if err := l.store.commit.do(r); err != nil {
+			if errors.Is(foldErr, ErrCorrupt) {
+				l.foldBroken = true
+				l.log.Error("the lease log cannot be folded; lease writes go on appending to it, and the next start refuses the data file", "path", l.store.path, "err", foldErr)
+			}
 			l.table.RequeueLeases(keys)
-			return fmt.Errorf("write %d leases to %q: %w", len(batch), l.store.path, err)
+			return fmt.Errorf("write %d leases to %q: %w", n, l.store.path, err)
 		}
-		l.logged += len(batch) - folded
+		l.logged += n - folded
 		if fold {
 			l.folded += added
 			l.writes.Lock()
@@ -534,13 +529,11 @@ func (l *Leaser) write() error {
 			l.writes.Unlock()
 		}
 	}
-	clear(batch)
-	l.batch = batch[:0]
 	l.table.LeasesDurable(gen)
 	l.table.ReleaseLeaseKeys(keys)
 	l.writes.Lock()
 	l.batches++
-	l.records += uint64(len(batch))
+	l.records += uint64(n)
 	l.writes.Unlock()
 	return nil
 }

@@ -28,9 +28,10 @@
 # than the mean when one run meets a stall of the machine.
 # WARMUP (1) runs first that many runs of the same fleet with charge,
 # printed as warmup and counted in no comparison: on the 2-core VMs
-# measured, the first run of a series ran slower than the rest (its
-# delivery p99 once every device was connected two to three times the
-# others' in three series of five), and it was always a charge run.
+# measured, the first run of a series ran slower than the rest (the
+# median delivery p99 of its half seconds after the ramp two to three
+# times the others' in two series of five one evening, and in one the
+# day before), and it was always a charge run.
 set -euo pipefail
 
 out=${1:-lease-out}
