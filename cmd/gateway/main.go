@@ -16,6 +16,7 @@ import (
 )
 
 func main() {
+	keepStacks(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// After the first signal, restore the default handling so that a
 	// second one ends a shutdown that hangs.

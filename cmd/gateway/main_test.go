@@ -83,7 +83,32 @@ type process struct {
 // start runs the binary with args.
 func start(t *testing.T, args ...string) *process {
 	t.Helper()
+	return startEnv(t, nil, args...)
+}
+
+// startEnv runs the binary with args, and with env's variables (NAME=value;
+// empty strings are skipped) in place of the test's own of those names
+// and of GODEBUG.
+func startEnv(t *testing.T, env []string, args ...string) *process {
+	t.Helper()
 	cmd := exec.Command(binary, ownAdminPort(args)...)
+	if env != nil {
+		drop := map[string]bool{"GODEBUG": true}
+		for _, kv := range env {
+			name, _, _ := strings.Cut(kv, "=")
+			drop[name] = true
+		}
+		for _, kv := range os.Environ() {
+			if name, _, _ := strings.Cut(kv, "="); !drop[name] {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		for _, kv := range env {
+			if kv != "" {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
