@@ -423,11 +423,18 @@ const lazyAfter = time.Second
 
 // writeGap is the pause after a lease write before the next: the
 // leases asked meanwhile go together in the next. Devices connecting
-// by the hundred a second each wait for their first lease: without it
-// their leases went in about one transaction each (7,500 transactions
-// for make sim-10k's ramp of 10,000 devices, most of what leases then
-// cost its CPU); each waits at most writeGap more.
-const writeGap = 5 * time.Millisecond
+// by the hundred a second each wait for their first lease: without a
+// pause their leases went in about one transaction each (7,500
+// transactions for make sim-10k's ramp of 10,000 devices, most of what
+// leases then cost its CPU); each waits at most writeGap more. At 5 ms
+// the ramp took some 2,650 transactions and make bench-lease measured
+// 1.11x the CPU without leases; at 20 ms some 900 and 1.04x, CONNACK
+// p50 26 ms against 10 (docs/durability.md, "Measured"). The CONNACKs
+// of one write keep their spacing (broker/cohort.go), so the longer
+// pause no longer puts devices in step. Only writes that follow one
+// another wait for it: a lease needed a while after the last write goes
+// at once.
+const writeGap = 20 * time.Millisecond
 
 func (l *Leaser) run() {
 	defer close(l.done)
