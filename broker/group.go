@@ -49,20 +49,44 @@ type groupOf struct {
 // quotas.
 const groupClashLogEvery = time.Hour
 
+// seenGroup is a group a device joined, and the rules' generation
+// (devicelimit.Resolver.Generation) read before the lookup that found it.
+type seenGroup struct {
+	devicelimit.Membership
+	gen uint64
+}
+
 // joinGroup returns a connection's group of membership m (none when m
-// names none), remembering the group.
-func (h *throttle) joinGroup(m devicelimit.Membership) groupOf {
+// names none), found by a lookup that began at the rules' generation
+// gen, remembering the group. A lookup that began before a reload and
+// ends after it (a device connecting meanwhile) may find a group the
+// reload removed: it is remembered under its old generation, which
+// Groups leaves out, and not told to the cluster's registry; the
+// connection looks its rules up again (throttle.OnSessionEstablish).
+func (h *throttle) joinGroup(m devicelimit.Membership, gen uint64) groupOf {
 	if m.Name == "" {
 		return groupOf{}
 	}
-	// Load first: LoadOrStore boxes m on every call, seen or not.
+	// Load first: storing allocates, and a known group is the rule.
 	v, seen := h.groupsSeen.Load(m.Name)
-	if !seen {
-		if v, seen = h.groupsSeen.LoadOrStore(m.Name, m); !seen && h.groupJoined != nil {
-			h.groupJoined(m)
+	for !seen || v.(*seenGroup).gen < gen {
+		g := &seenGroup{Membership: m, gen: gen}
+		if !seen {
+			if v, seen = h.groupsSeen.LoadOrStore(m.Name, g); !seen {
+				if h.groupJoined != nil && h.resolver.Generation() == gen {
+					h.groupJoined(m)
+				}
+				v, seen = g, true
+			}
+			continue
 		}
+		if h.groupsSeen.CompareAndSwap(m.Name, v, g) {
+			v = g
+			break
+		}
+		v, seen = h.groupsSeen.Load(m.Name)
 	}
-	if first := v.(devicelimit.Membership); seen && first.Quota != m.Quota && h.logs.allow(logGroup, m.Name, groupClashLogEvery) {
+	if first := v.(*seenGroup).Membership; first.Quota != m.Quota && h.logs.allow(logGroup, m.Name, groupClashLogEvery) {
 		// Two rules' templates made one group with different quotas:
 		// each message is judged by its own device's rule's.
 		h.log.Warn("group made by two rules with different quotas; each message is judged by its device's rule's: give one group one quota",
@@ -108,15 +132,18 @@ type GroupMembers struct {
 	Connected int
 }
 
-// Groups returns the groups devices joined since start, by name, with
-// their devices connected now. (The gateway keeps one entry per group
+// Groups returns the groups devices joined under the rules in force
+// (since start or the last reload), by name, with their devices
+// connected now. (The gateway keeps one entry per group
 // it has seen: groups are few, a tenant's devices many.)
 func (s *Server) Groups() []GroupMembers {
 	h := s.hook
 	by := map[string]*GroupMembers{}
+	gen := h.resolver.Generation()
 	h.groupsSeen.Range(func(k, v any) bool {
-		m := v.(devicelimit.Membership)
-		by[m.Name] = &GroupMembers{Name: m.Name, Label: m.Label, Quota: m.Quota}
+		if g := v.(*seenGroup); g.gen == gen {
+			by[g.Name] = &GroupMembers{Name: g.Name, Label: g.Label, Quota: g.Quota}
+		}
 		return true
 	})
 	h.devMu.Lock()

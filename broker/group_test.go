@@ -169,8 +169,53 @@ func TestGroupMadeWithTwoQuotasLogged(t *testing.T) {
 func TestJoinGroupAllocatesNothing(t *testing.T) {
 	h := &throttle{}
 	m := devicelimit.Membership{Name: "acme", Key: devicelimit.GroupKey("acme"), Quota: devicelimit.Quota{Limit: 3, Window: time.Second}}
-	h.joinGroup(m)
-	if n := testing.AllocsPerRun(1000, func() { h.joinGroup(m) }); n != 0 {
+	h.joinGroup(m, 0)
+	if n := testing.AllocsPerRun(1000, func() { h.joinGroup(m, 0) }); n != 0 {
 		t.Fatalf("%v allocations per join of a known group, want 0", n)
+	}
+}
+
+// TestGroupsAfterReload: a reload that removes the groups' rule drops
+// its groups from Groups, also the one a device connecting across the
+// reload joined: its rules' lookup began before the reload (the rules'
+// generation then) and its join came after the reload's walk, which
+// once listed the removed group again. A join under the new rules is
+// listed, and replaces a stale one of the same name.
+func TestGroupsAfterReload(t *testing.T) {
+	f := start(t, fixtureOpts{rules: []devicelimit.Rule{tenantRule(devicelimit.PolicyDrop)}})
+	f.connect(t, 5, "t-acme-1", "")
+	if g := f.srv.Groups(); len(g) != 1 || g[0].Name != "acme" || g[0].Connected != 1 {
+		t.Fatalf("groups before the reload %+v", g)
+	}
+	h := f.srv.hook
+	before := f.resolver.Generation()
+	_, _, _, stale := f.resolver.RuleGroup("t-beta-1", "") // a lookup begun before the reload
+
+	n, err := devicelimit.NewResolver(generous, nil, testBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.resolver.Reconfigure(n); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Reconfigure()
+	h.joinGroup(stale, before) // ... whose join comes after the reload's walk
+	if g := f.srv.Groups(); len(g) != 0 {
+		t.Fatalf("groups after a reload removed their rule: %+v", g)
+	}
+
+	// The rule back: a device joining now is listed, over the stale entry.
+	back, err := devicelimit.NewResolver(generous, []devicelimit.Rule{tenantRule(devicelimit.PolicyDrop)}, testBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.resolver.Reconfigure(back); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Reconfigure()
+	h.joinGroup(stale, before)
+	f.connect(t, 5, "t-beta-1", "")
+	if g := f.srv.Groups(); len(g) != 2 || g[0].Name != "acme" || g[0].Connected != 1 || g[1].Name != "beta" || g[1].Connected != 1 {
+		t.Fatalf("groups after the rule came back %+v", g)
 	}
 }

@@ -160,8 +160,9 @@ type ruleView struct {
 
 // ruleView looks up the rule, classes and group of a client.
 func (h *throttle) ruleView(clientID, username string) *ruleView {
+	gen := h.resolver.Generation() // before the lookup: see joinGroup
 	q, classes, src, m := h.resolver.RuleGroup(clientID, username)
-	return &ruleView{rule: q, ruleName: src.Rule, classes: classes, group: h.joinGroup(m), wouldRefuse: h.wouldRefuseOf(src.Rule)}
+	return &ruleView{rule: q, ruleName: src.Rule, classes: classes, group: h.joinGroup(m, gen), wouldRefuse: h.wouldRefuseOf(src.Rule)}
 }
 
 // rules returns what the configuration gives the connection's device
