@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -64,9 +65,11 @@ type DeferLimits struct {
 	// MaxBytesPerDevice is the most record bytes one device may have
 	// queued (default 1 MiB).
 	MaxBytesPerDevice int64
-	// MaxTotalBytes is the most record bytes queued for all devices
-	// together (default 256 MiB). The queue is held in memory as well
-	// as on disk, so this also bounds its memory.
+	// MaxTotalBytes bounds the queue of all devices together (default
+	// 256 MiB): its record bytes, and queuedMsgSize more for each
+	// message, what the queue holds in memory for it beside its record.
+	// The records are on disk as well, so this bounds the disk they take
+	// too.
 	MaxTotalBytes int64
 	// MaxAge is how long a message may wait (default 1 h).
 	MaxAge time.Duration
@@ -219,12 +222,14 @@ type queuedMsg struct {
 	enqueued devicelimit.Tick
 	expiry   uint32 // MQTT 5 message expiry interval, seconds; 0 none
 	size     int    // payload bytes, what a byte window counts
-	// topic is the message's topic: a release of a connected device
-	// finds its topic class by it, as a publish does.
-	topic string
-	quota devicelimit.Quota
-	rec   []byte
+	quota    devicelimit.Quota
+	rec      []byte
 }
+
+// queuedMsgSize is what a queued message holds in memory beside its
+// record: its queuedMsg, counted against MaxTotalBytes with the record.
+// (Its topic is not kept apart: a release reads it from the record.)
+const queuedMsgSize = int64(unsafe.Sizeof(queuedMsg{}))
 
 func (q *devQueue) idle() bool { return len(q.msgs) == 0 && q.writers == 0 }
 
@@ -334,7 +339,7 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device, cla
 	n := int64(len(record))
 
 	sh.mu.Lock()
-	ok := d.fits(dq, dq.writers, n) && d.reserve(n)
+	ok := d.fits(dq, dq.writers, n) && d.reserve(n+queuedMsgSize)
 	if !ok {
 		dq.writers--
 		d.forgetIfIdle(sh, dq)
@@ -353,14 +358,14 @@ func (d *deferrer) deferPublish(cl *mqtt.Client, pk *packets.Packet, device, cla
 	dq.writers--
 	dq.reserved -= n
 	if err != nil {
-		d.budget.Add(-n)
+		d.budget.Add(-(n + queuedMsgSize))
 		d.forgetIfIdle(sh, dq)
 		sh.mu.Unlock()
 		d.overflowed.Add(1)
 		d.failed("deferred message not stored", err, device)
 		return outFailed, dec
 	}
-	dq.msgs = append(dq.msgs, queuedMsg{seq: seq, enqueued: now, expiry: m.MessageExpiry, size: len(m.Payload), topic: pk.TopicName, quota: rec, rec: record})
+	dq.msgs = append(dq.msgs, queuedMsg{seq: seq, enqueued: now, expiry: m.MessageExpiry, size: len(m.Payload), quota: rec, rec: record})
 	dq.bytes += n
 	d.queueMsgs.Add(1)
 	d.queueBytes.Add(n)
@@ -466,7 +471,7 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 			q = fallback
 			invalid++
 		}
-		cur.msgs = append(cur.msgs, queuedMsg{seq: seq, enqueued: m.Enqueued, expiry: m.MessageExpiry, size: len(m.Payload), topic: m.Topic, quota: q, rec: bytes.Clone(rec)})
+		cur.msgs = append(cur.msgs, queuedMsg{seq: seq, enqueued: m.Enqueued, expiry: m.MessageExpiry, size: len(m.Payload), quota: q, rec: bytes.Clone(rec)})
 		cur.bytes += int64(len(rec))
 		total += int64(len(rec))
 		maxSeq = max(maxSeq, seq)
@@ -476,13 +481,13 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 	if err != nil {
 		return 0, 0, fmt.Errorf("restore deferred messages: %w", err)
 	}
-	held, err := d.store.SetAsideDeferred(damaged)
+	setAside, err := d.store.SetAsideDeferred(damaged)
 	if err != nil {
 		return 0, 0, fmt.Errorf("restore deferred messages: %w", err)
 	}
-	d.damaged.Store(int64(held))
-	if len(damaged) > 0 || held > 0 {
-		d.log.Error("damaged deferred messages set aside in the data file", "set_aside_now", len(damaged), "held", held)
+	d.damaged.Store(int64(setAside))
+	if len(damaged) > 0 || setAside > 0 {
+		d.log.Error("damaged deferred messages set aside in the data file", "set_aside_now", len(damaged), "held", setAside)
 	}
 	if invalid > 0 {
 		d.log.Warn("deferred messages restored under the default quota: their quota is invalid for the configured bucket count",
@@ -496,13 +501,14 @@ func (d *deferrer) load(now devicelimit.Tick) (messages, devices int, err error)
 		sh.mu.Unlock()
 	}
 	d.seq.Store(max(d.seq.Load(), maxSeq))
-	d.budget.Add(total)
+	held := total + int64(messages)*queuedMsgSize
+	d.budget.Add(held)
 	d.queueMsgs.Add(int64(messages))
 	d.queueBytes.Add(total)
 	d.loaded = true
-	if total > d.limits.MaxTotalBytes {
+	if held > d.limits.MaxTotalBytes {
 		d.log.Warn("restored deferral queue exceeds its byte budget; new deferrals are refused until it drains",
-			"bytes", total, "max_total_bytes", d.limits.MaxTotalBytes)
+			"bytes", total, "messages", messages, "held_bytes", held, "max_total_bytes", d.limits.MaxTotalBytes)
 	}
 	return messages, len(queues), nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -219,7 +220,9 @@ func TestDeferQueueFull(t *testing.T) {
 }
 
 // The byte budgets, per device and in total, refuse what would exceed
-// them.
+// them. The total counts what each queued message holds in memory beside
+// its record (queuedMsgSize): room for two records and one message's
+// memory takes one message, not two.
 func TestDeferByteLimits(t *testing.T) {
 	payload := strings.Repeat("x", 100)
 	recSize := int64(len(deferredRecord(&deferredMsg{Enqueued: t0, Quota: deferRule("", 1, time.Second).Quota,
@@ -230,7 +233,8 @@ func TestDeferByteLimits(t *testing.T) {
 		want   []byte // ack codes of dev-1's four publishes, then dev-2's two
 	}{
 		{"per device", DeferLimits{MaxBytesPerDevice: 2 * recSize}, []byte{0, 0, 0, 0x97, 0, 0}},
-		{"total", DeferLimits{MaxTotalBytes: 2 * recSize}, []byte{0, 0, 0, 0x97, 0, 0x97}},
+		{"total", DeferLimits{MaxTotalBytes: 2 * (recSize + queuedMsgSize)}, []byte{0, 0, 0, 0x97, 0, 0x97}},
+		{"total with each message's memory", DeferLimits{MaxTotalBytes: 2*recSize + queuedMsgSize}, []byte{0, 0, 0x97, 0x97, 0, 0x97}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := start(t, fixtureOpts{rules: []devicelimit.Rule{deferRule("dev-*", 1, time.Second)},
@@ -245,7 +249,7 @@ func TestDeferByteLimits(t *testing.T) {
 				t.Fatalf("acks %x, want %x", got, tc.want)
 			}
 			refused := strings.Count(string(tc.want), "\x97")
-			if st := f.srv.Stats(); st.QueueBytes != int64(st.Deferred)*recSize || st.Deferred != uint64(4-refused) || st.Overflowed != uint64(refused) {
+			if st := f.srv.Stats(); st.QueueBytes != int64(st.Deferred)*recSize || st.Deferred != uint64(len(tc.want)-2-refused) || st.Overflowed != uint64(refused) {
 				t.Fatalf("stats %+v (record %d bytes)", st, recSize)
 			}
 		})
@@ -770,5 +774,17 @@ func TestDeferClasses(t *testing.T) {
 	// message: the class's queue did not wait for the device's.
 	if alarmAt[0] != teleAt[0] {
 		t.Fatalf("the alarm was released at %v, the telemetry at %v: want the same round", alarmAt[0], teleAt)
+	}
+}
+
+// TestQueuedMsgSizeDocumented: docs/configuration.md and docs/quotas.md
+// give what max_total_bytes counts for each message beside its record
+// on 64-bit platforms.
+func TestQueuedMsgSizeDocumented(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the docs give the 64-bit figure")
+	}
+	if queuedMsgSize != 216 {
+		t.Fatalf("queuedMsgSize is %d; the docs say 216 bytes a message", queuedMsgSize)
 	}
 }

@@ -43,11 +43,11 @@ func (d *deferrer) queueForTest(device string, q devicelimit.Quota, n int, now, 
 	for range n {
 		m := deferredMsg{Enqueued: now, Quota: q, Version: 5, QoS: 1, Topic: "t/" + device, Payload: []byte(device)}
 		rec := appendDeferred(nil, &m)
-		dq.msgs = append(dq.msgs, queuedMsg{seq: d.seq.Add(1), enqueued: now, topic: m.Topic, quota: q, rec: rec})
+		dq.msgs = append(dq.msgs, queuedMsg{seq: d.seq.Add(1), enqueued: now, quota: q, rec: rec})
 		dq.bytes += int64(len(rec))
 		d.queueMsgs.Add(1)
 		d.queueBytes.Add(int64(len(rec)))
-		d.budget.Add(int64(len(rec)))
+		d.budget.Add(int64(len(rec)) + queuedMsgSize)
 	}
 	if !dq.scheduled {
 		d.schedule(dq, due, wake)

@@ -172,5 +172,5 @@ func (d *deferrer) queueState(device, class string, n int64) (queued int, full b
 	} else {
 		queued = len(dq.msgs) + dq.writers
 	}
-	return queued, !d.fits(dq, dq.writers+1, n) || d.budget.Load()+n > d.limits.MaxTotalBytes
+	return queued, !d.fits(dq, dq.writers+1, n) || d.budget.Load()+n+queuedMsgSize > d.limits.MaxTotalBytes
 }

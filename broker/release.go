@@ -2,6 +2,7 @@ package broker
 
 import (
 	"container/heap"
+	"errors"
 	"time"
 
 	"github.com/devicegate/devicegate/devicelimit"
@@ -109,9 +110,18 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 			continue
 		}
 		var dec devicelimit.Decision
+		var stored deferredMsg
+		err := errNotConnected
 		if c != nil {
-			dec = d.decideAs(c, m.topic, m.size, now)
+			// Its topic, as a publish's finds its topic class, from its
+			// record: the queue keeps no copy apart (queuedMsgSize).
+			stored, err = decodeStored(m.rec)
+		}
+		if err == nil {
+			dec = d.decideAs(c, stored.Topic, m.size, now)
 		} else {
+			// Not connected, or a record that no longer decodes (its
+			// release fails, logged, and drops it).
 			q := d.resolver.QuotaAt(dq.device, m.quota, now)
 			if dq.class != "" {
 				q = d.resolver.ClassQuotaAt(dq.device, dq.class, m.quota, now)
@@ -161,7 +171,7 @@ func (d *deferrer) releaseDevice(dq *devQueue, now devicelimit.Tick) bool {
 	dq.bytes -= gone
 	d.queueMsgs.Add(-int64(len(batch)))
 	d.queueBytes.Add(-gone)
-	d.budget.Add(-gone)
+	d.budget.Add(-(gone + int64(len(batch))*queuedMsgSize))
 	if len(dq.msgs) > 0 {
 		// retry is 0 when the whole queue went out and more came in
 		// meanwhile: those are due now.
@@ -198,6 +208,9 @@ func (h *throttle) decideRelease(c *connInfo, topic string, size int, now device
 	d, _, _ := h.judge(c, class, &q, &gq, size, now)
 	return d
 }
+
+// errNotConnected: a queued message's device has no connection.
+var errNotConnected = errors.New("not connected")
 
 // batchItem is a message a release round took from the head of a queue.
 type batchItem struct {
