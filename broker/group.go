@@ -60,9 +60,11 @@ type seenGroup struct {
 // names none), found by a lookup that began at the rules' generation
 // gen, remembering the group. A lookup that began before a reload and
 // ends after it (a device connecting meanwhile) may find a group the
-// reload removed: it is remembered under its old generation, which
-// Groups leaves out, and not told to the cluster's registry; the
-// connection looks its rules up again (throttle.OnSessionEstablish).
+// reload removed: it is remembered under its old generation, older
+// than the reload's (groupsSince), which Groups leaves out and the
+// cluster's registry is not told of; the connection looks its rules up
+// again (throttle.OnSessionEstablish). Overrides and enforce switches
+// move the generation too: a join under a newer one replaces the entry.
 func (h *throttle) joinGroup(m devicelimit.Membership, gen uint64) groupOf {
 	if m.Name == "" {
 		return groupOf{}
@@ -71,20 +73,22 @@ func (h *throttle) joinGroup(m devicelimit.Membership, gen uint64) groupOf {
 	v, seen := h.groupsSeen.Load(m.Name)
 	for !seen || v.(*seenGroup).gen < gen {
 		g := &seenGroup{Membership: m, gen: gen}
+		var stored bool
 		if !seen {
-			if v, seen = h.groupsSeen.LoadOrStore(m.Name, g); !seen {
-				if h.groupJoined != nil && h.resolver.Generation() == gen {
-					h.groupJoined(m)
-				}
-				v, seen = g, true
-			}
-			continue
+			v, seen = h.groupsSeen.LoadOrStore(m.Name, g)
+			stored = !seen
+		} else if stored = h.groupsSeen.CompareAndSwap(m.Name, v, g); !stored {
+			v, seen = h.groupsSeen.Load(m.Name)
 		}
-		if h.groupsSeen.CompareAndSwap(m.Name, v, g) {
+		if stored {
+			// Told to the registry when Groups lists it: not a lookup
+			// begun before the last reload.
+			if h.groupJoined != nil && gen >= h.groupsSince.Load() {
+				h.groupJoined(m)
+			}
 			v = g
 			break
 		}
-		v, seen = h.groupsSeen.Load(m.Name)
 	}
 	if first := v.(*seenGroup).Membership; first.Quota != m.Quota && h.logs.allow(logGroup, m.Name, groupClashLogEvery) {
 		// Two rules' templates made one group with different quotas:
@@ -133,15 +137,15 @@ type GroupMembers struct {
 }
 
 // Groups returns the groups devices joined under the rules in force
-// (since start or the last reload), by name, with their devices
-// connected now. (The gateway keeps one entry per group
+// (since start or the last reload: lookups begun before it are left
+// out), by name, with their devices connected now. (The gateway keeps one entry per group
 // it has seen: groups are few, a tenant's devices many.)
 func (s *Server) Groups() []GroupMembers {
 	h := s.hook
 	by := map[string]*GroupMembers{}
-	gen := h.resolver.Generation()
+	since := h.groupsSince.Load()
 	h.groupsSeen.Range(func(k, v any) bool {
-		if g := v.(*seenGroup); g.gen == gen {
+		if g := v.(*seenGroup); g.gen >= since {
 			by[g.Name] = &GroupMembers{Name: g.Name, Label: g.Label, Quota: g.Quota}
 		}
 		return true

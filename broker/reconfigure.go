@@ -20,6 +20,9 @@ import (
 // its first lookup (throttle.OnSessionEstablish).
 func (s *Server) Reconfigure() int {
 	h := s.hook
+	// The groups listed from now on are those of lookups begun since
+	// the resolver took the new rules (it did before this call).
+	h.groupsSince.Store(h.resolver.Generation())
 	h.groupsSeen.Clear()
 	h.devMu.Lock()
 	var live []*connInfo

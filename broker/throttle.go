@@ -176,6 +176,10 @@ type throttle struct {
 	// groupsSeen holds the membership of every group a device joined
 	// since start, by name (group.go).
 	groupsSeen sync.Map
+	// groupsSince is the rules' generation at the last reload
+	// (Server.Reconfigure): Groups lists the joins of lookups begun at
+	// it or after.
+	groupsSince atomic.Uint64
 	// groupJoined is Options.GroupJoined.
 	groupJoined func(devicelimit.Membership)
 	// remaps are the auth hook's (packetids.go): the throttle, the last
